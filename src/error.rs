@@ -1,0 +1,57 @@
+//! The one error type of the core. `src/python/errors.rs` maps it onto the
+//! Python exception hierarchy in a single place.
+
+use thiserror::Error;
+
+/// Every fallible core operation returns this.
+#[derive(Debug, Error)]
+pub enum QuantError {
+    /// A length or shape disagrees with what the operation needs.
+    #[error("dimension mismatch: {what}: expected {expected}, got {actual}")]
+    DimensionMismatch {
+        what: String,
+        expected: String,
+        actual: String,
+    },
+    /// The object is not in a state where the operation is possible.
+    #[error("invalid state: {0}")]
+    InvalidState(String),
+    /// The operation is not implemented for this kind of object.
+    #[error("unsupported operation: {0}")]
+    UnsupportedOperation(String),
+    /// A value (not a shape) is out of its domain.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// Bytes or a file that cannot be decoded.
+    #[error("serialization error: {0}")]
+    Serialization(String),
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("CUDA is not available: {0}")]
+    CudaNotAvailable(String),
+    #[error("GPU error: {0}")]
+    Gpu(String),
+}
+
+pub type Result<T> = std::result::Result<T, QuantError>;
+
+impl QuantError {
+    /// Shorthand for a [`QuantError::DimensionMismatch`].
+    pub fn dims(what: impl Into<String>, expected: impl ToString, actual: impl ToString) -> Self {
+        QuantError::DimensionMismatch {
+            what: what.into(),
+            expected: expected.to_string(),
+            actual: actual.to_string(),
+        }
+    }
+
+    /// Shorthand for a [`QuantError::InvalidArgument`].
+    pub fn arg(msg: impl Into<String>) -> Self {
+        QuantError::InvalidArgument(msg.into())
+    }
+
+    /// Shorthand for a [`QuantError::Serialization`].
+    pub fn ser(msg: impl Into<String>) -> Self {
+        QuantError::Serialization(msg.into())
+    }
+}

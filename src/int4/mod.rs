@@ -1,0 +1,1 @@
+//! INT4 placeholder

@@ -1,0 +1,57 @@
+//! PyO3 bindings: the `quantrs._core` extension module.
+//!
+//! One file per domain; each converts and validates arrays, releases the GIL
+//! around the kernel (`py.detach`) and lets `?` map core errors through the
+//! single conversion point in `errors.rs`.
+
+mod arrays;
+mod errors;
+mod fp8;
+mod int4;
+mod linear;
+mod optim;
+mod qat;
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+/// Version, cargo features and the SIMD level the kernels use.
+#[pyfunction]
+fn build_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("version", crate::VERSION)?;
+    d.set_item("features", crate::enabled_features())?;
+    d.set_item("simd", crate::simd::level().name())?;
+    d.set_item("simd_detected", crate::simd::detected().name())?;
+    d.set_item("threads", rayon::current_num_threads())?;
+    d.set_item("cuda_available", crate::gpu::cuda_available())?;
+    Ok(d)
+}
+
+/// Whether a CUDA device can be used by this build.
+#[pyfunction]
+fn cuda_available() -> bool {
+    crate::gpu::cuda_available()
+}
+
+#[pymodule(name = "_core")]
+mod core_module {
+    #[pymodule_export]
+    use super::build_info;
+    #[pymodule_export]
+    use super::cuda_available;
+
+    use pyo3::prelude::*;
+
+    #[pymodule_init]
+    fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
+        m.add("__version__", crate::VERSION)?;
+        super::errors::register(m)?;
+        super::int4::register(m)?;
+        super::fp8::register(m)?;
+        super::linear::register(m)?;
+        super::optim::register(m)?;
+        super::qat::register(m)?;
+        Ok(())
+    }
+}
