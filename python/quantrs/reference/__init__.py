@@ -1,0 +1,9 @@
+"""Pure-NumPy oracles for every quantrs kernel.
+
+Independent of the Rust code on purpose: the tests compare the extension
+against these. One submodule per domain; the public names are re-exported here.
+"""
+
+from .int4 import _fake_quantize_int4, pack_int4, quantize_int4, unpack_int4
+
+__all__ = ["_fake_quantize_int4", "pack_int4", "quantize_int4", "unpack_int4"]

@@ -1,0 +1,1 @@
+"""INT4 reference (filled in by the INT4 work)."""
