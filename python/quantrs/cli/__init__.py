@@ -1,0 +1,166 @@
+"""The ``quantrs`` command line (also ``python -m quantrs``).
+
+Subcommands: ``demo``, ``quantize``, ``inspect``, ``bench``; each has ``--help``.
+A user mistake (bad argument, missing, corrupt or truncated file) prints one line,
+``quantrs <command>: error: ...``, on stderr and exits with status 1 (2 for
+argument-syntax errors, as argparse does); tracebacks are for bugs only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from ._errors import CliError
+from ._quantize import load_int4
+
+__all__ = ["CliError", "load_int4", "main"]
+
+
+def _positive(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {s!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+    return v
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="quantrs",
+        description="Low-bit training and inference on NumPy arrays (Rust core).",
+    )
+    p.add_argument("--version", action="store_true", help="print the version and build info")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    d = sub.add_parser(
+        "demo",
+        help="train a small MLP on the embedded digits: float32 vs 4-bit vs QAT, then serve it",
+        description="Train a 64-64-10 MLP on the 8x8 digits shipped with quantrs with float32 "
+        "AdamW (NumPy), AdamW4bit and QAT int8/int4/fp8, then serve the float model through "
+        "INT4 and FP8 kernels; print one table.",
+    )
+    d.add_argument("--seed", type=int, default=0, help="seed for init and batch order (0)")
+    d.add_argument("--epochs", type=_positive, default=30, help="training epochs (30)")
+    d.add_argument("--plot", metavar="PATH", help="write a PNG of the loss curves (matplotlib)")
+    d.add_argument("--json", action="store_true", help="print JSON instead of the table")
+
+    q = sub.add_parser(
+        "quantize",
+        help="quantize every 2-D float tensor of a safetensors checkpoint",
+        description="Quantize every 2-D floating tensor (read as [out, in]) of IN to INT4 or "
+        "FP8 E4M3, copy the others, write OUT atomically. See docs/cli.md for the layout.",
+    )
+    q.add_argument("input", metavar="IN", help="input .safetensors file")
+    q.add_argument("output", metavar="OUT", help="output .safetensors file")
+    q.add_argument("--format", required=True, choices=["int4", "fp8"], help="target format")
+    q.add_argument("--group-size", type=_positive, default=32, help="INT4 group size, even (32)")
+    q.add_argument("--no-progress", action="store_true", help="no progress bar")
+    q.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    i = sub.add_parser(
+        "inspect",
+        help="list the tensors of a safetensors file and how each is quantized",
+        description="List tensors, dtypes, shapes, bytes and quantization kind.",
+    )
+    i.add_argument("file", metavar="FILE", help=".safetensors file")
+    i.add_argument("--json", action="store_true", help="print JSON instead of the table")
+
+    b = sub.add_parser(
+        "bench",
+        help="run the benchmarks in benches/ and print speed-ups over the baselines",
+        description="Run benches/bench_*.py (from a source checkout) and print one table of "
+        "speed-ups over NumPy (and ml_dtypes / PyTorch where installed).",
+    )
+    b.add_argument("--quick", action="store_true", help="small sizes, a few seconds per suite")
+    b.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    b.add_argument("--dir", help="the benches/ directory (default: found automatically)")
+    b.add_argument("--only", nargs="+", metavar="SUITE", help="run only these suites")
+    return p
+
+
+def _demo(args) -> int:
+    from ._demo import run_demo
+    from ._report import demo_json, demo_table, write_plot
+
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise CliError(
+                "--plot needs matplotlib, which is not installed (pip install 'quantrs[plot]')"
+            ) from None
+    settings, rows = run_demo(seed=args.seed, epochs=args.epochs)
+    print(demo_json(settings, rows) if args.json else demo_table(settings, rows))
+    if args.plot:
+        write_plot(rows, args.plot)
+        print(f"loss curves written to {args.plot}", file=sys.stderr)
+    return 0
+
+
+def _quantize(args) -> int:
+    from ._quantize import format_report, quantize_file
+
+    rows = quantize_file(
+        args.input,
+        args.output,
+        args.format,
+        group_size=args.group_size,
+        progress=not args.no_progress,
+    )
+    print(json.dumps(rows, indent=1) if args.json else format_report(rows))
+    return 0
+
+
+def _inspect(args) -> int:
+    from ._inspect import format_inspect, inspect_file
+
+    info = inspect_file(args.file)
+    print(json.dumps(info, indent=1) if args.json else format_inspect(info))
+    return 0
+
+
+def _bench(args) -> int:
+    from ._bench import bench_json, find_benches, format_bench, run_benches
+
+    rows, failures = run_benches(find_benches(args.dir), args.quick, args.only)
+    print(bench_json(rows, failures) if args.json else format_bench(rows, failures))
+    return 1 if failures else 0
+
+
+_COMMANDS = {"demo": _demo, "quantize": _quantize, "inspect": _inspect, "bench": _bench}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``quantrs`` console script; returns the exit status."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        from .. import __version__, build_info
+
+        print(f"quantrs {__version__} {json.dumps(build_info())}")
+        return 0
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        return _COMMANDS[args.command](args)
+    except CliError as e:
+        msg = str(e)
+    except FileNotFoundError as e:
+        msg = f"{e.filename}: no such file"
+    except IsADirectoryError as e:
+        msg = f"{e.filename}: is a directory"
+    except PermissionError as e:
+        msg = f"{e.filename}: permission denied"
+    except OSError as e:  # disk full, I/O error: the user's environment, not a bug
+        msg = f"{e.filename or ''}: {e.strerror or e}".lstrip(": ")
+    except KeyboardInterrupt:
+        print(f"quantrs {args.command}: interrupted", file=sys.stderr)
+        return 130
+    print(f"quantrs {args.command}: error: {msg}", file=sys.stderr)
+    return 1
