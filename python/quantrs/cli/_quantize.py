@@ -37,7 +37,8 @@ from ._stfile import FLOAT_DTYPES, OutSpec, StFormatError, StReader, StWriter, T
 FORMAT_KEY = "quantrs.format"
 TENSORS_KEY = "quantrs.tensors"
 FORMAT_VERSION = "1"
-_CHUNK = 16 << 20  # bytes per streamed chunk
+_CHUNK = 16 << 20  # bytes per streamed chunk (copies, transposition)
+_ERR_ELEMS = 1 << 20  # elements per chunk of the error report (a few float64 temporaries)
 
 
 def int4_layout(in_feat: int, group_size: int) -> tuple[int, int, int]:
@@ -132,7 +133,7 @@ def _int4_error(wt: np.ndarray, data: np.ndarray, scales: np.ndarray, gs: int):
     dequantized in NumPy chunk by chunk (never a full float32 copy)."""
     in_feat = wt.shape[0]
     acc = _ErrAcc()
-    step = max(1, _CHUNK // (8 * wt.shape[1]))  # pairs per chunk
+    step = max(1, _ERR_ELEMS // (2 * wt.shape[1]))  # pairs per chunk
     for p0 in range(0, data.shape[0], step):
         b = data[p0 : p0 + step]
         q = np.empty((2 * b.shape[0], b.shape[1]), np.int8)
@@ -154,7 +155,7 @@ def _fp8(reader: StReader, job: Job):
     _check_finite(w)
     codes, scale = fp8_quantize(PerTensorFP8Linear, fp8, w)
     acc = _ErrAcc()
-    step = max(1, _CHUNK // max(1, 8 * t.shape[1]))
+    step = max(1, _ERR_ELEMS // t.shape[1])
     for r0 in range(0, t.shape[0], step):
         deq = fp8.decode(codes[r0 : r0 + step], "e4m3") * scale
         acc.add(w[r0 : r0 + step], deq)
@@ -193,7 +194,7 @@ class _ErrAcc:
         self.num += float(np.vdot(d, d))
         self.den += float(np.vdot(ref, ref))
         if d.size:
-            self.max_abs = max(self.max_abs, float(np.abs(d).max()))
+            self.max_abs = max(self.max_abs, float(d.max()), -float(d.min()))
 
     def result(self) -> tuple[float, float]:
         return (self.num / self.den) ** 0.5 if self.den else 0.0, self.max_abs
