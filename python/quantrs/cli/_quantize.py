@@ -184,15 +184,18 @@ def fp8_quantize(layer_cls, fp8, w: np.ndarray) -> tuple[np.ndarray, np.float32]
 
 
 class _ErrAcc:
+    """Sums for the relative Frobenius error; float32 per chunk (a report, 3 digits),
+    float64 across chunks."""
+
     def __init__(self):
         self.num = self.den = 0.0
         self.max_abs = 0.0
 
     def add(self, ref: np.ndarray, got: np.ndarray) -> None:
-        ref = np.asarray(ref, np.float64)
-        d = ref - got
-        self.num += float(np.vdot(d, d))
-        self.den += float(np.vdot(ref, ref))
+        ref = np.asarray(ref, np.float32).reshape(-1)
+        d = ref - np.asarray(got, np.float32).reshape(-1)
+        self.num += float(np.dot(d, d))
+        self.den += float(np.dot(ref, ref))
         if d.size:
             self.max_abs = max(self.max_abs, float(d.max()), -float(d.min()))
 
