@@ -273,6 +273,7 @@ def test_missing_input_and_bad_arguments(ckpt, tmp_path, capsys):
         ([str(src), str(tmp_path / "no" / "dir.st"), "--format", "fp8"], "does not exist"),
         ([str(src), str(dst), "--format", "int4", "--group-size", "3"], "even"),
         ([str(src), str(src), "--format", "int4"], "differ"),
+        ([str(src), str(tmp_path), "--format", "int4"], "is a directory"),
     ]
     for argv, needle in cases:
         assert main(["quantize", "--no-progress", *argv]) == 1, argv

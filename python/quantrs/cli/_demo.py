@@ -43,7 +43,7 @@ class Row:
     loss: float | None = None
     accuracy: float | None = None
     state_bytes: int | None = None
-    weight_bytes: int | None = None
+    model_bytes: int | None = None
     seconds: float | None = None
     curve: list[float] = field(default_factory=list)
     note: str = ""
@@ -90,6 +90,7 @@ class QatTrainer:
         from .. import QatConfig, QatOptimizer
 
         self.p = params
+        self.target = target
         self.bias_opt = _mlp.AdamW(LR, WEIGHT_DECAY)
         self.master = {k: params[k].reshape(-1).copy() for k in ("W1", "W2")}
         cfg = QatConfig(target, lr=LR, weight_decay=WEIGHT_DECAY)
@@ -107,6 +108,13 @@ class QatTrainer:
         for k in ("b1", "b2"):
             self.bias_opt.update(k, self.p[k], grads[k])
         self.bias_opt.step()
+
+    def model_bytes(self) -> int:
+        """Deployed size: the quantized weights packed (int4: half a byte per weight)
+        with one float32 scale each, and float32 biases."""
+        per_weight = 0.5 if self.target == "int4" else 1.0
+        packed = sum(int(m.size * per_weight) + 4 for m in self.master.values())
+        return packed + self.p["b1"].nbytes + self.p["b2"].nbytes
 
     def state_bytes(self) -> int:
         # QatOptimizer keeps m and v at the master's precision plus the quantized view;
@@ -150,7 +158,8 @@ def _run_trainer(method: str, make, data, epochs: int, seed: int) -> tuple[Row, 
     w = trainer.weights()
     _score(row, lambda x: _mlp.forward(w, x), data)
     row.state_bytes = trainer.state_bytes()
-    row.weight_bytes = sum(a.nbytes for a in w.values())
+    model_bytes = getattr(trainer, "model_bytes", None)
+    row.model_bytes = model_bytes() if model_bytes else sum(a.nbytes for a in w.values())
     return row, params
 
 
@@ -174,7 +183,7 @@ def _serve_int4(p, data) -> Row:
 
     _score(row, predict, data)
     row.seconds = time.perf_counter() - t0
-    row.weight_bytes = q1.nbytes + q2.nbytes + p["b1"].nbytes + p["b2"].nbytes
+    row.model_bytes = q1.nbytes + q2.nbytes + p["b1"].nbytes + p["b2"].nbytes
     return row
 
 
@@ -198,7 +207,7 @@ def _serve_fp8(p, data) -> Row:
 
     _score(row, predict, data)
     row.seconds = time.perf_counter() - t0
-    row.weight_bytes = p["W1"].size + p["W2"].size + 4 * 4 + p["b1"].nbytes + p["b2"].nbytes
+    row.model_bytes = p["W1"].size + p["W2"].size + 4 * 4 + p["b1"].nbytes + p["b2"].nbytes
     return row
 
 

@@ -228,6 +228,8 @@ def quantize_file(
     src, dst = Path(src), Path(dst)
     if dst.exists() and src.exists() and dst.samefile(src):
         raise CliError("OUT must differ from IN")
+    if dst.is_dir():
+        raise CliError(f"OUT {str(dst)!r} is a directory")
     if not dst.parent.is_dir():
         raise CliError(f"output directory {str(dst.parent)!r} does not exist")
     try:

@@ -18,13 +18,13 @@ def _cells(r) -> list[object]:
         f"{r.loss:.4f}",
         f"{r.accuracy:.2f}",
         "-" if r.state_bytes is None else r.state_bytes,
-        r.weight_bytes,
+        r.model_bytes,
         f"{r.seconds:.2f}",
     ]
 
 
 def demo_table(settings: dict, rows) -> str:
-    head = ["method", "final loss", "test acc %", "optimizer-state bytes", "weight bytes", "time s"]
+    head = ["method", "final loss", "test acc %", "optimizer-state bytes", "model bytes", "time s"]
     body = [_cells(r) for r in rows]
     lines = [
         f"quantrs demo: 8x8 digits ({settings['train']} train / {settings['test']} test), "
@@ -35,7 +35,9 @@ def demo_table(settings: dict, rows) -> str:
         "final loss: mean cross-entropy on the training set, weights as served "
         "(QAT: the quantized view).\n"
         "state bytes: the optimizers' live buffers (QAT: m, v and the quantized view at the "
-        "master's precision, plus the float32 bias state).",
+        "master's precision, plus the float32 bias state).\n"
+        "model bytes: weights and biases as deployed (QAT: the quantized weights packed, "
+        "1 byte per int8/fp8 weight, half a byte per int4 weight, plus a float32 scale).",
     ]
     return "\n".join(lines)
 
