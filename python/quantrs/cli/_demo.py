@@ -117,10 +117,18 @@ class QatTrainer:
         return packed + self.p["b1"].nbytes + self.p["b2"].nbytes
 
     def state_bytes(self) -> int:
-        # QatOptimizer keeps m and v at the master's precision plus the quantized view;
-        # it does not report its buffers, so count them from the master's size.
-        qat = sum(3 * m.nbytes for m in self.master.values())
+        qat = sum(_qat_state_bytes(o, m) for o, m in zip(self.qat.values(), self.master.values()))
         return qat + self.bias_opt.state_bytes()
+
+
+def _qat_state_bytes(opt, master: np.ndarray) -> int:
+    """m, v and the quantized view, from the live buffers where the binding exposes
+    them (``moments()``), else from their size: all three have the master's dtype."""
+    moments = getattr(opt, "moments", None)
+    if callable(moments):
+        live = [np.asarray(a) for a in moments()] + [np.asarray(opt.quantized_weights)]
+        return sum(a.nbytes for a in live)
+    return 3 * master.nbytes
 
 
 def _train(trainer, data, epochs: int, seed: int) -> tuple[list[float], float]:
