@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import quantrs
 from quantrs.cli import load_int4, main
+from quantrs.reference import pack_int4, quantize_int4
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
@@ -72,6 +73,11 @@ def test_int4_round_trip_bit_exact(ckpt, tmp_path, capsys, group_size):
         )
         assert got == want, name
         assert np.array_equal(got.dequantize(), want.dequantize())
+        # and against the pure-NumPy oracle, from the file's raw tensors
+        q, scales = quantize_int4(w.astype(np.float32).T, group_size)
+        with safe_open(str(dst), "numpy") as f:
+            assert np.array_equal(f.get_tensor(name + ".qweight").reshape(-1), pack_int4(q))
+            assert np.array_equal(f.get_tensor(name + ".scales"), scales)
         assert (got.in_feat, got.out_feat) == (w.shape[1], w.shape[0])
     # everything else is copied bit for bit, metadata kept
     with safe_open(str(dst), "numpy") as f:
