@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
 import sys
 import textwrap
+from importlib import resources
 
 import numpy as np
 import pytest
@@ -73,6 +75,14 @@ def test_version(capsys):
 
 
 # --- data ----------------------------------------------------------------------------------
+
+
+def test_embedded_digits_file_matches_its_readme():
+    data = resources.files("quantrs").joinpath("data")
+    digest = hashlib.sha256(data.joinpath("digits.npz").read_bytes()).hexdigest()
+    readme = data.joinpath("README.md").read_text()
+    assert f"`{digest}`" in readme
+    assert "BSD 3-Clause" in readme
 
 
 def test_embedded_digits():

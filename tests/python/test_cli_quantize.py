@@ -155,7 +155,7 @@ def test_copy_only_file_needs_no_quantizer(tmp_path):
     tensors = {"a": np.arange(6, dtype=np.int32), "b": np.ones(3, np.float16)}
     src, dst = tmp_path / "in.safetensors", tmp_path / "out.safetensors"
     save_file(tensors, str(src))
-    assert quantize(src, dst, "--format", "int4") == 0
+    assert main(["quantize", str(src), str(dst), "--format", "int4"]) == 0  # with tqdm
     with safe_open(str(dst), "numpy") as f:
         assert sorted(f.keys()) == ["a", "b"]
         assert np.array_equal(f.get_tensor("a"), tensors["a"])
