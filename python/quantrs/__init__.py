@@ -33,6 +33,7 @@ __all__ = [
     "__version__",
     "build_info",
     "cuda_available",
+    "reference",
 ]
 
 from . import reference  # noqa: E402  (the NumPy oracles)

@@ -52,7 +52,7 @@ pub fn dequant_tile_generic(t: &TileArgs, packed: &mut [f32]) {
             let g = r / gs;
             let src = &qw.data[(r / 2) * n + cj..(r / 2) * n + cj + ncols];
             let sc = &qw.scales[g * n + cj..g * n + cj + ncols];
-            if r % 2 == 0 {
+            if r.is_multiple_of(2) {
                 for ((d, &b), &s) in dst.iter_mut().zip(src).zip(sc) {
                     *d = (((b << 4) as i8) >> 4) as f32 * s;
                 }

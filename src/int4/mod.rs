@@ -61,7 +61,7 @@ impl Layout {
         if in_feat == 0 {
             return Err(QuantError::dims("in_feat", ">= 1", 0));
         }
-        if group_size < 2 || group_size % 2 != 0 {
+        if group_size < 2 || !group_size.is_multiple_of(2) {
             return Err(QuantError::arg(format!(
                 "group_size: expected an even number >= 2, got {group_size}"
             )));
@@ -197,11 +197,11 @@ impl QuantizedWeight {
                 data.len(),
             )
         };
-        if data.len() % out_feat != 0 {
+        if !data.len().is_multiple_of(out_feat) {
             return Err(bad_layout());
         }
         let in_padded = 2 * (data.len() / out_feat);
-        if in_padded % num_groups != 0 {
+        if !in_padded.is_multiple_of(num_groups) {
             return Err(bad_layout());
         }
         let group_size = in_padded / num_groups;
@@ -348,7 +348,11 @@ impl QuantizedWeight {
     /// Signed code of row `r`, column `o` (for tests and slow paths).
     pub fn code(&self, r: usize, o: usize) -> i8 {
         let b = self.data[(r / 2) * self.out_feat + o];
-        let nib = if r % 2 == 0 { b & 0x0F } else { b >> 4 };
+        let nib = if r.is_multiple_of(2) {
+            b & 0x0F
+        } else {
+            b >> 4
+        };
         ((nib << 4) as i8) >> 4
     }
 }
