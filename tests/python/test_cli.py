@@ -12,6 +12,7 @@ from importlib import resources
 
 import numpy as np
 import pytest
+
 import quantrs
 from quantrs.cli import _mlp, main
 
@@ -203,15 +204,27 @@ def test_demo_bad_epochs(capsys):
 
 # --- bench ----------------------------------------------------------------------------------
 
-GOOD_BENCH = textwrap.dedent(
+SCRIPT_TAIL = textwrap.dedent(
     """
-    def run(quick=False):
-        n = 10 if quick else 1000
-        return [
-            {"name": f"op n={n}", "ours_ms": 1.0, "baseline": "numpy", "baseline_ms": 4.0},
-            {"name": "op2", "ours_ms": 2.0, "baseline_ms": 1.0, "ratio": 0.5, "target": ">=1x"},
-        ]
+    if __name__ == "__main__":
+        import json, sys
+        print("chatter before the rows")
+        print(json.dumps(run("--quick" in sys.argv)))
     """
+)
+GOOD_BENCH = (
+    textwrap.dedent(
+        """
+        def run(quick=False):
+            n = 10 if quick else 1000
+            return [
+                {"bench": f"op n={n}", "ours_ms": 1.0, "baseline": "numpy", "baseline_ms": 4.0},
+                {"name": "op2", "ours_ms": 2.0, "baseline_ms": 1.0, "ratio": 0.5, "gb/s": 3.5},
+                {"bench": "machine read", "ours_ms": None, "baseline_ms": None, "bw": 20.0},
+            ]
+        """
+    )
+    + SCRIPT_TAIL
 )
 
 
@@ -220,26 +233,30 @@ def test_bench_convention(tmp_path, capsys):
     assert main(["bench", "--dir", str(tmp_path), "--quick", "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
     assert res["failures"] == []
-    r0, r1 = res["rows"]
-    assert r0["suite"] == "good" and r0["name"] == "op n=10" and r0["ratio"] == 4.0
-    assert r1["ratio"] == 0.5 and r1["baseline"] == "numpy"
+    r0, r1, r2 = res["rows"]
+    assert r0["suite"] == "good" and r0["bench"] == "op n=10" and r0["ratio"] == 4.0
+    assert r1["bench"] == "op2" and r1["ratio"] == 0.5 and r1["gb/s"] == 3.5
+    assert r2["ratio"] is None and r2["bw"] == 20.0
     assert main(["bench", "--dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "op n=1000" in out and "4.00x" in out
+    assert "op n=1000" in out and "4.00x" in out and "gb/s=3.5" in out
+    assert out.startswith("quantrs {")
 
 
 def test_bench_broken_suite_reported_not_fatal(tmp_path, capsys):
     (tmp_path / "bench_good.py").write_text(GOOD_BENCH)
-    (tmp_path / "bench_norun.py").write_text("x = 1\n")
-    (tmp_path / "bench_raises.py").write_text(
-        "def run(quick=False):\n    raise RuntimeError('boom')\n"
-    )
+    (tmp_path / "bench_nojson.py").write_text("print('hello')\n")
+    (tmp_path / "bench_raises.py").write_text("raise RuntimeError('boom')\n")
+    (tmp_path / "bench_badrow.py").write_text("print('[{\"x\": 1}]')\n")
     assert main(["bench", "--dir", str(tmp_path), "--quick"]) == 1
     out = capsys.readouterr().out
-    assert "FAILED norun: ValueError: defines no run(quick)" in out
-    assert "FAILED raises: RuntimeError: boom" in out
+    assert "FAILED nojson: printed no JSON list" in out
+    assert "FAILED raises: exit status 1: RuntimeError: boom" in out
+    assert "FAILED badrow: row {'x': 1} has no 'bench' name" in out
     assert "op n=10" in out
     assert main(["bench", "--dir", str(tmp_path), "--only", "good"]) == 0
+    assert main(["bench", "--dir", str(tmp_path), "--only", "zzz"]) == 1
+    assert "no bench script" in capsys.readouterr().err
 
 
 def test_bench_without_benches_dir(tmp_path, capsys, monkeypatch):

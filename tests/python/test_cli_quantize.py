@@ -11,11 +11,12 @@ import textwrap
 
 import numpy as np
 import pytest
+from safetensors import safe_open
+from safetensors.numpy import save_file
+
 import quantrs
 from quantrs.cli import load_int4, main
 from quantrs.reference import pack_int4, quantize_int4
-from safetensors import safe_open
-from safetensors.numpy import save_file
 
 HAS_INT4 = hasattr(quantrs, "QuantizedWeight")
 HAS_FP8 = hasattr(quantrs, "PerTensorFP8Linear") and hasattr(quantrs, "fp8")

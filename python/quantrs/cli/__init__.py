@@ -125,10 +125,14 @@ def _inspect(args) -> int:
 
 
 def _bench(args) -> int:
-    from ._bench import bench_json, find_benches, format_bench, run_benches
+    from ._bench import bench_json, find_benches, format_bench, machine_line, run_benches
 
     rows, failures = run_benches(find_benches(args.dir), args.quick, args.only)
-    print(bench_json(rows, failures) if args.json else format_bench(rows, failures))
+    if args.json:
+        print(bench_json(rows, failures))
+    else:
+        print(machine_line())
+        print(format_bench(rows, failures))
     return 1 if failures else 0
 
 

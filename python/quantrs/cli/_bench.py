@@ -1,18 +1,21 @@
 """``quantrs bench``: run the benchmark scripts in ``benches/`` and print one table.
 
-Convention (docs/cli.md): each ``benches/bench_*.py`` defines
-``run(quick: bool = False) -> list[dict]``, one dict per measured case with
+Convention (docs/cli.md): each ``benches/bench_*.py`` is a script that accepts
+``--quick`` and ``--json`` and, with ``--json``, prints a JSON list of rows on stdout
+(it also defines ``run(quick: bool) -> list[dict]`` returning the same rows). A row:
 
-- ``name`` (str): the case, e.g. ``"matvec 4096x11008 g32"``;
-- ``ours_ms`` (float): median milliseconds of the quantrs kernel;
-- ``baseline`` (str): what it is compared with, e.g. ``"numpy f32 x @ W"``;
-- ``baseline_ms`` (float): median milliseconds of that baseline, same run;
-- ``ratio`` (float, optional): ``baseline_ms / ours_ms`` (> 1: quantrs is faster);
+- ``bench`` (str): the case, e.g. ``"int4 matvec 4096x11008 g32 b1"`` (``name`` is
+  accepted too);
+- ``ours_ms`` (float or null): median milliseconds of the quantrs kernel;
+- ``baseline`` (str): what it is compared with, e.g. ``"numpy f32 x@W"``;
+- ``baseline_ms`` (float or null): median milliseconds of that baseline, same run;
+- ``ratio`` (float or null): ``baseline_ms / ours_ms`` (> 1: quantrs is faster);
   computed here when absent;
-- ``target`` / ``note`` (str, optional): the bar from SPEC section 9, remarks.
+- anything else (``target``, ``weight_GB/s``, ...) is shown as "extra" and kept in JSON.
 
-One row per (case, baseline) pair; a baseline that is not installed (ml_dtypes,
-PyTorch) is simply left out. ``quick=True`` must finish in a few seconds.
+Each suite runs in its own interpreter: a crash or a leak in one cannot take down the
+others, BLAS threads start cold, memory is returned between suites, and the script
+applies its own environment fixes (e.g. dropping OpenBLAS overrides) as when run by hand.
 
 ``benches/`` is not part of the installed package: it is looked up in ``--dir``,
 ``$QUANTRS_BENCHES``, the current directory and its parents, and next to the
@@ -21,18 +24,18 @@ package's source tree (an editable install from a clone).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
+import subprocess
 import sys
 import time
-import traceback
 from pathlib import Path
 
 from ._errors import CliError
 from ._table import table
 
 PATTERN = "bench_*.py"
+_STANDARD = ("suite", "bench", "name", "ours_ms", "baseline", "baseline_ms", "ratio")
 
 
 def find_benches(explicit: str | None = None) -> Path:
@@ -56,28 +59,41 @@ def find_benches(explicit: str | None = None) -> Path:
     )
 
 
-def _load(path: Path):
-    spec = importlib.util.spec_from_file_location(f"_quantrs_bench_{path.stem}", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(path.parent))  # let scripts import shared helpers next to them
-    try:
-        spec.loader.exec_module(mod)
-    finally:
-        sys.path.remove(str(path.parent))
-    return mod
+def _num(v: object) -> float | None:
+    return None if v is None else float(v)
 
 
 def _check_row(row: object, suite: str) -> dict:
-    if not isinstance(row, dict) or not {"name", "ours_ms", "baseline_ms"} <= row.keys():
-        raise ValueError(f"row {row!r} lacks name / ours_ms / baseline_ms")
+    if not isinstance(row, dict) or not ({"bench", "name"} & row.keys()):
+        raise ValueError(f"row {row!r} has no 'bench' name")
     out = dict(row)
     out["suite"] = suite
-    out["ours_ms"] = float(out["ours_ms"])
-    out["baseline_ms"] = float(out["baseline_ms"])
-    out.setdefault("baseline", "numpy")
+    out["bench"] = str(out.pop("bench", None) or out.pop("name"))
+    out["ours_ms"] = _num(out.get("ours_ms"))
+    out["baseline_ms"] = _num(out.get("baseline_ms"))
+    out.setdefault("baseline", "")
+    ours, base = out["ours_ms"], out["baseline_ms"]
     if out.get("ratio") is None:
-        out["ratio"] = out["baseline_ms"] / out["ours_ms"] if out["ours_ms"] > 0 else float("inf")
+        out["ratio"] = base / ours if ours and base is not None else None
     return out
+
+
+def _run_suite(path: Path, quick: bool) -> list:
+    cmd = [sys.executable, str(path), "--json"] + (["--quick"] if quick else [])
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=path.parent)
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise RuntimeError(f"exit status {proc.returncode}: {tail}")
+    lines = proc.stdout.splitlines()
+    # tolerate chatter before the JSON document
+    start = next((i for i, line in enumerate(lines) if line.startswith("[")), None)
+    try:
+        rows = None if start is None else json.loads("\n".join(lines[start:]))
+    except ValueError:
+        rows = None
+    if not isinstance(rows, list):
+        raise ValueError("printed no JSON list of rows with --json (see docs/cli.md)")
+    return rows
 
 
 def run_benches(directory: Path, quick: bool, only: list[str] | None, log=None):
@@ -88,41 +104,56 @@ def run_benches(directory: Path, quick: bool, only: list[str] | None, log=None):
     if only:
         scripts = [s for s in scripts if any(o in s.stem for o in only)]
         if not scripts:
-            raise CliError(f"no bench script in {directory} matches {only}")
+            raise CliError(f"no bench script in {directory} matches {' '.join(only)}")
     for path in scripts:
         suite = path.stem.removeprefix("bench_")
         print(f"running {path.name} ...", file=log, flush=True)
         t0 = time.perf_counter()
         try:
-            mod = _load(path)
-            if not callable(getattr(mod, "run", None)):
-                raise ValueError("defines no run(quick) function (see docs/cli.md)")
-            rows += [_check_row(r, suite) for r in mod.run(quick=quick)]
-        except Exception as e:  # one broken suite must not hide the others
-            failures.append((suite, f"{type(e).__name__}: {e}"))
-            if os.environ.get("QUANTRS_DEBUG"):
-                traceback.print_exc()
+            rows += [_check_row(r, suite) for r in _run_suite(path, quick)]
+        except (RuntimeError, ValueError, OSError) as e:  # report, run the other suites
+            failures.append((suite, str(e)))
         print(f"  {path.name}: {time.perf_counter() - t0:.1f} s", file=log, flush=True)
     return rows, failures
 
 
+def _fmt(v: object) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
+    return str(v)
+
+
 def format_bench(rows: list[dict], failures) -> str:
-    body = [
-        [
-            r["suite"],
-            r["name"],
-            round(r["ours_ms"], 3),
-            r["baseline"],
-            round(r["baseline_ms"], 3),
-            f"{r['ratio']:.2f}x",
-            r.get("target", ""),
-        ]
-        for r in rows
-    ]
-    head = ["suite", "case", "quantrs ms", "baseline", "baseline ms", "speed-up", "target"]
+    body = []
+    for r in rows:
+        extra = ", ".join(
+            f"{k}={_fmt(v)}" for k, v in r.items() if k not in _STANDARD and v is not None
+        )
+        ratio = "-" if r.get("ratio") is None else f"{r['ratio']:.2f}x"
+        body.append(
+            [
+                r["suite"],
+                r["bench"],
+                _fmt(r["ours_ms"]),
+                r["baseline"] or "-",
+                _fmt(r["baseline_ms"]),
+                ratio,
+                extra,
+            ]
+        )
+    head = ["suite", "case", "quantrs ms", "baseline", "baseline ms", "speed-up", "extra"]
     out = [table(head, body)] if body else ["(no results)"]
     out += [f"FAILED {s}: {m}" for s, m in failures]
     return "\n".join(out)
+
+
+def machine_line() -> str:
+    from .. import build_info
+
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return f"quantrs {json.dumps(build_info())}; {os.cpu_count()} cores, load {load:.2f}"
 
 
 def bench_json(rows: list[dict], failures) -> str:
