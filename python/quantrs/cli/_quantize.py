@@ -256,7 +256,7 @@ def quantize_file(
                 bar.set_postfix_str(t.name[-40:], refresh=False)
                 try:
                     if j.kind == "copy":
-                        writer.write(t.name, *_copy_chunks(reader, t))
+                        writer.write(t.name, _copy_chunks(reader, t))
                         err = None
                     else:
                         arrays, err = (

@@ -23,7 +23,7 @@ import mmap
 import os
 import struct
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -244,9 +244,10 @@ class StWriter:
         if exc_type is not None or self._file is not None:
             self.abort()
 
-    def write(self, name: str, *chunks: np.ndarray) -> None:
-        """Write the next declared tensor, given as one array or several consecutive
-        chunks of its bytes (C order, little-endian)."""
+    def write(self, name: str, data: np.ndarray | Iterable[np.ndarray]) -> None:
+        """Write the next declared tensor: one array, or an iterable of consecutive
+        chunks of its bytes (C order, little-endian), consumed lazily."""
+        chunks = [data] if isinstance(data, np.ndarray) else data
         spec = next(self._pending, None)
         if spec is None or spec.name != name:
             raise RuntimeError(f"internal error: wrote {name!r}, expected {spec and spec.name!r}")
