@@ -29,7 +29,7 @@ pub unsafe fn matvec_int4_avx512(args: &MatvecArgs, o0: usize, y: &mut [f32]) {
     y.fill(0.0);
     let width = y.len();
     let mut acc_tail = [0.0f32; 16];
-    for g in 0..args.num_groups {
+    for g in args.groups.clone() {
         let mut o = 0;
         while o + 16 * STRIP_VECS <= width {
             strip_avx512::<STRIP_VECS>(args, g, o0 + o, &mut y[o..o + 16 * STRIP_VECS]);
@@ -104,7 +104,7 @@ pub unsafe fn matvec_int4_avx2(args: &MatvecArgs, o0: usize, y: &mut [f32]) {
     y.fill(0.0);
     let width = y.len();
     let mut acc_tail = [0.0f32; 8];
-    for g in 0..args.num_groups {
+    for g in args.groups.clone() {
         let mut o = 0;
         while o + 8 * STRIP_VECS <= width {
             strip_avx2::<STRIP_VECS>(args, g, o0 + o, &mut y[o..o + 8 * STRIP_VECS]);
