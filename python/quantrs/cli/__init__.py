@@ -83,7 +83,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _demo(args) -> int:
+def _cmd_demo(args) -> int:
     from ._demo import run_demo
     from ._report import demo_json, demo_table, write_plot
 
@@ -102,7 +102,7 @@ def _demo(args) -> int:
     return 0
 
 
-def _quantize(args) -> int:
+def _cmd_quantize(args) -> int:
     from ._quantize import format_report, quantize_file
 
     rows = quantize_file(
@@ -116,7 +116,7 @@ def _quantize(args) -> int:
     return 0
 
 
-def _inspect(args) -> int:
+def _cmd_inspect(args) -> int:
     from ._inspect import format_inspect, inspect_file
 
     info = inspect_file(args.file)
@@ -124,7 +124,7 @@ def _inspect(args) -> int:
     return 0
 
 
-def _bench(args) -> int:
+def _cmd_bench(args) -> int:
     from ._bench import bench_json, find_benches, format_bench, machine_line, run_benches
 
     rows, failures = run_benches(find_benches(args.dir), args.quick, args.only)
@@ -136,7 +136,12 @@ def _bench(args) -> int:
     return 1 if failures else 0
 
 
-_COMMANDS = {"demo": _demo, "quantize": _quantize, "inspect": _inspect, "bench": _bench}
+_COMMANDS = {
+    "demo": _cmd_demo,
+    "quantize": _cmd_quantize,
+    "inspect": _cmd_inspect,
+    "bench": _cmd_bench,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
