@@ -13,6 +13,7 @@ import json
 import sys
 from collections.abc import Sequence
 
+from ._demo import EPOCHS
 from ._errors import CliError
 from ._quantize import load_int4
 
@@ -45,7 +46,7 @@ def _parser() -> argparse.ArgumentParser:
         "INT4 and FP8 kernels; print one table.",
     )
     d.add_argument("--seed", type=int, default=0, help="seed for init and batch order (0)")
-    d.add_argument("--epochs", type=_positive, default=30, help="training epochs (30)")
+    d.add_argument("--epochs", type=_positive, default=EPOCHS, help=f"training epochs ({EPOCHS})")
     d.add_argument("--plot", metavar="PATH", help="write a PNG of the loss curves (matplotlib)")
     d.add_argument("--json", action="store_true", help="print JSON instead of the table")
 
