@@ -259,7 +259,7 @@ pub unsafe fn dequant_tile_avx512(t: &super::gemm::TileArgs, packed: &mut [f32])
     let table = _mm512_setr_ps(
         0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, -8.0, -7.0, -6.0, -5.0, -4.0, -3.0, -2.0, -1.0,
     );
-    debug_assert!(t.k0 % 2 == 0 && packed.len() >= t.nc.div_ceil(NR) * panel_stride(t.kc));
+    debug_assert!(t.k0.is_multiple_of(2) && packed.len() >= t.nc.div_ceil(NR) * panel_stride(t.kc));
     for rr in (0..t.kc).step_by(2) {
         let r = t.k0 + rr;
         let both = rr + 1 < t.kc;
@@ -272,8 +272,8 @@ pub unsafe fn dequant_tile_avx512(t: &super::gemm::TileArgs, packed: &mut [f32])
             .as_ptr()
             .wrapping_add((r / 2 + DEQUANT_PREFETCH_PAIRS) * n + t.c0);
         for line in (0..t.nc).step_by(64) {
-            // SAFETY: a prefetch is only a hint and never dereferences.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line) as *const i8) };
+            // A prefetch is only a hint: it never dereferences or faults.
+            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line) as *const i8);
         }
         for j in 0..full_panels {
             let cj = t.c0 + j * NR;
