@@ -24,6 +24,7 @@ pub mod st;
 mod python;
 
 pub use error::{QuantError, Result};
+pub use int4::QuantizedWeight;
 
 /// Crate version, as reported by `quantrs.build_info()`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -147,7 +147,7 @@ pub fn f32_to_le(v: &[f32]) -> Vec<u8> {
 
 /// Little-endian bytes as f32 values; the length must be a multiple of 4.
 pub fn le_to_f32(b: &[u8]) -> Result<Vec<f32>> {
-    if b.len() % 4 != 0 {
+    if !b.len().is_multiple_of(4) {
         return Err(QuantError::ser(format!(
             "f32 buffer of {} bytes is not a multiple of 4",
             b.len()

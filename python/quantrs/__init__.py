@@ -12,6 +12,7 @@ from ._core import (
     InvalidArgument,
     InvalidState,
     QuantError,
+    QuantizedWeight,
     SerializationError,
     UnsupportedOperation,
     __version__,
@@ -26,9 +27,13 @@ __all__ = [
     "InvalidArgument",
     "InvalidState",
     "QuantError",
+    "QuantizedWeight",
     "SerializationError",
     "UnsupportedOperation",
     "__version__",
     "build_info",
     "cuda_available",
+    "reference",
 ]
+
+from . import reference  # noqa: E402  (the NumPy oracles)

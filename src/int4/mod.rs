@@ -1,1 +1,361 @@
-//! INT4 placeholder
+//! Packed INT4 weights with per-group f32 scales (seed 003, SPEC section 4).
+//!
+//! Format, for a weight `w` of shape `[in_feat, out_feat]` (row-major):
+//! - effective group `gs = min(group_size, in_feat rounded up to even)`; rows
+//!   are zero-padded to `in_padded`, a multiple of `gs`;
+//!   `num_groups = in_padded / gs`, `num_pairs = in_padded / 2`;
+//! - `scales[g * out_feat + o] = max(absmax(w[rows of g, o]) / 7, 1e-8)`;
+//! - `q = clamp(round_half_even(w / scale), -8, 7)` (a true f32 division), so
+//!   dequantization `q * scale` equals NumPy's `_fake_quantize_int4` bit for bit;
+//! - `data[pair * out_feat + o]` holds row `2*pair` in the low nibble and row
+//!   `2*pair + 1` in the high nibble, both as 4-bit two's complement.
+//!
+//! Kernels: [`quantize`] (building), [`matvec`] (batch 1 and small batches,
+//! dequantizing on the fly) and [`gemm`] (a blocked GEMM that dequantizes
+//! cache-sized tiles once for all rows of the batch).
+
+mod gemm;
+mod matvec;
+mod quantize;
+mod serde;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+use crate::error::{QuantError, Result};
+
+pub use matvec::MatvecKernel;
+
+/// Default group size along the input dimension.
+pub const DEFAULT_GROUP_SIZE: usize = 32;
+/// Smallest scale a group can have, so all-zero groups stay finite.
+pub const MIN_SCALE: f32 = 1e-8;
+/// Batch size from which `matmul` uses the blocked GEMM instead of matvecs.
+pub const GEMM_MIN_BATCH: usize = 8;
+
+/// Packed INT4 weight tensor with per-group f32 scales.
+#[derive(Clone, Debug, PartialEq)]
+pub struct QuantizedWeight {
+    /// Packed nibbles, `[num_pairs * out_feat]`, see the module docs.
+    pub data: Vec<u8>,
+    /// Scales, `[num_groups * out_feat]`.
+    pub scales: Vec<f32>,
+    /// Original (unpadded) input dimension.
+    pub in_feat: usize,
+    /// Output dimension.
+    pub out_feat: usize,
+    /// Number of groups along the input dimension.
+    pub num_groups: usize,
+}
+
+/// The derived sizes of the format for one `(in_feat, group_size)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    pub group_size: usize,
+    pub in_padded: usize,
+    pub num_groups: usize,
+}
+
+impl Layout {
+    /// Validate `in_feat` and `group_size` and derive the effective group.
+    pub fn new(in_feat: usize, group_size: usize) -> Result<Layout> {
+        if in_feat == 0 {
+            return Err(QuantError::dims("in_feat", ">= 1", 0));
+        }
+        if group_size < 2 || !group_size.is_multiple_of(2) {
+            return Err(QuantError::arg(format!(
+                "group_size: expected an even number >= 2, got {group_size}"
+            )));
+        }
+        let gs = group_size.min(in_feat + in_feat % 2);
+        let num_groups = in_feat.div_ceil(gs);
+        Ok(Layout {
+            group_size: gs,
+            in_padded: num_groups * gs,
+            num_groups,
+        })
+    }
+
+    pub fn num_pairs(&self) -> usize {
+        self.in_padded / 2
+    }
+}
+
+fn checked_len(a: usize, b: usize, what: &str) -> Result<usize> {
+    a.checked_mul(b)
+        .ok_or_else(|| QuantError::arg(format!("{what}: {a} x {b} overflows")))
+}
+
+impl QuantizedWeight {
+    /// Quantize `w` `[in_feat, out_feat]` with the default group size (32),
+    /// the seed's signature.
+    pub fn quantize(w: &[f32], in_feat: usize, out_feat: usize) -> Result<Self> {
+        Self::quantize_grouped(w, in_feat, out_feat, DEFAULT_GROUP_SIZE)
+    }
+
+    /// Quantize `w` `[in_feat, out_feat]` with absmax scales per group.
+    pub fn quantize_grouped(
+        w: &[f32],
+        in_feat: usize,
+        out_feat: usize,
+        group_size: usize,
+    ) -> Result<Self> {
+        let layout = Self::check_input(w, in_feat, out_feat, group_size)?;
+        let scales = quantize::absmax_scales(w, in_feat, out_feat, &layout);
+        Ok(Self::pack(w, in_feat, out_feat, &layout, scales))
+    }
+
+    /// Quantize `w` with caller-chosen scales `[num_groups * out_feat]` (for
+    /// example importance-weighted ones). Each scale must be finite and > 0.
+    pub fn quantize_with_scales(
+        w: &[f32],
+        in_feat: usize,
+        out_feat: usize,
+        group_size: usize,
+        scales: Vec<f32>,
+    ) -> Result<Self> {
+        let layout = Self::check_input(w, in_feat, out_feat, group_size)?;
+        let n = checked_len(layout.num_groups, out_feat, "scales")?;
+        if scales.len() != n {
+            return Err(QuantError::dims("scales", n, scales.len()));
+        }
+        if let Some(i) = scales.iter().position(|s| !(s.is_finite() && *s > 0.0)) {
+            return Err(QuantError::arg(format!(
+                "scales[{i}]: expected finite and > 0, got {}",
+                scales[i]
+            )));
+        }
+        Ok(Self::pack(w, in_feat, out_feat, &layout, scales))
+    }
+
+    fn check_input(
+        w: &[f32],
+        in_feat: usize,
+        out_feat: usize,
+        group_size: usize,
+    ) -> Result<Layout> {
+        let layout = Layout::new(in_feat, group_size)?;
+        if out_feat == 0 {
+            return Err(QuantError::dims("out_feat", ">= 1", 0));
+        }
+        let n = checked_len(in_feat, out_feat, "w")?;
+        if w.len() != n {
+            return Err(QuantError::dims(
+                "w",
+                format!("{n} elements ([{in_feat}, {out_feat}])"),
+                w.len(),
+            ));
+        }
+        if let Some(i) = quantize::first_non_finite(w) {
+            return Err(QuantError::arg(format!(
+                "w: non-finite value {} at index [{}, {}] (flat {i})",
+                w[i],
+                i / out_feat,
+                i % out_feat
+            )));
+        }
+        Ok(layout)
+    }
+
+    fn pack(w: &[f32], in_feat: usize, out_feat: usize, layout: &Layout, scales: Vec<f32>) -> Self {
+        let data = quantize::pack(w, in_feat, out_feat, layout, &scales);
+        QuantizedWeight {
+            data,
+            scales,
+            in_feat,
+            out_feat,
+            num_groups: layout.num_groups,
+        }
+    }
+
+    /// Rebuild from raw buffers, validating every size and value: the group
+    /// size is derived from `num_groups` and must give exactly that layout,
+    /// and every scale must be finite and > 0.
+    pub fn from_parts(
+        data: Vec<u8>,
+        scales: Vec<f32>,
+        in_feat: usize,
+        out_feat: usize,
+        num_groups: usize,
+    ) -> Result<Self> {
+        if in_feat == 0 {
+            return Err(QuantError::dims("in_feat", ">= 1", 0));
+        }
+        if out_feat == 0 {
+            return Err(QuantError::dims("out_feat", ">= 1", 0));
+        }
+        if num_groups == 0 {
+            return Err(QuantError::arg("num_groups: expected >= 1, got 0"));
+        }
+        // The group size is not stored: it follows from the data length
+        // (`in_padded / 2` bytes per output) and must reproduce the layout.
+        let bad_layout = || {
+            QuantError::dims(
+                "data",
+                format!(
+                    "num_pairs * out_feat bytes for a layout of in_feat {in_feat} in {num_groups} equal even groups"
+                ),
+                data.len(),
+            )
+        };
+        if !data.len().is_multiple_of(out_feat) {
+            return Err(bad_layout());
+        }
+        let in_padded = 2 * (data.len() / out_feat);
+        if !in_padded.is_multiple_of(num_groups) {
+            return Err(bad_layout());
+        }
+        let group_size = in_padded / num_groups;
+        match Layout::new(in_feat, group_size) {
+            Ok(l) if l.in_padded == in_padded && l.num_groups == num_groups => {}
+            _ => return Err(bad_layout()),
+        }
+        let n_scales = checked_len(num_groups, out_feat, "scales")?;
+        if scales.len() != n_scales {
+            return Err(QuantError::dims("scales", n_scales, scales.len()));
+        }
+        if let Some(i) = scales.iter().position(|s| !(s.is_finite() && *s > 0.0)) {
+            return Err(QuantError::arg(format!(
+                "scales[{i}]: expected finite and > 0, got {}",
+                scales[i]
+            )));
+        }
+        Ok(QuantizedWeight {
+            data,
+            scales,
+            in_feat,
+            out_feat,
+            num_groups,
+        })
+    }
+
+    /// The effective group size (rows per scale).
+    pub fn group_size(&self) -> usize {
+        self.in_padded() / self.num_groups
+    }
+
+    /// Input dimension after padding to whole groups.
+    pub fn in_padded(&self) -> usize {
+        2 * self.data.len() / self.out_feat
+    }
+
+    pub fn num_pairs(&self) -> usize {
+        self.data.len() / self.out_feat
+    }
+
+    /// Bytes held: packed data plus scales.
+    pub fn nbytes(&self) -> usize {
+        self.data.len() + 4 * self.scales.len()
+    }
+
+    /// Dequantize into `out` `[in_feat, out_feat]`.
+    pub fn dequantize_to(&self, out: &mut [f32]) -> Result<()> {
+        let n = self.in_feat * self.out_feat;
+        if out.len() != n {
+            return Err(QuantError::dims(
+                "out",
+                format!("{n} elements ([{}, {}])", self.in_feat, self.out_feat),
+                out.len(),
+            ));
+        }
+        quantize::dequantize_into(self, out);
+        Ok(())
+    }
+
+    /// Dequantize to a new `[in_feat, out_feat]` buffer.
+    pub fn dequantize(&self) -> Vec<f32> {
+        let mut out = vec![0.0f32; self.in_feat * self.out_feat];
+        quantize::dequantize_into(self, &mut out);
+        out
+    }
+
+    /// `y = W^T x`: `x` `[in_feat]`, `y` `[out_feat]`. Never materializes the
+    /// f32 weight.
+    pub fn matvec(&self, x: &[f32], y: &mut [f32]) -> Result<()> {
+        self.matmul(x, 1, y)
+    }
+
+    /// `Y = X W`: `x` `[batch, in_feat]`, `y` `[batch, out_feat]`. From
+    /// [`GEMM_MIN_BATCH`] rows on this is a blocked GEMM over dequantized
+    /// tiles; below it, one on-the-fly matvec per row.
+    pub fn matmul(&self, x: &[f32], batch: usize, y: &mut [f32]) -> Result<()> {
+        let nx = checked_len(batch, self.in_feat, "x")?;
+        if x.len() != nx {
+            return Err(QuantError::dims(
+                "x",
+                format!("{nx} elements ([{batch}, {}])", self.in_feat),
+                x.len(),
+            ));
+        }
+        let ny = checked_len(batch, self.out_feat, "y")?;
+        if y.len() != ny {
+            return Err(QuantError::dims(
+                "y",
+                format!("{ny} elements ([{batch}, {}])", self.out_feat),
+                y.len(),
+            ));
+        }
+        if batch == 0 {
+            return Ok(());
+        }
+        if batch >= GEMM_MIN_BATCH {
+            gemm::matmul(self, x, batch, y, crate::simd::level());
+        } else {
+            let kernel = MatvecKernel::for_level(crate::simd::level());
+            for (xr, yr) in x
+                .chunks_exact(self.in_feat)
+                .zip(y.chunks_exact_mut(self.out_feat))
+            {
+                matvec::matvec(self, xr, yr, kernel);
+            }
+        }
+        Ok(())
+    }
+
+    /// [`Self::matmul`] with an explicit SIMD level (for tests and benches);
+    /// `gemm` forces the blocked GEMM even for small batches.
+    pub fn matmul_with(
+        &self,
+        x: &[f32],
+        batch: usize,
+        y: &mut [f32],
+        level: crate::simd::SimdLevel,
+        use_gemm: bool,
+    ) -> Result<()> {
+        if x.len() != batch * self.in_feat || y.len() != batch * self.out_feat {
+            return Err(QuantError::dims(
+                "x/y",
+                format!("[{batch}, {}] / [{batch}, {}]", self.in_feat, self.out_feat),
+                format!("{} / {} elements", x.len(), y.len()),
+            ));
+        }
+        if batch == 0 {
+            return Ok(());
+        }
+        if use_gemm {
+            gemm::matmul(self, x, batch, y, level);
+        } else {
+            let kernel = MatvecKernel::for_level(level);
+            for (xr, yr) in x
+                .chunks_exact(self.in_feat)
+                .zip(y.chunks_exact_mut(self.out_feat))
+            {
+                matvec::matvec(self, xr, yr, kernel);
+            }
+        }
+        Ok(())
+    }
+
+    /// Signed code of row `r`, column `o` (for tests and slow paths).
+    pub fn code(&self, r: usize, o: usize) -> i8 {
+        let b = self.data[(r / 2) * self.out_feat + o];
+        let nib = if r.is_multiple_of(2) {
+            b & 0x0F
+        } else {
+            b >> 4
+        };
+        ((nib << 4) as i8) >> 4
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -125,6 +125,7 @@ pub fn check_shape(arg: &str, actual: &[usize], expected: &[usize]) -> PyResult<
 }
 
 /// True when the two buffers overlap in memory.
+#[allow(dead_code)] // for bindings that take several buffers without numpy borrows
 pub fn overlaps<A, B>(a: &[A], b: &[B]) -> bool {
     let (a0, a1) = (
         a.as_ptr() as usize,

@@ -1,7 +1,299 @@
-//! Placeholder: filled in by the INT4 work.
+//! `quantrs.QuantizedWeight`: packed INT4 weights (SPEC section 4).
 
+use std::path::PathBuf;
+
+use numpy::ndarray::ArrayView1;
+use numpy::{PyArray1, PyArray2, PyArrayDyn, PyArrayMethods, PyUntypedArrayMethods};
 use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyTuple};
 
-pub fn register(_m: &Bound<'_, PyModule>) -> PyResult<()> {
-    Ok(())
+use super::arrays::{check_shape, inplace, input};
+use super::errors::invalid;
+use crate::error::QuantError;
+use crate::int4::{QuantizedWeight as Core, DEFAULT_GROUP_SIZE};
+
+/// Packed INT4 weight `[in_feat, out_feat]` with one f32 scale per group of
+/// `group_size` input rows and output column.
+///
+/// Build it with `QuantizedWeight.quantize(w, group_size=32)` or from raw
+/// buffers with `QuantizedWeight(data, scales, in_feat, out_feat, num_groups)`.
+#[pyclass(name = "QuantizedWeight", module = "quantrs", frozen, eq)]
+#[derive(PartialEq)]
+pub struct PyQuantizedWeight {
+    pub inner: Core,
+}
+
+impl PyQuantizedWeight {
+    /// A read-only NumPy view of a buffer owned by this object.
+    fn view<'py, T: numpy::Element>(
+        slf: &Bound<'py, Self>,
+        buf: &[T],
+    ) -> PyResult<Bound<'py, PyArray1<T>>> {
+        let view = ArrayView1::from(buf);
+        // SAFETY: `buf` belongs to the frozen pyclass `slf`, which is never
+        // mutated or reallocated after construction; the array's base keeps
+        // `slf` alive for as long as the view exists.
+        let arr = unsafe { PyArray1::borrow_from_array(&view, slf.clone().into_any()) };
+        arr.readwrite().make_nonwriteable();
+        Ok(arr)
+    }
+
+    /// `y = x @ W` for `batch` rows, into a fresh or caller-given array.
+    fn run_matmul<'py>(
+        &self,
+        py: Python<'py>,
+        x: &Bound<'py, PyAny>,
+        out: Option<&Bound<'py, PyAny>>,
+        vector: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let w = &self.inner;
+        let xa = input::<f32>(x, "x")?;
+        let shape = xa.shape().to_vec();
+        let (batch, out_shape) = if vector {
+            check_shape("x", &shape, &[w.in_feat])?;
+            (1, vec![w.out_feat])
+        } else {
+            if shape.len() != 2 || shape[1] != w.in_feat {
+                return Err(QuantError::dims(
+                    "x",
+                    format!("[batch, {}]", w.in_feat),
+                    format!("{shape:?}"),
+                )
+                .into());
+            }
+            (shape[0], vec![shape[0], w.out_feat])
+        };
+        let xs = xa.as_slice().map_err(|e| invalid("x", e))?;
+        let target = match out {
+            Some(o) => o.clone(),
+            None => PyArrayDyn::<f32>::zeros(py, out_shape.clone(), false).into_any(),
+        };
+        {
+            let mut ya = inplace::<f32>(&target, "out")?;
+            check_shape("out", ya.shape(), &out_shape)?;
+            let ys = ya.as_slice_mut().map_err(|e| invalid("out", e))?;
+            py.detach(|| w.matmul(xs, batch, ys))?;
+        }
+        Ok(target)
+    }
+}
+
+#[pymethods]
+impl PyQuantizedWeight {
+    /// Rebuild from raw buffers, validating every size and value.
+    #[new]
+    fn new(
+        data: &Bound<'_, PyAny>,
+        scales: &Bound<'_, PyAny>,
+        in_feat: usize,
+        out_feat: usize,
+        num_groups: usize,
+    ) -> PyResult<Self> {
+        let d = input::<u8>(data, "data")?;
+        let s = input::<f32>(scales, "scales")?;
+        let inner = Core::from_parts(
+            d.as_slice().map_err(|e| invalid("data", e))?.to_vec(),
+            s.as_slice().map_err(|e| invalid("scales", e))?.to_vec(),
+            in_feat,
+            out_feat,
+            num_groups,
+        )?;
+        Ok(PyQuantizedWeight { inner })
+    }
+
+    /// Quantize `w` (float32 `[in_feat, out_feat]`; or flat with `in_feat` and
+    /// `out_feat` given, the seed's form) with absmax scales per group.
+    #[staticmethod]
+    #[pyo3(signature = (w, in_feat = None, out_feat = None, *, group_size = DEFAULT_GROUP_SIZE))]
+    fn quantize(
+        py: Python<'_>,
+        w: &Bound<'_, PyAny>,
+        in_feat: Option<usize>,
+        out_feat: Option<usize>,
+        group_size: usize,
+    ) -> PyResult<Self> {
+        let wa = input::<f32>(w, "w")?;
+        let shape = wa.shape().to_vec();
+        let (k, n) = match (in_feat, out_feat) {
+            (None, None) => match shape[..] {
+                [k, n] => (k, n),
+                _ => {
+                    return Err(QuantError::dims(
+                        "w",
+                        "a 2-D array [in_feat, out_feat] (or pass in_feat and out_feat)",
+                        format!("shape {shape:?}"),
+                    )
+                    .into())
+                }
+            },
+            (Some(k), Some(n)) => {
+                if shape.len() == 2 && shape[..] != [k, n] {
+                    return Err(
+                        QuantError::dims("w", format!("[{k}, {n}]"), format!("{shape:?}")).into(),
+                    );
+                }
+                (k, n)
+            }
+            _ => {
+                return Err(invalid(
+                    "in_feat/out_feat",
+                    "give both (with a flat w) or neither (with a 2-D w)",
+                ))
+            }
+        };
+        let ws = wa.as_slice().map_err(|e| invalid("w", e))?;
+        let inner = py.detach(|| Core::quantize_grouped(ws, k, n, group_size))?;
+        Ok(PyQuantizedWeight { inner })
+    }
+
+    /// Packed nibbles, uint8 `[num_pairs * out_feat]` (read-only view).
+    #[getter]
+    fn data<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyArray1<u8>>> {
+        Self::view(slf, &slf.get().inner.data)
+    }
+
+    /// Scales, float32 `[num_groups * out_feat]` (read-only view).
+    #[getter]
+    fn scales<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyArray1<f32>>> {
+        Self::view(slf, &slf.get().inner.scales)
+    }
+
+    #[getter]
+    fn in_feat(&self) -> usize {
+        self.inner.in_feat
+    }
+
+    #[getter]
+    fn out_feat(&self) -> usize {
+        self.inner.out_feat
+    }
+
+    #[getter]
+    fn num_groups(&self) -> usize {
+        self.inner.num_groups
+    }
+
+    /// Effective group size (rows per scale).
+    #[getter]
+    fn group_size(&self) -> usize {
+        self.inner.group_size()
+    }
+
+    /// Bytes of packed data plus scales.
+    #[getter]
+    fn nbytes(&self) -> usize {
+        self.inner.nbytes()
+    }
+
+    /// The weight as a new float32 array `[in_feat, out_feat]`.
+    fn dequantize<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray2<f32>>> {
+        let arr = PyArray2::<f32>::zeros(py, [self.inner.in_feat, self.inner.out_feat], false);
+        {
+            let mut rw = arr.readwrite();
+            let s = rw.as_slice_mut().map_err(|e| invalid("out", e))?;
+            py.detach(|| self.inner.dequantize_to(s))?;
+        }
+        Ok(arr)
+    }
+
+    /// Dequantize into `out`, a writable C-contiguous float32 `[in_feat, out_feat]`.
+    fn dequantize_to(&self, py: Python<'_>, out: &Bound<'_, PyAny>) -> PyResult<()> {
+        let mut rw = inplace::<f32>(out, "out")?;
+        check_shape(
+            "out",
+            rw.shape(),
+            &[self.inner.in_feat, self.inner.out_feat],
+        )?;
+        let s = rw.as_slice_mut().map_err(|e| invalid("out", e))?;
+        py.detach(|| self.inner.dequantize_to(s))?;
+        Ok(())
+    }
+
+    /// `y = W^T x`: `x` `[in_feat]` -> `[out_feat]` (into `out` if given).
+    #[pyo3(signature = (x, out = None))]
+    fn matvec<'py>(
+        &self,
+        py: Python<'py>,
+        x: &Bound<'py, PyAny>,
+        out: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.run_matmul(py, x, out, true)
+    }
+
+    /// `Y = X W`: `x` `[batch, in_feat]` -> `[batch, out_feat]` (into `out` if
+    /// given). A blocked GEMM from batch 8 on.
+    #[pyo3(signature = (x, out = None))]
+    fn matmul<'py>(
+        &self,
+        py: Python<'py>,
+        x: &Bound<'py, PyAny>,
+        out: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.run_matmul(py, x, out, false)
+    }
+
+    /// Save as safetensors (`data` U8, `scales` F32, shape metadata), atomically.
+    fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
+        py.detach(|| self.inner.save(&path))?;
+        Ok(())
+    }
+
+    /// Load a file written by `save`.
+    #[staticmethod]
+    fn load(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
+        let inner = py.detach(|| Core::load(&path))?;
+        Ok(PyQuantizedWeight { inner })
+    }
+
+    /// The safetensors bytes `save` writes.
+    fn to_bytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let b = self.inner.to_safetensors_bytes()?;
+        Ok(PyBytes::new(py, &b))
+    }
+
+    /// Parse bytes from `to_bytes`, validating them.
+    #[staticmethod]
+    fn from_bytes(data: &[u8]) -> PyResult<Self> {
+        Ok(PyQuantizedWeight {
+            inner: Core::from_safetensors_bytes(data)?,
+        })
+    }
+
+    /// Move to a device: `"cpu"` returns the same object; `"cuda"` needs a GPU build.
+    fn to<'py>(slf: &Bound<'py, Self>, device: &str) -> PyResult<Bound<'py, Self>> {
+        match device {
+            "cpu" => Ok(slf.clone()),
+            d if d.starts_with("cuda") => {
+                crate::gpu::require_cuda()?;
+                Ok(slf.clone())
+            }
+            other => Err(invalid(
+                "device",
+                format!("expected \"cpu\" or \"cuda\", got {other:?}"),
+            )),
+        }
+    }
+
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTuple>> {
+        let py = slf.py();
+        let ctor = py.get_type::<Self>().getattr("from_bytes")?;
+        let bytes = slf.get().to_bytes(py)?;
+        PyTuple::new(py, [ctor, PyTuple::new(py, [bytes])?.into_any()])
+    }
+
+    fn __repr__(&self) -> String {
+        let w = &self.inner;
+        format!(
+            "QuantizedWeight(in_feat={}, out_feat={}, num_groups={}, group_size={}, nbytes={})",
+            w.in_feat,
+            w.out_feat,
+            w.num_groups,
+            w.group_size(),
+            w.nbytes()
+        )
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyQuantizedWeight>()
 }

@@ -28,6 +28,20 @@ fn build_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     Ok(d)
 }
 
+/// Benchmark helper: read every byte of `buf` once on all threads (GIL
+/// released) and return a checksum, so benches can measure the machine's
+/// streaming read bandwidth in the same run as the kernels.
+#[pyfunction]
+fn _read_bandwidth_probe(py: Python<'_>, buf: numpy::PyReadonlyArray1<'_, u64>) -> PyResult<u64> {
+    use rayon::prelude::*;
+    let s = buf.as_slice().map_err(|e| errors::invalid("buf", e))?;
+    Ok(py.detach(|| {
+        s.par_chunks(1 << 16)
+            .map(|c| c.iter().fold(0u64, |a, &v| a.wrapping_add(v)))
+            .reduce(|| 0, u64::wrapping_add)
+    }))
+}
+
 /// Whether a CUDA device can be used by this build.
 #[pyfunction]
 fn cuda_available() -> bool {
@@ -36,6 +50,8 @@ fn cuda_available() -> bool {
 
 #[pymodule(name = "_core")]
 mod core_module {
+    #[pymodule_export]
+    use super::_read_bandwidth_probe;
     #[pymodule_export]
     use super::build_info;
     #[pymodule_export]

@@ -1,0 +1,121 @@
+"""INT4 `QuantizedWeight` benchmarks against NumPy float32 ``x @ W``.
+
+Prints, per shape / group size / batch: our time, NumPy's time, the ratio,
+the GB/s of packed weight (+ scales) read, and for batch 1 the fraction of
+the machine's streaming read bandwidth (measured in the same run on every
+core); for large batches the GFLOP/s of both.
+
+    python benches/bench_int4.py [--quick] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import (  # noqa: E402
+    emit,
+    machine_note,
+    median_ms,
+    reexec_without_openblas_overrides,
+    settle,
+)
+
+
+def read_bandwidth_gbs(np, core, nbytes: int = 1 << 30) -> float:
+    """Streaming read rate (GB/s) over a buffer far larger than the caches."""
+    buf = np.ones(nbytes // 8, dtype=np.uint64)
+    ms = median_ms(lambda buf=buf: core._read_bandwidth_probe(buf), repeat=5)
+    del buf
+    return nbytes / (ms * 1e-3) / 1e9
+
+
+def run(quick: bool = False) -> list[dict]:
+    import numpy as np
+
+    import quantrs
+    from quantrs import _core
+
+    rng = np.random.default_rng(0)
+    bw = read_bandwidth_gbs(np, _core, (1 << 28) if quick else (1 << 30))
+    shapes = [(4096, 11008)] if quick else [(4096, 4096), (4096, 11008)]
+    groups = [32] if quick else [32, 128]
+    batches = [1, 128] if quick else [1, 16, 128]
+    rows = []
+    for k, n in shapes:
+        w = rng.standard_normal((k, n), dtype=np.float32)
+        for gs in groups:
+            qw = quantrs.QuantizedWeight.quantize(w, group_size=gs)
+            for b in batches:
+                x = rng.standard_normal((b, k), dtype=np.float32)
+                out = np.empty((b, n), dtype=np.float32)
+                reps = 5 if b == 128 else 20
+                if quick:
+                    reps = max(3, reps // 4)
+                if b == 1:
+                    xv, ov = x[0], out[0]
+                    base = median_ms(lambda xv=xv, w=w: xv @ w, reps)
+                    settle()
+                    ours = median_ms(lambda xv=xv, ov=ov, qw=qw: qw.matvec(xv, out=ov), reps)
+                else:
+                    base = median_ms(lambda x=x, w=w: x @ w, reps)
+                    settle()
+                    ours = median_ms(lambda x=x, out=out, qw=qw: qw.matmul(x, out=out), reps)
+                gbs = qw.nbytes / (ours * 1e-3) / 1e9
+                flops = 2.0 * b * k * n
+                row = {
+                    "bench": f"int4 {'matvec' if b == 1 else 'matmul'} {k}x{n} g{gs} b{b}",
+                    "ours_ms": ours,
+                    "baseline": "numpy f32 x@W",
+                    "baseline_ms": base,
+                    "ratio": base / ours,
+                    "weight_GB/s": gbs,
+                    "of_read_bw": gbs / bw if b == 1 else None,
+                    "ours_GFLOP/s": flops / (ours * 1e-3) / 1e9,
+                    "numpy_GFLOP/s": flops / (base * 1e-3) / 1e9,
+                }
+                rows.append(row)
+                settle()
+    rows.append(
+        {
+            "bench": "machine streaming read (all cores)",
+            "ours_ms": None,
+            "baseline": "",
+            "baseline_ms": None,
+            "ratio": None,
+            "weight_GB/s": bw,
+        }
+    )
+    return rows
+
+
+COLUMNS = [
+    "bench",
+    "ours_ms",
+    "baseline_ms",
+    "ratio",
+    "weight_GB/s",
+    "of_read_bw",
+    "ours_GFLOP/s",
+    "numpy_GFLOP/s",
+]
+
+
+def main() -> None:
+    reexec_without_openblas_overrides()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer shapes and repeats")
+    ap.add_argument("--json", action="store_true", help="print JSON rows")
+    ap.add_argument("--keep-env", action="store_true", help="keep OPENBLAS_* overrides")
+    args = ap.parse_args()
+    import quantrs
+
+    if not args.json:
+        print(f"quantrs {quantrs.build_info()}; {machine_note()}")
+    emit(run(args.quick), COLUMNS, args.json)
+
+
+if __name__ == "__main__":
+    main()

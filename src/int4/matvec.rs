@@ -1,0 +1,155 @@
+//! `y = W^T x` straight from the packed nibbles, never materializing the f32
+//! weight. Rayon splits the output columns into chunks; each chunk walks the
+//! groups in order, so every output's summation order (and so its value) is
+//! the same for any thread count.
+
+use rayon::prelude::*;
+
+use super::QuantizedWeight;
+use crate::simd::SimdLevel;
+
+/// Fewer weights than this run on the calling thread.
+const PAR_MIN_WEIGHTS: usize = 1 << 18;
+/// Column width the scalar kernel accumulates at once (stays in L1).
+const SCALAR_TILE: usize = 256;
+
+/// Which implementation runs the inner loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MatvecKernel {
+    Scalar,
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+    #[cfg(target_arch = "x86_64")]
+    Avx512,
+}
+
+impl MatvecKernel {
+    /// The best kernel allowed at `level` (NEON uses the scalar kernel,
+    /// which the compiler vectorizes for it).
+    pub fn for_level(level: SimdLevel) -> Self {
+        match level {
+            #[cfg(target_arch = "x86_64")]
+            SimdLevel::Avx512 => MatvecKernel::Avx512,
+            #[cfg(target_arch = "x86_64")]
+            SimdLevel::Avx2 => MatvecKernel::Avx2,
+            _ => MatvecKernel::Scalar,
+        }
+    }
+}
+
+/// The arguments every column-range kernel shares.
+pub struct MatvecArgs<'a> {
+    pub data: &'a [u8],
+    pub scales: &'a [f32],
+    /// `x` zero-padded to `in_padded`.
+    pub x: &'a [f32],
+    /// `x` pre-scaled for the SIMD nibble trick: even rows by 2^-28 (the low
+    /// nibble is converted as `q << 28`), odd rows by 1/16 (the high nibble
+    /// as `q * 16`). Both scalings are exact powers of two.
+    pub xs: &'a [f32],
+    pub out_feat: usize,
+    pub group_size: usize,
+    pub num_groups: usize,
+}
+
+/// `y = W^T x` for one row `x` `[in_feat]` into `y` `[out_feat]`.
+pub fn matvec(qw: &QuantizedWeight, x: &[f32], y: &mut [f32], kernel: MatvecKernel) {
+    let in_padded = qw.in_padded();
+    let mut xp = vec![0.0f32; in_padded];
+    xp[..qw.in_feat].copy_from_slice(x);
+    let xs: Vec<f32> = xp
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            if i % 2 == 0 {
+                v * LO_SCALE
+            } else {
+                v * HI_SCALE
+            }
+        })
+        .collect();
+    let args = MatvecArgs {
+        data: &qw.data,
+        scales: &qw.scales,
+        x: &xp,
+        xs: &xs,
+        out_feat: qw.out_feat,
+        group_size: qw.group_size(),
+        num_groups: qw.num_groups,
+    };
+    let run = |(c, ys): (usize, &mut [f32]), width: usize| {
+        cols(&args, c * width, ys, kernel);
+    };
+    let weights = in_padded * qw.out_feat;
+    if weights < PAR_MIN_WEIGHTS {
+        cols(&args, 0, y, kernel);
+        return;
+    }
+    let width = chunk_width(qw.out_feat);
+    y.par_chunks_mut(width)
+        .enumerate()
+        .for_each(|cy| run(cy, width));
+}
+
+/// 2^-28: the low nibble is read as `q << 28`.
+pub const LO_SCALE: f32 = 1.0 / 268_435_456.0;
+/// 1/16: the high nibble is read as `q * 16`.
+pub const HI_SCALE: f32 = 1.0 / 16.0;
+
+/// Output columns per rayon task: about four tasks per thread, whole cache
+/// lines, at most 4096 columns (16 KiB of `y` in L1).
+fn chunk_width(out_feat: usize) -> usize {
+    let tasks = 4 * rayon::current_num_threads().max(1);
+    let w = out_feat.div_ceil(tasks).next_multiple_of(128);
+    w.clamp(128, 4096)
+}
+
+/// `y[..] = (W^T x)[o0 .. o0 + y.len()]`.
+fn cols(args: &MatvecArgs, o0: usize, y: &mut [f32], kernel: MatvecKernel) {
+    match kernel {
+        MatvecKernel::Scalar => matvec_int4_scalar(args, o0, y),
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `for_level` only returns Avx2 when `simd::level()` (runtime
+        // detection, lowered only by the environment) reports AVX2 and FMA.
+        MatvecKernel::Avx2 => unsafe { super::x86::matvec_int4_avx2(args, o0, y) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: Avx512 is only chosen when AVX-512 F/BW/VL (and AVX2+FMA)
+        // were detected at run time.
+        MatvecKernel::Avx512 => unsafe { super::x86::matvec_int4_avx512(args, o0, y) },
+    }
+}
+
+/// Scalar reference: the format written out plainly. For every group `g`,
+/// `acc[o] = sum over the group's pairs p of x[2p] * lo(p, o) + x[2p+1] * hi(p, o)`
+/// (low nibble = even row, high nibble = odd row, two's complement), then
+/// `y[o] += acc[o] * scale[g, o]`.
+pub fn matvec_int4_scalar(args: &MatvecArgs, o0: usize, y: &mut [f32]) {
+    y.fill(0.0);
+    let mut acc = [0.0f32; SCALAR_TILE];
+    for (t, yt) in y.chunks_mut(SCALAR_TILE).enumerate() {
+        let c0 = o0 + t * SCALAR_TILE;
+        for g in 0..args.num_groups {
+            scalar_group(args, g, c0, &mut acc[..yt.len()], yt);
+        }
+    }
+}
+
+/// One group's contribution to the columns `c0 .. c0 + y.len()`.
+pub fn scalar_group(args: &MatvecArgs, g: usize, c0: usize, acc: &mut [f32], y: &mut [f32]) {
+    let n = y.len();
+    let half = args.group_size / 2;
+    acc.fill(0.0);
+    for p in g * half..(g + 1) * half {
+        let (x0, x1) = (args.x[2 * p], args.x[2 * p + 1]);
+        let row = &args.data[p * args.out_feat + c0..p * args.out_feat + c0 + n];
+        for (a, &b) in acc.iter_mut().zip(row) {
+            let lo = ((b << 4) as i8 >> 4) as f32;
+            let hi = (b as i8 >> 4) as f32;
+            *a += x0 * lo + x1 * hi;
+        }
+    }
+    let srow = &args.scales[g * args.out_feat + c0..g * args.out_feat + c0 + n];
+    for ((yv, a), s) in y.iter_mut().zip(acc.iter()).zip(srow) {
+        *yv += a * s;
+    }
+}

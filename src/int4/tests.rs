@@ -1,0 +1,245 @@
+//! Unit tests of the INT4 format and kernels against plain references.
+
+use super::*;
+use crate::simd::{available_levels, SimdLevel};
+use proptest::prelude::*;
+
+/// Deterministic pseudo-random f32 in [-1, 1) (xorshift; no external crate).
+pub fn rand_vec(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// Float64 `x @ dequantize(W)`, the accuracy reference, with the bound
+/// `sum_i |x_i w_io|` per output.
+fn reference(qw: &QuantizedWeight, x: &[f32], batch: usize) -> (Vec<f64>, Vec<f64>) {
+    let w = qw.dequantize();
+    let (k, n) = (qw.in_feat, qw.out_feat);
+    let mut y = vec![0.0f64; batch * n];
+    let mut mag = vec![0.0f64; batch * n];
+    for b in 0..batch {
+        for i in 0..k {
+            let xv = x[b * k + i] as f64;
+            for o in 0..n {
+                let t = xv * w[i * n + o] as f64;
+                y[b * n + o] += t;
+                mag[b * n + o] += t.abs();
+            }
+        }
+    }
+    (y, mag)
+}
+
+fn assert_close(qw: &QuantizedWeight, x: &[f32], batch: usize, y: &[f32], what: &str) {
+    let (yr, mag) = reference(qw, x, batch);
+    for i in 0..y.len() {
+        let tol = 1e-5 * mag[i] + 1e-6;
+        assert!(
+            (y[i] as f64 - yr[i]).abs() <= tol,
+            "{what}: y[{i}] = {} vs {} (tol {tol})",
+            y[i],
+            yr[i]
+        );
+    }
+}
+
+#[test]
+fn layout_rules() {
+    assert_eq!(Layout::new(64, 32).unwrap().num_groups, 2);
+    let l = Layout::new(5, 32).unwrap(); // odd in_feat below the group size
+    assert_eq!((l.group_size, l.in_padded, l.num_groups), (6, 6, 1));
+    let l = Layout::new(100, 32).unwrap();
+    assert_eq!((l.group_size, l.in_padded, l.num_groups), (32, 128, 4));
+    assert!(Layout::new(0, 32).is_err());
+    assert!(Layout::new(8, 3).is_err());
+    assert!(Layout::new(8, 0).is_err());
+}
+
+#[test]
+fn known_values_and_ties_to_even() {
+    // One group of 2 rows, 3 outputs. Column 0: absmax 7 -> scale 1, and
+    // 2.5 rounds to 2 (ties to even, the original rounded to 3).
+    // Column 1: absmax 3.5 -> scale 0.5, -1.25 / 0.5 = -2.5 -> -2.
+    // Column 2: all zero -> scale 1e-8, codes 0.
+    let w = [7.0, 3.5, 0.0, 2.5, -1.25, 0.0];
+    let qw = QuantizedWeight::quantize(&w, 2, 3).unwrap();
+    assert_eq!(qw.scales, vec![1.0, 0.5, MIN_SCALE]);
+    assert_eq!((qw.code(0, 0), qw.code(1, 0)), (7, 2));
+    assert_eq!((qw.code(0, 1), qw.code(1, 1)), (7, -2));
+    assert_eq!(qw.data, vec![0x27, 0xE7, 0x00]);
+    assert_eq!(qw.dequantize(), vec![7.0, 3.5, 0.0, 2.0, -1.0, 0.0]);
+}
+
+#[test]
+fn odd_in_feat_keeps_last_row() {
+    let w: Vec<f32> = (0..5).map(|i| i as f32 - 2.0).collect(); // [5, 1]
+    let qw = QuantizedWeight::quantize(&w, 5, 1).unwrap();
+    assert_eq!(qw.num_groups, 1);
+    assert_eq!(qw.group_size(), 6);
+    let d = qw.dequantize();
+    assert_eq!(d.len(), 5);
+    assert!((d[4] - 2.0).abs() < 0.2, "last row lost: {d:?}");
+}
+
+#[test]
+fn bad_inputs_are_errors() {
+    assert!(matches!(
+        QuantizedWeight::quantize(&[], 0, 4),
+        Err(QuantError::DimensionMismatch { .. })
+    ));
+    assert!(QuantizedWeight::quantize(&[1.0; 6], 2, 4).is_err());
+    let mut w = vec![0.5f32; 8];
+    w[5] = f32::NAN;
+    let e = QuantizedWeight::quantize(&w, 4, 2).unwrap_err().to_string();
+    assert!(e.contains("[2, 1]") && e.contains("flat 5"), "{e}");
+    w[5] = f32::INFINITY;
+    assert!(QuantizedWeight::quantize(&w, 4, 2).is_err());
+    let qw = QuantizedWeight::quantize(&[1.0; 8], 4, 2).unwrap();
+    let mut y = [0.0f32; 3];
+    assert!(qw.matvec(&[1.0; 4], &mut y).is_err());
+    assert!(qw.matvec(&[1.0; 3], &mut y[..2]).is_err());
+    assert!(qw.dequantize_to(&mut [0.0; 7]).is_err());
+}
+
+#[test]
+fn from_parts_validates() {
+    let w = rand_vec(40 * 3, 1);
+    let qw = QuantizedWeight::quantize(&w, 40, 3).unwrap();
+    let ok = QuantizedWeight::from_parts(qw.data.clone(), qw.scales.clone(), 40, 3, qw.num_groups);
+    assert_eq!(ok.unwrap(), qw);
+    let bad =
+        |d: Vec<u8>, s: Vec<f32>, i, o, g| QuantizedWeight::from_parts(d, s, i, o, g).is_err();
+    assert!(bad(qw.data.clone(), qw.scales.clone(), 0, 3, 2));
+    assert!(bad(qw.data.clone(), qw.scales.clone(), 40, 0, 2));
+    assert!(bad(qw.data.clone(), qw.scales.clone(), 40, 3, 0));
+    assert!(bad(qw.data[1..].to_vec(), qw.scales.clone(), 40, 3, 2));
+    assert!(bad(qw.data.clone(), qw.scales[1..].to_vec(), 40, 3, 2));
+    assert!(bad(qw.data.clone(), qw.scales.clone(), 40, 3, 3));
+    let mut s = qw.scales.clone();
+    s[0] = f32::NAN;
+    assert!(bad(qw.data.clone(), s.clone(), 40, 3, 2));
+    s[0] = 0.0;
+    assert!(bad(qw.data.clone(), s, 40, 3, 2));
+}
+
+#[test]
+fn serde_round_trip_and_corruption() {
+    let w = rand_vec(70 * 9, 2);
+    let qw = QuantizedWeight::quantize_grouped(&w, 70, 9, 16).unwrap();
+    let bytes = qw.to_safetensors_bytes().unwrap();
+    assert_eq!(QuantizedWeight::from_safetensors_bytes(&bytes).unwrap(), qw);
+    for cut in [0, 7, 8, 20, bytes.len() - 1] {
+        assert!(QuantizedWeight::from_safetensors_bytes(&bytes[..cut]).is_err());
+    }
+    let mut flipped = bytes.clone();
+    flipped[12] ^= 0xFF;
+    assert!(QuantizedWeight::from_safetensors_bytes(&flipped).is_err());
+}
+
+fn check_all_paths(in_feat: usize, out_feat: usize, gs: usize, batch: usize, seed: u64) {
+    let w = rand_vec(in_feat * out_feat, seed);
+    let x = rand_vec(batch * in_feat, seed + 1);
+    let qw = QuantizedWeight::quantize_grouped(&w, in_feat, out_feat, gs).unwrap();
+    let mut y_ref = vec![0.0f32; batch * out_feat];
+    qw.matmul_with(&x, batch, &mut y_ref, SimdLevel::Scalar, false)
+        .unwrap();
+    assert_close(&qw, &x, batch, &y_ref, "scalar matvec");
+    for level in available_levels() {
+        for use_gemm in [false, true] {
+            let mut y = vec![f32::NAN; batch * out_feat];
+            qw.matmul_with(&x, batch, &mut y, level, use_gemm).unwrap();
+            let what =
+                format!("{level:?} gemm={use_gemm} [{in_feat}x{out_feat}] gs {gs} b {batch}");
+            assert_close(&qw, &x, batch, &y, &what);
+            // Tight agreement with the scalar kernel.
+            for (a, b) in y.iter().zip(&y_ref) {
+                assert!(
+                    (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+                    "{what}: {a} vs {b}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn simd_paths_match_scalar_on_odd_shapes() {
+    let shapes = [
+        (1, 1, 32, 1),
+        (1, 17, 32, 3),
+        (3, 1, 32, 9),
+        (31, 15, 32, 2),
+        (33, 129, 32, 13),
+        (64, 160, 32, 8),
+        (100, 257, 16, 12),
+        (300, 300, 128, 20),
+        (257, 33, 2, 5),
+        (512, 300, 64, 1),
+    ];
+    for (i, &(k, n, gs, b)) in shapes.iter().enumerate() {
+        check_all_paths(k, n, gs, b, 100 + i as u64);
+    }
+}
+
+#[test]
+fn matmul_dispatch_uses_both_paths_consistently() {
+    let qw = QuantizedWeight::quantize(&rand_vec(96 * 70, 5), 96, 70).unwrap();
+    for batch in [1, 7, 8, 33] {
+        let x = rand_vec(batch * 96, 6);
+        let mut y = vec![0.0f32; batch * 70];
+        qw.matmul(&x, batch, &mut y).unwrap();
+        assert_close(&qw, &x, batch, &y, "matmul");
+    }
+}
+
+#[test]
+fn large_parallel_matvec_is_deterministic() {
+    let (k, n) = (1024, 1000);
+    let qw = QuantizedWeight::quantize(&rand_vec(k * n, 9), k, n).unwrap();
+    let x = rand_vec(k, 10);
+    let mut y1 = vec![0.0f32; n];
+    qw.matvec(&x, &mut y1).unwrap();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap();
+    let mut y2 = vec![0.0f32; n];
+    pool.install(|| qw.matvec(&x, &mut y2).unwrap());
+    assert_eq!(y1, y2);
+    assert_close(&qw, &x, 1, &y1, "parallel matvec");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn prop_kernels_agree(k in 1usize..80, n in 1usize..70, gs_half in 1usize..40, b in 1usize..14, seed in 0u64..1000) {
+        check_all_paths(k, n, 2 * gs_half, b, seed);
+    }
+
+    #[test]
+    fn prop_special_values_quantize_exactly(
+        k in 1usize..40, n in 1usize..9,
+        vals in proptest::collection::vec(prop_oneof![
+            Just(0.0f32), Just(-0.0f32), Just(f32::MIN_POSITIVE), Just(1e-45f32),
+            Just(-3.5f32), Just(3.5f32), Just(1e30f32), Just(-1e30f32), -10.0f32..10.0
+        ], 1..400)
+    ) {
+        let w: Vec<f32> = (0..k * n).map(|i| vals[i % vals.len()]).collect();
+        let qw = QuantizedWeight::quantize(&w, k, n).unwrap();
+        let d = qw.dequantize();
+        // Every dequantized value is within half a step of the input.
+        for (i, (&a, &b)) in w.iter().zip(&d).enumerate() {
+            let g = (i / n) / qw.group_size();
+            let s = qw.scales[g * n + i % n];
+            prop_assert!((a - b).abs() <= 0.5 * s * (1.0 + 1e-6) + 1e-30, "w {a} deq {b} scale {s}");
+        }
+    }
+}

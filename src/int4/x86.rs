@@ -1,0 +1,246 @@
+//! x86-64 kernels (AVX2+FMA and AVX-512) for INT4 matvec and the GEMM
+//! micro-kernel. Callers guarantee the CPU features (see `simd::level`).
+//!
+//! The nibble trick (matvec): a packed byte sign-extended to i32 is
+//! `hi * 16 + lo_unsigned`; `(v << 28)` is `lo * 2^28` and `(v & !15)` is
+//! `hi * 16`, both exact in f32, so with `x` pre-scaled by 2^-28 and 1/16
+//! (exact powers of two) each byte costs one widening load, one shift, one
+//! and, two conversions and two FMAs.
+
+use std::arch::x86_64::*;
+
+use super::gemm::NR;
+use super::matvec::{scalar_group, MatvecArgs};
+
+/// Columns per register-blocked strip: 8 accumulators.
+const STRIP_VECS: usize = 8;
+
+/// AVX-512 matvec over the columns `o0 .. o0 + y.len()`.
+///
+/// # Safety
+/// The CPU must support AVX-512 F/BW/VL, AVX2 and FMA.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
+pub unsafe fn matvec_int4_avx512(args: &MatvecArgs, o0: usize, y: &mut [f32]) {
+    y.fill(0.0);
+    let width = y.len();
+    let mut acc_tail = [0.0f32; 16];
+    for g in 0..args.num_groups {
+        let mut o = 0;
+        while o + 16 * STRIP_VECS <= width {
+            strip_avx512::<STRIP_VECS>(args, g, o0 + o, &mut y[o..o + 16 * STRIP_VECS]);
+            o += 16 * STRIP_VECS;
+        }
+        while o + 16 <= width {
+            strip_avx512::<1>(args, g, o0 + o, &mut y[o..o + 16]);
+            o += 16;
+        }
+        if o < width {
+            let n = width - o;
+            scalar_group(args, g, o0 + o, &mut acc_tail[..n], &mut y[o..]);
+        }
+    }
+}
+
+/// One group's contribution to `V * 16` columns starting at `c0`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
+unsafe fn strip_avx512<const V: usize>(args: &MatvecArgs, g: usize, c0: usize, y: &mut [f32]) {
+    debug_assert_eq!(y.len(), 16 * V);
+    let half = args.group_size / 2;
+    let n = args.out_feat;
+    let mask_hi = _mm512_set1_epi32(!0xF);
+    let mut acc = [_mm512_setzero_ps(); V];
+    let p_end = (g + 1) * half;
+    debug_assert!(p_end * n <= args.data.len() && c0 + 16 * V <= n);
+    for p in g * half..p_end {
+        // SAFETY: p < num_pairs and c0 + 16 V <= out_feat (asserted above by
+        // construction of the strips), so the row slice is inside `data`;
+        // 2p + 1 < in_padded = xs.len().
+        unsafe {
+            let row = args.data.as_ptr().add(p * n + c0);
+            let x0 = _mm512_set1_ps(*args.xs.get_unchecked(2 * p));
+            let x1 = _mm512_set1_ps(*args.xs.get_unchecked(2 * p + 1));
+            for (v, a) in acc.iter_mut().enumerate() {
+                let bytes = _mm_loadu_si128(row.add(16 * v) as *const __m128i);
+                let wide = _mm512_cvtepi8_epi32(bytes);
+                let lo = _mm512_cvtepi32_ps(_mm512_slli_epi32::<28>(wide));
+                let hi = _mm512_cvtepi32_ps(_mm512_and_si512(wide, mask_hi));
+                *a = _mm512_fmadd_ps(lo, x0, *a);
+                *a = _mm512_fmadd_ps(hi, x1, *a);
+            }
+        }
+    }
+    let srow = &args.scales[g * n + c0..g * n + c0 + 16 * V];
+    for (v, a) in acc.iter().enumerate() {
+        // SAFETY: y and srow hold 16 V floats; unaligned loads and stores.
+        unsafe {
+            let yp = y.as_mut_ptr().add(16 * v);
+            let s = _mm512_loadu_ps(srow.as_ptr().add(16 * v));
+            _mm512_storeu_ps(yp, _mm512_fmadd_ps(*a, s, _mm512_loadu_ps(yp)));
+        }
+    }
+}
+
+/// AVX2+FMA matvec over the columns `o0 .. o0 + y.len()`.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn matvec_int4_avx2(args: &MatvecArgs, o0: usize, y: &mut [f32]) {
+    y.fill(0.0);
+    let width = y.len();
+    let mut acc_tail = [0.0f32; 8];
+    for g in 0..args.num_groups {
+        let mut o = 0;
+        while o + 8 * STRIP_VECS <= width {
+            strip_avx2::<STRIP_VECS>(args, g, o0 + o, &mut y[o..o + 8 * STRIP_VECS]);
+            o += 8 * STRIP_VECS;
+        }
+        while o + 8 <= width {
+            strip_avx2::<1>(args, g, o0 + o, &mut y[o..o + 8]);
+            o += 8;
+        }
+        if o < width {
+            let n = width - o;
+            scalar_group(args, g, o0 + o, &mut acc_tail[..n], &mut y[o..]);
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn strip_avx2<const V: usize>(args: &MatvecArgs, g: usize, c0: usize, y: &mut [f32]) {
+    debug_assert_eq!(y.len(), 8 * V);
+    let half = args.group_size / 2;
+    let n = args.out_feat;
+    let mask_hi = _mm256_set1_epi32(!0xF);
+    let mut acc = [_mm256_setzero_ps(); V];
+    let p_end = (g + 1) * half;
+    debug_assert!(p_end * n <= args.data.len() && c0 + 8 * V <= n);
+    for p in g * half..p_end {
+        // SAFETY: as in `strip_avx512`: the row slice and xs indices are in
+        // bounds by construction; `_mm_loadl_epi64` reads 8 bytes.
+        unsafe {
+            let row = args.data.as_ptr().add(p * n + c0);
+            let x0 = _mm256_set1_ps(*args.xs.get_unchecked(2 * p));
+            let x1 = _mm256_set1_ps(*args.xs.get_unchecked(2 * p + 1));
+            for (v, a) in acc.iter_mut().enumerate() {
+                let bytes = _mm_loadl_epi64(row.add(8 * v) as *const __m128i);
+                let wide = _mm256_cvtepi8_epi32(bytes);
+                let lo = _mm256_cvtepi32_ps(_mm256_slli_epi32::<28>(wide));
+                let hi = _mm256_cvtepi32_ps(_mm256_and_si256(wide, mask_hi));
+                *a = _mm256_fmadd_ps(lo, x0, *a);
+                *a = _mm256_fmadd_ps(hi, x1, *a);
+            }
+        }
+    }
+    let srow = &args.scales[g * n + c0..g * n + c0 + 8 * V];
+    for (v, a) in acc.iter().enumerate() {
+        // SAFETY: y and srow hold 8 V floats; unaligned loads and stores.
+        unsafe {
+            let yp = y.as_mut_ptr().add(8 * v);
+            let s = _mm256_loadu_ps(srow.as_ptr().add(8 * v));
+            _mm256_storeu_ps(yp, _mm256_fmadd_ps(*a, s, _mm256_loadu_ps(yp)));
+        }
+    }
+}
+
+/// AVX-512 GEMM micro-kernel: `out[m][..] = sum_k a[m * lda + k] * b[k * NR ..]`
+/// for `M` rows of `a` and one packed panel `b` (`kc` rows of `NR` floats).
+///
+/// # Safety
+/// AVX-512 F/BW/VL + FMA; `a` holds `M` rows of at least `kc` floats at
+/// stride `lda`; `b` holds `kc * NR` floats.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
+pub unsafe fn gemm_micro_avx512<const M: usize>(
+    a: &[f32],
+    lda: usize,
+    b: &[f32],
+    kc: usize,
+    out: &mut [[f32; NR]],
+) {
+    debug_assert!(b.len() >= kc * NR && out.len() >= M);
+    debug_assert!(a.len() >= (M - 1) * lda + kc);
+    let mut c0 = [_mm512_setzero_ps(); M];
+    let mut c1 = [_mm512_setzero_ps(); M];
+    let (ap, bp) = (a.as_ptr(), b.as_ptr());
+    for k in 0..kc {
+        // SAFETY: k < kc, so b[k*NR .. k*NR + 32] and a[m*lda + k] are in
+        // bounds per the function's contract.
+        unsafe {
+            let b0 = _mm512_loadu_ps(bp.add(k * NR));
+            let b1 = _mm512_loadu_ps(bp.add(k * NR + 16));
+            for m in 0..M {
+                let av = _mm512_set1_ps(*ap.add(m * lda + k));
+                c0[m] = _mm512_fmadd_ps(av, b0, c0[m]);
+                c1[m] = _mm512_fmadd_ps(av, b1, c1[m]);
+            }
+        }
+    }
+    for m in 0..M {
+        // SAFETY: out[m] is an array of NR = 32 floats.
+        unsafe {
+            _mm512_storeu_ps(out[m].as_mut_ptr(), c0[m]);
+            _mm512_storeu_ps(out[m].as_mut_ptr().add(16), c1[m]);
+        }
+    }
+}
+
+/// AVX2+FMA GEMM micro-kernel, same contract as [`gemm_micro_avx512`].
+///
+/// # Safety
+/// AVX2 + FMA, and the bounds of [`gemm_micro_avx512`].
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn gemm_micro_avx2<const M: usize>(
+    a: &[f32],
+    lda: usize,
+    b: &[f32],
+    kc: usize,
+    out: &mut [[f32; NR]],
+) {
+    debug_assert!(b.len() >= kc * NR && out.len() >= M);
+    debug_assert!(a.len() >= (M - 1) * lda + kc);
+    let mut c = [[_mm256_setzero_ps(); 4]; M];
+    let (ap, bp) = (a.as_ptr(), b.as_ptr());
+    for k in 0..kc {
+        // SAFETY: as in `gemm_micro_avx512`.
+        unsafe {
+            let bk = bp.add(k * NR);
+            let bv = [
+                _mm256_loadu_ps(bk),
+                _mm256_loadu_ps(bk.add(8)),
+                _mm256_loadu_ps(bk.add(16)),
+                _mm256_loadu_ps(bk.add(24)),
+            ];
+            for (m, cm) in c.iter_mut().enumerate() {
+                let av = _mm256_set1_ps(*ap.add(m * lda + k));
+                for (cv, bvv) in cm.iter_mut().zip(bv.iter()) {
+                    *cv = _mm256_fmadd_ps(av, *bvv, *cv);
+                }
+            }
+        }
+    }
+    for (m, cm) in c.iter().enumerate() {
+        for (j, cv) in cm.iter().enumerate() {
+            // SAFETY: out[m] holds 32 floats; j * 8 + 8 <= 32.
+            unsafe { _mm256_storeu_ps(out[m].as_mut_ptr().add(8 * j), *cv) };
+        }
+    }
+}
+
+/// The tile dequantizer compiled with AVX-512 enabled so the compiler
+/// vectorizes it with wide registers.
+///
+/// # Safety
+/// AVX-512 F/BW/VL + FMA.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
+pub unsafe fn dequant_tile_avx512(t: &super::gemm::TileArgs, packed: &mut [f32]) {
+    super::gemm::dequant_tile_generic(t, packed)
+}
+
+/// The tile dequantizer compiled with AVX2 enabled.
+///
+/// # Safety
+/// AVX2 + FMA.
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn dequant_tile_avx2(t: &super::gemm::TileArgs, packed: &mut [f32]) {
+    super::gemm::dequant_tile_generic(t, packed)
+}
