@@ -171,7 +171,13 @@ pub trait QuantMethod: Send + Sync + std::fmt::Debug {
 
     /// Expert-stacked forward: `x [tokens, in]`, `indices [tokens, k]` ->
     /// `y [tokens, k, out]`.
-    fn gather_forward(&self, _x: &[f32], _indices: &[i64], _k: usize, _y: &mut [f32]) -> Result<()> {
+    fn gather_forward(
+        &self,
+        _x: &[f32],
+        _indices: &[i64],
+        _k: usize,
+        _y: &mut [f32],
+    ) -> Result<()> {
         Err(QuantError::UnsupportedOperation(format!(
             "gather_forward needs expert-stacked [E, out, in] weights; this layer holds {:?}",
             self.weight_shape()
@@ -293,10 +299,17 @@ pub(crate) fn rows_of(x: &[f32], y: &[f32], in_feat: usize, out_feat: usize) -> 
 pub(crate) fn check_bias(bias: Option<&[f32]>, len: usize) -> Result<()> {
     if let Some(b) = bias {
         if b.len() != len {
-            return Err(QuantError::dims("bias", format!("[{len}]"), format!("[{}]", b.len())));
+            return Err(QuantError::dims(
+                "bias",
+                format!("[{len}]"),
+                format!("[{}]", b.len()),
+            ));
         }
         if let Some(i) = b.iter().position(|v| !v.is_finite()) {
-            return Err(QuantError::arg(format!("bias[{i}] is not finite ({})", b[i])));
+            return Err(QuantError::arg(format!(
+                "bias[{i}] is not finite ({})",
+                b[i]
+            )));
         }
     }
     Ok(())
@@ -312,7 +325,10 @@ pub(crate) fn check_float_weight(w: &[f32], shape: &[usize]) -> Result<()> {
         return Err(QuantError::dims("weight length", n, w.len()));
     }
     if let Some(i) = w.iter().position(|v| !v.is_finite()) {
-        return Err(QuantError::arg(format!("weight[{i}] is not finite ({})", w[i])));
+        return Err(QuantError::arg(format!(
+            "weight[{i}] is not finite ({})",
+            w[i]
+        )));
     }
     Ok(())
 }
@@ -341,7 +357,10 @@ pub(crate) fn merged(w: &[f32], delta: &[f32], shape: &[usize]) -> Result<Vec<f3
         ));
     }
     if let Some(i) = delta.iter().position(|v| !v.is_finite()) {
-        return Err(QuantError::arg(format!("delta[{i}] is not finite ({})", delta[i])));
+        return Err(QuantError::arg(format!(
+            "delta[{i}] is not finite ({})",
+            delta[i]
+        )));
     }
     let out: Vec<f32> = w.iter().zip(delta).map(|(a, b)| a + b).collect();
     if let Some(i) = out.iter().position(|v| !v.is_finite()) {

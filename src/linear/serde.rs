@@ -75,7 +75,8 @@ impl Writer {
 
     pub fn tensor(&mut self, dtype: DType, dims: &[usize], bytes: &[u8]) {
         debug_assert_eq!(dims.iter().product::<usize>() * dtype.size(), bytes.len());
-        self.buf.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+        self.buf
+            .extend_from_slice(&(bytes.len() as u64).to_le_bytes());
         self.buf.push(dtype as u8);
         self.buf.push(dims.len() as u8);
         for &d in dims {
@@ -140,7 +141,9 @@ impl<'a> Reader<'a> {
         }
         let flags = body[5];
         if flags & !(FLAG_BIAS | FLAG_ACT_SCALE) != 0 {
-            return Err(QuantError::ser(format!("unknown flag bits in {flags:#04x}")));
+            return Err(QuantError::ser(format!(
+                "unknown flag bits in {flags:#04x}"
+            )));
         }
         Ok(Reader {
             buf: body,
@@ -193,13 +196,18 @@ impl<'a> Reader<'a> {
             count = count
                 .checked_mul(d)
                 .ok_or_else(|| QuantError::ser(format!("{name}: dims overflow")))?;
-            dims.push(usize::try_from(d).map_err(|_| QuantError::ser(format!("{name}: dim too large")))?);
+            dims.push(
+                usize::try_from(d)
+                    .map_err(|_| QuantError::ser(format!("{name}: dim too large")))?,
+            );
         }
         let want = count
             .checked_mul(dtype.size() as u64)
             .filter(|&w| w == len)
             .ok_or_else(|| {
-                QuantError::ser(format!("{name}: byte length {len} does not match dims {dims:?}"))
+                QuantError::ser(format!(
+                    "{name}: byte length {len} does not match dims {dims:?}"
+                ))
             })?;
         let n = usize::try_from(want).map_err(|_| QuantError::ser(format!("{name}: too large")))?;
         let bytes = self.take(n, name)?;
@@ -216,7 +224,9 @@ impl<'a> Reader<'a> {
     pub fn scalar(&mut self, name: &str) -> Result<f32> {
         let (dims, v) = self.f32s(name)?;
         if !dims.is_empty() {
-            return Err(QuantError::ser(format!("{name}: expected a scalar, got dims {dims:?}")));
+            return Err(QuantError::ser(format!(
+                "{name}: expected a scalar, got dims {dims:?}"
+            )));
         }
         Ok(v[0])
     }

@@ -1,6 +1,6 @@
 //! Bindings of the FP8 codecs (`quantrs.fp8` wraps them in Python).
 
-use numpy::{PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyUntypedArrayMethods};
+use numpy::{PyArrayDyn, PyArrayMethods, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 
 use super::arrays::input;
