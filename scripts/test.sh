@@ -24,6 +24,9 @@ cargo test --all-targets
 echo "== build the extension (release) and install it into .venv"
 maturin develop --release --quiet
 
+echo "== stubtest (python/quantrs/_core.pyi against the built module)"
+python -m mypy.stubtest quantrs._core --allowlist tests/stubtest_allowlist.txt
+
 echo "== ruff"
 ruff check python tests benches
 ruff format --check python tests benches

@@ -38,6 +38,7 @@ impl MatvecKernel {
 }
 
 /// The arguments every column-range kernel shares.
+#[derive(Clone)]
 pub struct MatvecArgs<'a> {
     pub data: &'a [u8],
     pub scales: &'a [f32],
@@ -49,7 +50,8 @@ pub struct MatvecArgs<'a> {
     pub xs: &'a [f32],
     pub out_feat: usize,
     pub group_size: usize,
-    pub num_groups: usize,
+    /// The groups (blocks of input rows) this call sums over, in order.
+    pub groups: std::ops::Range<usize>,
 }
 
 /// `y = W^T x` for one row `x` `[in_feat]` into `y` `[out_feat]`.
@@ -75,21 +77,42 @@ pub fn matvec(qw: &QuantizedWeight, x: &[f32], y: &mut [f32], kernel: MatvecKern
         xs: &xs,
         out_feat: qw.out_feat,
         group_size: qw.group_size(),
-        num_groups: qw.num_groups,
+        groups: 0..qw.num_groups,
     };
-    let run = |(c, ys): (usize, &mut [f32]), width: usize| {
-        cols(&args, c * width, ys, kernel);
-    };
-    let weights = in_padded * qw.out_feat;
+    let n = qw.out_feat;
+    let weights = in_padded * n;
     if weights < PAR_MIN_WEIGHTS {
         cols(&args, 0, y, kernel);
-        return;
+    } else if qw.num_groups >= K_BLOCKS {
+        // Split the input rows: each task streams one contiguous block of
+        // the packed data (what DRAM and the prefetchers like best) into a
+        // partial y; the partials are added in block order. The split
+        // depends only on the shape, so results do not depend on threads.
+        let per_block = qw.num_groups.div_ceil(K_BLOCKS);
+        let blocks = qw.num_groups.div_ceil(per_block);
+        let mut partial = vec![0.0f32; blocks * n];
+        partial.par_chunks_mut(n).enumerate().for_each(|(b, py)| {
+            let g0 = b * per_block;
+            let mut block_args = args.clone();
+            block_args.groups = g0..(g0 + per_block).min(qw.num_groups);
+            cols(&block_args, 0, py, kernel);
+        });
+        y.copy_from_slice(&partial[..n]);
+        for py in partial.chunks_exact(n).skip(1) {
+            for (yv, pv) in y.iter_mut().zip(py) {
+                *yv += pv;
+            }
+        }
+    } else {
+        let width = chunk_width(n);
+        y.par_chunks_mut(width)
+            .enumerate()
+            .for_each(|(c, ys)| cols(&args, c * width, ys, kernel));
     }
-    let width = chunk_width(qw.out_feat);
-    y.par_chunks_mut(width)
-        .enumerate()
-        .for_each(|cy| run(cy, width));
 }
+
+/// Input-row blocks a large matvec is split into (fixed, for determinism).
+const K_BLOCKS: usize = 8;
 
 /// 2^-28: the low nibble is read as `q << 28`.
 pub const LO_SCALE: f32 = 1.0 / 268_435_456.0;
@@ -128,7 +151,7 @@ pub fn matvec_int4_scalar(args: &MatvecArgs, o0: usize, y: &mut [f32]) {
     let mut acc = [0.0f32; SCALAR_TILE];
     for (t, yt) in y.chunks_mut(SCALAR_TILE).enumerate() {
         let c0 = o0 + t * SCALAR_TILE;
-        for g in 0..args.num_groups {
+        for g in args.groups.clone() {
             scalar_group(args, g, c0, &mut acc[..yt.len()], yt);
         }
     }

@@ -1,11 +1,14 @@
 //! x86-64 kernels (AVX2+FMA and AVX-512) for INT4 matvec and the GEMM
 //! micro-kernel. Callers guarantee the CPU features (see `simd::level`).
 //!
-//! The nibble trick (matvec): a packed byte sign-extended to i32 is
-//! `hi * 16 + lo_unsigned`; `(v << 28)` is `lo * 2^28` and `(v & !15)` is
-//! `hi * 16`, both exact in f32, so with `x` pre-scaled by 2^-28 and 1/16
-//! (exact powers of two) each byte costs one widening load, one shift, one
-//! and, two conversions and two FMAs.
+//! Nibble decoding (matvec). AVX-512: `vpermps` reads only the low 4 bits of
+//! each index, so a permute of a 16-entry table turns a nibble straight into
+//! its signed f32 value; each byte costs a widening load, a shift, two
+//! permutes and two FMAs. AVX2 (8-entry permutes only): a byte sign-extended
+//! to i32 is `hi * 16 + lo_unsigned`; `(v << 28)` is `lo * 2^28` and
+//! `(v & !15)` is `hi * 16`, both exact in f32, so with `x` pre-scaled by
+//! 2^-28 and 1/16 (exact powers of two) a byte costs a widening load, a shift,
+//! an and, two conversions and two FMAs.
 
 use std::arch::x86_64::*;
 
@@ -14,6 +17,8 @@ use super::matvec::{scalar_group, MatvecArgs};
 
 /// Columns per register-blocked strip: 8 accumulators.
 const STRIP_VECS: usize = 8;
+/// Bytes ahead (along a row) that the matvec strips prefetch.
+const PREFETCH_AHEAD: usize = 512;
 
 /// AVX-512 matvec over the columns `o0 .. o0 + y.len()`.
 ///
@@ -24,7 +29,7 @@ pub unsafe fn matvec_int4_avx512(args: &MatvecArgs, o0: usize, y: &mut [f32]) {
     y.fill(0.0);
     let width = y.len();
     let mut acc_tail = [0.0f32; 16];
-    for g in 0..args.num_groups {
+    for g in args.groups.clone() {
         let mut o = 0;
         while o + 16 * STRIP_VECS <= width {
             strip_avx512::<STRIP_VECS>(args, g, o0 + o, &mut y[o..o + 16 * STRIP_VECS]);
@@ -47,23 +52,33 @@ unsafe fn strip_avx512<const V: usize>(args: &MatvecArgs, g: usize, c0: usize, y
     debug_assert_eq!(y.len(), 16 * V);
     let half = args.group_size / 2;
     let n = args.out_feat;
-    let mask_hi = _mm512_set1_epi32(!0xF);
+    // vpermps reads only the low 4 bits of each index lane, so one
+    // permute turns a nibble into its signed value as f32 (no mask, no
+    // conversion): lane i of the table holds the two's complement value of i.
+    let table = _mm512_setr_ps(
+        0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, -8.0, -7.0, -6.0, -5.0, -4.0, -3.0, -2.0, -1.0,
+    );
     let mut acc = [_mm512_setzero_ps(); V];
     let p_end = (g + 1) * half;
     debug_assert!(p_end * n <= args.data.len() && c0 + 16 * V <= n);
     for p in g * half..p_end {
         // SAFETY: p < num_pairs and c0 + 16 V <= out_feat (asserted above by
         // construction of the strips), so the row slice is inside `data`;
-        // 2p + 1 < in_padded = xs.len().
+        // 2p + 1 < in_padded = x.len().
         unsafe {
             let row = args.data.as_ptr().add(p * n + c0);
-            let x0 = _mm512_set1_ps(*args.xs.get_unchecked(2 * p));
-            let x1 = _mm512_set1_ps(*args.xs.get_unchecked(2 * p + 1));
+            // The strips of a group walk its rows side by side, which the
+            // hardware prefetchers follow poorly: fetch this row's bytes a
+            // few strips ahead (a prefetch never faults, even past the end).
+            _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(PREFETCH_AHEAD) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(PREFETCH_AHEAD + 64) as *const i8);
+            let x0 = _mm512_set1_ps(*args.x.get_unchecked(2 * p));
+            let x1 = _mm512_set1_ps(*args.x.get_unchecked(2 * p + 1));
             for (v, a) in acc.iter_mut().enumerate() {
                 let bytes = _mm_loadu_si128(row.add(16 * v) as *const __m128i);
-                let wide = _mm512_cvtepi8_epi32(bytes);
-                let lo = _mm512_cvtepi32_ps(_mm512_slli_epi32::<28>(wide));
-                let hi = _mm512_cvtepi32_ps(_mm512_and_si512(wide, mask_hi));
+                let wide = _mm512_cvtepu8_epi32(bytes);
+                let lo = _mm512_permutexvar_ps(wide, table);
+                let hi = _mm512_permutexvar_ps(_mm512_srli_epi32::<4>(wide), table);
                 *a = _mm512_fmadd_ps(lo, x0, *a);
                 *a = _mm512_fmadd_ps(hi, x1, *a);
             }
@@ -89,7 +104,7 @@ pub unsafe fn matvec_int4_avx2(args: &MatvecArgs, o0: usize, y: &mut [f32]) {
     y.fill(0.0);
     let width = y.len();
     let mut acc_tail = [0.0f32; 8];
-    for g in 0..args.num_groups {
+    for g in args.groups.clone() {
         let mut o = 0;
         while o + 8 * STRIP_VECS <= width {
             strip_avx2::<STRIP_VECS>(args, g, o0 + o, &mut y[o..o + 8 * STRIP_VECS]);

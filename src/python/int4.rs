@@ -10,7 +10,7 @@ use pyo3::types::{PyBytes, PyTuple};
 use super::arrays::{check_shape, inplace, input};
 use super::errors::invalid;
 use crate::error::QuantError;
-use crate::int4::{QuantizedWeight as Core, DEFAULT_GROUP_SIZE};
+use crate::int4::QuantizedWeight as Core;
 
 /// Packed INT4 weight `[in_feat, out_feat]` with one f32 scale per group of
 /// `group_size` input rows and output column.
@@ -104,7 +104,7 @@ impl PyQuantizedWeight {
     /// Quantize `w` (float32 `[in_feat, out_feat]`; or flat with `in_feat` and
     /// `out_feat` given, the seed's form) with absmax scales per group.
     #[staticmethod]
-    #[pyo3(signature = (w, in_feat = None, out_feat = None, *, group_size = DEFAULT_GROUP_SIZE))]
+    #[pyo3(signature = (w, in_feat = None, out_feat = None, *, group_size = 32))]
     fn quantize(
         py: Python<'_>,
         w: &Bound<'_, PyAny>,
