@@ -73,7 +73,8 @@ def _float8_format(arr: Any) -> str | None:
 def encode(x: Any, fmt: str = "e4m3", saturate: bool = False, *, as_ml_dtypes: bool = False):
     """Encode ``x`` to FP8 codes (uint8, or an ml_dtypes float8 view)."""
     f = _fmt(fmt)
-    out = _encode(x, f, bool(saturate))
+    # NumPy's conversion turns 0-d inputs into 1-d: keep the caller's shape.
+    out = _encode(x, f, bool(saturate)).reshape(np.shape(x))
     return out.view(ml_dtype(f)) if as_ml_dtypes else out
 
 
@@ -85,8 +86,9 @@ def decode(codes: Any, fmt: str | None = None) -> np.ndarray:
             raise ValueError(
                 f"fmt: {fmt!r} contradicts the array's dtype {codes.dtype.name} ({from_dtype})"
             )
-        return _decode(codes.view(np.uint8), from_dtype)
-    return _decode(codes, _fmt(fmt if fmt is not None else "e4m3"))
+        return _decode(codes.view(np.uint8), from_dtype).reshape(np.shape(codes))
+    out = _decode(codes, _fmt(fmt if fmt is not None else "e4m3"))
+    return out.reshape(np.shape(codes))
 
 
 def view(codes_u8: np.ndarray, fmt: str = "e4m3") -> np.ndarray:
