@@ -253,3 +253,136 @@ pub(crate) fn dot_i8_scalar(q: &[i8], x: &[f32]) -> f32 {
     }
     r
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rng_vals(n: usize, seed: u64) -> Vec<f32> {
+        // xorshift, values in [-2, 2)
+        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                ((s >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
+            })
+            .collect()
+    }
+
+    fn codes(n: usize, seed: u64) -> Vec<u8> {
+        rng_vals(n, seed)
+            .iter()
+            .map(|v| {
+                let c = ((v + 2.0) * 64.0) as u8;
+                if c & 0x7F == 0x7F {
+                    c ^ 1
+                } else {
+                    c
+                }
+            })
+            .collect()
+    }
+
+    fn close(a: f32, b: f32, scale: f32) -> bool {
+        (a - b).abs() <= 1e-5 * scale + 1e-6
+    }
+
+    #[test]
+    fn every_level_dot_matches_scalar() {
+        let t = crate::fp8::decode_table(crate::fp8::Fp8Format::E4M3);
+        for n in [0, 1, 7, 16, 31, 33, 64, 100, 1027] {
+            let x = rng_vals(n, n as u64 + 1);
+            let c = codes(n, n as u64 + 2);
+            let q: Vec<i8> = c.iter().map(|&v| v as i8).collect();
+            let w = rng_vals(n, n as u64 + 3);
+            let mag = |f: &dyn Fn(usize) -> f32| (0..n).map(|i| (f(i) * x[i]).abs()).sum::<f32>();
+            let (sc, sq, sw) = (
+                mag(&|i| t[c[i] as usize]),
+                mag(&|i| q[i] as f32),
+                mag(&|i| w[i]),
+            );
+            for level in crate::simd::available_levels() {
+                assert!(
+                    close(dot_e4m3(level, &c, &x), dot_e4m3_scalar(&c, &x), sc),
+                    "{level:?} e4m3 n={n}"
+                );
+                assert!(
+                    close(dot_i8(level, &q, &x), dot_i8_scalar(&q, &x), sq),
+                    "{level:?} i8 n={n}"
+                );
+                assert!(
+                    close(dot_f32(level, &w, &x), dot_f32_scalar(&w, &x), sw),
+                    "{level:?} f32 n={n}"
+                );
+                let xs = [&x[..], &w[..], &x[..], &w[..]];
+                let mut part = [[0f32; 4]; 4];
+                dot4x4(level, &xs, &xs, &mut part);
+                for i in 0..4 {
+                    for j in 0..4 {
+                        let want = dot_f32_scalar(xs[i], xs[j]);
+                        assert!(
+                            close(part[i][j], want, sw.max(sc) * 4.0 + 8.0 * n as f32),
+                            "{level:?} 4x4"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    struct F32Rows<'a>(&'a [f32], usize);
+    impl RowSource for F32Rows<'_> {
+        fn decode(&self, r: usize, k0: usize, out: &mut [f32]) {
+            let s = r * self.1 + k0;
+            out.copy_from_slice(&self.0[s..s + out.len()]);
+        }
+        fn dot(&self, level: SimdLevel, r: usize, x: &[f32]) -> f32 {
+            dot_f32(level, &self.0[r * self.1..(r + 1) * self.1], x)
+        }
+    }
+
+    #[test]
+    fn matmul_rows_matches_f64_on_tails() {
+        for (m, n, k) in [
+            (1, 1, 1),
+            (1, 17, 33),
+            (3, 5, 600),
+            (4, 16, 512),
+            (9, 35, 1100),
+            (5, 3, 7),
+        ] {
+            let w = rng_vals(n * k, 11);
+            let x = rng_vals(m * k, 12);
+            let bias = rng_vals(n, 13);
+            let mut y = vec![0f32; m * n];
+            matmul_rows(
+                &F32Rows(&w, k),
+                n,
+                k,
+                &x,
+                m,
+                &mut y,
+                &|r| 0.5 + r as f32,
+                Some(&bias),
+            );
+            for b in 0..m {
+                for r in 0..n {
+                    let mut s = 0f64;
+                    let mut mag = 0f64;
+                    for i in 0..k {
+                        s += x[b * k + i] as f64 * w[r * k + i] as f64;
+                        mag += (x[b * k + i] as f64 * w[r * k + i] as f64).abs();
+                    }
+                    let want = s * (0.5 + r as f64) + bias[r] as f64;
+                    let got = y[b * n + r] as f64;
+                    assert!(
+                        (got - want).abs() <= 1e-5 * mag * (0.5 + r as f64) + 1e-5,
+                        "m={m} n={n} k={k} ({b},{r})"
+                    );
+                }
+            }
+        }
+    }
+}
