@@ -36,4 +36,11 @@ __all__ = [
     "reference",
 ]
 
-from . import reference  # noqa: E402  (the NumPy oracles)
+# FP8 codecs (quantrs.fp8) and the QuantMethod linear layers.
+from . import (
+    fp8,  # noqa: E402
+    reference,  # noqa: E402  (the NumPy oracles)
+)
+from ._core import Int4Linear, Int8Linear, PerTensorFP8Linear, UnquantLinear  # noqa: E402
+
+__all__ += ["Int4Linear", "Int8Linear", "PerTensorFP8Linear", "UnquantLinear", "fp8"]

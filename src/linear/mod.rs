@@ -1,1 +1,370 @@
-//! Placeholder: filled in by its issue.
+//! Linear layers behind one trait, [`QuantMethod`] (seed 002), with their
+//! serialization trait [`QuantizedSerde`]:
+//!
+//! - [`PerTensorFP8Linear`]: FP8 E4M3 weight codes with a per-tensor scale,
+//!   static-activation (W8A8) or weight-only (W8A32) forward.
+//! - [`UnquantLinear`]: a plain float32 linear (the `apply_isq(None)` target).
+//! - [`Int8Linear`]: int8 weights, per-output-row symmetric absmax scales.
+//! - [`Int4Linear`]: packed INT4 over [`crate::int4::QuantizedWeight`].
+//!
+//! Weights are `[out, in]` row-major like `torch.nn.Linear`; inputs are
+//! `[rows, in]` (the bindings flatten any leading dimensions).
+//!
+//! Differences from the seed's signatures, all because the types do not
+//! exist in this crate: tensors are slices and `Vec<f32>` with explicit
+//! shapes; `QuantizeOntoGuard` and `Comm` are dropped (one device, no
+//! tensor parallelism); `begin_track_stats` takes `&self` (stats live behind
+//! a mutex) so that layers shared through `Arc` can be tracked.
+
+mod fp8_linear;
+mod int4_linear;
+mod int8_linear;
+mod isq;
+mod kernels;
+pub mod serde;
+mod stats;
+mod unquant;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+use std::borrow::Cow;
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
+
+pub use fp8_linear::PerTensorFP8Linear;
+pub use int4_linear::Int4Linear;
+pub use int8_linear::Int8Linear;
+pub use unquant::UnquantLinear;
+
+use crate::error::{QuantError, Result};
+
+/// Target of [`QuantMethod::apply_isq`] (`None` there means unquantized f32).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IsqType {
+    /// Packed INT4, groups of `group_size` along the input dimension.
+    Int4 { group_size: usize },
+    /// FP8 E4M3 with a fresh per-tensor scale.
+    Fp8E4M3,
+    /// int8 per-output-row symmetric absmax.
+    Int8,
+}
+
+impl IsqType {
+    /// Parse `"int4"`, `"fp8_e4m3"` (or `"fp8"`, `"e4m3"`), `"int8"`.
+    pub fn parse(s: &str, group_size: usize) -> Option<IsqType> {
+        match s.to_ascii_lowercase().as_str() {
+            "int4" | "q4" => Some(IsqType::Int4 { group_size }),
+            "fp8_e4m3" | "fp8" | "e4m3" | "float8_e4m3fn" => Some(IsqType::Fp8E4M3),
+            "int8" | "q8" => Some(IsqType::Int8),
+            _ => None,
+        }
+    }
+}
+
+/// Where a layer's weight lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Device {
+    Cpu,
+    Cuda(usize),
+}
+
+impl Device {
+    /// Parse `"cpu"`, `"cuda"`, `"cuda:N"`.
+    pub fn parse(s: &str) -> Option<Device> {
+        let s = s.trim().to_ascii_lowercase();
+        match s.as_str() {
+            "cpu" => Some(Device::Cpu),
+            "cuda" => Some(Device::Cuda(0)),
+            _ => s
+                .strip_prefix("cuda:")
+                .and_then(|n| n.parse().ok())
+                .map(Device::Cuda),
+        }
+    }
+
+    pub fn name(&self) -> String {
+        match self {
+            Device::Cpu => "cpu".into(),
+            Device::Cuda(i) => format!("cuda:{i}"),
+        }
+    }
+
+    /// Layers compute on the CPU only; a CUDA request is refused honestly.
+    pub fn require_cpu(&self) -> Result<()> {
+        match self {
+            Device::Cpu => Ok(()),
+            Device::Cuda(_) => Err(QuantError::CudaNotAvailable(format!(
+                "{} requested, but quantrs linear layers run on the CPU",
+                self.name()
+            ))),
+        }
+    }
+}
+
+/// Storage type of a layer's weight, as `dtype_and_device` reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WeightDType {
+    F32,
+    F8E4M3,
+    I8,
+    /// Packed INT4 (two per byte).
+    I4,
+}
+
+impl WeightDType {
+    /// The NumPy / ml_dtypes style name.
+    pub fn name(self) -> &'static str {
+        match self {
+            WeightDType::F32 => "float32",
+            WeightDType::F8E4M3 => "float8_e4m3fn",
+            WeightDType::I8 => "int8",
+            WeightDType::I4 => "int4",
+        }
+    }
+}
+
+/// Tensor-parallel kind (none of our layers is distributed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DistributedKind {
+    ColumnParallel,
+    RowParallel,
+    Replicated,
+}
+
+/// A layer by concrete type, for code that needs more than the trait
+/// (the Python bindings pick the class from it).
+#[derive(Clone, Debug)]
+pub enum Layer {
+    Fp8(Arc<PerTensorFP8Linear>),
+    Unquant(Arc<UnquantLinear>),
+    Int8(Arc<Int8Linear>),
+    Int4(Arc<Int4Linear>),
+}
+
+/// The layer interface of seed 002. Shapes: weight `[out, in]` (FP8 layers
+/// may also hold expert-stacked `[E, out, in]`), inputs `[rows, in]`.
+pub trait QuantMethod: Send + Sync + std::fmt::Debug {
+    /// The weight's logical shape (`[out, in]` or `[E, out, in]`).
+    fn weight_shape(&self) -> Vec<usize>;
+
+    /// `in` (the last dimension of the weight).
+    fn in_features(&self) -> usize {
+        *self.weight_shape().last().unwrap_or(&0)
+    }
+
+    /// `out` (the second-to-last dimension of the weight).
+    fn out_features(&self) -> usize {
+        let s = self.weight_shape();
+        s[s.len() - 2]
+    }
+
+    /// `y = x . W^T + bias` for `x [rows, in]` into `y [rows, out]`.
+    fn forward(&self, x: &[f32], y: &mut [f32]) -> Result<()>;
+
+    /// [`forward`](Self::forward) with the activation cast to the layer's
+    /// activation type and back. On f32 slices the casts are the identity
+    /// (an FP8 layer quantizes activations inside `forward` already); the
+    /// Python binding does the float16/float64/bfloat16 casts around it.
+    fn forward_autocast(&self, x: &[f32], y: &mut [f32]) -> Result<()> {
+        self.forward(x, y)
+    }
+
+    /// Expert-stacked forward: `x [tokens, in]`, `indices [tokens, k]` ->
+    /// `y [tokens, k, out]`.
+    fn gather_forward(
+        &self,
+        _x: &[f32],
+        _indices: &[i64],
+        _k: usize,
+        _y: &mut [f32],
+    ) -> Result<()> {
+        Err(QuantError::UnsupportedOperation(format!(
+            "gather_forward needs expert-stacked [E, out, in] weights; this layer holds {:?}",
+            self.weight_shape()
+        )))
+    }
+
+    /// [`gather_forward`](Self::gather_forward) with activation casts.
+    fn gather_forward_autocast(
+        &self,
+        x: &[f32],
+        indices: &[i64],
+        k: usize,
+        y: &mut [f32],
+    ) -> Result<()> {
+        self.gather_forward(x, indices, k, y)
+    }
+
+    /// The dequantized weight, f32, in [`weight_shape`](Self::weight_shape).
+    fn dequantize_w(&self) -> Result<Vec<f32>>;
+
+    /// The activation type a quantized forward uses (FP8 E4M3 with a static
+    /// activation scale), else `None`.
+    fn quantized_act_type(&self) -> Option<crate::fp8::Fp8Format> {
+        None
+    }
+
+    /// A new layer for `W + delta` (LoRA merge; `delta` pre-scaled by alpha),
+    /// re-quantized in this layer's format.
+    fn add_delta_w(&self, delta: &[f32]) -> Result<Arc<dyn QuantMethod>>;
+
+    /// Storage dtype of the weight and its device.
+    fn dtype_and_device(&self) -> (WeightDType, Device);
+
+    /// A new layer of another quantization (`None`: unquantized f32).
+    /// `n_quantized` is incremented once per layer that gets quantized.
+    fn apply_isq(
+        self: Arc<Self>,
+        dtype: Option<IsqType>,
+        device: Device,
+        n_quantized: &AtomicUsize,
+        imatrix_weight: Option<Vec<f32>>,
+    ) -> Result<Arc<dyn QuantMethod>>;
+
+    /// `(W, bias)` dequantized.
+    fn unquant_weight_bias(&self) -> Option<(Vec<f32>, Option<Vec<f32>>)> {
+        let w = self.dequantize_w().ok()?;
+        Some((w, self.bias().map(<[f32]>::to_vec)))
+    }
+
+    /// The bias `[out]` (or `[E, out]` for stacked weights), if any.
+    fn bias(&self) -> Option<&[f32]>;
+
+    /// Start accumulating the imatrix (mean of `x_i^2` over the rows that
+    /// `forward` sees); restarts it if already tracking.
+    fn begin_track_stats(&self) -> Result<()>;
+
+    /// The imatrix `[in]` since `begin_track_stats`; tracking stops.
+    fn end_track_stats(&self) -> Result<Vec<f32>>;
+
+    fn is_distributed(&self) -> Option<DistributedKind> {
+        None
+    }
+
+    /// The relative Frobenius error of the re-quantization that made this
+    /// layer in `add_delta_w`, if it was made that way.
+    fn merge_error(&self) -> Option<f64> {
+        None
+    }
+
+    /// This layer by concrete type.
+    fn into_layer(self: Arc<Self>) -> Layer;
+}
+
+/// Serialization of a layer (seed 002's `QuantizedSerde`); the byte format
+/// is in [`serde`].
+pub trait QuantizedSerde {
+    fn name(&self) -> &'static str;
+
+    fn isq_serde_supported(&self) -> bool {
+        true
+    }
+
+    /// The layer (with its own bias) as bytes.
+    fn serialize(&self) -> Result<Cow<'_, [u8]>>;
+
+    /// The layer with `bias` in place of its own.
+    fn serialize_with_bias(&self, bias: Option<Vec<f32>>) -> Result<Cow<'_, [u8]>>;
+
+    fn deserialize(data: Cow<'_, [u8]>, device: &Device) -> Result<Arc<dyn QuantMethod>>
+    where
+        Self: Sized;
+
+    /// The layer without its bias, and the bias separately.
+    fn deserialize_ext_bias(
+        data: Cow<'_, [u8]>,
+        device: &Device,
+    ) -> Result<(Arc<dyn QuantMethod>, Option<Vec<f32>>)>
+    where
+        Self: Sized;
+}
+
+/// Rows of `x` for a layer with `in_feat` inputs, checking the lengths.
+pub(crate) fn rows_of(x: &[f32], y: &[f32], in_feat: usize, out_feat: usize) -> Result<usize> {
+    if in_feat == 0 || x.len() % in_feat != 0 {
+        return Err(QuantError::dims(
+            "x length",
+            format!("a multiple of in_features={in_feat}"),
+            x.len(),
+        ));
+    }
+    let rows = x.len() / in_feat;
+    if y.len() != rows * out_feat {
+        return Err(QuantError::dims("y length", rows * out_feat, y.len()));
+    }
+    Ok(rows)
+}
+
+/// Validate a bias against `[out]`: length and finiteness.
+pub(crate) fn check_bias(bias: Option<&[f32]>, len: usize) -> Result<()> {
+    if let Some(b) = bias {
+        if b.len() != len {
+            return Err(QuantError::dims(
+                "bias",
+                format!("[{len}]"),
+                format!("[{}]", b.len()),
+            ));
+        }
+        if let Some(i) = b.iter().position(|v| !v.is_finite()) {
+            return Err(QuantError::arg(format!(
+                "bias[{i}] is not finite ({})",
+                b[i]
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Validate a float weight: shape product and finiteness (first bad index).
+pub(crate) fn check_float_weight(w: &[f32], shape: &[usize]) -> Result<()> {
+    let n: usize = shape.iter().product();
+    if shape.iter().any(|&d| d == 0) {
+        return Err(QuantError::arg(format!("weight shape {shape:?} is empty")));
+    }
+    if w.len() != n {
+        return Err(QuantError::dims("weight length", n, w.len()));
+    }
+    if let Some(i) = w.iter().position(|v| !v.is_finite()) {
+        return Err(QuantError::arg(format!(
+            "weight[{i}] is not finite ({})",
+            w[i]
+        )));
+    }
+    Ok(())
+}
+
+/// Relative Frobenius error `||a - b|| / ||a||` (0 when `a` is all zero).
+pub(crate) fn rel_frobenius(a: &[f32], b: &[f32]) -> f64 {
+    let (mut num, mut den) = (0f64, 0f64);
+    for (&x, &y) in a.iter().zip(b) {
+        num += (x as f64 - y as f64).powi(2);
+        den += (x as f64).powi(2);
+    }
+    if den == 0.0 {
+        num.sqrt()
+    } else {
+        (num / den).sqrt()
+    }
+}
+
+/// `w + delta`, validated.
+pub(crate) fn merged(w: &[f32], delta: &[f32], shape: &[usize]) -> Result<Vec<f32>> {
+    if delta.len() != w.len() {
+        return Err(QuantError::dims(
+            "delta",
+            format!("{shape:?}"),
+            format!("{} elements", delta.len()),
+        ));
+    }
+    if let Some(i) = delta.iter().position(|v| !v.is_finite()) {
+        return Err(QuantError::arg(format!(
+            "delta[{i}] is not finite ({})",
+            delta[i]
+        )));
+    }
+    let out: Vec<f32> = w.iter().zip(delta).map(|(a, b)| a + b).collect();
+    if let Some(i) = out.iter().position(|v| !v.is_finite()) {
+        return Err(QuantError::arg(format!("W + delta overflows at index {i}")));
+    }
+    Ok(out)
+}

@@ -1,0 +1,467 @@
+//! `PerTensorFP8Linear` (seed 002): E4M3 weight codes `[out, in]` (or
+//! expert-stacked `[E, out, in]`), one byte per weight, with a per-tensor
+//! dequantization multiplier `weight_scale_inv` (`W = decode(codes) * s_w`),
+//! an optional static activation scale `s_a` and an optional f32 bias.
+//!
+//! - With `s_a` (W8A8, the static-activation path of per-tensor FP8
+//!   checkpoints): `xq = encode(x / s_a, saturate)` (a true division),
+//!   `y = (dec(xq) . dec(Wq)^T) * (s_a * s_w) + bias`, products of decoded FP8
+//!   values accumulated in f32.
+//! - Without it (W8A32): `y = (x . dec(Wq)^T) * s_w + bias`.
+
+use std::borrow::Cow;
+use std::path::Path;
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
+
+use rayon::prelude::*;
+
+use super::kernels::{dot_e4m3, matmul_rows, RowSource};
+use super::serde::{self as ser, DType, Reader, Tag, Writer, FLAG_ACT_SCALE, FLAG_BIAS};
+use super::stats::Stats;
+use super::{
+    check_bias, check_float_weight, isq, merged, rel_frobenius, rows_of, Device, IsqType, Layer,
+    QuantMethod, QuantizedSerde, WeightDType,
+};
+use crate::error::{QuantError, Result};
+use crate::fp8::{decode_slice, decode_slice_level, encode_slice, round_to_grid_slice, Fp8Format};
+use crate::simd::SimdLevel;
+use crate::st::{self, Dtype};
+
+const FMT: Fp8Format = Fp8Format::E4M3;
+
+/// Per-tensor FP8 linear layer with optional static activation scaling.
+#[derive(Clone, Debug)]
+pub struct PerTensorFP8Linear {
+    weight: Vec<u8>,
+    shape: Vec<usize>,
+    weight_scale_inv: f32,
+    activation_scale: Option<f32>,
+    bias: Option<Vec<f32>>,
+    merge_error: Option<f64>,
+    stats: Stats,
+}
+
+fn check_scale(name: &str, s: f32) -> Result<()> {
+    if !(s.is_finite() && s > 0.0) {
+        return Err(QuantError::arg(format!(
+            "{name}: expected finite and > 0, got {s}"
+        )));
+    }
+    Ok(())
+}
+
+fn check_shape(shape: &[usize]) -> Result<()> {
+    if !(shape.len() == 2 || shape.len() == 3) {
+        return Err(QuantError::dims(
+            "weight rank",
+            "2 ([out, in]) or 3 ([E, out, in])",
+            shape.len(),
+        ));
+    }
+    if shape.contains(&0) {
+        return Err(QuantError::arg(format!("weight shape {shape:?} is empty")));
+    }
+    Ok(())
+}
+
+/// E4M3 rows of `k` codes.
+struct Rows<'a> {
+    codes: &'a [u8],
+    k: usize,
+}
+
+impl RowSource for Rows<'_> {
+    fn decode(&self, r: usize, k0: usize, out: &mut [f32]) {
+        let s = r * self.k + k0;
+        decode_slice_level(
+            crate::simd::level(),
+            &self.codes[s..s + out.len()],
+            out,
+            FMT,
+        );
+    }
+    fn dot(&self, level: SimdLevel, r: usize, x: &[f32]) -> f32 {
+        dot_e4m3(level, &self.codes[r * self.k..(r + 1) * self.k], x)
+    }
+}
+
+impl PerTensorFP8Linear {
+    /// Build from E4M3 codes `weight` of `shape` (`[out, in]` or
+    /// `[E, out, in]`). Scales must be finite and > 0; NaN codes (0x7F,
+    /// 0xFF) are rejected; `bias` is `[out]` (or `[E, out]`).
+    pub fn new(
+        weight: Vec<u8>,
+        shape: Vec<usize>,
+        weight_scale_inv: f32,
+        activation_scale: Option<f32>,
+        bias: Option<Vec<f32>>,
+    ) -> Result<Self> {
+        check_shape(&shape)?;
+        let n: usize = shape.iter().product();
+        if weight.len() != n {
+            return Err(QuantError::dims("weight length", n, weight.len()));
+        }
+        check_scale("weight_scale_inv", weight_scale_inv)?;
+        if let Some(a) = activation_scale {
+            check_scale("activation_scale", a)?;
+        }
+        check_bias(bias.as_deref(), n / shape[shape.len() - 1])?;
+        if let Some(i) = weight.iter().position(|&c| c & 0x7F == 0x7F) {
+            return Err(QuantError::arg(format!(
+                "weight[{i}] is the E4M3 NaN code {:#04x}",
+                weight[i]
+            )));
+        }
+        Ok(PerTensorFP8Linear {
+            weight,
+            shape,
+            weight_scale_inv,
+            activation_scale,
+            bias,
+            merge_error: None,
+            stats: Stats::default(),
+        })
+    }
+
+    /// Quantize a float weight: `weight_scale_inv = absmax / 448` (1.0 for
+    /// an all-zero weight), codes `encode(w / scale, saturate=True)`.
+    pub fn from_float(
+        w: &[f32],
+        shape: Vec<usize>,
+        bias: Option<Vec<f32>>,
+        activation_scale: Option<f32>,
+    ) -> Result<Self> {
+        check_shape(&shape)?;
+        check_float_weight(w, &shape)?;
+        let absmax = w
+            .par_iter()
+            .with_min_len(1 << 14)
+            .map(|v| v.abs())
+            .reduce(|| 0.0, f32::max);
+        let scale = if absmax > 0.0 {
+            absmax / FMT.max_value()
+        } else {
+            1.0
+        };
+        let mut codes = vec![0u8; w.len()];
+        codes
+            .par_chunks_mut(1 << 14)
+            .zip(w.par_chunks(1 << 14))
+            .for_each(|(c, wc)| {
+                let scaled: Vec<f32> = wc.iter().map(|v| v / scale).collect();
+                encode_slice(&scaled, c, FMT, true);
+            });
+        Self::new(codes, shape, scale, activation_scale, bias)
+    }
+
+    /// Load `<prefix>.weight` (F8_E4M3, `[out, in]` or `[E, out, in]`),
+    /// `<prefix>.weight_scale_inv` (F32 scalar), and the optional
+    /// `<prefix>.activation_scale` (F32 scalar) and `<prefix>.bias` (F32) from
+    /// a safetensors file: the per-tensor layout (`weight_block_size = null`).
+    pub fn from_safetensors(path: &Path, prefix: &str) -> Result<Self> {
+        let f = st::load(path)?;
+        let key = |s: &str| {
+            if prefix.is_empty() {
+                s.to_string()
+            } else {
+                format!("{prefix}.{s}")
+            }
+        };
+        let w = f.get(&key("weight"), Dtype::F8_E4M3)?;
+        let scalar = |name: &str| -> Result<Option<f32>> {
+            let k = key(name);
+            if !f.tensors.contains_key(&k) {
+                return Ok(None);
+            }
+            let t = f.get(&k, Dtype::F32)?;
+            if t.shape.iter().product::<usize>() != 1 {
+                return Err(QuantError::ser(format!(
+                    "{k}: expected a scalar (per-tensor scale), got shape {:?}; block-wise FP8 \
+                     checkpoints are not per-tensor",
+                    t.shape
+                )));
+            }
+            Ok(Some(st::le_to_f32(&t.data)?[0]))
+        };
+        let s_w = scalar("weight_scale_inv")?.ok_or_else(|| {
+            QuantError::ser(format!("missing tensor {:?}", key("weight_scale_inv")))
+        })?;
+        let s_a = scalar("activation_scale")?;
+        let bias = match f.tensors.contains_key(&key("bias")) {
+            true => Some(st::le_to_f32(&f.get(&key("bias"), Dtype::F32)?.data)?),
+            false => None,
+        };
+        Self::new(w.data.clone(), w.shape.clone(), s_w, s_a, bias)
+    }
+
+    /// The E4M3 codes.
+    pub fn weight(&self) -> &[u8] {
+        &self.weight
+    }
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    pub fn weight_scale_inv(&self) -> f32 {
+        self.weight_scale_inv
+    }
+    pub fn activation_scale(&self) -> Option<f32> {
+        self.activation_scale
+    }
+    /// Number of experts (1 for a plain `[out, in]` weight).
+    pub fn num_experts(&self) -> usize {
+        if self.shape.len() == 3 {
+            self.shape[0]
+        } else {
+            1
+        }
+    }
+
+    /// The activations the kernels see (quantized onto the E4M3 grid when an
+    /// activation scale is set) and the multiplier applied after the dot.
+    fn prepare<'a>(&self, x: &'a [f32]) -> (Cow<'a, [f32]>, f32) {
+        match self.activation_scale {
+            None => (Cow::Borrowed(x), self.weight_scale_inv),
+            Some(a) => {
+                let mut q: Vec<f32> = x.par_iter().with_min_len(1 << 14).map(|v| v / a).collect();
+                round_to_grid_slice(&mut q, FMT, true);
+                (Cow::Owned(q), a * self.weight_scale_inv)
+            }
+        }
+    }
+
+    fn expert_forward(&self, e: usize, x: &[f32], rows: usize, mult: f32, y: &mut [f32]) {
+        let (out, k) = (self.out_features(), self.in_features());
+        let codes = &self.weight[e * out * k..(e + 1) * out * k];
+        let bias = self.bias.as_deref().map(|b| &b[e * out..(e + 1) * out]);
+        matmul_rows(&Rows { codes, k }, out, k, x, rows, y, &|_| mult, bias);
+    }
+
+    fn write(&self, bias: Option<&[f32]>) -> Vec<u8> {
+        let mut flags = 0;
+        if bias.is_some() {
+            flags |= FLAG_BIAS;
+        }
+        if self.activation_scale.is_some() {
+            flags |= FLAG_ACT_SCALE;
+        }
+        let mut w = Writer::new(Tag::Fp8, flags);
+        w.tensor(DType::F8E4M3, &self.shape, &self.weight);
+        w.f32s(&[], &[self.weight_scale_inv]);
+        if let Some(a) = self.activation_scale {
+            w.f32s(&[], &[a]);
+        }
+        if let Some(b) = bias {
+            w.f32s(&self.shape[..self.shape.len() - 1], b);
+        }
+        w.finish()
+    }
+
+    fn read(data: &[u8]) -> Result<(Self, Option<Vec<f32>>)> {
+        let mut r = Reader::new(data, Tag::Fp8)?;
+        let (shape, codes) = r.tensor("weight", DType::F8E4M3)?;
+        let s_w = r.scalar("weight_scale_inv")?;
+        let s_a = match r.flags & FLAG_ACT_SCALE {
+            0 => None,
+            _ => Some(r.scalar("activation_scale")?),
+        };
+        let bias = match r.flags & FLAG_BIAS {
+            0 => None,
+            _ => {
+                let (dims, b) = r.f32s("bias")?;
+                if shape.len() < 2 || dims[..] != shape[..shape.len() - 1] {
+                    return Err(QuantError::ser(format!(
+                        "bias dims {dims:?} do not match weight dims {shape:?}"
+                    )));
+                }
+                Some(b)
+            }
+        };
+        r.finish()?;
+        let layer = ser::as_ser(Self::new(codes.to_vec(), shape, s_w, s_a, None))?;
+        if let Some(b) = &bias {
+            ser::as_ser(check_bias(
+                Some(b),
+                layer.weight.len() / layer.in_features(),
+            ))?;
+        }
+        Ok((layer, bias))
+    }
+}
+
+impl QuantMethod for PerTensorFP8Linear {
+    fn weight_shape(&self) -> Vec<usize> {
+        self.shape.clone()
+    }
+
+    fn forward(&self, x: &[f32], y: &mut [f32]) -> Result<()> {
+        if self.shape.len() == 3 {
+            return Err(QuantError::UnsupportedOperation(format!(
+                "forward on expert-stacked weights {:?}: use gather_forward",
+                self.shape
+            )));
+        }
+        let rows = rows_of(x, y, self.in_features(), self.out_features())?;
+        self.stats.observe(x, self.in_features());
+        let (xs, mult) = self.prepare(x);
+        self.expert_forward(0, &xs, rows, mult, y);
+        Ok(())
+    }
+
+    fn gather_forward(&self, x: &[f32], indices: &[i64], k: usize, y: &mut [f32]) -> Result<()> {
+        if self.shape.len() != 3 {
+            return Err(QuantError::UnsupportedOperation(format!(
+                "gather_forward needs expert-stacked [E, out, in] weights, this layer holds {:?}",
+                self.shape
+            )));
+        }
+        let (n_exp, out, inf) = (self.shape[0], self.shape[1], self.shape[2]);
+        if inf == 0 || x.len() % inf != 0 {
+            return Err(QuantError::dims(
+                "x length",
+                format!("a multiple of {inf}"),
+                x.len(),
+            ));
+        }
+        let tokens = x.len() / inf;
+        if indices.len() != tokens * k {
+            return Err(QuantError::dims(
+                "indices",
+                format!("[{tokens}, {k}]"),
+                format!("{} elements", indices.len()),
+            ));
+        }
+        if y.len() != tokens * k * out {
+            return Err(QuantError::dims("y length", tokens * k * out, y.len()));
+        }
+        if let Some(p) = indices
+            .iter()
+            .position(|&e| e < 0 || e as u64 >= n_exp as u64)
+        {
+            return Err(QuantError::arg(format!(
+                "indices[{}, {}] = {} is out of range for {n_exp} experts",
+                p / k.max(1),
+                p % k.max(1),
+                indices[p]
+            )));
+        }
+        self.stats.observe(x, inf);
+        let (xs, mult) = self.prepare(x);
+        // Group the (token, slot) pairs by expert; run each expert once over
+        // its rows (a batched forward), then scatter.
+        let mut by_expert: Vec<Vec<usize>> = vec![Vec::new(); n_exp];
+        for (p, &e) in indices.iter().enumerate() {
+            by_expert[e as usize].push(p);
+        }
+        for (e, slots) in by_expert.iter().enumerate().filter(|(_, s)| !s.is_empty()) {
+            let mut xe = Vec::with_capacity(slots.len() * inf);
+            for &p in slots {
+                let t = p / k;
+                xe.extend_from_slice(&xs[t * inf..(t + 1) * inf]);
+            }
+            let mut ye = vec![0f32; slots.len() * out];
+            self.expert_forward(e, &xe, slots.len(), mult, &mut ye);
+            for (i, &p) in slots.iter().enumerate() {
+                y[p * out..(p + 1) * out].copy_from_slice(&ye[i * out..(i + 1) * out]);
+            }
+        }
+        Ok(())
+    }
+
+    fn dequantize_w(&self) -> Result<Vec<f32>> {
+        let mut w = vec![0f32; self.weight.len()];
+        decode_slice(&self.weight, &mut w, FMT);
+        let s = self.weight_scale_inv;
+        w.par_iter_mut().with_min_len(1 << 14).for_each(|v| *v *= s);
+        Ok(w)
+    }
+
+    fn quantized_act_type(&self) -> Option<Fp8Format> {
+        self.activation_scale.map(|_| FMT)
+    }
+
+    fn add_delta_w(&self, delta: &[f32]) -> Result<Arc<dyn QuantMethod>> {
+        let w = merged(&self.dequantize_w()?, delta, &self.shape)?;
+        let mut layer = Self::from_float(
+            &w,
+            self.shape.clone(),
+            self.bias.clone(),
+            self.activation_scale,
+        )?;
+        layer.merge_error = Some(rel_frobenius(&w, &layer.dequantize_w()?));
+        Ok(Arc::new(layer))
+    }
+
+    fn dtype_and_device(&self) -> (WeightDType, Device) {
+        (WeightDType::F8E4M3, Device::Cpu)
+    }
+
+    fn apply_isq(
+        self: Arc<Self>,
+        dtype: Option<IsqType>,
+        device: Device,
+        n_quantized: &AtomicUsize,
+        imatrix_weight: Option<Vec<f32>>,
+    ) -> Result<Arc<dyn QuantMethod>> {
+        isq::convert(
+            &*self,
+            self.activation_scale,
+            dtype,
+            device,
+            n_quantized,
+            imatrix_weight,
+        )
+    }
+
+    fn bias(&self) -> Option<&[f32]> {
+        self.bias.as_deref()
+    }
+
+    fn begin_track_stats(&self) -> Result<()> {
+        self.stats.begin(self.in_features());
+        Ok(())
+    }
+
+    fn end_track_stats(&self) -> Result<Vec<f32>> {
+        self.stats.end()
+    }
+
+    fn merge_error(&self) -> Option<f64> {
+        self.merge_error
+    }
+
+    fn into_layer(self: Arc<Self>) -> Layer {
+        Layer::Fp8(self)
+    }
+}
+
+impl QuantizedSerde for PerTensorFP8Linear {
+    fn name(&self) -> &'static str {
+        "pertensor-fp8-linear"
+    }
+
+    fn serialize(&self) -> Result<Cow<'_, [u8]>> {
+        Ok(Cow::Owned(self.write(self.bias.as_deref())))
+    }
+
+    fn serialize_with_bias(&self, bias: Option<Vec<f32>>) -> Result<Cow<'_, [u8]>> {
+        check_bias(bias.as_deref(), self.weight.len() / self.in_features())?;
+        Ok(Cow::Owned(self.write(bias.as_deref())))
+    }
+
+    fn deserialize(data: Cow<'_, [u8]>, device: &Device) -> Result<Arc<dyn QuantMethod>> {
+        device.require_cpu()?;
+        let (mut layer, bias) = Self::read(&data)?;
+        layer.bias = bias;
+        Ok(Arc::new(layer))
+    }
+
+    fn deserialize_ext_bias(
+        data: Cow<'_, [u8]>,
+        device: &Device,
+    ) -> Result<(Arc<dyn QuantMethod>, Option<Vec<f32>>)> {
+        device.require_cpu()?;
+        let (layer, bias) = Self::read(&data)?;
+        Ok((Arc::new(layer), bias))
+    }
+}

@@ -1,0 +1,71 @@
+//! `apply_isq`: in-situ quantization of any layer into another format,
+//! shared by every `QuantMethod` implementation (dequantize, re-quantize).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use super::{
+    Device, Int4Linear, Int8Linear, IsqType, PerTensorFP8Linear, QuantMethod, UnquantLinear,
+};
+use crate::error::{QuantError, Result};
+
+/// Convert `src` to `dtype` (`None`: unquantized f32). `act_scale` is kept
+/// by an FP8 target (it describes the activations, which do not change).
+/// `imatrix_weight` (`[in]`, finite, >= 0) only applies to INT4 targets.
+pub(crate) fn convert(
+    src: &dyn QuantMethod,
+    act_scale: Option<f32>,
+    dtype: Option<IsqType>,
+    device: Device,
+    n_quantized: &AtomicUsize,
+    imatrix_weight: Option<Vec<f32>>,
+) -> Result<Arc<dyn QuantMethod>> {
+    device.require_cpu()?;
+    let shape = src.weight_shape();
+    let in_feat = src.in_features();
+    if let Some(im) = &imatrix_weight {
+        if !matches!(dtype, Some(IsqType::Int4 { .. })) {
+            return Err(QuantError::arg(
+                "imatrix_weight only applies to int4 targets (it weights the group-scale search)",
+            ));
+        }
+        if im.len() != in_feat {
+            return Err(QuantError::dims(
+                "imatrix_weight",
+                format!("[{in_feat}]"),
+                format!("[{}]", im.len()),
+            ));
+        }
+        if let Some(i) = im.iter().position(|v| !(v.is_finite() && *v >= 0.0)) {
+            return Err(QuantError::arg(format!(
+                "imatrix_weight[{i}]: expected finite and >= 0, got {}",
+                im[i]
+            )));
+        }
+    }
+    if shape.len() != 2 && dtype != Some(IsqType::Fp8E4M3) {
+        return Err(QuantError::UnsupportedOperation(format!(
+            "expert-stacked weights {shape:?} only convert to fp8_e4m3"
+        )));
+    }
+    let w = src.dequantize_w()?;
+    let bias = src.bias().map(<[f32]>::to_vec);
+    let out_feat = src.out_features();
+    let layer: Arc<dyn QuantMethod> = match dtype {
+        None => return Ok(Arc::new(UnquantLinear::new(w, out_feat, in_feat, bias)?)),
+        Some(IsqType::Fp8E4M3) => {
+            Arc::new(PerTensorFP8Linear::from_float(&w, shape, bias, act_scale)?)
+        }
+        Some(IsqType::Int8) => Arc::new(Int8Linear::from_float(&w, out_feat, in_feat, bias)?),
+        Some(IsqType::Int4 { group_size }) => Arc::new(Int4Linear::from_float(
+            &w,
+            out_feat,
+            in_feat,
+            group_size,
+            bias,
+            imatrix_weight.as_deref(),
+        )?),
+    };
+    n_quantized.fetch_add(1, Ordering::Relaxed);
+    Ok(layer)
+}

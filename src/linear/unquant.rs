@@ -1,0 +1,198 @@
+//! `UnquantLinear`: a plain float32 linear, `y = x . W^T + bias`, the
+//! `apply_isq(None)` target.
+
+use std::borrow::Cow;
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
+
+use super::kernels::{dot_f32, matmul_rows, RowSource};
+use super::serde::{self as ser, Reader, Tag, Writer, FLAG_BIAS};
+use super::stats::Stats;
+use super::{
+    check_bias, check_float_weight, isq, merged, rows_of, Device, IsqType, Layer, QuantMethod,
+    QuantizedSerde, WeightDType,
+};
+use crate::error::{QuantError, Result};
+use crate::simd::SimdLevel;
+
+/// Float32 linear layer, weight `[out, in]`.
+#[derive(Clone, Debug)]
+pub struct UnquantLinear {
+    weight: Vec<f32>,
+    out_feat: usize,
+    in_feat: usize,
+    bias: Option<Vec<f32>>,
+    merge_error: Option<f64>,
+    stats: Stats,
+}
+
+struct Rows<'a> {
+    w: &'a [f32],
+    k: usize,
+}
+
+impl RowSource for Rows<'_> {
+    fn decode(&self, r: usize, k0: usize, out: &mut [f32]) {
+        let s = r * self.k + k0;
+        out.copy_from_slice(&self.w[s..s + out.len()]);
+    }
+    fn dot(&self, level: SimdLevel, r: usize, x: &[f32]) -> f32 {
+        dot_f32(level, &self.w[r * self.k..(r + 1) * self.k], x)
+    }
+}
+
+impl UnquantLinear {
+    /// Validated: finite weight of `out * in` elements, bias `[out]`.
+    pub fn new(
+        weight: Vec<f32>,
+        out_feat: usize,
+        in_feat: usize,
+        bias: Option<Vec<f32>>,
+    ) -> Result<Self> {
+        check_float_weight(&weight, &[out_feat, in_feat])?;
+        check_bias(bias.as_deref(), out_feat)?;
+        Ok(UnquantLinear {
+            weight,
+            out_feat,
+            in_feat,
+            bias,
+            merge_error: None,
+            stats: Stats::default(),
+        })
+    }
+
+    pub fn weight(&self) -> &[f32] {
+        &self.weight
+    }
+
+    fn write(&self, bias: Option<&[f32]>) -> Vec<u8> {
+        let mut w = Writer::new(Tag::Unquant, if bias.is_some() { FLAG_BIAS } else { 0 });
+        w.f32s(&[self.out_feat, self.in_feat], &self.weight);
+        if let Some(b) = bias {
+            w.f32s(&[self.out_feat], b);
+        }
+        w.finish()
+    }
+
+    fn read(data: &[u8]) -> Result<(Self, Option<Vec<f32>>)> {
+        let mut r = Reader::new(data, Tag::Unquant)?;
+        let (dims, w) = r.f32s("weight")?;
+        if dims.len() != 2 {
+            return Err(QuantError::ser(format!(
+                "weight: expected rank 2, got dims {dims:?}"
+            )));
+        }
+        let bias = if r.flags & FLAG_BIAS != 0 {
+            Some(r.f32s("bias")?.1)
+        } else {
+            None
+        };
+        r.finish()?;
+        let layer = ser::as_ser(Self::new(w, dims[0], dims[1], None))?;
+        ser::as_ser(check_bias(bias.as_deref(), dims[0]))?;
+        Ok((layer, bias))
+    }
+}
+
+impl QuantMethod for UnquantLinear {
+    fn weight_shape(&self) -> Vec<usize> {
+        vec![self.out_feat, self.in_feat]
+    }
+
+    fn forward(&self, x: &[f32], y: &mut [f32]) -> Result<()> {
+        let rows = rows_of(x, y, self.in_feat, self.out_feat)?;
+        self.stats.observe(x, self.in_feat);
+        let src = Rows {
+            w: &self.weight,
+            k: self.in_feat,
+        };
+        matmul_rows(
+            &src,
+            self.out_feat,
+            self.in_feat,
+            x,
+            rows,
+            y,
+            &|_| 1.0,
+            self.bias.as_deref(),
+        );
+        Ok(())
+    }
+
+    fn dequantize_w(&self) -> Result<Vec<f32>> {
+        Ok(self.weight.clone())
+    }
+
+    fn add_delta_w(&self, delta: &[f32]) -> Result<Arc<dyn QuantMethod>> {
+        let w = merged(&self.weight, delta, &self.weight_shape())?;
+        let mut layer = Self::new(w, self.out_feat, self.in_feat, self.bias.clone())?;
+        layer.merge_error = Some(0.0);
+        Ok(Arc::new(layer))
+    }
+
+    fn dtype_and_device(&self) -> (WeightDType, Device) {
+        (WeightDType::F32, Device::Cpu)
+    }
+
+    fn apply_isq(
+        self: Arc<Self>,
+        dtype: Option<IsqType>,
+        device: Device,
+        n_quantized: &AtomicUsize,
+        imatrix_weight: Option<Vec<f32>>,
+    ) -> Result<Arc<dyn QuantMethod>> {
+        isq::convert(&*self, None, dtype, device, n_quantized, imatrix_weight)
+    }
+
+    fn bias(&self) -> Option<&[f32]> {
+        self.bias.as_deref()
+    }
+
+    fn begin_track_stats(&self) -> Result<()> {
+        self.stats.begin(self.in_feat);
+        Ok(())
+    }
+
+    fn end_track_stats(&self) -> Result<Vec<f32>> {
+        self.stats.end()
+    }
+
+    fn merge_error(&self) -> Option<f64> {
+        self.merge_error
+    }
+
+    fn into_layer(self: Arc<Self>) -> Layer {
+        Layer::Unquant(self)
+    }
+}
+
+impl QuantizedSerde for UnquantLinear {
+    fn name(&self) -> &'static str {
+        "unquant-linear"
+    }
+
+    fn serialize(&self) -> Result<Cow<'_, [u8]>> {
+        Ok(Cow::Owned(self.write(self.bias.as_deref())))
+    }
+
+    fn serialize_with_bias(&self, bias: Option<Vec<f32>>) -> Result<Cow<'_, [u8]>> {
+        check_bias(bias.as_deref(), self.out_feat)?;
+        Ok(Cow::Owned(self.write(bias.as_deref())))
+    }
+
+    fn deserialize(data: Cow<'_, [u8]>, device: &Device) -> Result<Arc<dyn QuantMethod>> {
+        device.require_cpu()?;
+        let (mut layer, bias) = Self::read(&data)?;
+        layer.bias = bias;
+        Ok(Arc::new(layer))
+    }
+
+    fn deserialize_ext_bias(
+        data: Cow<'_, [u8]>,
+        device: &Device,
+    ) -> Result<(Arc<dyn QuantMethod>, Option<Vec<f32>>)> {
+        device.require_cpu()?;
+        let (layer, bias) = Self::read(&data)?;
+        Ok((Arc::new(layer), bias))
+    }
+}
