@@ -110,14 +110,16 @@ def test_fp8_round_trip_bit_exact(ckpt, tmp_path):
     dst = tmp_path / "out.safetensors"
     assert quantize(src, dst, "--format", "fp8") == 0
     for name, w in weights_2d(tensors).items():
-        w32 = w.astype(np.float32)
-        want = quantrs.PerTensorFP8Linear.from_float(w32)
         prefix = name.removesuffix(".weight")
+        bias = tensors.get(prefix + ".bias")  # copied, and picked up by from_safetensors
+        want = quantrs.PerTensorFP8Linear.from_float(w.astype(np.float32), bias=bias)
         if name.endswith(".weight"):
             got = quantrs.PerTensorFP8Linear.from_safetensors(str(dst), prefix)
             assert np.array_equal(got.dequantize_w(), want.dequantize_w()), name
             x = np.random.default_rng(0).standard_normal((3, w.shape[1])).astype(np.float32)
             assert np.array_equal(got.forward(x), want.forward(x)), name
+            if bias is not None:
+                assert np.array_equal(got.bias, bias)
     # raw bytes through the safetensors library itself (its NumPy backend has no FP8 dtype)
     import safetensors
 
