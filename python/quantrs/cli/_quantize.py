@@ -150,12 +150,11 @@ def _int4_error(wt: np.ndarray, data: np.ndarray, scales: np.ndarray, gs: int):
 
 
 def _fp8(reader: StReader, job: Job):
-    from .. import PerTensorFP8Linear, fp8
+    from .. import fp8
 
     t = job.info
     w = reader.as_float32(t)
-    _check_finite(w)
-    codes, scale = fp8_quantize(PerTensorFP8Linear, fp8, w)
+    codes, scale = fp8_quantize(fp8, w)
     acc = _ErrAcc()
     step = max(1, _ERR_ELEMS // t.shape[1])
     for r0 in range(0, t.shape[0], step):
@@ -166,23 +165,26 @@ def _fp8(reader: StReader, job: Job):
     return [codes, np.asarray(scale, np.float32)], acc.result()
 
 
-def _check_finite(w: np.ndarray) -> None:
-    """FP8 would encode NaN as NaN and let inf poison the per-tensor scale: refuse both."""
-    rows = max(1, _CHUNK // max(1, 4 * w.shape[1]))
+def fp8_quantize(fp8, w: np.ndarray) -> tuple[np.ndarray, np.float32]:
+    """E4M3 codes ``[out, in]`` and ``weight_scale_inv`` of a 2-D float32 ``w``, exactly
+    as ``PerTensorFP8Linear.from_float(w)`` computes them (scale ``absmax / 448``, 1 for an
+    all-zero tensor; ``encode(w / scale, saturate=True)``; the tests check the two agree
+    bit for bit), but row block by row block: ``from_float`` takes a full float32 copy of
+    its input first, which would double the peak memory of ``quantize``."""
+    rows = max(1, _CHUNK // (4 * w.shape[1]))
+    absmax = np.float32(0)
     for r0 in range(0, w.shape[0], rows):
-        bad = np.flatnonzero(~np.isfinite(w[r0 : r0 + rows]))
-        if bad.size:
+        block = w[r0 : r0 + rows]
+        bad = np.flatnonzero(~np.isfinite(block))
+        if bad.size:  # NaN would stay NaN and inf would poison the per-tensor scale
             r, c = divmod(int(bad[0]), w.shape[1])
-            raise ValueError(f"non-finite value {w[r0 + r, c]} at index [{r0 + r}, {c}]")
-
-
-def fp8_quantize(layer_cls, fp8, w: np.ndarray) -> tuple[np.ndarray, np.float32]:
-    """FP8 E4M3 codes ``[out, in]`` and ``weight_scale_inv`` of ``layer_cls.from_float(w)``."""
-    layer = layer_cls.from_float(w)
-    codes = np.asarray(layer.weight)
-    if codes.dtype != np.uint8:
-        codes = codes.view(np.uint8)
-    return codes.reshape(w.shape), np.float32(layer.weight_scale_inv)
+            raise ValueError(f"non-finite value {block[r, c]} at index [{r0 + r}, {c}]")
+        absmax = max(absmax, np.abs(block).max(initial=np.float32(0)))
+    scale = absmax / np.float32(448) if absmax > 0 else np.float32(1)
+    codes = np.empty(w.shape, np.uint8)
+    for r0 in range(0, w.shape[0], rows):
+        codes[r0 : r0 + rows] = fp8.encode(w[r0 : r0 + rows] / scale, "e4m3", saturate=True)
+    return codes, np.float32(scale)
 
 
 class _ErrAcc:
