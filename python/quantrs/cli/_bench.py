@@ -83,6 +83,8 @@ def _run_suite(path: Path, quick: bool) -> list:
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=path.parent)
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        if "unrecognized arguments" in tail:
+            tail += " (bench scripts take --json and --quick: see docs/cli.md)"
         raise RuntimeError(f"exit status {proc.returncode}: {tail}")
     lines = proc.stdout.splitlines()
     # tolerate chatter before the JSON document
