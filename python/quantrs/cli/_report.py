@@ -19,7 +19,7 @@ def _cells(r) -> list[object]:
         f"{r.accuracy:.2f}",
         "-" if r.state_bytes is None else r.state_bytes,
         r.model_bytes,
-        f"{r.seconds:.2f}",
+        f"{r.seconds:.3f}",
     ]
 
 
