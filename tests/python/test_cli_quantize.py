@@ -413,3 +413,15 @@ def test_streamed_fp8_matches_from_float(case):
     codes, scale = fp8_quantize(quantrs.fp8, w)
     assert scale == np.float32(want.weight_scale_inv)
     assert np.array_equal(codes, np.asarray(want.weight).reshape(w.shape))
+
+
+@needs_int4
+def test_inspect_quantized_weight_save_file(tmp_path, capsys):
+    path = tmp_path / "qw.safetensors"
+    quantrs.QuantizedWeight.quantize(np.ones((70, 5), np.float32)).save(str(path))
+    assert main(["inspect", str(path), "--json"]) == 0
+    kinds = {t["name"]: t["kind"] for t in json.loads(capsys.readouterr().out)["tensors"]}
+    assert kinds == {
+        "data": "int4 QuantizedWeight [70x5], group 32: packed codes",
+        "scales": "int4 QuantizedWeight [70x5], group 32: scales",
+    }

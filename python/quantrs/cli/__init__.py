@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 
@@ -161,6 +162,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _COMMANDS[args.command](args)
     except CliError as e:
         msg = str(e)
+    except BrokenPipeError:  # `quantrs inspect big.safetensors | head`: not an error
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes stdout
+        return 0
     except FileNotFoundError as e:
         msg = f"{e.filename}: no such file"
     except IsADirectoryError as e:

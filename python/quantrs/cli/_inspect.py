@@ -52,6 +52,11 @@ def inspect_file(path: str | os.PathLike) -> dict:
 
 def _kinds(reader: StReader, qmeta: dict) -> dict[str, str]:
     kinds: dict[str, str] = {}
+    meta = reader.metadata
+    if meta.get("format") == "quantrs.int4":  # one QuantizedWeight.save() file
+        what = f"int4 QuantizedWeight [{meta.get('in_feat')}x{meta.get('out_feat')}]"
+        what += f", group {meta.get('group_size')}"
+        kinds.update({"data": f"{what}: packed codes", "scales": f"{what}: scales"})
     for name, m in qmeta.items():
         if isinstance(m, dict) and m.get("format") == "int4":
             what = f"int4 of {name} [{m.get('out_feat')}x{m.get('in_feat')}]"
@@ -83,7 +88,7 @@ def format_inspect(info: dict) -> str:
     out = [table(["tensor", "dtype", "shape", "bytes", "quantization"], rows)]
     n_q = sum(t["kind"] != "-" for t in info["tensors"])
     tb = sum(t["bytes"] for t in info["tensors"])
-    fmt = info["quantrs_format"] or "not quantrs"
+    fmt = info["quantrs_format"] or info["metadata"].get("format") or "not quantrs"
     out.append(
         f"{len(rows)} tensors ({n_q} quantized), {tb:,} tensor bytes, "
         f"{info['file_bytes']:,} file bytes; format: {fmt}"
