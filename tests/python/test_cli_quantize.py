@@ -11,6 +11,8 @@ import textwrap
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
@@ -244,6 +246,7 @@ def _corrupt_files(tmp_path, ckpt_path):
     _write_raw(tmp_path / "bad_size.safetensors", {"w": ("F32", [4, 5], w)})
     _write_raw(tmp_path / "neg_shape.safetensors", {"w": ("F32", [-4, -4], w)})
     _write_raw(tmp_path / "bad_entry.safetensors", {"w": ("F32", "4x4", w)})
+    _write_raw(tmp_path / "float_shape.safetensors", {"w": ("F32", [4.0, 4], w)})
     overlap = tmp_path / "overlap.safetensors"
     h = json.dumps(
         {
@@ -252,7 +255,7 @@ def _corrupt_files(tmp_path, ckpt_path):
         }
     ).encode()
     overlap.write_bytes(struct.pack("<Q", len(h)) + h + w)
-    for k in ("bad_dtype", "bad_size", "neg_shape", "bad_entry", "overlap"):
+    for k in ("bad_dtype", "bad_size", "neg_shape", "bad_entry", "float_shape", "overlap"):
         paths[k] = tmp_path / f"{k}.safetensors"
     return paths
 
@@ -425,3 +428,31 @@ def test_inspect_quantized_weight_save_file(tmp_path, capsys):
         "data": "int4 QuantizedWeight [70x5], group 32: packed codes",
         "scales": "int4 QuantizedWeight [70x5], group 32: scales",
     }
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.data())
+def test_reader_fuzz_never_crashes(data, tmp_path_factory):
+    """Any truncation or byte flip of a valid file either reads or raises StFormatError."""
+    from quantrs.cli._stfile import StFormatError, StReader
+
+    path = tmp_path_factory.mktemp("fuzz") / "f.safetensors"
+    save_file(
+        {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.ones(4, np.int8)},
+        str(path),
+        metadata={"k": "v"},
+    )
+    raw = bytearray(path.read_bytes())
+    if data.draw(st.booleans(), "truncate"):
+        raw = raw[: data.draw(st.integers(0, len(raw) - 1), "length")]
+    else:
+        for _ in range(data.draw(st.integers(1, 4), "flips")):
+            i = data.draw(st.integers(0, len(raw) - 1), "index")
+            raw[i] = data.draw(st.integers(0, 255), "byte")
+    path.write_bytes(bytes(raw))
+    try:
+        with StReader(path) as r:
+            for t in r.tensors:
+                assert r.raw(t).nbytes == t.nbytes
+    except StFormatError:
+        pass

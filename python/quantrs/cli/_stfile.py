@@ -86,10 +86,11 @@ def _parse_header(raw: bytes, data_start: int, file_size: int) -> tuple[list[Ten
     for name, entry in header.items():
         try:
             dtype, shape, (b, e) = entry["dtype"], entry["shape"], entry["data_offsets"]
-            shape = tuple(int(d) for d in shape)
-            b, e = int(b), int(e)
+            shape = tuple(shape)
         except (KeyError, TypeError, ValueError):
             raise StFormatError(f"tensor {name!r}: malformed header entry") from None
+        if not all(type(v) is int for v in (*shape, b, e)):  # bool and float are not
+            raise StFormatError(f"tensor {name!r}: shape and offsets must be integers")
         if dtype not in DTYPES:
             raise StFormatError(f"tensor {name!r}: unsupported dtype {dtype!r}")
         if any(d < 0 for d in shape) or not 0 <= b <= e:
