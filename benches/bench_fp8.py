@@ -52,7 +52,9 @@ def timeit(fn, repeats, cold=False, after_blas=False):
 
 
 def row(name, base_ms, ours_ms, base_name):
-    print(f"| {name:<38} | {base_ms:9.2f} | {ours_ms:9.2f} | {base_ms / ours_ms:6.2f}x | {base_name} |")
+    print(
+        f"| {name:<38} | {base_ms:9.2f} | {ours_ms:9.2f} | {base_ms / ours_ms:6.2f}x | {base_name} |"
+    )
 
 
 def main():
