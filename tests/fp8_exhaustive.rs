@@ -110,47 +110,66 @@ fn simd_encoder_all_2_32_patterns() {
     let level = simd::level();
     for fmt in [Fp8Format::E4M3, Fp8Format::E5M2] {
         let o = Oracle::new(fmt);
-        let bad = (0..(1u64 << 32) / CHUNK).into_par_iter().find_map_any(|c| {
-            let start = (c * CHUNK) as u32;
-            let x: Vec<f32> = (0..CHUNK as u32)
-                .map(|i| f32::from_bits(start + i))
-                .collect();
-            let mut out = vec![0u8; x.len()];
-            for sat in [false, true] {
-                encode_slice_level(level, &x, &mut out, fmt, sat);
-                // The sign is constant in a chunk and the expected code is a
-                // step function of the magnitude: check it run by run, each
-                // run ending at the next midpoint (a midpoint itself is a run
-                // of one, for the tie) or at the inf/NaN boundary.
-                let mut i = 0usize;
-                while i < out.len() {
-                    let bits = start + i as u32;
-                    let abs = bits & 0x7FFF_FFFF;
-                    let k = o.mids.partition_point(|&t| t < abs);
-                    let end = if abs > 0x7F80_0000 {
-                        u32::MAX
-                    } else if k < o.mids.len() && o.mids[k] == abs {
-                        abs + 1
-                    } else if k < o.mids.len() {
-                        o.mids[k]
-                    } else {
-                        0x7F80_0001
-                    };
-                    let run = (out.len() - i).min((end - abs) as usize);
-                    let want = full(&o, fmt, bits, sat);
-                    if let Some(j) = out[i..i + run].iter().position(|&g| g != want) {
-                        return Some((bits + j as u32, sat, out[i + j], want));
-                    }
-                    i += run;
-                }
-            }
-            None
-        });
+        let bad = (0..(1u64 << 32) / CHUNK)
+            .into_par_iter()
+            .map_init(
+                || (vec![0f32; CHUNK as usize], vec![0u8; CHUNK as usize]),
+                |(x, out), c| check_chunk(&o, fmt, level, (c * CHUNK) as u32, x, out),
+            )
+            .find_any(Option::is_some)
+            .flatten();
         assert_eq!(
             bad, None,
             "{fmt:?} at {level:?}: (bits, saturate, got, want)"
         );
     }
+}
+
+/// Encode the chunk of patterns starting at `start` in both modes and check
+/// it against the oracle; the first mismatch as `(bits, saturate, got, want)`.
+fn check_chunk(
+    o: &Oracle,
+    fmt: Fp8Format,
+    level: SimdLevel,
+    start: u32,
+    x: &mut [f32],
+    out: &mut [u8],
+) -> Option<(u32, bool, u8, u8)> {
+    for (i, v) in x.iter_mut().enumerate() {
+        *v = f32::from_bits(start + i as u32);
+    }
+    for sat in [false, true] {
+        encode_slice_level(level, x, out, fmt, sat);
+        // The sign is constant in a chunk and the expected code is a
+        // step function of the magnitude: check it run by run, each
+        // run ending at the next midpoint (a midpoint itself is a run
+        // of one, for the tie) or at the inf/NaN boundary.
+        let mut i = 0usize;
+        while i < out.len() {
+            let bits = start + i as u32;
+            let abs = bits & 0x7FFF_FFFF;
+            let k = o.mids.partition_point(|&t| t < abs);
+            let end = if abs > 0x7F80_0000 {
+                u32::MAX
+            } else if k < o.mids.len() && o.mids[k] == abs {
+                abs + 1
+            } else if k < o.mids.len() {
+                o.mids[k]
+            } else {
+                0x7F80_0001
+            };
+            let run = (out.len() - i).min((end - abs) as usize);
+            let want = full(o, fmt, bits, sat);
+            let seg = &out[i..i + run];
+            // Branch-free OR of differences (vectorizes); locate only on failure.
+            if seg.iter().fold(0u8, |acc, &g| acc | (g ^ want)) != 0 {
+                let j = seg.iter().position(|&g| g != want).unwrap_or(0);
+                return Some((bits + j as u32, sat, out[i + j], want));
+            }
+            i += run;
+        }
+    }
+    None
 }
 
 #[test]

@@ -127,6 +127,7 @@ class _LinearBase:
     def bias(self) -> npt.NDArray[np.float32] | None: ...
     def __reduce__(self) -> tuple[Any, ...]: ...
 
+@final
 class PerTensorFP8Linear(_LinearBase):
     def __new__(
         cls,
@@ -148,11 +149,13 @@ class PerTensorFP8Linear(_LinearBase):
     @property
     def activation_scale(self) -> float | None: ...
 
+@final
 class UnquantLinear(_LinearBase):
     def __new__(cls, weight: npt.ArrayLike, bias: npt.ArrayLike | None = None) -> UnquantLinear: ...
     @property
     def weight(self) -> npt.NDArray[np.float32]: ...
 
+@final
 class Int8Linear(_LinearBase):
     def __new__(
         cls, q: npt.ArrayLike, scales: npt.ArrayLike, bias: npt.ArrayLike | None = None
@@ -164,6 +167,7 @@ class Int8Linear(_LinearBase):
     @property
     def scales(self) -> npt.NDArray[np.float32]: ...
 
+@final
 class Int4Linear(_LinearBase):
     def __new__(cls, qweight: QuantizedWeight, bias: npt.ArrayLike | None = None) -> Int4Linear: ...
     @staticmethod

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
-use super::kernels::{dot_e4m3, matmul_rows, RowSource};
+use super::kernels::{dot_e4m3, matmul_rows, Epilogue, RowSource};
 use super::serde::{self as ser, DType, Reader, Tag, Writer, FLAG_ACT_SCALE, FLAG_BIAS};
 use super::stats::Stats;
 use super::{
@@ -234,7 +234,11 @@ impl PerTensorFP8Linear {
         let (out, k) = (self.out_features(), self.in_features());
         let codes = &self.weight[e * out * k..(e + 1) * out * k];
         let bias = self.bias.as_deref().map(|b| &b[e * out..(e + 1) * out]);
-        matmul_rows(&Rows { codes, k }, out, k, x, rows, y, &|_| mult, bias);
+        let epi = Epilogue {
+            scale: &|_| mult,
+            bias,
+        };
+        matmul_rows(&Rows { codes, k }, out, k, x, rows, y, &epi);
     }
 
     fn write(&self, bias: Option<&[f32]>) -> Vec<u8> {
@@ -316,7 +320,7 @@ impl QuantMethod for PerTensorFP8Linear {
             )));
         }
         let (n_exp, out, inf) = (self.shape[0], self.shape[1], self.shape[2]);
-        if inf == 0 || x.len() % inf != 0 {
+        if inf == 0 || !x.len().is_multiple_of(inf) {
             return Err(QuantError::dims(
                 "x length",
                 format!("a multiple of {inf}"),

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
-use super::kernels::{dot_i8, matmul_rows, RowSource};
+use super::kernels::{dot_i8, matmul_rows, Epilogue, RowSource};
 use super::serde::{self as ser, DType, Reader, Tag, Writer, FLAG_BIAS};
 use super::stats::Stats;
 use super::{
@@ -168,16 +168,11 @@ impl QuantMethod for Int8Linear {
             k: self.in_feat,
         };
         let scales = &self.scales;
-        matmul_rows(
-            &src,
-            self.out_feat,
-            self.in_feat,
-            x,
-            rows,
-            y,
-            &|r| scales[r],
-            self.bias.as_deref(),
-        );
+        let epi = Epilogue {
+            scale: &|r| scales[r],
+            bias: self.bias.as_deref(),
+        };
+        matmul_rows(&src, self.out_feat, self.in_feat, x, rows, y, &epi);
         Ok(())
     }
 

@@ -41,6 +41,12 @@ unsafe impl Send for OutPtr {}
 // SAFETY: as above.
 unsafe impl Sync for OutPtr {}
 
+/// What is applied to each finished dot product: `v * scale(r) + bias[r]`.
+pub(crate) struct Epilogue<'a> {
+    pub scale: &'a (dyn Fn(usize) -> f32 + Sync),
+    pub bias: Option<&'a [f32]>,
+}
+
 /// `y[b, r] = dot(x[b], R[r]) * scale(r) + bias[r]` for `b < m`, `r < n`.
 /// `x` is `[m, k]`, `y` is `[m, n]`, row-major.
 pub(crate) fn matmul_rows<S: RowSource>(
@@ -50,9 +56,9 @@ pub(crate) fn matmul_rows<S: RowSource>(
     x: &[f32],
     m: usize,
     y: &mut [f32],
-    scale: &(dyn Fn(usize) -> f32 + Sync),
-    bias: Option<&[f32]>,
+    epi: &Epilogue<'_>,
 ) {
+    let (scale, bias) = (epi.scale, epi.bias);
     debug_assert_eq!(x.len(), m * k);
     debug_assert_eq!(y.len(), m * n);
     if m == 0 || n == 0 {
@@ -357,16 +363,11 @@ mod tests {
             let x = rng_vals(m * k, 12);
             let bias = rng_vals(n, 13);
             let mut y = vec![0f32; m * n];
-            matmul_rows(
-                &F32Rows(&w, k),
-                n,
-                k,
-                &x,
-                m,
-                &mut y,
-                &|r| 0.5 + r as f32,
-                Some(&bias),
-            );
+            let epi = Epilogue {
+                scale: &|r| 0.5 + r as f32,
+                bias: Some(&bias),
+            };
+            matmul_rows(&F32Rows(&w, k), n, k, &x, m, &mut y, &epi);
             for b in 0..m {
                 for r in 0..n {
                     let mut s = 0f64;

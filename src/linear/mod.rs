@@ -251,6 +251,9 @@ pub trait QuantMethod: Send + Sync + std::fmt::Debug {
     fn into_layer(self: Arc<Self>) -> Layer;
 }
 
+/// A layer and a bias kept outside it (`deserialize_ext_bias`).
+pub type LayerAndBias = (Arc<dyn QuantMethod>, Option<Vec<f32>>);
+
 /// Serialization of a layer (seed 002's `QuantizedSerde`); the byte format
 /// is in [`serde`].
 pub trait QuantizedSerde {
@@ -271,17 +274,14 @@ pub trait QuantizedSerde {
         Self: Sized;
 
     /// The layer without its bias, and the bias separately.
-    fn deserialize_ext_bias(
-        data: Cow<'_, [u8]>,
-        device: &Device,
-    ) -> Result<(Arc<dyn QuantMethod>, Option<Vec<f32>>)>
+    fn deserialize_ext_bias(data: Cow<'_, [u8]>, device: &Device) -> Result<LayerAndBias>
     where
         Self: Sized;
 }
 
 /// Rows of `x` for a layer with `in_feat` inputs, checking the lengths.
 pub(crate) fn rows_of(x: &[f32], y: &[f32], in_feat: usize, out_feat: usize) -> Result<usize> {
-    if in_feat == 0 || x.len() % in_feat != 0 {
+    if in_feat == 0 || !x.len().is_multiple_of(in_feat) {
         return Err(QuantError::dims(
             "x length",
             format!("a multiple of in_features={in_feat}"),
@@ -318,7 +318,7 @@ pub(crate) fn check_bias(bias: Option<&[f32]>, len: usize) -> Result<()> {
 /// Validate a float weight: shape product and finiteness (first bad index).
 pub(crate) fn check_float_weight(w: &[f32], shape: &[usize]) -> Result<()> {
     let n: usize = shape.iter().product();
-    if shape.iter().any(|&d| d == 0) {
+    if shape.contains(&0) {
         return Err(QuantError::arg(format!("weight shape {shape:?} is empty")));
     }
     if w.len() != n {

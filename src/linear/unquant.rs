@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
-use super::kernels::{dot_f32, matmul_rows, RowSource};
+use super::kernels::{dot_f32, matmul_rows, Epilogue, RowSource};
 use super::serde::{self as ser, Reader, Tag, Writer, FLAG_BIAS};
 use super::stats::Stats;
 use super::{
@@ -106,16 +106,11 @@ impl QuantMethod for UnquantLinear {
             w: &self.weight,
             k: self.in_feat,
         };
-        matmul_rows(
-            &src,
-            self.out_feat,
-            self.in_feat,
-            x,
-            rows,
-            y,
-            &|_| 1.0,
-            self.bias.as_deref(),
-        );
+        let epi = Epilogue {
+            scale: &|_| 1.0,
+            bias: self.bias.as_deref(),
+        };
+        matmul_rows(&src, self.out_feat, self.in_feat, x, rows, y, &epi);
         Ok(())
     }
 

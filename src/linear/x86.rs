@@ -4,7 +4,8 @@
 //! pattern shifted into a float16 (`sign << 8 | magnitude << 7`) is the same
 //! value times 2^-8, normals and subnormals alike (both formats have a
 //! hidden bit; the exponent biases differ by 8), and `vcvtph2ps` widens it
-//! exactly. The sum is multiplied by 2^8 at the end (exact). NaN codes are
+//! exactly. The sum is multiplied by 2^8 at the end (exact). The float16 is
+//! built with one sign-extending widen, one shift and one mask. NaN codes are
 //! rejected when a layer is built, so they never reach this path.
 
 use std::arch::x86_64::*;
@@ -79,28 +80,24 @@ pub unsafe fn dot_f32_avx2(a: &[f32], b: &[f32]) -> f32 {
     t
 }
 
-/// 16 E4M3 codes (in the low halves of a 256-bit integer vector, widened to
-/// 16 bits) as 16 floats times 2^-8.
-#[target_feature(enable = "avx512f,avx512bw")]
-unsafe fn e4m3x16_scaled(c16: __m256i) -> __m512 {
-    let mag = _mm256_slli_epi16::<7>(_mm256_and_si256(c16, _mm256_set1_epi16(0x7F)));
-    let sign = _mm256_slli_epi16::<8>(_mm256_and_si256(c16, _mm256_set1_epi16(0x80)));
-    _mm512_cvtph_ps(_mm256_or_si256(mag, sign))
-}
-
 /// # Safety
 /// AVX-512 F+BW required; `codes.len() == x.len()`; no NaN codes.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
 pub unsafe fn dot_e4m3_avx512(codes: &[u8], x: &[f32]) -> f32 {
+    // Sign-extending the byte to 16 bits and shifting left by 7 puts the
+    // magnitude in bits 7..13 and the sign in bits 14 and 15; clearing bit 14
+    // leaves the float16 `sign << 15 | magnitude << 7`.
+    let mask = _mm512_set1_epi16(0xBF80u16 as i16);
     let n = codes.len() / 32 * 32;
     let (pc, px) = (codes.as_ptr(), x.as_ptr());
     let mut s0 = _mm512_setzero_ps();
     let mut s1 = _mm512_setzero_ps();
     let mut i = 0;
     while i < n {
-        let c = _mm512_cvtepu8_epi16(_mm256_loadu_si256(pc.add(i).cast()));
-        let w0 = e4m3x16_scaled(_mm512_castsi512_si256(c));
-        let w1 = e4m3x16_scaled(_mm512_extracti64x4_epi64::<1>(c));
+        let c = _mm512_cvtepi8_epi16(_mm256_loadu_si256(pc.add(i).cast()));
+        let h = _mm512_and_si512(_mm512_slli_epi16::<7>(c), mask);
+        let w0 = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+        let w1 = _mm512_cvtph_ps(_mm512_extracti64x4_epi64::<1>(h));
         s0 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(px.add(i)), s0);
         s1 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(px.add(i + 16)), s1);
         i += 32;
@@ -117,15 +114,12 @@ pub unsafe fn dot_e4m3_avx2(codes: &[u8], x: &[f32]) -> f32 {
     let (pc, px) = (codes.as_ptr(), x.as_ptr());
     let mut s0 = _mm256_setzero_ps();
     let mut s1 = _mm256_setzero_ps();
-    let m7f = _mm256_set1_epi16(0x7F);
-    let m80 = _mm256_set1_epi16(0x80);
+    let mask = _mm256_set1_epi16(0xBF80u16 as i16);
     let mut i = 0;
     while i < n {
-        let c = _mm256_cvtepu8_epi16(_mm_loadu_si128(pc.add(i).cast()));
-        let h = _mm256_or_si256(
-            _mm256_slli_epi16::<7>(_mm256_and_si256(c, m7f)),
-            _mm256_slli_epi16::<8>(_mm256_and_si256(c, m80)),
-        );
+        // See `dot_e4m3_avx512` for the sign-extend-and-shift decode.
+        let c = _mm256_cvtepi8_epi16(_mm_loadu_si128(pc.add(i).cast()));
+        let h = _mm256_and_si256(_mm256_slli_epi16::<7>(c), mask);
         let w0 = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
         let w1 = _mm256_cvtph_ps(_mm256_extracti128_si256::<1>(h));
         s0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(px.add(i)), s0);

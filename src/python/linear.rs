@@ -32,6 +32,22 @@ fn new_f32<'py>(py: Python<'py>, v: Vec<f32>, shape: &[usize]) -> PyResult<Bound
         .into_any())
 }
 
+/// A read-only NumPy view of `buf` (owned by the frozen layer `owner`),
+/// reshaped to `shape`; the array's base keeps `owner` alive.
+fn view_of<'py, T: numpy::Element>(
+    owner: &Bound<'py, PyAny>,
+    buf: &[T],
+    shape: &[usize],
+) -> PyResult<Bound<'py, PyAny>> {
+    let view = numpy::ndarray::ArrayView1::from(buf);
+    // SAFETY: `buf` lives in an `Arc`'d layer held by the frozen pyclass
+    // `owner`, which is never mutated after construction; the array's base
+    // keeps `owner` (and so the buffer) alive as long as the view exists.
+    let arr = unsafe { PyArray1::borrow_from_array(&view, owner.clone()) };
+    arr.readwrite().make_nonwriteable();
+    Ok(arr.reshape(shape.to_vec())?.into_any())
+}
+
 fn opt_f32_vec(obj: Option<&Bound<'_, PyAny>>, arg: &str) -> PyResult<Option<Vec<f32>>> {
     obj.filter(|o| !o.is_none())
         .map(|o| {
@@ -487,11 +503,11 @@ py_layer!(PyFp8Linear, PerTensorFP8Linear, {
         })
     }
 
-    /// The E4M3 codes (uint8, a copy), shape `weight_shape`.
+    /// The E4M3 codes, shape `weight_shape`: a read-only uint8 view (no copy).
     #[getter]
-    fn weight<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let a = PyArray1::from_slice(py, self.inner.weight());
-        Ok(a.reshape(self.inner.shape().to_vec())?.into_any())
+    fn weight<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let l = &slf.get().inner;
+        view_of(slf.as_any(), l.weight(), l.shape())
     }
 
     #[getter]
@@ -535,10 +551,11 @@ py_layer!(PyUnquantLinear, UnquantLinear, {
         })
     }
 
-    /// The float32 weight (a copy).
+    /// The float32 weight `[out, in]`: a read-only view (no copy).
     #[getter]
-    fn weight<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        new_f32(py, self.inner.weight().to_vec(), &self.inner.weight_shape())
+    fn weight<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let l = &slf.get().inner;
+        view_of(slf.as_any(), l.weight(), &l.weight_shape())
     }
 
     fn __repr__(&self) -> String {
@@ -604,18 +621,18 @@ py_layer!(PyInt8Linear, Int8Linear, {
         })
     }
 
-    /// The int8 codes `[out, in]` (a copy).
+    /// The int8 codes `[out, in]`: a read-only view (no copy).
     #[getter]
-    fn q<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        Ok(PyArray1::from_slice(py, self.inner.q())
-            .reshape(self.inner.weight_shape())?
-            .into_any())
+    fn q<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let l = &slf.get().inner;
+        view_of(slf.as_any(), l.q(), &l.weight_shape())
     }
 
-    /// The per-row scales `[out]` (a copy).
+    /// The per-row scales `[out]`: a read-only view (no copy).
     #[getter]
-    fn scales<'py>(&self, py: Python<'py>) -> Bound<'py, PyAny> {
-        PyArray1::from_slice(py, self.inner.scales()).into_any()
+    fn scales<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let l = &slf.get().inner;
+        view_of(slf.as_any(), l.scales(), &[l.out_features()])
     }
 
     fn __repr__(&self) -> String {

@@ -81,6 +81,11 @@ def test_from_float_scale_and_codes():
     want = fp8.encode(w / s, "e4m3", saturate=True)
     assert np.array_equal(layer.weight, want)
     assert layer.weight.dtype == np.uint8 and layer.weight.shape == (6, 10)
+    # a read-only view of the layer's own codes, not a copy per access
+    assert np.shares_memory(layer.weight, layer.weight)
+    assert not layer.weight.flags.writeable
+    with pytest.raises(ValueError):
+        layer.weight[0, 0] = 1
     z = PerTensorFP8Linear.from_float(np.zeros((2, 3), np.float32))
     assert z.weight_scale_inv == 1.0 and not z.weight.any()
 

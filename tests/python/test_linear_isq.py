@@ -58,6 +58,7 @@ def test_isq_int8_per_row(fp8_layer):
     w = fp8_layer.dequantize_w()
     qr, sr = int8_reference(w)
     np.testing.assert_array_equal(q.q, qr)
+    assert np.shares_memory(q.q, q.q) and not q.scales.flags.writeable
     np.testing.assert_array_equal(q.scales, sr)
     np.testing.assert_array_equal(q.dequantize_w(), qr.astype(np.float32) * sr[:, None])
     check_forward(q, q.dequantize_w(), q.bias)
