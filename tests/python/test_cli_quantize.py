@@ -397,7 +397,7 @@ def test_quantize_peak_memory(tmp_path, fmt):
 )
 def test_streamed_fp8_matches_from_float(case):
     """quantize encodes FP8 in row blocks; it must agree with from_float bit for bit."""
-    from quantrs.cli._quantize import fp8_quantize
+    from quantrs.cli._convert import fp8_quantize
 
     rng = np.random.default_rng(3)
     w = rng.standard_normal((37, 300)).astype(np.float32)

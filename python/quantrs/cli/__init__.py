@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from ._demo import EPOCHS
 from ._errors import CliError
-from ._quantize import load_int4
+from ._layout import load_int4
 
 __all__ = ["CliError", "load_int4", "main"]
 

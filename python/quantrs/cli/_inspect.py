@@ -11,7 +11,7 @@ import os
 import numpy as np
 
 from ._errors import CliError
-from ._quantize import FORMAT_KEY, TENSORS_KEY
+from ._layout import FORMAT_KEY, TENSORS_KEY
 from ._stfile import StFormatError, StReader
 from ._table import table
 

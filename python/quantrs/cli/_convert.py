@@ -1,0 +1,128 @@
+"""Per-tensor conversions of ``quantrs quantize``, each bounded in memory.
+
+INT4: ``W [out, in]`` is transposed in tiles into a float32 ``[in, out]`` copy (the one
+full-size buffer), handed to ``QuantizedWeight.quantize``, and the error report is computed
+from the packed bytes, chunk by chunk. FP8: encoded in row blocks straight from the memory
+map. Errors: relative Frobenius ``||W - deq|| / ||W||`` and the largest absolute error.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._stfile import StReader, TensorInfo
+
+_CHUNK = 16 << 20  # bytes per streamed chunk (copies, transposition)
+_ERR_ELEMS = 1 << 20  # elements per chunk of the error report (a few float64 temporaries)
+
+
+def _transposed_f32(reader: StReader, t: TensorInfo) -> np.ndarray:
+    """``W.T`` as a new C-contiguous float32 array, copied in 64 x 512 tiles (cache
+    friendly) from row blocks whose source pages are dropped once copied (peak: one
+    float32 copy of the tensor)."""
+    out_feat, in_feat = t.shape
+    wt = np.empty((in_feat, out_feat), np.float32)
+    src = reader.array(t)
+    row_bytes = t.nbytes // out_feat
+    step = max(1, min(64, _CHUNK // row_bytes))
+    for r0 in range(0, out_feat, step):
+        r1 = min(out_feat, r0 + step)
+        for c0 in range(0, in_feat, 512):
+            tile = src[r0:r1, c0 : c0 + 512]
+            if t.dtype == "BF16":  # bfloat16 is the top half of a float32
+                tile = (tile.astype(np.uint32) << 16).view(np.float32)
+            wt[c0 : c0 + 512, r0:r1] = tile.T  # F16/F64 are cast on assignment
+        reader.release(t, r0 * row_bytes, (r1 - r0) * row_bytes)
+    return wt
+
+
+def int4_tensor(reader: StReader, t: TensorInfo, meta: dict, group_size: int):
+    """``[qweight [num_pairs, out] u8, scales [num_groups, out] f32]`` and the error."""
+    from .. import QuantizedWeight
+
+    wt = _transposed_f32(reader, t)
+    qw = QuantizedWeight.quantize(wt, group_size=group_size)
+    m = meta
+    data = np.asarray(qw.data).reshape(-1, m["out_feat"])
+    scales = np.asarray(qw.scales).reshape(-1, m["out_feat"])
+    if (qw.in_feat, qw.out_feat, qw.num_groups) != (m["in_feat"], m["out_feat"], m["num_groups"]):
+        raise RuntimeError(f"internal error: unexpected INT4 layout for {t.name!r}")
+    err = _int4_error(wt, data, scales, m["group_size"])
+    return [data, scales], err
+
+
+def _int4_error(wt: np.ndarray, data: np.ndarray, scales: np.ndarray, gs: int):
+    """Relative Frobenius and max-abs error of the packed weight against ``wt``,
+    dequantized in NumPy chunk by chunk (never a full float32 copy)."""
+    in_feat = wt.shape[0]
+    acc = _ErrAcc()
+    step = max(1, _ERR_ELEMS // (2 * wt.shape[1]))  # pairs per chunk
+    for p0 in range(0, data.shape[0], step):
+        b = data[p0 : p0 + step]
+        q = np.empty((2 * b.shape[0], b.shape[1]), np.int8)
+        q[0::2] = (b << 4).view(np.int8) >> 4  # low nibble, sign-extended
+        q[1::2] = b.view(np.int8) >> 4  # high nibble, sign-extended
+        r0 = 2 * p0
+        g = np.arange(r0, r0 + q.shape[0]) // gs
+        deq = q.astype(np.float32) * scales[g]
+        n = min(q.shape[0], in_feat - r0)
+        acc.add(wt[r0 : r0 + n], deq[:n])
+    return acc.result()
+
+
+def fp8_tensor(reader: StReader, t: TensorInfo):
+    """``[codes [out, in] u8, weight_scale_inv f32 scalar]`` and the error."""
+    from .. import fp8
+
+    w = reader.as_float32(t)
+    codes, scale = fp8_quantize(fp8, w)
+    acc = _ErrAcc()
+    step = max(1, _ERR_ELEMS // t.shape[1])
+    for r0 in range(0, t.shape[0], step):
+        deq = fp8.decode(codes[r0 : r0 + step], "e4m3") * scale
+        acc.add(w[r0 : r0 + step], deq)
+    del w
+    reader.release(t)
+    return [codes, np.asarray(scale, np.float32)], acc.result()
+
+
+def fp8_quantize(fp8, w: np.ndarray) -> tuple[np.ndarray, np.float32]:
+    """E4M3 codes ``[out, in]`` and ``weight_scale_inv`` of a 2-D float32 ``w``, exactly
+    as ``PerTensorFP8Linear.from_float(w)`` computes them (scale ``absmax / 448``, 1 for an
+    all-zero tensor; ``encode(w / scale, saturate=True)``; the tests check the two agree
+    bit for bit), but row block by row block: ``from_float`` takes a full float32 copy of
+    its input first, which would double the peak memory of ``quantize``."""
+    rows = max(1, _CHUNK // (4 * w.shape[1]))
+    absmax = np.float32(0)
+    for r0 in range(0, w.shape[0], rows):
+        block = w[r0 : r0 + rows]
+        bad = np.flatnonzero(~np.isfinite(block))
+        if bad.size:  # NaN would stay NaN and inf would poison the per-tensor scale
+            r, c = divmod(int(bad[0]), w.shape[1])
+            raise ValueError(f"non-finite value {block[r, c]} at index [{r0 + r}, {c}]")
+        absmax = max(absmax, np.abs(block).max(initial=np.float32(0)))
+    scale = absmax / np.float32(448) if absmax > 0 else np.float32(1)
+    codes = np.empty(w.shape, np.uint8)
+    for r0 in range(0, w.shape[0], rows):
+        codes[r0 : r0 + rows] = fp8.encode(w[r0 : r0 + rows] / scale, "e4m3", saturate=True)
+    return codes, np.float32(scale)
+
+
+class _ErrAcc:
+    """Sums for the relative Frobenius error; float32 per chunk (a report, 3 digits),
+    float64 across chunks."""
+
+    def __init__(self):
+        self.num = self.den = 0.0
+        self.max_abs = 0.0
+
+    def add(self, ref: np.ndarray, got: np.ndarray) -> None:
+        ref = np.asarray(ref, np.float32).reshape(-1)
+        d = ref - np.asarray(got, np.float32).reshape(-1)
+        self.num += float(np.dot(d, d))
+        self.den += float(np.dot(ref, ref))
+        if d.size:
+            self.max_abs = max(self.max_abs, float(d.max()), -float(d.min()))
+
+    def result(self) -> tuple[float, float]:
+        return (self.num / self.den) ** 0.5 if self.den else 0.0, self.max_abs
