@@ -90,6 +90,9 @@ def _cmd_demo(args) -> int:
     from ._report import demo_json, demo_table, write_plot
 
     if args.plot:
+        plot_dir = os.path.dirname(os.path.abspath(args.plot))
+        if not os.path.isdir(plot_dir):
+            raise CliError(f"--plot: directory {plot_dir!r} does not exist")
         try:
             import matplotlib  # noqa: F401
         except ImportError:

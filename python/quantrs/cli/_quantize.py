@@ -127,7 +127,11 @@ def quantize_file(
         )
         specs = [o for j in jobs for o in j.outs]
         rows = []
-        with StWriter(dst, specs, metadata) as writer, _progress(jobs, progress) as bar:
+        try:
+            writer = StWriter(dst, specs, metadata)
+        except OSError as e:  # name the destination, not the temporary file
+            raise CliError(f"cannot write {dst}: {e.strerror or e}") from None
+        with writer, _progress(jobs, progress) as bar:
             for j in jobs:
                 t = j.info
                 bar.set_postfix_str(t.name[-40:], refresh=False)
