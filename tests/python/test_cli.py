@@ -195,6 +195,12 @@ def test_demo_plot_without_matplotlib(tmp_path, capsys, monkeypatch):
     assert not out.exists()
 
 
+def test_demo_plot_into_missing_directory(tmp_path, capsys):
+    assert main(["demo", "--epochs", "1", "--plot", str(tmp_path / "no" / "x.png")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "does not exist" in err
+
+
 def test_demo_bad_epochs(capsys):
     with pytest.raises(SystemExit) as e:
         main(["demo", "--epochs", "0"])
