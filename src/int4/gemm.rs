@@ -20,6 +20,18 @@ pub const NR: usize = 32;
 const KC: usize = 256;
 /// Output columns per task tile (a multiple of NR).
 const NC: usize = 256;
+/// Floats between panels beyond their `kc * NR`: without it panels sit a
+/// multiple of 4 KiB apart, so a row's eight panel writes all land in the
+/// same L1 set and evict each other.
+const PANEL_PAD: usize = 16;
+/// Size of a task's dequantized tile buffer.
+const PACKED_LEN: usize = (NC / NR) * (KC * NR + PANEL_PAD);
+
+/// Distance between consecutive panels of a tile `kc` rows deep.
+pub fn panel_stride(kc: usize) -> usize {
+    kc * NR + PANEL_PAD
+}
+
 /// Largest micro-kernel height across levels.
 const MR_MAX: usize = 12;
 
@@ -35,7 +47,8 @@ pub struct TileArgs<'a> {
 }
 
 /// Write the tile `W[k0 .. k0 + kc, c0 .. c0 + nc]` into `packed` as
-/// panels of `NR` columns, each `kc` rows deep (`packed[j * kc * NR + r * NR + c]`),
+/// panels of `NR` columns, each `kc` rows deep
+/// (`packed[j * panel_stride(kc) + r * NR + c]`),
 /// zero-filling columns past `nc`. Inlined into per-ISA wrappers so the
 /// compiler vectorizes it with the widest registers allowed.
 #[inline(always)]
@@ -46,7 +59,7 @@ pub fn dequant_tile_generic(t: &TileArgs, packed: &mut [f32]) {
     for j in 0..t.nc.div_ceil(NR) {
         let cj = t.c0 + j * NR;
         let ncols = NR.min(t.c0 + t.nc - cj);
-        let panel = &mut packed[j * t.kc * NR..(j + 1) * t.kc * NR];
+        let panel = &mut packed[j * panel_stride(t.kc)..][..t.kc * NR];
         for (rr, dst) in panel.chunks_exact_mut(NR).enumerate() {
             let r = t.k0 + rr;
             let g = r / gs;
@@ -235,7 +248,7 @@ pub fn matmul(qw: &QuantizedWeight, x: &[f32], batch: usize, y: &mut [f32], leve
             let tile = TileArgs { qw, k0, kc, c0, nc };
             kernels.dequant(&tile, packed);
             for j in 0..nc.div_ceil(NR) {
-                let panel = &packed[j * kc * NR..(j + 1) * kc * NR];
+                let panel = &packed[j * panel_stride(kc)..][..kc * NR];
                 let cj = c0 + j * NR;
                 let ncols = NR.min(c0 + nc - cj);
                 let mut b = b0;
@@ -265,11 +278,11 @@ pub fn matmul(qw: &QuantizedWeight, x: &[f32], batch: usize, y: &mut [f32], leve
     };
     let tasks = tiles_n * b_blocks;
     if tasks == 1 || (batch * k * n) < (1 << 20) {
-        let mut packed = vec![0.0f32; KC * NC];
+        let mut packed = vec![0.0f32; PACKED_LEN];
         (0..tasks).for_each(|t| task(&mut packed, t));
     } else {
         (0..tasks)
             .into_par_iter()
-            .for_each_init(|| vec![0.0f32; KC * NC], task);
+            .for_each_init(|| vec![0.0f32; PACKED_LEN], task);
     }
 }

@@ -12,13 +12,15 @@
 
 use std::arch::x86_64::*;
 
-use super::gemm::NR;
+use super::gemm::{panel_stride, NR};
 use super::matvec::{scalar_group, MatvecArgs};
 
 /// Columns per register-blocked strip: 8 accumulators.
 const STRIP_VECS: usize = 8;
 /// Bytes ahead (along a row) that the matvec strips prefetch.
 const PREFETCH_AHEAD: usize = 512;
+/// Row pairs ahead that the GEMM tile dequantizer prefetches.
+const DEQUANT_PREFETCH_PAIRS: usize = 16;
 
 /// AVX-512 matvec over the columns `o0 .. o0 + y.len()`.
 ///
@@ -241,14 +243,74 @@ pub unsafe fn gemm_micro_avx2<const M: usize>(
     }
 }
 
-/// The tile dequantizer compiled with AVX-512 enabled so the compiler
-/// vectorizes it with wide registers.
+/// AVX-512 tile dequantizer, same output as `gemm::dequant_tile_generic`:
+/// per row pair and full 32-column panel, two 16-byte loads become four
+/// vectors of f32 codes through the `vpermps` nibble table, times the scales.
+/// Partial panels (the last columns) use the generic code.
 ///
 /// # Safety
 /// AVX-512 F/BW/VL + FMA.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
 pub unsafe fn dequant_tile_avx512(t: &super::gemm::TileArgs, packed: &mut [f32]) {
-    super::gemm::dequant_tile_generic(t, packed)
+    let qw = t.qw;
+    let n = qw.out_feat;
+    let gs = qw.group_size();
+    let full_panels = t.nc / NR;
+    let table = _mm512_setr_ps(
+        0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, -8.0, -7.0, -6.0, -5.0, -4.0, -3.0, -2.0, -1.0,
+    );
+    debug_assert!(t.k0.is_multiple_of(2) && packed.len() >= t.nc.div_ceil(NR) * panel_stride(t.kc));
+    for rr in (0..t.kc).step_by(2) {
+        let r = t.k0 + rr;
+        let both = rr + 1 < t.kc;
+        let g = r / gs;
+        // The tile's rows are `out_feat` bytes apart, a pattern the hardware
+        // prefetchers barely follow: fetch a few row pairs ahead by hand
+        // (prefetches never fault, so running past the end is harmless).
+        let ahead = qw
+            .data
+            .as_ptr()
+            .wrapping_add((r / 2 + DEQUANT_PREFETCH_PAIRS) * n + t.c0);
+        for line in (0..t.nc).step_by(64) {
+            // A prefetch is only a hint: it never dereferences or faults.
+            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line) as *const i8);
+        }
+        for j in 0..full_panels {
+            let cj = t.c0 + j * NR;
+            let src = &qw.data[(r / 2) * n + cj..(r / 2) * n + cj + NR];
+            let sc = &qw.scales[g * n + cj..g * n + cj + NR];
+            let dst = &mut packed[j * panel_stride(t.kc) + rr * NR..];
+            debug_assert!(dst.len() >= if both { 2 * NR } else { NR });
+            for h in 0..2 {
+                // SAFETY: src and sc hold NR = 32 elements, so offsets 16 h
+                // .. 16 h + 16 are in bounds; dst holds NR floats for row rr
+                // (and NR more for row rr + 1 when `both`), asserted above.
+                unsafe {
+                    let bytes = _mm_loadu_si128(src.as_ptr().add(16 * h) as *const __m128i);
+                    let wide = _mm512_cvtepu8_epi32(bytes);
+                    let s = _mm512_loadu_ps(sc.as_ptr().add(16 * h));
+                    let lo = _mm512_mul_ps(_mm512_permutexvar_ps(wide, table), s);
+                    _mm512_storeu_ps(dst.as_mut_ptr().add(16 * h), lo);
+                    if both {
+                        let hi_idx = _mm512_srli_epi32::<4>(wide);
+                        let hi = _mm512_mul_ps(_mm512_permutexvar_ps(hi_idx, table), s);
+                        _mm512_storeu_ps(dst.as_mut_ptr().add(NR + 16 * h), hi);
+                    }
+                }
+            }
+        }
+    }
+    if full_panels * NR < t.nc {
+        let rest = super::gemm::TileArgs {
+            qw,
+            k0: t.k0,
+            kc: t.kc,
+            c0: t.c0 + full_panels * NR,
+            nc: t.nc - full_panels * NR,
+        };
+        let off = full_panels * panel_stride(t.kc);
+        super::gemm::dequant_tile_generic(&rest, &mut packed[off..]);
+    }
 }
 
 /// The tile dequantizer compiled with AVX2 enabled.
