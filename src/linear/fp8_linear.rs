@@ -62,6 +62,13 @@ fn check_shape(shape: &[usize]) -> Result<()> {
     if shape.contains(&0) {
         return Err(QuantError::arg(format!("weight shape {shape:?} is empty")));
     }
+    if shape
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .is_none()
+    {
+        return Err(QuantError::arg(format!("weight shape {shape:?} overflows")));
+    }
     Ok(())
 }
 
@@ -328,14 +335,14 @@ impl QuantMethod for PerTensorFP8Linear {
             ));
         }
         let tokens = x.len() / inf;
-        if indices.len() != tokens * k {
+        if Some(indices.len()) != tokens.checked_mul(k) {
             return Err(QuantError::dims(
                 "indices",
                 format!("[{tokens}, {k}]"),
                 format!("{} elements", indices.len()),
             ));
         }
-        if y.len() != tokens * k * out {
+        if Some(y.len()) != tokens.checked_mul(k).and_then(|v| v.checked_mul(out)) {
             return Err(QuantError::dims("y length", tokens * k * out, y.len()));
         }
         if let Some(p) = indices

@@ -63,8 +63,12 @@ impl Int8Linear {
                 "weight shape [{out_feat}, {in_feat}] is empty"
             )));
         }
-        if q.len() != out_feat * in_feat {
-            return Err(QuantError::dims("q length", out_feat * in_feat, q.len()));
+        if Some(q.len()) != out_feat.checked_mul(in_feat) {
+            return Err(QuantError::dims(
+                "q length",
+                format!("{out_feat} x {in_feat}"),
+                q.len(),
+            ));
         }
         if scales.len() != out_feat {
             return Err(QuantError::dims(

@@ -289,8 +289,12 @@ pub(crate) fn rows_of(x: &[f32], y: &[f32], in_feat: usize, out_feat: usize) -> 
         ));
     }
     let rows = x.len() / in_feat;
-    if y.len() != rows * out_feat {
-        return Err(QuantError::dims("y length", rows * out_feat, y.len()));
+    if Some(y.len()) != rows.checked_mul(out_feat) {
+        return Err(QuantError::dims(
+            "y length",
+            format!("{rows} x {out_feat}"),
+            y.len(),
+        ));
     }
     Ok(rows)
 }
@@ -317,10 +321,13 @@ pub(crate) fn check_bias(bias: Option<&[f32]>, len: usize) -> Result<()> {
 
 /// Validate a float weight: shape product and finiteness (first bad index).
 pub(crate) fn check_float_weight(w: &[f32], shape: &[usize]) -> Result<()> {
-    let n: usize = shape.iter().product();
     if shape.contains(&0) {
         return Err(QuantError::arg(format!("weight shape {shape:?} is empty")));
     }
+    let n = shape
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .ok_or_else(|| QuantError::arg(format!("weight shape {shape:?} overflows")))?;
     if w.len() != n {
         return Err(QuantError::dims("weight length", n, w.len()));
     }
