@@ -104,6 +104,12 @@ def test_int4_bf16_input(tmp_path):
     exact = (bits.astype(np.uint32) << 16).view(np.float32)
     want = quantrs.QuantizedWeight.quantize(np.ascontiguousarray(exact.T))
     assert load_int4(dst, "w") == want
+    if HAS_FP8:
+        dst8 = tmp_path / "out8.safetensors"
+        assert quantize(src, dst8, "--format", "fp8") == 0
+        got = quantrs.PerTensorFP8Linear.from_safetensors(str(dst8), "w")
+        want8 = quantrs.PerTensorFP8Linear.from_float(exact)
+        assert np.array_equal(got.dequantize_w(), want8.dequantize_w())
 
 
 @needs_fp8
