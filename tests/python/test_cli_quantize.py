@@ -107,9 +107,14 @@ def test_int4_bf16_input(tmp_path):
     if HAS_FP8:
         dst8 = tmp_path / "out8.safetensors"
         assert quantize(src, dst8, "--format", "fp8") == 0
-        got = quantrs.PerTensorFP8Linear.from_safetensors(str(dst8), "w")
+        import safetensors
+
+        raw = dict(safetensors.deserialize(dst8.read_bytes()))
         want8 = quantrs.PerTensorFP8Linear.from_float(exact)
-        assert np.array_equal(got.dequantize_w(), want8.dequantize_w())
+        codes = np.frombuffer(bytes(raw["w"]["data"]), np.uint8).reshape(24, 48)
+        scale = np.frombuffer(bytes(raw["w_scale_inv"]["data"]), "<f4")[0]
+        assert np.array_equal(codes, np.asarray(want8.weight).reshape(24, 48))
+        assert scale == np.float32(want8.weight_scale_inv)
 
 
 @needs_fp8
