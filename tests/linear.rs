@@ -174,3 +174,23 @@ proptest! {
         prop_assert!(matches!(deser(kind, &data), Err(QuantError::Serialization(_))));
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+    /// With an imatrix, the INT4 layer's importance-weighted error is never
+    /// above the absmax layer's (absmax is one of the searched scales).
+    #[test]
+    fn imatrix_int4_never_worse_than_absmax(
+        w in proptest::collection::vec(-4.0f32..4.0, 3 * 70),
+        a in proptest::collection::vec(0.0f32..10.0, 70),
+        gs in prop_oneof![Just(8usize), Just(32)],
+    ) {
+        let plain = Int4Linear::from_float(&w, 3, 70, gs, None, None).unwrap();
+        let weighted = Int4Linear::from_float(&w, 3, 70, gs, None, Some(&a)).unwrap();
+        let werr = |l: &Int4Linear| -> f64 {
+            l.dequantize_w().unwrap().iter().zip(&w).enumerate()
+                .map(|(i, (q, v))| a[i % 70] as f64 * ((q - v) as f64).powi(2)).sum()
+        };
+        prop_assert!(werr(&weighted) <= werr(&plain) * (1.0 + 1e-9) + 1e-12);
+    }
+}

@@ -140,13 +140,13 @@ pub(crate) fn matmul_rows<S: RowSource>(
 fn dot4x4(level: SimdLevel, xs: &[&[f32]; 4], ws: &[&[f32]; 4], part: &mut [[f32; 4]; 4]) {
     #[cfg(target_arch = "x86_64")]
     {
-        if level == SimdLevel::Avx512 {
-            // SAFETY: `level` never exceeds what the CPU has (`simd::level`).
+        if level == SimdLevel::Avx512 && simd::detected() >= SimdLevel::Avx512 {
+            // SAFETY: the CPU has AVX-512 F+BW+VL (checked by `simd::detected`).
             unsafe { super::x86::dot4x4_avx512(xs, ws, part) };
             return;
         }
-        if level == SimdLevel::Avx2 {
-            // SAFETY: as above; Avx2 implies FMA.
+        if level == SimdLevel::Avx2 && simd::detected() >= SimdLevel::Avx2 {
+            // SAFETY: the CPU has AVX2 and FMA (checked; the Avx2 level implies FMA).
             unsafe { super::x86::dot4x4_avx2(xs, ws, part) };
             return;
         }
@@ -179,12 +179,12 @@ pub(crate) fn dot_f32_scalar(a: &[f32], b: &[f32]) -> f32 {
 pub(crate) fn dot_f32(level: SimdLevel, a: &[f32], b: &[f32]) -> f32 {
     #[cfg(target_arch = "x86_64")]
     {
-        if level == SimdLevel::Avx512 {
-            // SAFETY: `level` never exceeds what the CPU has.
+        if level == SimdLevel::Avx512 && simd::detected() >= SimdLevel::Avx512 {
+            // SAFETY: the CPU has AVX-512 F+BW+VL (checked by `simd::detected`).
             return unsafe { super::x86::dot_f32_avx512(a, b) };
         }
-        if level == SimdLevel::Avx2 {
-            // SAFETY: as above; Avx2 implies FMA.
+        if level == SimdLevel::Avx2 && simd::detected() >= SimdLevel::Avx2 {
+            // SAFETY: the CPU has AVX2 and FMA (checked; the Avx2 level implies FMA).
             return unsafe { super::x86::dot_f32_avx2(a, b) };
         }
     }
@@ -196,13 +196,14 @@ pub(crate) fn dot_f32(level: SimdLevel, a: &[f32], b: &[f32]) -> f32 {
 pub(crate) fn dot_e4m3(level: SimdLevel, codes: &[u8], x: &[f32]) -> f32 {
     #[cfg(target_arch = "x86_64")]
     {
-        if level == SimdLevel::Avx512 {
-            // SAFETY: `level` never exceeds what the CPU has; AVX-512F
-            // includes the zmm half-to-single conversion.
+        if level == SimdLevel::Avx512 && simd::detected() >= SimdLevel::Avx512 {
+            // SAFETY: the CPU has AVX-512 F+BW+VL (checked); AVX-512F includes
+            // the zmm half-to-single conversion.
             return unsafe { super::x86::dot_e4m3_avx512(codes, x) };
         }
-        if level == SimdLevel::Avx2 && super::x86::has_f16c() {
-            // SAFETY: AVX2 + FMA (level) and F16C (checked) are present.
+        if level == SimdLevel::Avx2 && simd::detected() >= SimdLevel::Avx2 && super::x86::has_f16c()
+        {
+            // SAFETY: AVX2 + FMA and F16C are present (both checked).
             return unsafe { super::x86::dot_e4m3_avx2(codes, x) };
         }
     }
@@ -231,12 +232,12 @@ pub(crate) fn dot_e4m3_scalar(codes: &[u8], x: &[f32]) -> f32 {
 pub(crate) fn dot_i8(level: SimdLevel, q: &[i8], x: &[f32]) -> f32 {
     #[cfg(target_arch = "x86_64")]
     {
-        if level == SimdLevel::Avx512 {
-            // SAFETY: `level` never exceeds what the CPU has.
+        if level == SimdLevel::Avx512 && simd::detected() >= SimdLevel::Avx512 {
+            // SAFETY: the CPU has AVX-512 F+BW+VL (checked by `simd::detected`).
             return unsafe { super::x86::dot_i8_avx512(q, x) };
         }
-        if level == SimdLevel::Avx2 {
-            // SAFETY: as above; Avx2 implies FMA.
+        if level == SimdLevel::Avx2 && simd::detected() >= SimdLevel::Avx2 {
+            // SAFETY: the CPU has AVX2 and FMA (checked; the Avx2 level implies FMA).
             return unsafe { super::x86::dot_i8_avx2(q, x) };
         }
     }

@@ -9,6 +9,8 @@ import struct
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import quantrs
 from quantrs import PerTensorFP8Linear, fp8
@@ -336,3 +338,34 @@ def test_from_safetensors(tmp_path):
     bad.write_bytes(b"garbage")
     with pytest.raises(quantrs.SerializationError):
         PerTensorFP8Linear.from_safetensors(bad, "l")
+
+
+@pytest.mark.kernel
+@settings(max_examples=40)
+@given(
+    rows=st.integers(0, 9),
+    in_f=st.integers(1, 80),
+    out_f=st.integers(1, 40),
+    act=st.sampled_from([None, 0.5, 1e-3]),
+    special=st.sampled_from(["normal", "zeros", "constant", "tiny"]),
+    seed=st.integers(0, 2**16),
+)
+def test_forward_property(rows, in_f, out_f, act, special, seed):
+    w = rand((out_f, in_f), seed)
+    x = rand((rows, in_f), seed + 1)
+    if special == "zeros":
+        w[:] = 0
+    elif special == "constant":
+        w[:] = 0.75
+        x[:] = -2.0
+    elif special == "tiny":
+        w *= np.float32(1e-30)
+        x *= np.float32(1e-20)
+    layer = PerTensorFP8Linear.from_float(w, bias=np.zeros(out_f), activation_scale=act)
+    y = layer.forward(x)
+    assert y.shape == (rows, out_f)
+    ref = fp8_linear_forward(x, decoded(layer), layer.weight_scale_inv, act)
+    wfull = decoded(layer) * layer.weight_scale_inv
+    xs = x if act is None else fp8_round(x / np.float32(act), "e4m3", True) * act
+    tol = 1e-5 * np.abs(xs.astype(np.float64)) @ np.abs(wfull).T + 1e-30
+    assert np.all(np.abs(y - ref) <= tol)
