@@ -18,6 +18,15 @@ from ._core import (
     build_info,
     cuda_available,
 )
+from .qat import (
+    QatConfig,
+    QatOptimizer,
+    QuantParams,
+    QuantScheme,
+    QuantTarget,
+    Rng,
+    RoundingMode,
+)
 
 __all__ = [
     "CudaNotAvailable",
@@ -31,4 +40,11 @@ __all__ = [
     "__version__",
     "build_info",
     "cuda_available",
+    "QatConfig",
+    "QatOptimizer",
+    "QuantParams",
+    "QuantScheme",
+    "QuantTarget",
+    "Rng",
+    "RoundingMode",
 ]

@@ -69,7 +69,7 @@ fn adamw<T: Master>(w: T, g: T, m: T, v: T, c: &Coef<T>) -> (T, T, T) {
 pub(crate) struct Stats {
     pub min: f64,
     pub max: f64,
-    /// Some updated weight (or gradient) is NaN or infinite.
+    /// Some updated weight or moment is NaN or infinite.
     pub non_finite: bool,
 }
 
@@ -95,7 +95,8 @@ const LANES: usize = 8;
 fn dry_body<T: Master>(w: &[T], g: &[T], m: &[T], v: &[T], c: &Coef<T>) -> Stats {
     let mut mn = [T::INF; LANES];
     let mut mx = [T::ZERO - T::INF; LANES];
-    // Sum of `x - x`: 0 while everything is finite, NaN once anything is not.
+    // Sum of `x - x` over the new w, m, v: 0 while everything is finite,
+    // NaN once anything is not (a non-finite gradient always shows in m).
     let mut bad = [T::ZERO; LANES];
     let n = w.len() / LANES * LANES;
     let lanes = w[..n]
@@ -104,17 +105,17 @@ fn dry_body<T: Master>(w: &[T], g: &[T], m: &[T], v: &[T], c: &Coef<T>) -> Stats
         .zip(m[..n].chunks_exact(LANES).zip(v[..n].chunks_exact(LANES)));
     for ((w, g), (m, v)) in lanes {
         for l in 0..LANES {
-            let (nw, _, _) = adamw(w[l], g[l], m[l], v[l], c);
+            let (nw, nm, nv) = adamw(w[l], g[l], m[l], v[l], c);
             mn[l] = if nw < mn[l] { nw } else { mn[l] };
             mx[l] = if nw > mx[l] { nw } else { mx[l] };
-            bad[l] = bad[l] + (nw - nw) + (g[l] - g[l]);
+            bad[l] = bad[l] + (nw - nw) + (nm - nm) + (nv - nv);
         }
     }
     for k in n..w.len() {
-        let (nw, _, _) = adamw(w[k], g[k], m[k], v[k], c);
+        let (nw, nm, nv) = adamw(w[k], g[k], m[k], v[k], c);
         mn[0] = if nw < mn[0] { nw } else { mn[0] };
         mx[0] = if nw > mx[0] { nw } else { mx[0] };
-        bad[0] = bad[0] + (nw - nw) + (g[k] - g[k]);
+        bad[0] = bad[0] + (nw - nw) + (nm - nm) + (nv - nv);
     }
     let mut s = Stats::EMPTY;
     for l in 0..LANES {

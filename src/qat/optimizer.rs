@@ -190,9 +190,12 @@ impl<T: Master> QatOptimizer<T> {
             let w: f64 = master[i].into();
             return QuantError::arg(format!("master: non-finite value {w} at index {i}"));
         }
-        QuantError::InvalidState(
-            "the AdamW update overflowed to a non-finite master value (gradient too large)".into(),
-        )
+        QuantError::arg(format!(
+            "grad: the AdamW update overflows {} (a moment or the master becomes non-finite; \
+             max |grad| is {:e})",
+            T::DTYPE,
+            grad.iter().fold(0.0f64, |a, &g| a.max(g.into().abs()))
+        ))
     }
 
     /// Rebuild from parts (deserialization), validating every invariant.

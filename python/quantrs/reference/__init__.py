@@ -5,5 +5,6 @@ against these. One submodule per domain; the public names are re-exported here.
 """
 
 from .int4 import _fake_quantize_int4, pack_int4, quantize_int4, unpack_int4
+from . import qat
 
-__all__ = ["_fake_quantize_int4", "pack_int4", "quantize_int4", "unpack_int4"]
+__all__ = ["_fake_quantize_int4", "pack_int4", "qat", "quantize_int4", "unpack_int4"]
