@@ -37,12 +37,7 @@ fn data(n: usize, seed: u64) -> Vec<f64> {
 }
 
 /// Run `steps` steps at `lvl`; return (master, optimizer).
-fn run(
-    lvl: SimdLevel,
-    c: QatConfig,
-    n: usize,
-    steps: usize,
-) -> (Vec<f64>, QatOptimizer<f64>) {
+fn run(lvl: SimdLevel, c: QatConfig, n: usize, steps: usize) -> (Vec<f64>, QatOptimizer<f64>) {
     let mut w = data(n, 1);
     let mut opt = QatOptimizer::new(&w, c, 11).unwrap();
     for s in 0..steps {
@@ -86,7 +81,10 @@ fn results_do_not_depend_on_thread_count() {
     let results: Vec<_> = [1, 2, 3]
         .iter()
         .map(|&t| {
-            let pool = rayon::ThreadPoolBuilder::new().num_threads(t).build().unwrap();
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(t)
+                .build()
+                .unwrap();
             pool.install(|| run(quantrs::simd::level(), c, 100_003, 2))
         })
         .collect();

@@ -1,6 +1,10 @@
 """Type stubs for the Rust extension module ``quantrs._core``."""
 
+from enum import Enum
 from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 __version__: str
 
@@ -17,11 +21,6 @@ def build_info() -> dict[str, Any]: ...
 def cuda_available() -> bool: ...
 
 # --- QAT (quantrs.qat) -------------------------------------------------------
-
-from enum import Enum
-
-import numpy as np
-import numpy.typing as npt
 
 class QuantTarget(Enum):
     INT8 = 0

@@ -22,7 +22,7 @@ Example::
 
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import Union
 
 import numpy as np
 
@@ -57,12 +57,12 @@ __all__ = [
 
 def calibrate(
     x: np.typing.ArrayLike,
-    target: Union[str, QuantTarget] = "int8",
-    scheme: Union[str, QuantScheme] = "symmetric",
+    target: str | QuantTarget = "int8",
+    scheme: str | QuantScheme = "symmetric",
     *,
     clip_fraction: float = 0.0,
-    axis: Optional[int] = None,
-) -> Union[QuantParams, list[QuantParams]]:
+    axis: int | None = None,
+) -> QuantParams | list[QuantParams]:
     """Integer quantization parameters for ``x``.
 
     Per tensor by default; ``axis`` (0 or 1 of a 2-D ``x``) gives one
@@ -80,13 +80,13 @@ def calibrate(
 
 def fake_quant(
     x: np.typing.ArrayLike,
-    target: Union[str, QuantTarget] = "int8",
-    scheme: Union[str, QuantScheme] = "symmetric",
-    rounding: Union[str, RoundingMode] = "nearest",
+    target: str | QuantTarget = "int8",
+    scheme: str | QuantScheme = "symmetric",
+    rounding: str | RoundingMode = "nearest",
     rng: RngLike = None,
     *,
     clip_fraction: float = 0.0,
-    axis: Optional[int] = None,
+    axis: int | None = None,
 ) -> np.ndarray:
     """Calibrate ``x`` (as :func:`calibrate`) and quantize-dequantize it.
 

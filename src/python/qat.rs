@@ -126,7 +126,9 @@ fn not_str(arg: &str, obj: &Bound<'_, PyAny>, enum_name: &str) -> PyErr {
         .name()
         .map(|n| n.to_string())
         .unwrap_or_default();
-    PyTypeError::new_err(format!("{arg}: expected a str or quantrs.{enum_name}, got {ty}"))
+    PyTypeError::new_err(format!(
+        "{arg}: expected a str or quantrs.{enum_name}, got {ty}"
+    ))
 }
 
 /// A target from a string or a `QuantTarget`.
@@ -262,7 +264,13 @@ impl PyQatConfig {
             c.eps,
             c.weight_decay,
         );
-        PyTuple::new(py, [slf.get_type().into_any(), args.into_pyobject(py)?.into_any()])
+        PyTuple::new(
+            py,
+            [
+                slf.get_type().into_any(),
+                args.into_pyobject(py)?.into_any(),
+            ],
+        )
     }
 }
 

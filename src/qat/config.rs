@@ -152,11 +152,21 @@ impl QatConfig {
                 Err(QuantError::arg(format!("{name}: expected {what}, got {v}")))
             }
         };
-        check("lr", self.lr, self.lr.is_finite() && self.lr >= 0.0, "a finite value >= 0")?;
+        check(
+            "lr",
+            self.lr,
+            self.lr.is_finite() && self.lr >= 0.0,
+            "a finite value >= 0",
+        )?;
         for (n, b) in [("beta1", self.beta1), ("beta2", self.beta2)] {
             check(n, b, (0.0..1.0).contains(&b), "a value in [0, 1)")?;
         }
-        check("eps", self.eps, self.eps.is_finite() && self.eps > 0.0, "a finite value > 0")?;
+        check(
+            "eps",
+            self.eps,
+            self.eps.is_finite() && self.eps > 0.0,
+            "a finite value > 0",
+        )?;
         check(
             "weight_decay",
             self.weight_decay,

@@ -198,7 +198,11 @@ macro_rules! multiversion {
 #[cfg(target_arch = "x86_64")]
 multiversion!("avx2,fma", dry_avx2, commit_avx2);
 #[cfg(target_arch = "x86_64")]
-multiversion!("avx512f,avx512bw,avx512vl,avx2,fma", dry_avx512, commit_avx512);
+multiversion!(
+    "avx512f,avx512bw,avx512vl,avx2,fma",
+    dry_avx512,
+    commit_avx512
+);
 
 fn dry_chunk<T: Master>(lvl: SimdLevel, w: &[T], g: &[T], m: &[T], v: &[T], c: &Coef<T>) -> Stats {
     match lvl {

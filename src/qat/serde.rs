@@ -132,7 +132,10 @@ impl<T: Master> QatOptimizer<T> {
         let params = if flag(r.take(1)?[0], "params flag")? {
             let scale = r.f64()?;
             let (zp, qmin, qmax) = (r.i32()?, r.i32()?, r.i32()?);
-            Some(QuantParams::new(scale, zp, qmin, qmax).map_err(|e| QuantError::ser(e.to_string()))?)
+            Some(
+                QuantParams::new(scale, zp, qmin, qmax)
+                    .map_err(|e| QuantError::ser(e.to_string()))?,
+            )
         } else {
             None
         };

@@ -4,7 +4,7 @@ Independent of the Rust code on purpose: the tests compare the extension
 against these. One submodule per domain; the public names are re-exported here.
 """
 
-from .int4 import _fake_quantize_int4, pack_int4, quantize_int4, unpack_int4
 from . import qat
+from .int4 import _fake_quantize_int4, pack_int4, quantize_int4, unpack_int4
 
 __all__ = ["_fake_quantize_int4", "pack_int4", "qat", "quantize_int4", "unpack_int4"]

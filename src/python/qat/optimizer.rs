@@ -8,7 +8,7 @@ use pyo3::types::{PyBytes, PyDict, PyTuple};
 
 use super::params::PyQuantParams;
 use super::{config_repr, seed_arg, target_arg, to_array, PyQatConfig};
-use crate::python::arrays::{check_shape, input, inplace, overlaps};
+use crate::python::arrays::{check_shape, inplace, input, numpy_module, overlaps};
 use crate::python::errors::wrong_dtype;
 use crate::qat::{CounterRng, Master, QatConfig, QatOptimizer};
 use crate::QuantError;
@@ -37,7 +37,11 @@ fn config_arg(obj: &Bound<'_, PyAny>) -> PyResult<QatConfig> {
     if obj.extract::<String>().is_ok() {
         return Ok(QatConfig::new(target_arg(obj)?));
     }
-    let ty = obj.get_type().name().map(|n| n.to_string()).unwrap_or_default();
+    let ty = obj
+        .get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_default();
     Err(PyTypeError::new_err(format!(
         "config: expected a quantrs.QatConfig or a target string, got {ty}"
     )))
@@ -45,7 +49,11 @@ fn config_arg(obj: &Bound<'_, PyAny>) -> PyResult<QatConfig> {
 
 fn dtype_of(obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<&'static str> {
     let Ok(u) = obj.cast::<PyUntypedArray>() else {
-        let ty = obj.get_type().name().map(|n| n.to_string()).unwrap_or_default();
+        let ty = obj
+            .get_type()
+            .name()
+            .map(|n| n.to_string())
+            .unwrap_or_default();
         return Err(PyTypeError::new_err(format!(
             "{arg}: expected a numpy.ndarray of dtype float64 or float32, got {ty}"
         )));
@@ -82,10 +90,20 @@ fn step_typed<T: Master + Element>(
     seed: Option<u64>,
 ) -> PyResult<()> {
     if master.is(grad) {
-        return Err(QuantError::arg(
-            "grad: the master array was passed as its own gradient",
-        )
-        .into());
+        return Err(
+            QuantError::arg("grad: the master array was passed as its own gradient").into(),
+        );
+    }
+    // A view of the master (reversed, strided, ...) would be converted to a
+    // copy below and slip past the borrow checker: compare memory bounds.
+    if grad.cast::<PyUntypedArray>().is_ok() && master.cast::<PyUntypedArray>().is_ok() {
+        let share = numpy_module(py)?.call_method1("may_share_memory", (master, grad))?;
+        if share.is_truthy()? {
+            return Err(QuantError::arg(
+                "grad: overlaps the master array (it is updated in place)",
+            )
+            .into());
+        }
     }
     let g = input::<T>(grad, "grad")?;
     let mut w = inplace::<T>(master, "master")?;
@@ -193,9 +211,7 @@ impl PyQatOptimizer {
 
     #[getter]
     fn config(&self) -> PyQatConfig {
-        PyQatConfig {
-            inner: *self.cfg(),
-        }
+        PyQatConfig { inner: *self.cfg() }
     }
 
     /// The master dtype (`"float64"` or `"float32"`).

@@ -2,8 +2,8 @@
 //! (`calibrate`, `fake_quant`, `fake_quant_backward`).
 
 use numpy::{
-    Element, PyArrayDyn, PyReadonlyArrayDyn, PyUntypedArray, PyUntypedArrayMethods,
-    PyArrayDescrMethods,
+    Element, PyArrayDescrMethods, PyArrayDyn, PyReadonlyArrayDyn, PyUntypedArray,
+    PyUntypedArrayMethods,
 };
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
@@ -108,7 +108,10 @@ impl PyQuantParams {
         clip_fraction: f64,
     ) -> PyResult<Self> {
         let d = target_or_int8(target, "calibrate")?;
-        let s = scheme.map(scheme_arg).transpose()?.unwrap_or(QuantScheme::Symmetric);
+        let s = scheme
+            .map(scheme_arg)
+            .transpose()?
+            .unwrap_or(QuantScheme::Symmetric);
         let p = match float_input(x, "x")? {
             FloatIn::F32(a) => {
                 let xs = a.as_slice()?;
@@ -191,11 +194,8 @@ impl PyQuantParams {
             .into());
         }
         let zp = p.zero_point as f64;
-        let out: Vec<f64> = py.detach(|| {
-            qs.par_iter()
-                .map(|&c| (c as f64 - zp) * p.scale)
-                .collect()
-        });
+        let out: Vec<f64> =
+            py.detach(|| qs.par_iter().map(|&c| (c as f64 - zp) * p.scale).collect());
         to_array(py, out, qa.shape())
     }
 
@@ -238,7 +238,10 @@ fn target_or_int8(target: Option<&Bound<'_, PyAny>>, what: &str) -> PyResult<cra
     }
 }
 
-fn one_off(rounding: Option<&Bound<'_, PyAny>>, rng: Option<&Bound<'_, PyAny>>) -> PyResult<Rounding> {
+fn one_off(
+    rounding: Option<&Bound<'_, PyAny>>,
+    rng: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Rounding> {
     let mode = rounding
         .map(rounding_arg)
         .transpose()?
@@ -281,7 +284,9 @@ fn shape2(x: &FloatIn<'_>) -> PyResult<[usize; 2]> {
     };
     match shape[..] {
         [r, c] => Ok([r, c]),
-        _ => Err(QuantError::dims("x (per-channel needs a 2-D tensor): ndim", 2, shape.len()).into()),
+        _ => {
+            Err(QuantError::dims("x (per-channel needs a 2-D tensor): ndim", 2, shape.len()).into())
+        }
     }
 }
 
@@ -308,7 +313,10 @@ fn fake_generic<'py, T: Master + Element>(
             py.detach(|| fake_quant_fp8(xs, &mut out, f, r))?;
         }
         (QuantTarget::Fp8(_), Some(_)) => {
-            return Err(QuantError::arg("axis: FP8 targets are a plain cast, they have no channels").into())
+            return Err(QuantError::arg(
+                "axis: FP8 targets are a plain cast, they have no channels",
+            )
+            .into())
         }
         (QuantTarget::Int(d), None) => py.detach(|| {
             let p = calibrate(xs, d, s, clip)?;
@@ -318,7 +326,12 @@ fn fake_generic<'py, T: Master + Element>(
             let [rows, cols] = match shape[..] {
                 [a, b] => [a, b],
                 _ => {
-                    return Err(QuantError::dims("x (per-channel needs a 2-D tensor): ndim", 2, shape.len()).into())
+                    return Err(QuantError::dims(
+                        "x (per-channel needs a 2-D tensor): ndim",
+                        2,
+                        shape.len(),
+                    )
+                    .into())
                 }
             };
             py.detach(|| {
