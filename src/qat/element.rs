@@ -38,6 +38,14 @@ pub trait Master:
     fn read_le(b: &[u8]) -> Self;
 }
 
+/// `x - x`: 0 for a finite `x`, NaN for NaN or +-inf. Summed over a tensor
+/// it flags any non-finite value without a branch, so the loop vectorizes.
+#[inline(always)]
+#[allow(clippy::eq_op)]
+pub(crate) fn zero_if_finite<T: Master>(x: T) -> T {
+    x - x
+}
+
 /// Round `src` onto the FP8 grid (nearest even, saturating, NaN kept).
 ///
 /// The one place the QAT code calls the FP8 codec: point it at a faster

@@ -38,9 +38,11 @@ pub enum Rounding {
 /// with the FPU's round-to-nearest-even, without a libm call.
 const MAGIC: f64 = 6_755_399_441_055_744.0;
 
+/// `y.round_ties_even()` for |y| < 2^51 (and NaN), vectorizable on any
+/// x86-64 level; `copysign` keeps the sign of a zero result (-0.3 -> -0.0).
 #[inline(always)]
 fn round_even(y: f64) -> f64 {
-    (y + MAGIC) - MAGIC
+    ((y + MAGIC) - MAGIC).copysign(y)
 }
 
 /// The integer grid of one quantizer, precomputed.

@@ -15,7 +15,7 @@
 
 use rayon::prelude::*;
 
-use super::element::Master;
+use super::element::{zero_if_finite, Master};
 use super::fake::{fake_fp8_chunk, fake_int_chunk, IntGrid, Rounding, CHUNK};
 use crate::fp8::Fp8Format;
 use crate::simd::SimdLevel;
@@ -108,14 +108,14 @@ fn dry_body<T: Master>(w: &[T], g: &[T], m: &[T], v: &[T], c: &Coef<T>) -> Stats
             let (nw, nm, nv) = adamw(w[l], g[l], m[l], v[l], c);
             mn[l] = if nw < mn[l] { nw } else { mn[l] };
             mx[l] = if nw > mx[l] { nw } else { mx[l] };
-            bad[l] = bad[l] + (nw - nw) + (nm - nm) + (nv - nv);
+            bad[l] = bad[l] + zero_if_finite(nw) + zero_if_finite(nm) + zero_if_finite(nv);
         }
     }
     for k in n..w.len() {
         let (nw, nm, nv) = adamw(w[k], g[k], m[k], v[k], c);
         mn[0] = if nw < mn[0] { nw } else { mn[0] };
         mx[0] = if nw > mx[0] { nw } else { mx[0] };
-        bad[0] = bad[0] + (nw - nw) + (nm - nm) + (nv - nv);
+        bad[0] = bad[0] + zero_if_finite(nw) + zero_if_finite(nm) + zero_if_finite(nv);
     }
     let mut s = Stats::EMPTY;
     for l in 0..LANES {

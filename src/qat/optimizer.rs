@@ -40,7 +40,7 @@ fn rounding(config: &QatConfig, seed: u64, step: u64) -> Rounding {
 }
 
 /// Calibrate `x` for `config` (None for FP8 targets).
-fn calibrate_for<T: Master>(
+fn calibrate_for(
     config: &QatConfig,
     min: f64,
     max: f64,
@@ -71,7 +71,7 @@ impl<T: Master> QatOptimizer<T> {
             ));
         }
         let (min, max) = finite_minmax(master, "master")?;
-        let (params, _) = calibrate_for::<T>(&config, min, max)?;
+        let (params, _) = calibrate_for(&config, min, max)?;
         let mut quantized = vec![T::ZERO; master.len()];
         let r = rounding(&config, seed, 0);
         match (config.target, &params) {
@@ -161,7 +161,7 @@ impl<T: Master> QatOptimizer<T> {
         if stats.non_finite {
             return Err(self.diagnose(master, grad));
         }
-        let (params, quant) = calibrate_for::<T>(&self.config, stats.min, stats.max)?;
+        let (params, quant) = calibrate_for(&self.config, stats.min, stats.max)?;
         // Nothing can fail from here on.
         let r = rounding(&self.config, seed.unwrap_or(self.seed), t);
         commit_at(

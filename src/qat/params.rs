@@ -15,6 +15,7 @@
 use rayon::prelude::*;
 
 use super::config::{IntDtype, QuantScheme};
+use super::element::zero_if_finite;
 use crate::error::{QuantError, Result};
 
 /// `scale`, `zero_point` and the integer range of one quantizer.
@@ -56,19 +57,20 @@ impl QuantParams {
     /// Symmetric parameters for `absmax` (zero point 0, balanced range).
     /// `absmax` must be finite and > 0: a zero range has no scale.
     pub fn from_absmax(absmax: f64, dtype: IntDtype) -> Result<QuantParams> {
-        if !absmax.is_finite() {
+        if !(absmax.is_finite() && absmax >= 0.0) {
             return Err(QuantError::arg(format!(
-                "absmax: expected a finite value, got {absmax}"
-            )));
-        }
-        if absmax <= 0.0 {
-            return Err(QuantError::InvalidState(format!(
-                "degenerate calibration: absmax is {absmax}, so the scale would be 0 \
-                 (an all-zero tensor cannot be calibrated)"
+                "absmax: expected a finite value >= 0, got {absmax}"
             )));
         }
         let (qmin, qmax) = dtype.range(QuantScheme::Symmetric);
-        QuantParams::new(absmax / qmax as f64, 0, qmin, qmax)
+        let scale = absmax / qmax as f64;
+        if scale <= 0.0 {
+            return Err(QuantError::InvalidState(format!(
+                "degenerate calibration: absmax is {absmax:e}, so the scale would be 0 \
+                 (an all-zero tensor cannot be calibrated)"
+            )));
+        }
+        QuantParams::new(scale, 0, qmin, qmax)
     }
 
     /// Parameters for the range `[min, max]` under `scheme` (symmetric uses
@@ -97,7 +99,7 @@ impl QuantParams {
                 let scale = (hi - lo) / (qmax - qmin) as f64;
                 if scale <= 0.0 || !scale.is_finite() {
                     return Err(QuantError::InvalidState(format!(
-                        "degenerate calibration: range [{min}, {max}] gives scale {scale} \
+                        "degenerate calibration: range [{min:e}, {max:e}] gives scale {scale:e} \
                          (an all-zero tensor cannot be calibrated)"
                     )));
                 }
@@ -128,7 +130,7 @@ pub fn finite_minmax<T: Copy + Into<f64> + Sync>(x: &[T], what: &str) -> Result<
                 let v: f64 = v.into();
                 mn = if v < mn { v } else { mn };
                 mx = if v > mx { v } else { mx };
-                bad += v - v;
+                bad += zero_if_finite(v);
             }
             (mn, mx, bad)
         })

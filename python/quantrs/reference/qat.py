@@ -47,10 +47,10 @@ def qparams_minmax(lo, hi, target="int8", scheme="symmetric"):
     qmin, qmax = _RANGES[(target, scheme)]
     lo, hi = float(lo), float(hi)
     if scheme == "symmetric":
-        absmax = max(abs(lo), abs(hi))
-        if absmax == 0.0:
-            raise ValueError("degenerate calibration: absmax is 0")
-        return absmax / qmax, 0, qmin, qmax
+        scale = max(abs(lo), abs(hi)) / qmax
+        if scale == 0.0:
+            raise ValueError("degenerate calibration: scale is 0")
+        return scale, 0, qmin, qmax
     lo, hi = min(lo, 0.0), max(hi, 0.0)
     scale = (hi - lo) / (qmax - qmin)
     if scale == 0.0:
