@@ -89,39 +89,62 @@ impl Stats {
     }
 }
 
-const LANES: usize = 8;
+/// Elements per inner piece of a task: everything it touches stays in L1.
+const PIECE: usize = 1024;
 
+const LANES: usize = 16;
+
+/// Min, max and the non-finite flag of `buf`, in `LANES` independent lanes
+/// (a shape the compiler turns into vector min / max / add).
 #[inline(always)]
-fn dry_body<T: Master>(w: &[T], g: &[T], m: &[T], v: &[T], c: &Coef<T>) -> Stats {
+fn reduce<T: Master>(buf: &[T], s: &mut Stats) {
     let mut mn = [T::INF; LANES];
     let mut mx = [T::ZERO - T::INF; LANES];
-    // Sum of `x - x` over the new w, m, v: 0 while everything is finite,
-    // NaN once anything is not (a non-finite gradient always shows in m).
+    // Sum of `x - x`: 0 while everything is finite, NaN once anything is not.
     let mut bad = [T::ZERO; LANES];
-    let n = w.len() / LANES * LANES;
-    let lanes = w[..n]
-        .chunks_exact(LANES)
-        .zip(g[..n].chunks_exact(LANES))
-        .zip(m[..n].chunks_exact(LANES).zip(v[..n].chunks_exact(LANES)));
-    for ((w, g), (m, v)) in lanes {
+    let body = buf.len() / LANES * LANES;
+    for c in buf[..body].chunks_exact(LANES) {
         for l in 0..LANES {
-            let (nw, nm, nv) = adamw(w[l], g[l], m[l], v[l], c);
-            mn[l] = if nw < mn[l] { nw } else { mn[l] };
-            mx[l] = if nw > mx[l] { nw } else { mx[l] };
-            bad[l] = bad[l] + zero_if_finite(nw) + zero_if_finite(nm) + zero_if_finite(nv);
+            mn[l] = if c[l] < mn[l] { c[l] } else { mn[l] };
+            mx[l] = if c[l] > mx[l] { c[l] } else { mx[l] };
+            bad[l] = bad[l] + zero_if_finite(c[l]);
         }
     }
-    for k in n..w.len() {
-        let (nw, nm, nv) = adamw(w[k], g[k], m[k], v[k], c);
-        mn[0] = if nw < mn[0] { nw } else { mn[0] };
-        mx[0] = if nw > mx[0] { nw } else { mx[0] };
-        bad[0] = bad[0] + zero_if_finite(nw) + zero_if_finite(nm) + zero_if_finite(nv);
+    for &x in &buf[body..] {
+        mn[0] = if x < mn[0] { x } else { mn[0] };
+        mx[0] = if x > mx[0] { x } else { mx[0] };
+        bad[0] = bad[0] + zero_if_finite(x);
     }
-    let mut s = Stats::EMPTY;
     for l in 0..LANES {
         s.min = s.min.min(mn[l].into());
         s.max = s.max.max(mx[l].into());
         s.non_finite |= bad[l].into() != 0.0;
+    }
+}
+
+/// Dry pass over one task's range: the updated weights of each piece go to
+/// an L1-resident buffer (an element-wise loop, vectorized), then get reduced.
+/// A non-finite moment poisons its weight's slot (`w + (m - m) + (v - v)` is
+/// `w` while both are finite, since only the sign of a zero can change, and
+/// min / max only feed `|x|` and `min(x, 0)`), so one flag covers all three.
+#[inline(always)]
+fn dry_body<T: Master>(w: &[T], g: &[T], m: &[T], v: &[T], c: &Coef<T>) -> Stats {
+    let mut s = Stats::EMPTY;
+    let mut buf = [T::ZERO; PIECE];
+    let mut start = 0;
+    while start < w.len() {
+        let end = (start + PIECE).min(w.len());
+        let out = &mut buf[..end - start];
+        let elems = w[start..end]
+            .iter()
+            .zip(&g[start..end])
+            .zip(m[start..end].iter().zip(&v[start..end]));
+        for (o, ((&w, &g), (&m, &v))) in out.iter_mut().zip(elems) {
+            let (nw, nm, nv) = adamw(w, g, m, v, c);
+            *o = nw + zero_if_finite(nm) + zero_if_finite(nv);
+        }
+        reduce(out, &mut s);
+        start = end;
     }
     s
 }
@@ -132,9 +155,6 @@ pub(crate) enum Quantizer {
     Int(IntGrid),
     Fp8(Fp8Format),
 }
-
-/// Elements per inner piece of a task: everything it touches stays in L1.
-const PIECE: usize = 1024;
 
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
