@@ -1,7 +1,6 @@
 """Type stubs for the Rust extension module ``quantrs._core``."""
 
-from enum import Enum
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -22,32 +21,32 @@ def cuda_available() -> bool: ...
 
 # --- QAT (quantrs.qat) -------------------------------------------------------
 
-class QuantTarget(Enum):
-    INT8 = 0
-    INT4 = 1
-    FP8_E4M3 = 2
-    FP8_E5M2 = 3
+class QuantTarget:
+    INT8: ClassVar[QuantTarget]
+    INT4: ClassVar[QuantTarget]
+    FP8_E4M3: ClassVar[QuantTarget]
+    FP8_E5M2: ClassVar[QuantTarget]
     @property
-    def value(self) -> str: ...  # type: ignore[override]
+    def value(self) -> str: ...
 
-class QuantScheme(Enum):
-    SYMMETRIC = 0
-    AFFINE = 1
+class QuantScheme:
+    SYMMETRIC: ClassVar[QuantScheme]
+    AFFINE: ClassVar[QuantScheme]
     @property
-    def value(self) -> str: ...  # type: ignore[override]
+    def value(self) -> str: ...
 
-class RoundingMode(Enum):
-    NEAREST = 0
-    STOCHASTIC = 1
+class RoundingMode:
+    NEAREST: ClassVar[RoundingMode]
+    STOCHASTIC: ClassVar[RoundingMode]
     @property
-    def value(self) -> str: ...  # type: ignore[override]
+    def value(self) -> str: ...
 
 class QatConfig:
     def __init__(
         self,
         target: str | QuantTarget,
-        scheme: str | QuantScheme | None = None,
-        rounding: str | RoundingMode | None = None,
+        scheme: str | QuantScheme = "symmetric",
+        rounding: str | RoundingMode = "nearest",
         lr: float = 1e-3,
         beta1: float = 0.9,
         beta2: float = 0.999,

@@ -184,7 +184,10 @@ pub struct PyQatConfig {
 #[pymethods]
 impl PyQatConfig {
     #[new]
-    #[pyo3(signature = (target, scheme = None, rounding = None, lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0))]
+    #[pyo3(
+        signature = (target, scheme = None, rounding = None, lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0),
+        text_signature = "(target, scheme='symmetric', rounding='nearest', lr=0.001, beta1=0.9, beta2=0.999, eps=1e-08, weight_decay=0.0)"
+    )]
     #[allow(clippy::too_many_arguments)]
     fn new(
         target: &Bound<'_, PyAny>,

@@ -312,13 +312,22 @@ impl PyQatOptimizer {
 
     fn __repr__(&self) -> String {
         format!(
-            "QatOptimizer(master=<{} array of shape {:?}>, config={}, rng={})  # step_count={}",
+            "QatOptimizer(master=<{} array of shape {}>, config={}, rng={})  # step_count={}",
             self.dtype(),
-            self.shape,
+            shape_str(&self.shape),
             config_repr(self.cfg()),
             self.seed(),
             self.step_count()
         )
+    }
+}
+
+/// A shape the way Python prints a tuple: `(4,)`, `(2, 3)`.
+fn shape_str(shape: &[usize]) -> String {
+    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+    match dims.len() {
+        1 => format!("({},)", dims[0]),
+        _ => format!("({})", dims.join(", ")),
     }
 }
 
