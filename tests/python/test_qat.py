@@ -337,6 +337,10 @@ def test_failures_leave_state_untouched(target):
         opt.step(ro, np.ones(100))
     with pytest.raises(TypeError):
         opt.step(w, np.ones(100), rng="seed")
+    gen = quantrs.Rng(3)
+    with pytest.raises(quantrs.InvalidArgument):
+        opt.step(w, bad_grads["nan"], rng=gen)
+    assert gen.counter == 0  # a failed step does not consume randomness
     np.testing.assert_array_equal(w, w_before)
     _assert_same_state(_state(opt), state)
     opt.step(w, np.ones(100))  # still usable

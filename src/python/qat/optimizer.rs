@@ -7,7 +7,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 
 use super::params::PyQuantParams;
-use super::{config_repr, seed_arg, target_arg, to_array, PyQatConfig};
+use super::{config_repr, seed_arg, target_arg, to_array, PyQatConfig, PyRng};
 use crate::python::arrays::{check_shape, inplace, input, numpy_module, overlaps};
 use crate::python::errors::wrong_dtype;
 use crate::qat::{CounterRng, Master, QatConfig, QatOptimizer};
@@ -176,11 +176,18 @@ impl PyQatOptimizer {
         grad: &Bound<'_, PyAny>,
         rng: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
+        // A `quantrs.Rng` is advanced only by a step that succeeds.
+        let generator = rng.and_then(|r| r.cast::<PyRng>().ok());
+        let saved = generator.map(|g| g.borrow().inner);
         let seed = seed_arg(rng)?;
-        match &mut self.inner {
+        let res = match &mut self.inner {
             Inner::F64(o) => step_typed(py, o, &self.shape, master, grad, seed),
             Inner::F32(o) => step_typed(py, o, &self.shape, master, grad, seed),
+        };
+        if let (Err(_), Some(g), Some(state)) = (&res, generator, saved) {
+            g.borrow_mut().inner = state;
         }
+        res
     }
 
     /// Read-only zero-copy view of the fake-quantized weights.
