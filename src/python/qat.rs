@@ -426,8 +426,7 @@ pub enum FloatIn<'py> {
 }
 
 pub fn float_input<'py>(obj: &Bound<'py, PyAny>, arg: &str) -> PyResult<FloatIn<'py>> {
-    if let Ok(a) = obj.cast::<PyArrayDyn<f32>>() {
-        let _ = a;
+    if obj.cast::<PyArrayDyn<f32>>().is_ok() {
         return Ok(FloatIn::F32(super::arrays::input::<f32>(obj, arg)?));
     }
     Ok(FloatIn::F64(super::arrays::input::<f64>(obj, arg)?))
