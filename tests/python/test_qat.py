@@ -520,3 +520,33 @@ def test_fake_quant_property(x, target, scheme):
 def test_fp8_property(x, target):
     out = qat.fake_quant(x, target)
     np.testing.assert_array_equal(out, ref.fp8_round(x, target))
+
+
+def test_gil_released_during_step_and_access_is_guarded():
+    # While a worker thread is inside `step` (GIL released), this thread keeps
+    # running Python: reading the view then meets the optimizer mutably
+    # borrowed and gets a clean RuntimeError, never a torn read or a panic.
+    import threading
+
+    w = np.random.default_rng(10).standard_normal(1 << 22)
+    g = np.ones_like(w)
+    opt = quantrs.QatOptimizer(w, "int8")
+    errors, done = [], threading.Event()
+
+    def worker():
+        for _ in range(5):
+            opt.step(w, g)
+        done.set()
+
+    t = threading.Thread(target=worker)
+    t.start()
+    while not done.is_set():
+        try:
+            v = opt.quantized_weights  # a view, or a clean error while a step runs
+            assert v.shape == w.shape
+        except RuntimeError as e:
+            errors.append(e)
+    t.join()
+    assert opt.step_count() == 5
+    assert all("borrow" in str(e) for e in errors)
+    assert errors, "the main thread never ran during a step: was the GIL held?"

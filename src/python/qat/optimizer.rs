@@ -193,7 +193,7 @@ impl PyQatOptimizer {
     /// Read-only zero-copy view of the fake-quantized weights.
     #[getter]
     fn quantized_weights<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        let this = slf.borrow();
+        let this = slf.try_borrow()?;
         match &this.inner {
             Inner::F64(o) => view(slf, o.quantized_weights(), &this.shape),
             Inner::F32(o) => view(slf, o.quantized_weights(), &this.shape),
@@ -296,7 +296,7 @@ impl PyQatOptimizer {
 
     fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTuple>> {
         let py = slf.py();
-        let this = slf.borrow();
+        let this = slf.try_borrow()?;
         let ctor = slf.get_type().getattr("from_bytes")?;
         let args = (this.to_bytes(py), PyTuple::new(py, &this.shape)?).into_pyobject(py)?;
         PyTuple::new(py, [ctor, args.into_any()])
