@@ -262,6 +262,8 @@ def test_fake_quant_backward_matches_reference():
     assert out[0] == 0.0 and out[1] == g[1] and out[2] == g[2]
     g32 = g.astype(np.float32)
     assert qat.fake_quant_backward(g32, x.astype(np.float32), -1, 1).dtype == np.float32
+    mixed = qat.fake_quant_backward(g32, np.array([1.0 + 1e-12] * 1000), -1, 1)
+    assert mixed.dtype == np.float64 and not mixed.any()  # x is not rounded to 1.0
     with pytest.raises(quantrs.DimensionMismatch):
         qat.fake_quant_backward(g, x[:10], -1, 1)
     with pytest.raises(quantrs.InvalidArgument, match="lo"):

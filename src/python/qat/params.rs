@@ -381,6 +381,7 @@ fn ste<'py, T: Master + Element>(
 }
 
 /// Straight-through estimator: `grad` where `lo <= x <= hi`, else 0.
+/// float32 out when `grad` and `x` are float32, else float64.
 #[pyfunction]
 fn qat_fake_quant_backward<'py>(
     py: Python<'py>,
@@ -389,9 +390,18 @@ fn qat_fake_quant_backward<'py>(
     lo: f64,
     hi: f64,
 ) -> PyResult<Bound<'py, PyAny>> {
-    Ok(match float_input(grad, "grad")? {
-        FloatIn::F32(g) => ste(py, g, input::<f32>(x, "x")?, lo, hi)?.into_any(),
-        FloatIn::F64(g) => ste(py, g, input::<f64>(x, "x")?, lo, hi)?.into_any(),
+    // float32 only when both are float32; otherwise both as float64, so
+    // that `x` is never rounded before the range test.
+    Ok(match (float_input(grad, "grad")?, float_input(x, "x")?) {
+        (FloatIn::F32(g), FloatIn::F32(x)) => ste(py, g, x, lo, hi)?.into_any(),
+        _ => ste(
+            py,
+            input::<f64>(grad, "grad")?,
+            input::<f64>(x, "x")?,
+            lo,
+            hi,
+        )?
+        .into_any(),
     })
 }
 
