@@ -197,6 +197,9 @@ macro_rules! multiversion {
             dry_body(w, g, m, v, c)
         }
 
+        multiversion!($features, $commit);
+    };
+    ($features:literal, $commit:ident) => {
         #[allow(clippy::too_many_arguments)]
         #[target_feature(enable = $features)]
         unsafe fn $commit<T: Master>(
@@ -223,6 +226,20 @@ multiversion!(
     dry_avx512,
     commit_avx512
 );
+// With AVX-512 DQ the 64-bit multiplies and u64 -> f64 conversions of the
+// stochastic-rounding hash vectorize too (only the commit pass draws).
+#[cfg(target_arch = "x86_64")]
+multiversion!(
+    "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma",
+    commit_avx512dq
+);
+
+/// AVX-512 DQ on top of the Avx512 level (checked once per call; the
+/// standard library caches the CPUID result).
+#[cfg(target_arch = "x86_64")]
+fn has_avx512dq() -> bool {
+    std::arch::is_x86_feature_detected!("avx512dq")
+}
 
 fn dry_chunk<T: Master>(lvl: SimdLevel, w: &[T], g: &[T], m: &[T], v: &[T], c: &Coef<T>) -> Stats {
     match lvl {
@@ -266,6 +283,8 @@ pub(crate) fn commit_at<T: Master>(
     quant: Quantizer,
     r: Rounding,
 ) {
+    #[cfg(target_arch = "x86_64")]
+    let dq = matches!(r, Rounding::Stochastic { .. }) && has_avx512dq();
     w.par_chunks_mut(CHUNK)
         .zip(g.par_chunks(CHUNK))
         .zip(m.par_chunks_mut(CHUNK).zip(v.par_chunks_mut(CHUNK)))
@@ -274,6 +293,11 @@ pub(crate) fn commit_at<T: Master>(
         .for_each(|(i, (((w, g), (m, v)), q))| {
             let off = i * CHUNK;
             match lvl {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: as in `dry_chunk`, plus `dq` checked AVX-512 DQ at run time.
+                SimdLevel::Avx512 if dq => unsafe {
+                    commit_avx512dq(w, g, m, v, q, c, quant, r, off)
+                },
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: as in `dry_chunk`: the level was detected at run time.
                 SimdLevel::Avx512 => unsafe { commit_avx512(w, g, m, v, q, c, quant, r, off) },
