@@ -1,46 +1,74 @@
 """quantrs: low-bit training and inference on NumPy arrays, with a Rust core.
 
 Every public type is importable from here; FP8 codecs live in
-:mod:`quantrs.fp8`, QAT helpers in :mod:`quantrs.qat`, and the pure-NumPy
-oracles the tests use in :mod:`quantrs.reference`.
+:mod:`quantrs.fp8`, QAT helpers in :mod:`quantrs.qat` (re-exported here), and
+the pure-NumPy oracles the tests use in :mod:`quantrs.reference`.
 """
 
+from . import fp8, qat, reference
 from ._core import (
     CudaNotAvailable,
     DimensionMismatch,
     GpuError,
+    Int4Linear,
+    Int8Linear,
     InvalidArgument,
     InvalidState,
+    PerTensorFP8Linear,
     QuantError,
     QuantizedWeight,
     SerializationError,
+    UnquantLinear,
     UnsupportedOperation,
     __version__,
     build_info,
     cuda_available,
 )
+from .qat import (
+    QatConfig,
+    QatOptimizer,
+    QuantParams,
+    QuantScheme,
+    QuantTarget,
+    Rng,
+    RoundingMode,
+    calibrate,
+    fake_quant,
+    fake_quant_backward,
+)
 
 __all__ = [
+    # errors
     "CudaNotAvailable",
     "DimensionMismatch",
     "GpuError",
     "InvalidArgument",
     "InvalidState",
     "QuantError",
-    "QuantizedWeight",
     "SerializationError",
     "UnsupportedOperation",
+    # INT4 weights and the QuantMethod layers
+    "Int4Linear",
+    "Int8Linear",
+    "PerTensorFP8Linear",
+    "QuantizedWeight",
+    "UnquantLinear",
+    # quantization-aware training
+    "QatConfig",
+    "QatOptimizer",
+    "QuantParams",
+    "QuantScheme",
+    "QuantTarget",
+    "Rng",
+    "RoundingMode",
+    "calibrate",
+    "fake_quant",
+    "fake_quant_backward",
+    # modules and build information
     "__version__",
     "build_info",
     "cuda_available",
+    "fp8",
+    "qat",
     "reference",
 ]
-
-# FP8 codecs (quantrs.fp8) and the QuantMethod linear layers.
-from . import (
-    fp8,  # noqa: E402
-    reference,  # noqa: E402  (the NumPy oracles)
-)
-from ._core import Int4Linear, Int8Linear, PerTensorFP8Linear, UnquantLinear  # noqa: E402
-
-__all__ += ["Int4Linear", "Int8Linear", "PerTensorFP8Linear", "UnquantLinear", "fp8"]

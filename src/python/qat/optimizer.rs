@@ -1,0 +1,353 @@
+//! `QatOptimizer` binding: in-place master update, zero-copy read-only view.
+
+use numpy::ndarray::{ArrayView, IxDyn};
+use numpy::{Element, PyArray, PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyTuple};
+
+use super::params::PyQuantParams;
+use super::{config_repr, seed_arg, target_arg, to_array, PyQatConfig, PyRng};
+use crate::python::arrays::{check_shape, inplace, input, numpy_module, overlaps};
+use crate::python::errors::wrong_dtype;
+use crate::qat::{CounterRng, Master, QatConfig, QatOptimizer};
+use crate::QuantError;
+
+#[derive(Clone)]
+enum Inner {
+    F64(QatOptimizer<f64>),
+    F32(QatOptimizer<f32>),
+}
+
+/// AdamW on full-precision master weights with a fake-quantized view.
+///
+/// The master stays owned by the caller and is updated in place by
+/// `step`; the optimizer owns the moments and the view.
+#[pyclass(module = "quantrs", name = "QatOptimizer")]
+#[derive(Clone)]
+pub struct PyQatOptimizer {
+    inner: Inner,
+    shape: Vec<usize>,
+}
+
+fn config_arg(obj: &Bound<'_, PyAny>) -> PyResult<QatConfig> {
+    if let Ok(c) = obj.cast::<PyQatConfig>() {
+        return Ok(c.get().inner);
+    }
+    if obj.extract::<String>().is_ok() {
+        return Ok(QatConfig::new(target_arg(obj)?));
+    }
+    let ty = obj
+        .get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_default();
+    Err(PyTypeError::new_err(format!(
+        "config: expected a quantrs.QatConfig or a target string, got {ty}"
+    )))
+}
+
+fn dtype_of(obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<&'static str> {
+    let Ok(u) = obj.cast::<PyUntypedArray>() else {
+        let ty = obj
+            .get_type()
+            .name()
+            .map(|n| n.to_string())
+            .unwrap_or_default();
+        return Err(PyTypeError::new_err(format!(
+            "{arg}: expected a numpy.ndarray of dtype float64 or float32, got {ty}"
+        )));
+    };
+    let py = obj.py();
+    let d = u.dtype();
+    if d.is_equiv_to(&numpy::dtype::<f64>(py)) {
+        Ok("float64")
+    } else if d.is_equiv_to(&numpy::dtype::<f32>(py)) {
+        Ok("float32")
+    } else {
+        Err(wrong_dtype(arg, "float64 or float32", d))
+    }
+}
+
+fn build<T: Master + Element>(
+    py: Python<'_>,
+    master: &Bound<'_, PyAny>,
+    config: QatConfig,
+    seed: u64,
+) -> PyResult<(QatOptimizer<T>, Vec<usize>)> {
+    let a = input::<T>(master, "master")?;
+    let xs = a.as_slice()?;
+    let opt = py.detach(|| QatOptimizer::new(xs, config, seed))?;
+    Ok((opt, a.shape().to_vec()))
+}
+
+fn step_typed<T: Master + Element>(
+    py: Python<'_>,
+    opt: &mut QatOptimizer<T>,
+    shape: &[usize],
+    master: &Bound<'_, PyAny>,
+    grad: &Bound<'_, PyAny>,
+    seed: Option<u64>,
+) -> PyResult<()> {
+    if master.is(grad) {
+        return Err(
+            QuantError::arg("grad: the master array was passed as its own gradient").into(),
+        );
+    }
+    // A view of the master (reversed, strided, ...) would be converted to a
+    // copy below and slip past the borrow checker: compare memory bounds.
+    if grad.cast::<PyUntypedArray>().is_ok() && master.cast::<PyUntypedArray>().is_ok() {
+        let share = numpy_module(py)?.call_method1("may_share_memory", (master, grad))?;
+        if share.is_truthy()? {
+            return Err(QuantError::arg(
+                "grad: overlaps the master array (it is updated in place)",
+            )
+            .into());
+        }
+    }
+    let g = input::<T>(grad, "grad")?;
+    let mut w = inplace::<T>(master, "master")?;
+    check_shape("master", w.shape(), shape)?;
+    check_shape("grad", g.shape(), shape)?;
+    let gs = g.as_slice()?;
+    let ws = w.as_slice_mut()?;
+    if overlaps(ws, gs) {
+        return Err(QuantError::arg("grad: overlaps the master array").into());
+    }
+    py.detach(|| opt.step(ws, gs, seed))?;
+    Ok(())
+}
+
+/// A read-only NumPy view of `data` whose base is `owner`.
+fn view<'py, T: Element>(
+    owner: &Bound<'py, PyQatOptimizer>,
+    data: &[T],
+    shape: &[usize],
+) -> PyResult<Bound<'py, PyAny>> {
+    let v = ArrayView::from_shape(IxDyn(shape), data)
+        .map_err(|e| QuantError::InvalidState(format!("view shape: {e}")))?;
+    // SAFETY: `data` is a buffer of the optimizer inside `owner`, which the
+    // array keeps alive as its base. The buffer is allocated once, never
+    // resized or replaced for the object's life (steps write in place), so
+    // the pointer stays valid for as long as the array exists.
+    let arr: Bound<'py, PyArray<T, IxDyn>> =
+        unsafe { PyArray::borrow_from_array(&v, owner.clone().into_any()) };
+    let kw = PyDict::new(owner.py());
+    kw.set_item("write", false)?;
+    arr.call_method("setflags", (), Some(&kw))?;
+    Ok(arr.into_any())
+}
+
+#[pymethods]
+impl PyQatOptimizer {
+    #[new]
+    #[pyo3(signature = (master, config, rng = None))]
+    fn new(
+        py: Python<'_>,
+        master: &Bound<'_, PyAny>,
+        config: &Bound<'_, PyAny>,
+        rng: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let config = config_arg(config)?;
+        let seed = match seed_arg(rng)? {
+            Some(s) => s,
+            None => CounterRng::from_entropy().next_u64(),
+        };
+        let (inner, shape) = match dtype_of(master, "master")? {
+            "float64" => {
+                let (o, s) = build::<f64>(py, master, config, seed)?;
+                (Inner::F64(o), s)
+            }
+            _ => {
+                let (o, s) = build::<f32>(py, master, config, seed)?;
+                (Inner::F32(o), s)
+            }
+        };
+        Ok(PyQatOptimizer { inner, shape })
+    }
+
+    /// One AdamW step on `master` in place, then a new quantized view.
+    /// Transactional: on error nothing changes.
+    #[pyo3(signature = (master, grad, rng = None))]
+    fn step(
+        &mut self,
+        py: Python<'_>,
+        master: &Bound<'_, PyAny>,
+        grad: &Bound<'_, PyAny>,
+        rng: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        // A `quantrs.Rng` is advanced only by a step that succeeds.
+        let generator = rng.and_then(|r| r.cast::<PyRng>().ok());
+        let saved = generator.map(|g| g.borrow().inner);
+        let seed = seed_arg(rng)?;
+        let res = match &mut self.inner {
+            Inner::F64(o) => step_typed(py, o, &self.shape, master, grad, seed),
+            Inner::F32(o) => step_typed(py, o, &self.shape, master, grad, seed),
+        };
+        if let (Err(_), Some(g), Some(state)) = (&res, generator, saved) {
+            g.borrow_mut().inner = state;
+        }
+        res
+    }
+
+    /// Read-only zero-copy view of the fake-quantized weights.
+    #[getter]
+    fn quantized_weights<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let this = slf.try_borrow()?;
+        match &this.inner {
+            Inner::F64(o) => view(slf, o.quantized_weights(), &this.shape),
+            Inner::F32(o) => view(slf, o.quantized_weights(), &this.shape),
+        }
+    }
+
+    /// Integer parameters in effect (None for FP8 targets).
+    fn quant_params(&self) -> Option<PyQuantParams> {
+        let p = match &self.inner {
+            Inner::F64(o) => o.quant_params(),
+            Inner::F32(o) => o.quant_params(),
+        };
+        p.copied().map(PyQuantParams::wrap)
+    }
+
+    fn step_count(&self) -> u64 {
+        match &self.inner {
+            Inner::F64(o) => o.step_count(),
+            Inner::F32(o) => o.step_count(),
+        }
+    }
+
+    #[getter]
+    fn config(&self) -> PyQatConfig {
+        PyQatConfig { inner: *self.cfg() }
+    }
+
+    /// The master dtype (`"float64"` or `"float32"`).
+    #[getter]
+    fn dtype(&self) -> &'static str {
+        match &self.inner {
+            Inner::F64(_) => f64::DTYPE,
+            Inner::F32(_) => f32::DTYPE,
+        }
+    }
+
+    #[getter]
+    fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, &self.shape)
+    }
+
+    /// Seed of the stochastic-rounding streams.
+    #[getter]
+    fn seed(&self) -> u64 {
+        match &self.inner {
+            Inner::F64(o) => o.seed(),
+            Inner::F32(o) => o.seed(),
+        }
+    }
+
+    /// Copies of the AdamW moments `(m, v)`.
+    fn moments<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+        Ok(match &self.inner {
+            Inner::F64(o) => {
+                let (m, v) = o.moments();
+                (
+                    to_array(py, m.to_vec(), &self.shape)?.into_any(),
+                    to_array(py, v.to_vec(), &self.shape)?.into_any(),
+                )
+            }
+            Inner::F32(o) => {
+                let (m, v) = o.moments();
+                (
+                    to_array(py, m.to_vec(), &self.shape)?.into_any(),
+                    to_array(py, v.to_vec(), &self.shape)?.into_any(),
+                )
+            }
+        })
+    }
+
+    /// The whole state as bytes (versioned, CRC-checked).
+    fn to_bytes<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        let b = match &self.inner {
+            Inner::F64(o) => o.to_bytes(),
+            Inner::F32(o) => o.to_bytes(),
+        };
+        PyBytes::new(py, &b)
+    }
+
+    /// Rebuild from `to_bytes()` output and the master's shape.
+    #[staticmethod]
+    fn from_bytes(data: &[u8], shape: Vec<usize>) -> PyResult<Self> {
+        let inner = match crate::qat::serde::dtype_tag(data)? {
+            2 => Inner::F64(QatOptimizer::from_bytes(data)?),
+            _ => Inner::F32(QatOptimizer::from_bytes(data)?),
+        };
+        let n = match &inner {
+            Inner::F64(o) => o.len(),
+            Inner::F32(o) => o.len(),
+        };
+        let count = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+        if count != Some(n) {
+            return Err(QuantError::ser(format!(
+                "shape {shape:?} does not hold the state's {n} elements"
+            ))
+            .into());
+        }
+        Ok(PyQatOptimizer { inner, shape })
+    }
+
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTuple>> {
+        let py = slf.py();
+        let this = slf.try_borrow()?;
+        let ctor = slf.get_type().getattr("from_bytes")?;
+        let args = (this.to_bytes(py), PyTuple::new(py, &this.shape)?).into_pyobject(py)?;
+        PyTuple::new(py, [ctor, args.into_any()])
+    }
+
+    fn __copy__(&self) -> Self {
+        self.clone()
+    }
+
+    fn __deepcopy__(&self, _memo: &Bound<'_, PyAny>) -> Self {
+        self.clone()
+    }
+
+    fn __len__(&self) -> usize {
+        match &self.inner {
+            Inner::F64(o) => o.len(),
+            Inner::F32(o) => o.len(),
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "QatOptimizer(master=<{} array of shape {}>, config={}, rng={})  # step_count={}",
+            self.dtype(),
+            shape_str(&self.shape),
+            config_repr(self.cfg()),
+            self.seed(),
+            self.step_count()
+        )
+    }
+}
+
+/// A shape the way Python prints a tuple: `(4,)`, `(2, 3)`.
+fn shape_str(shape: &[usize]) -> String {
+    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+    match dims.len() {
+        1 => format!("({},)", dims[0]),
+        _ => format!("({})", dims.join(", ")),
+    }
+}
+
+impl PyQatOptimizer {
+    fn cfg(&self) -> &QatConfig {
+        match &self.inner {
+            Inner::F64(o) => o.config(),
+            Inner::F32(o) => o.config(),
+        }
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyQatOptimizer>()?;
+    Ok(())
+}

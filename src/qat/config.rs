@@ -1,0 +1,183 @@
+//! What to quantize to, how, and the AdamW hyper-parameters.
+
+use crate::error::{QuantError, Result};
+use crate::fp8::Fp8Format;
+
+/// Integer storage types of the fake-quantized view.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum IntDtype {
+    Int8,
+    Int4,
+}
+
+impl IntDtype {
+    /// `(qmin, qmax)` for a scheme: symmetric ranges are balanced
+    /// (`[-127, 127]`, `[-7, 7]`) so that `-x` quantizes to `-q`; affine
+    /// ranges use the full two's-complement range.
+    pub fn range(self, scheme: QuantScheme) -> (i32, i32) {
+        match (self, scheme) {
+            (IntDtype::Int8, QuantScheme::Symmetric) => (-127, 127),
+            (IntDtype::Int8, QuantScheme::Affine) => (-128, 127),
+            (IntDtype::Int4, QuantScheme::Symmetric) => (-7, 7),
+            (IntDtype::Int4, QuantScheme::Affine) => (-8, 7),
+        }
+    }
+}
+
+/// The grid of the quantized view.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum QuantTarget {
+    Int(IntDtype),
+    Fp8(Fp8Format),
+}
+
+impl QuantTarget {
+    /// Parse `"int8"`, `"int4"`, `"fp8_e4m3"`, `"fp8_e5m2"` (case-insensitive).
+    pub fn parse(s: &str) -> Result<QuantTarget> {
+        match s.to_ascii_lowercase().as_str() {
+            "int8" => Ok(QuantTarget::Int(IntDtype::Int8)),
+            "int4" => Ok(QuantTarget::Int(IntDtype::Int4)),
+            "fp8_e4m3" | "e4m3" => Ok(QuantTarget::Fp8(Fp8Format::E4M3)),
+            "fp8_e5m2" | "e5m2" => Ok(QuantTarget::Fp8(Fp8Format::E5M2)),
+            _ => Err(QuantError::arg(format!(
+                "target: expected one of 'int8', 'int4', 'fp8_e4m3', 'fp8_e5m2', got {s:?}"
+            ))),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            QuantTarget::Int(IntDtype::Int8) => "int8",
+            QuantTarget::Int(IntDtype::Int4) => "int4",
+            QuantTarget::Fp8(Fp8Format::E4M3) => "fp8_e4m3",
+            QuantTarget::Fp8(Fp8Format::E5M2) => "fp8_e5m2",
+        }
+    }
+}
+
+/// Integer calibration scheme.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum QuantScheme {
+    /// `zero_point = 0`, `scale = absmax / qmax`.
+    Symmetric,
+    /// `[min, max]` widened to include 0, `scale = (max - min) / (qmax - qmin)`.
+    Affine,
+}
+
+impl QuantScheme {
+    pub fn parse(s: &str) -> Result<QuantScheme> {
+        match s.to_ascii_lowercase().as_str() {
+            "symmetric" => Ok(QuantScheme::Symmetric),
+            "affine" | "asymmetric" => Ok(QuantScheme::Affine),
+            _ => Err(QuantError::arg(format!(
+                "scheme: expected 'symmetric' or 'affine', got {s:?}"
+            ))),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            QuantScheme::Symmetric => "symmetric",
+            QuantScheme::Affine => "affine",
+        }
+    }
+}
+
+/// How a value between two grid points is rounded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RoundingMode {
+    /// Round to nearest, ties to even.
+    Nearest,
+    /// Round up with probability equal to the fraction (unbiased in
+    /// expectation; Gupta et al. 2015, "Deep learning with limited numerical
+    /// precision").
+    Stochastic,
+}
+
+impl RoundingMode {
+    pub fn parse(s: &str) -> Result<RoundingMode> {
+        match s.to_ascii_lowercase().as_str() {
+            "nearest" => Ok(RoundingMode::Nearest),
+            "stochastic" => Ok(RoundingMode::Stochastic),
+            _ => Err(QuantError::arg(format!(
+                "rounding: expected 'nearest' or 'stochastic', got {s:?}"
+            ))),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            RoundingMode::Nearest => "nearest",
+            RoundingMode::Stochastic => "stochastic",
+        }
+    }
+}
+
+/// Configuration of a [`crate::qat::QatOptimizer`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct QatConfig {
+    pub target: QuantTarget,
+    pub scheme: QuantScheme,
+    pub rounding: RoundingMode,
+    pub lr: f64,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub eps: f64,
+    pub weight_decay: f64,
+}
+
+impl QatConfig {
+    /// The seed's defaults for `target`: symmetric, nearest, lr 1e-3,
+    /// betas (0.9, 0.999), eps 1e-8, no weight decay.
+    pub fn new(target: QuantTarget) -> QatConfig {
+        QatConfig {
+            target,
+            scheme: QuantScheme::Symmetric,
+            rounding: RoundingMode::Nearest,
+            lr: 1e-3,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.0,
+        }
+    }
+
+    /// Reject hyper-parameters AdamW is not defined for, and options that
+    /// would do nothing (a scheme other than symmetric for an FP8 target).
+    pub fn validate(&self) -> Result<()> {
+        let check = |name: &str, v: f64, ok: bool, what: &str| {
+            if ok {
+                Ok(())
+            } else {
+                Err(QuantError::arg(format!("{name}: expected {what}, got {v}")))
+            }
+        };
+        check(
+            "lr",
+            self.lr,
+            self.lr.is_finite() && self.lr >= 0.0,
+            "a finite value >= 0",
+        )?;
+        for (n, b) in [("beta1", self.beta1), ("beta2", self.beta2)] {
+            check(n, b, (0.0..1.0).contains(&b), "a value in [0, 1)")?;
+        }
+        check(
+            "eps",
+            self.eps,
+            self.eps.is_finite() && self.eps > 0.0,
+            "a finite value > 0",
+        )?;
+        check(
+            "weight_decay",
+            self.weight_decay,
+            self.weight_decay.is_finite() && self.weight_decay >= 0.0,
+            "a finite value >= 0",
+        )?;
+        if matches!(self.target, QuantTarget::Fp8(_)) && self.scheme == QuantScheme::Affine {
+            return Err(QuantError::arg(
+                "scheme: 'affine' applies to integer targets only; FP8 targets cast onto the FP8 grid",
+            ));
+        }
+        Ok(())
+    }
+}
