@@ -182,6 +182,7 @@ class Int4Linear(_LinearBase):
 
 # --- QAT (quantrs.qat) -------------------------------------------------------
 
+@final
 class QuantTarget:
     INT8: ClassVar[QuantTarget]
     INT4: ClassVar[QuantTarget]
@@ -190,21 +191,24 @@ class QuantTarget:
     @property
     def value(self) -> str: ...
 
+@final
 class QuantScheme:
     SYMMETRIC: ClassVar[QuantScheme]
     AFFINE: ClassVar[QuantScheme]
     @property
     def value(self) -> str: ...
 
+@final
 class RoundingMode:
     NEAREST: ClassVar[RoundingMode]
     STOCHASTIC: ClassVar[RoundingMode]
     @property
     def value(self) -> str: ...
 
+@final
 class QatConfig:
-    def __init__(
-        self,
+    def __new__(
+        cls,
         target: str | QuantTarget,
         scheme: str | QuantScheme = "symmetric",
         rounding: str | RoundingMode = "nearest",
@@ -213,7 +217,7 @@ class QatConfig:
         beta2: float = 0.999,
         eps: float = 1e-8,
         weight_decay: float = 0.0,
-    ) -> None: ...
+    ) -> QatConfig: ...
     @property
     def target(self) -> QuantTarget: ...
     @property
@@ -232,8 +236,9 @@ class QatConfig:
     def weight_decay(self) -> float: ...
     def __reduce__(self) -> tuple[Any, ...]: ...
 
+@final
 class Rng:
-    def __init__(self, seed: int | None = None) -> None: ...
+    def __new__(cls, seed: int | None = None) -> Rng: ...
     @property
     def seed(self) -> int: ...
     @property
@@ -243,8 +248,9 @@ class Rng:
     def __reduce__(self) -> tuple[Any, ...]: ...
     def __setstate__(self, counter: int) -> None: ...
 
+@final
 class QuantParams:
-    def __init__(self, scale: float, zero_point: int, qmin: int, qmax: int) -> None: ...
+    def __new__(cls, scale: float, zero_point: int, qmin: int, qmax: int) -> QuantParams: ...
     @staticmethod
     def from_absmax(absmax: float, target: str | QuantTarget | None = None) -> QuantParams: ...
     @staticmethod
@@ -289,13 +295,14 @@ class QuantParams:
     ) -> npt.NDArray[np.floating[Any]]: ...
     def __reduce__(self) -> tuple[Any, ...]: ...
 
+@final
 class QatOptimizer:
-    def __init__(
-        self,
+    def __new__(
+        cls,
         master: npt.NDArray[np.floating[Any]],
         config: QatConfig | str,
         rng: int | Rng | None = None,
-    ) -> None: ...
+    ) -> QatOptimizer: ...
     def step(
         self,
         master: npt.NDArray[np.floating[Any]],
