@@ -32,3 +32,24 @@ __all__ = [
     "build_info",
     "cuda_available",
 ]
+
+# 4-bit Adam / AdamW (SPEC section 6).
+from ._core import (  # noqa: E402
+    Adam4bit,
+    Adam4bitOptimizerConfig,
+    AdamW4bit,
+    AdvancedQuantizationConfig,
+    OptimizerState,
+    QuantizationMethod,
+    StateMemoryStats,
+)
+
+__all__ += [
+    "Adam4bit",
+    "Adam4bitOptimizerConfig",
+    "AdamW4bit",
+    "AdvancedQuantizationConfig",
+    "OptimizerState",
+    "QuantizationMethod",
+    "StateMemoryStats",
+]

@@ -1,0 +1,164 @@
+//! AVX-512 (F) versions of the two passes of `kernel.rs`, for 4-bit m and
+//! per-block v scales. A 16-entry code book fits one register: decoding is
+//! one `vpermps`, the nearest-code search is a four-step binary search over
+//! the midpoints with `vpermps` + compare + masked move. 16 elements per
+//! iteration, the block's remainder through the scalar element code.
+
+#![cfg(target_arch = "x86_64")]
+
+use std::arch::x86_64::*;
+
+use super::kernel::{nibble, set_nibble, Codecs, MCodec, Pass1, Pass2, StepConsts, VScale};
+
+/// 8 bytes of packed nibbles -> 16 i32 lane indices (element order).
+#[inline(always)]
+unsafe fn unpack16(p: *const u8) -> __m512i {
+    let q = _mm512_cvtepu8_epi64(_mm_loadl_epi64(p as *const __m128i));
+    let lo = _mm512_and_si512(q, _mm512_set1_epi64(15));
+    let hi = _mm512_slli_epi64(_mm512_srli_epi64(q, 4), 32);
+    _mm512_or_si512(lo, hi)
+}
+
+/// 16 i32 codes (< 16) -> 8 bytes of packed nibbles.
+#[inline(always)]
+unsafe fn pack16(idx: __m512i, p: *mut u8) {
+    let lo = _mm512_and_si512(idx, _mm512_set1_epi64(15));
+    let hi = _mm512_slli_epi64(_mm512_srli_epi64(idx, 32), 4);
+    let bytes = _mm512_cvtepi64_epi8(_mm512_or_si512(lo, hi));
+    _mm_storel_epi64(p as *mut __m128i, bytes);
+}
+
+/// Lane-wise nearest code: the number of midpoints strictly below `x`.
+#[inline(always)]
+unsafe fn encode16(x: __m512, mids: __m512) -> __m512i {
+    let mut idx = _mm512_setzero_si512();
+    for step in [8, 4, 2, 1] {
+        let cand = _mm512_add_epi32(idx, _mm512_set1_epi32(step));
+        let mid = _mm512_permutexvar_ps(_mm512_sub_epi32(cand, _mm512_set1_epi32(1)), mids);
+        let gt = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, mid);
+        idx = _mm512_mask_mov_epi32(idx, gt, cand);
+    }
+    idx
+}
+
+/// # Safety
+/// The CPU must support AVX-512 F/BW/VL; `c.m` must be 4-bit and
+/// `p.v_scale` per block; the slices must have the lengths `Pass1` documents.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
+pub unsafe fn pass1(k: &StepConsts, c: &Codecs, bs: usize, p: Pass1<'_>) {
+    let MCodec::Four(mcb) = &c.m else {
+        unreachable!("pass1 avx512: 4-bit m only")
+    };
+    let VScale::Block(v_scale) = p.v_scale else {
+        unreachable!("pass1 avx512: block scales only")
+    };
+    let n = p.w.len();
+    assert!(p.g.len() == n && p.sm.len() >= n && p.su.len() >= n);
+    assert!(p.m_codes.len() * 2 >= n && p.v_codes.len() * 2 >= n);
+    let lut_m = _mm512_loadu_ps(mcb.values.as_ptr());
+    let lut_v = _mm512_loadu_ps(c.v.values.as_ptr());
+    let (b1, b2) = (_mm512_set1_ps(k.b1), _mm512_set1_ps(k.b2));
+    let (omb1, omb2) = (_mm512_set1_ps(k.omb1), _mm512_set1_ps(k.omb2));
+    let (bc2, eps) = (_mm512_set1_ps(k.bc2), _mm512_set1_ps(k.eps));
+    let (step, lr_wd, l2) = (
+        _mm512_set1_ps(k.step_size),
+        _mm512_set1_ps(k.lr_wd),
+        _mm512_set1_ps(k.l2),
+    );
+    for (b, start) in (0..n).step_by(bs).enumerate() {
+        let end = (start + bs).min(n);
+        let (sm_s, sv_s) = (p.m_scale[b], v_scale[b]);
+        let (sm, sv) = (_mm512_set1_ps(sm_s), _mm512_set1_ps(sv_s));
+        let (mut am, mut au) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+        let mut e = start;
+        while e + 16 <= end {
+            // SAFETY: e + 16 <= n bounds every load and store below; the
+            // code slices hold n / 2 bytes and e is even.
+            let m_hat = _mm512_mul_ps(
+                _mm512_permutexvar_ps(unpack16(p.m_codes.as_ptr().add(e / 2)), lut_m),
+                sm,
+            );
+            let mut v_hat = _mm512_mul_ps(
+                _mm512_permutexvar_ps(unpack16(p.v_codes.as_ptr().add(e / 2)), lut_v),
+                sv,
+            );
+            if c.sqrt_domain {
+                v_hat = _mm512_mul_ps(v_hat, v_hat);
+            }
+            let w = _mm512_loadu_ps(p.w.as_ptr().add(e));
+            let g = _mm512_loadu_ps(p.g.as_ptr().add(e));
+            let gp = _mm512_add_ps(g, _mm512_mul_ps(l2, w));
+            let m = _mm512_add_ps(_mm512_mul_ps(b1, m_hat), _mm512_mul_ps(omb1, gp));
+            let v = _mm512_add_ps(
+                _mm512_mul_ps(b2, v_hat),
+                _mm512_mul_ps(omb2, _mm512_mul_ps(gp, gp)),
+            );
+            let denom = _mm512_add_ps(_mm512_sqrt_ps(_mm512_div_ps(v, bc2)), eps);
+            let wn = _mm512_sub_ps(
+                _mm512_sub_ps(w, _mm512_mul_ps(lr_wd, w)),
+                _mm512_div_ps(_mm512_mul_ps(step, m), denom),
+            );
+            let u = if c.sqrt_domain { _mm512_sqrt_ps(v) } else { v };
+            _mm512_storeu_ps(p.w.as_mut_ptr().add(e), wn);
+            _mm512_storeu_ps(p.sm.as_mut_ptr().add(e), m);
+            _mm512_storeu_ps(p.su.as_mut_ptr().add(e), u);
+            am = _mm512_max_ps(am, _mm512_abs_ps(m));
+            au = _mm512_max_ps(au, u);
+            e += 16;
+        }
+        let (mut am_s, mut au_s) = (_mm512_reduce_max_ps(am), _mm512_reduce_max_ps(au));
+        while e < end {
+            let m_hat = mcb.decode(nibble(p.m_codes, e)) * sm_s;
+            let mut v_hat = c.v.decode(nibble(p.v_codes, e)) * sv_s;
+            if c.sqrt_domain {
+                v_hat *= v_hat;
+            }
+            let (w, m, v) = k.element(p.w[e], p.g[e], m_hat, v_hat);
+            let u = c.to_domain(v);
+            p.w[e] = w;
+            p.sm[e] = m;
+            p.su[e] = u;
+            am_s = am_s.max(m.abs());
+            au_s = au_s.max(u);
+            e += 1;
+        }
+        p.m_absmax[b] = am_s;
+        p.u_max[b] = au_s;
+    }
+}
+
+/// # Safety
+/// As for [`pass1`]; `p.v_inv` must be per block.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
+pub unsafe fn pass2(c: &Codecs, bs: usize, p: Pass2<'_>) {
+    let MCodec::Four(mcb) = &c.m else {
+        unreachable!("pass2 avx512: 4-bit m only")
+    };
+    let VScale::Block(v_inv) = p.v_inv else {
+        unreachable!("pass2 avx512: block scales only")
+    };
+    let n = p.sm.len();
+    assert!(p.su.len() == n && p.m_codes.len() * 2 >= n && p.v_codes.len() * 2 >= n);
+    let mids_m = _mm512_loadu_ps(mcb.mids.as_ptr());
+    let mids_v = _mm512_loadu_ps(c.v.mids.as_ptr());
+    for (b, start) in (0..n).step_by(bs).enumerate() {
+        let end = (start + bs).min(n);
+        let (im_s, iv_s) = (p.m_inv[b], v_inv[b]);
+        let (im, iv) = (_mm512_set1_ps(im_s), _mm512_set1_ps(iv_s));
+        let mut e = start;
+        while e + 16 <= end {
+            // SAFETY: e + 16 <= n bounds the loads; the stores write bytes
+            // e/2 .. e/2 + 8 of code slices of at least n / 2 bytes.
+            let xm = _mm512_mul_ps(_mm512_loadu_ps(p.sm.as_ptr().add(e)), im);
+            let xv = _mm512_mul_ps(_mm512_loadu_ps(p.su.as_ptr().add(e)), iv);
+            pack16(encode16(xm, mids_m), p.m_codes.as_mut_ptr().add(e / 2));
+            pack16(encode16(xv, mids_v), p.v_codes.as_mut_ptr().add(e / 2));
+            e += 16;
+        }
+        while e < end {
+            set_nibble(p.m_codes, e, mcb.encode(p.sm[e] * im_s));
+            set_nibble(p.v_codes, e, c.v.encode(p.su[e] * iv_s));
+            e += 1;
+        }
+    }
+}
