@@ -14,7 +14,6 @@ import statistics
 import time
 
 import numpy as np
-
 import quantrs
 from quantrs.reference import optim as R
 
@@ -107,7 +106,9 @@ def bench_step(log2n: int, repeats: int):
         s2()
         ms = median_ms(s2, max(3, repeats // 2))
         mu2 = o2.memory_usage()
-        rows.append((f"quantrs AdamW4bit method={method}", ms, mu2.total_bytes / mu2.num_parameters))
+        rows.append(
+            (f"quantrs AdamW4bit method={method}", ms, mu2.total_bytes / mu2.num_parameters)
+        )
 
     info = quantrs.build_info()
     print(
@@ -151,9 +152,9 @@ def bench_convergence(methods, vmaps):
                 loss = R.train(task, make(method, vmap, lr), steps, lr, curve)
                 tr = tracking(curve, base_curve)
                 results[(tname, method, vmap)] = (loss / base - 1, tr)
+                rel, trk = 100 * (loss / base - 1), 100 * tr
                 print(
-                    f"| {tname} | {method} | {vmap} | {loss:.5f} | {100 * (loss / base - 1):+.2f} % "
-                    f"| {100 * tr:+.2f} % |",
+                    f"| {tname} | {method} | {vmap} | {loss:.5f} | {rel:+.2f} % | {trk:+.2f} % |",
                     flush=True,
                 )
     return results

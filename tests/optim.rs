@@ -161,7 +161,7 @@ fn one_element_is_lossless() {
             .unwrap();
             o.step();
             let k = quantrs::optim::kernel::StepConsts::new(1e-2, 0.9, 0.999, 1e-8, 0.0, true, t);
-            let (w2, m2, v2) = k.element(wf, g, m, v);
+            let (w2, m2, v2, _) = k.element(wf, g, m, v);
             (wf, m, v) = (w2, m2, v2);
             assert_eq!(w[0], wf, "{map:?} step {t}");
         }

@@ -16,7 +16,8 @@
 //! order in every path (no FMA contraction), so SIMD and scalar agree bit
 //! for bit:
 //! `g' = g + l2 * w`, `m = b1 m + (1-b1) g'`, `v = b2 v + (1-b2) g'^2`,
-//! `w = (w - lr_wd * w) - (lr / (1 - b1^t)) * m / (sqrt(v / (1 - b2^t)) + eps)`,
+//! `w = (w - lr_wd * w) - (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)`
+//! (one square root per element, shared with the `sqrt(v)` maps),
 //! where `l2 = wd` for Adam and 0 for AdamW, `lr_wd = lr * wd` for AdamW and
 //! 0 for Adam.
 //!
@@ -34,7 +35,8 @@ pub struct StepConsts {
     pub b2: f32,
     pub omb1: f32,
     pub omb2: f32,
-    pub bc2: f32,
+    /// `1 / sqrt(1 - b2^t)`.
+    pub inv_sqrt_bc2: f32,
     pub eps: f32,
     /// `lr / (1 - b1^t)`.
     pub step_size: f32,
@@ -55,7 +57,7 @@ impl StepConsts {
             b2,
             omb1: 1.0 - b1,
             omb2: 1.0 - b2,
-            bc2: bc2 as f32,
+            inv_sqrt_bc2: (1.0 / bc2.sqrt()) as f32,
             eps,
             step_size: (lr as f64 / bc1) as f32,
             lr_wd: if decoupled { lr * wd } else { 0.0 },
@@ -63,15 +65,16 @@ impl StepConsts {
         }
     }
 
-    /// One element: returns `(w, m, v)`.
+    /// One element: returns `(w, m, v, sqrt(v))`.
     #[inline(always)]
-    pub fn element(&self, w: f32, g: f32, m_hat: f32, v_hat: f32) -> (f32, f32, f32) {
+    pub fn element(&self, w: f32, g: f32, m_hat: f32, v_hat: f32) -> (f32, f32, f32, f32) {
         let gp = g + self.l2 * w;
         let m = self.b1 * m_hat + self.omb1 * gp;
         let v = self.b2 * v_hat + self.omb2 * (gp * gp);
-        let denom = (v / self.bc2).sqrt() + self.eps;
+        let r = v.sqrt();
+        let denom = r * self.inv_sqrt_bc2 + self.eps;
         let w = (w - self.lr_wd * w) - (self.step_size * m) / denom;
-        (w, m, v)
+        (w, m, v, r)
     }
 }
 
@@ -91,22 +94,6 @@ pub struct Codecs {
 }
 
 impl Codecs {
-    #[inline(always)]
-    fn m_decode(&self, codes: &[u8], e: usize) -> f32 {
-        match &self.m {
-            MCodec::Four(cb) => cb.decode(nibble(codes, e)),
-            MCodec::Eight(cb) => cb.decode(codes[e]),
-        }
-    }
-
-    #[inline(always)]
-    fn m_encode(&self, codes: &mut [u8], e: usize, x: f32) {
-        match &self.m {
-            MCodec::Four(cb) => set_nibble(codes, e, cb.encode(x)),
-            MCodec::Eight(cb) => codes[e] = cb.encode(x),
-        }
-    }
-
     /// v (linear domain) from its code and scale.
     #[inline(always)]
     fn v_decode(&self, code: u8, scale: f32) -> f32 {
@@ -118,11 +105,11 @@ impl Codecs {
         }
     }
 
-    /// v in the map's domain.
+    /// v in the map's domain, given `v` and `sqrt(v)`.
     #[inline(always)]
-    pub fn to_domain(&self, v: f32) -> f32 {
+    pub fn to_domain(&self, v: f32, r: f32) -> f32 {
         if self.sqrt_domain {
-            v.sqrt()
+            r
         } else {
             v
         }
@@ -204,18 +191,50 @@ pub fn inv(s: f32) -> f32 {
     }
 }
 
-/// Pass 1, scalar reference.
+/// Pass 1, scalar reference. Dispatches once on the code book and the v
+/// scaling so the element loop is monomorphized.
 pub fn pass1_scalar(k: &StepConsts, c: &Codecs, bs: usize, p: Pass1<'_>) {
+    let vs = p.v_scale;
+    match (&c.m, vs) {
+        (MCodec::Four(cb), VScale::Block(s)) => {
+            pass1_loop(k, c, bs, p, |m, e| cb.decode(nibble(m, e)), |b, _| s[b])
+        }
+        (MCodec::Four(cb), _) => pass1_loop(
+            k,
+            c,
+            bs,
+            p,
+            |m, e| cb.decode(nibble(m, e)),
+            |b, e| vs.at(b, e),
+        ),
+        (MCodec::Eight(cb), VScale::Block(s)) => {
+            pass1_loop(k, c, bs, p, |m, e| cb.decode(m[e]), |b, _| s[b])
+        }
+        (MCodec::Eight(cb), _) => {
+            pass1_loop(k, c, bs, p, |m, e| cb.decode(m[e]), |b, e| vs.at(b, e))
+        }
+    }
+}
+
+#[inline(always)]
+fn pass1_loop(
+    k: &StepConsts,
+    c: &Codecs,
+    bs: usize,
+    p: Pass1<'_>,
+    m_dec: impl Fn(&[u8], usize) -> f32,
+    v_scale: impl Fn(usize, usize) -> f32,
+) {
     let n = p.w.len();
     for (b, start) in (0..n).step_by(bs).enumerate() {
         let end = (start + bs).min(n);
         let sm = p.m_scale[b];
         let (mut am, mut au) = (0f32, 0f32);
         for e in start..end {
-            let m_hat = c.m_decode(p.m_codes, e) * sm;
-            let v_hat = c.v_decode(nibble(p.v_codes, e), p.v_scale.at(b, e));
-            let (w, m, v) = k.element(p.w[e], p.g[e], m_hat, v_hat);
-            let u = c.to_domain(v);
+            let m_hat = m_dec(p.m_codes, e) * sm;
+            let v_hat = c.v_decode(nibble(p.v_codes, e), v_scale(b, e));
+            let (w, m, v, r) = k.element(p.w[e], p.g[e], m_hat, v_hat);
+            let u = c.to_domain(v, r);
             p.w[e] = w;
             p.sm[e] = m;
             p.su[e] = u;
@@ -229,27 +248,58 @@ pub fn pass1_scalar(k: &StepConsts, c: &Codecs, bs: usize, p: Pass1<'_>) {
 
 /// Pass 2, scalar reference.
 pub fn pass2_scalar(c: &Codecs, bs: usize, p: Pass2<'_>) {
+    let vi = p.v_inv;
+    match (&c.m, vi) {
+        (MCodec::Four(cb), VScale::Block(s)) => pass2_loop(
+            c,
+            bs,
+            p,
+            |m, e, x| set_nibble(m, e, cb.encode(x)),
+            |b, _| s[b],
+        ),
+        (MCodec::Four(cb), _) => pass2_loop(
+            c,
+            bs,
+            p,
+            |m, e, x| set_nibble(m, e, cb.encode(x)),
+            |b, e| inv(vi.at(b, e)),
+        ),
+        (MCodec::Eight(cb), VScale::Block(s)) => {
+            pass2_loop(c, bs, p, |m, e, x| m[e] = cb.encode(x), |b, _| s[b])
+        }
+        (MCodec::Eight(cb), _) => pass2_loop(
+            c,
+            bs,
+            p,
+            |m, e, x| m[e] = cb.encode(x),
+            |b, e| inv(vi.at(b, e)),
+        ),
+    }
+}
+
+#[inline(always)]
+fn pass2_loop(
+    c: &Codecs,
+    bs: usize,
+    p: Pass2<'_>,
+    m_enc: impl Fn(&mut [u8], usize, f32),
+    v_inv: impl Fn(usize, usize) -> f32,
+) {
     let n = p.sm.len();
     for (b, start) in (0..n).step_by(bs).enumerate() {
         let end = (start + bs).min(n);
         let im = p.m_inv[b];
         for e in start..end {
-            c.m_encode(p.m_codes, e, p.sm[e] * im);
-            let iv = match p.v_inv {
-                VScale::Block(s) => s[b],
-                r => inv(r.at(b, e)),
-            };
-            set_nibble(p.v_codes, e, c.v.encode(p.su[e] * iv));
+            m_enc(p.m_codes, e, p.sm[e] * im);
+            set_nibble(p.v_codes, e, c.v.encode(p.su[e] * v_inv(b, e)));
         }
     }
 }
 
 /// True when the AVX-512 kernels can run this configuration.
+#[cfg(target_arch = "x86_64")]
 fn avx512_fits(level: SimdLevel, c: &Codecs, v: &VScale<'_>) -> bool {
-    cfg!(target_arch = "x86_64")
-        && level == SimdLevel::Avx512
-        && matches!(c.m, MCodec::Four(_))
-        && matches!(v, VScale::Block(_))
+    level == SimdLevel::Avx512 && matches!(c.m, MCodec::Four(_)) && matches!(v, VScale::Block(_))
 }
 
 /// Pass 1 at `level` (falls back to scalar where no kernel fits).

@@ -218,8 +218,8 @@ fn rank1_stats(
                         if ctx.codecs.sqrt_domain {
                             v_hat *= v_hat;
                         }
-                        let (_, _, v) = ctx.k.element(w[e], g[e], 0.0, v_hat);
-                        let u = ctx.codecs.to_domain(v);
+                        let (_, _, v, r) = ctx.k.element(w[e], g[e], 0.0, v_hat);
+                        let u = ctx.codecs.to_domain(v, r);
                         rm = rm.max(u);
                         acc[j] = acc[j].max(u);
                     }

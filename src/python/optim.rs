@@ -42,6 +42,7 @@ fn f32_arg(name: &str, x: f64) -> PyResult<f32> {
     from_py_object
 )]
 #[derive(Clone, Copy, PartialEq, Eq)]
+#[allow(clippy::upper_case_acronyms)] // Python-style member names
 pub enum PyMethod {
     NF4,
     INT4,
