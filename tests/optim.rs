@@ -356,3 +356,20 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn all_finite_every_level_agrees() {
+    for level in simd::available_levels() {
+        for n in [0usize, 1, 15, 16, 17, 100] {
+            let x = rng_vec(n as u64, n, 1e30);
+            assert!(quantrs::optim::kernel::all_finite(level, &x));
+            for pos in 0..n {
+                for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+                    let mut y = x.clone();
+                    y[pos] = bad;
+                    assert!(!quantrs::optim::kernel::all_finite(level, &y), "{level:?} {n} {pos}");
+                }
+            }
+        }
+    }
+}

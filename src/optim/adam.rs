@@ -49,9 +49,10 @@ fn codecs_for(config: &Adam4bitConfig) -> Codecs {
 
 fn check_finite(what: &str, x: &[f32]) -> Result<()> {
     use rayon::prelude::*;
+    let level = simd::level();
     let bad = x
         .par_chunks(1 << 16)
-        .any(|c| !c.iter().fold(true, |ok, v| ok & v.is_finite()));
+        .any(|c| !super::kernel::all_finite(level, c));
     if bad {
         let i = x.iter().position(|v| !v.is_finite()).unwrap_or(0);
         return Err(QuantError::arg(format!(

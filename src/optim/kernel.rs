@@ -326,3 +326,14 @@ pub fn pass2(level: SimdLevel, c: &Codecs, bs: usize, p: Pass2<'_>) {
     let _ = level;
     pass2_scalar(c, bs, p)
 }
+
+/// True when every value of `x` is finite, at `level`.
+pub fn all_finite(level: SimdLevel, x: &[f32]) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if level == SimdLevel::Avx512 {
+        // SAFETY: `level == Avx512` only when the CPU has AVX-512 F.
+        return unsafe { super::kernel_avx512::all_finite(x) };
+    }
+    let _ = level;
+    x.iter().fold(true, |ok, v| ok & v.is_finite())
+}

@@ -166,3 +166,21 @@ pub unsafe fn pass2(c: &Codecs, bs: usize, p: Pass2<'_>) {
         }
     }
 }
+
+/// True when every value is finite (16 lanes per compare).
+///
+/// # Safety
+/// The CPU must support AVX-512 F.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
+pub unsafe fn all_finite(x: &[f32]) -> bool {
+    let inf = _mm512_set1_ps(f32::INFINITY);
+    let mut bad: __mmask16 = 0;
+    let mut chunks = x.chunks_exact(16);
+    for c in &mut chunks {
+        // SAFETY: `c` holds exactly 16 values.
+        let v = _mm512_abs_ps(_mm512_loadu_ps(c.as_ptr()));
+        // NaN compares unordered: NLT_UQ is true for NaN and for |v| >= inf.
+        bad |= _mm512_cmp_ps_mask::<_CMP_NLT_UQ>(v, inf);
+    }
+    bad == 0 && chunks.remainder().iter().all(|v| v.is_finite())
+}

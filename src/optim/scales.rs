@@ -3,7 +3,9 @@
 //! [`GROUP_BLOCKS`] blocks.
 //!
 //! The 8-bit code is log-spaced between the group's largest and smallest
-//! non-zero scale: `s(c) = max * (min / max)^(c / 254)` for `c = 0..=254`, and
+//! non-zero scale: `s(c) = max * 2^(c * log2(min / max) / 254)` for
+//! `c = 0..=254` (with our own deterministic `exp2`, so a checkpoint decodes
+//! the same on every platform), and
 //! `c = 255` is an all-zero block (scale exactly 0). A scale is rounded *up*
 //! to the next code, so every value of the block still fits in `[-1, 1]`
 //! after normalization; the relative rounding error is at most
@@ -19,26 +21,48 @@ pub const ZERO_CODE: u8 = 255;
 const STEPS: f32 = 254.0;
 
 #[inline]
-fn ln_step(max: f32, min: f32) -> f32 {
+fn log2_step(max: f32, min: f32) -> f32 {
     if min < max {
-        (min / max).ln() / STEPS
+        (min / max).log2() / STEPS
     } else {
         0.0
     }
+}
+
+/// `2^y` for `y` in `[-126, 0]`: exponent bits times a degree-6 Taylor
+/// polynomial of `2^f`, `f` in `[-0.5, 0.5]` (relative error < 1e-6;
+/// exactness is not needed, determinism is: plain f32 operations, no libm).
+#[inline]
+fn exp2_neg(y: f32) -> f32 {
+    // Round to the nearest integer without libm (`as` truncates; -y >= 0).
+    let t = ((0.5 - y) as i32).min(126);
+    let f = y + t as f32;
+    const C: [f32; 6] = [
+        0.693_147_2,
+        0.240_226_5,
+        0.055_504_11,
+        0.009_618_129,
+        0.001_333_356,
+        0.000_154_035_3,
+    ];
+    let p = 1.0 + f * (C[0] + f * (C[1] + f * (C[2] + f * (C[3] + f * (C[4] + f * C[5])))));
+    p * f32::from_bits(((127 - t) as u32) << 23)
 }
 
 #[inline]
 fn decode_one(code: u8, max: f32, step: f32) -> f32 {
     if code == ZERO_CODE {
         0.0
+    } else if code == 0 {
+        max
     } else {
-        max * (code as f32 * step).exp()
+        max * exp2_neg(code as f32 * step)
     }
 }
 
 /// Decode the scales of one group (`codes.len()` blocks) into `out`.
 pub fn dq_decode(codes: &[u8], max: f32, min: f32, out: &mut [f32]) {
-    let step = ln_step(max, min);
+    let step = log2_step(max, min);
     for (o, &c) in out.iter_mut().zip(codes) {
         *o = decode_one(c, max, step);
     }
@@ -58,20 +82,26 @@ pub fn dq_encode(s: &mut [f32], codes: &mut [u8]) -> (f32, f32) {
         s.fill(0.0);
         return (0.0, 0.0);
     }
-    let step = ln_step(max, min);
+    let step = log2_step(max, min);
     for (x, c) in s.iter_mut().zip(codes.iter_mut()) {
         if *x == 0.0 {
             *c = ZERO_CODE;
             continue;
         }
-        let mut code = if step == 0.0 {
-            0.0
-        } else {
-            ((*x / max).ln() / step).floor().clamp(0.0, STEPS)
-        } as u8;
-        // Round up: the decoded scale must not be below the block's absmax.
+        if step == 0.0 {
+            // One distinct non-zero scale in the group: code 0 is exact.
+            *c = 0;
+            *x = max;
+            continue;
+        }
+        let mut code = ((*x / max).log2() / step).clamp(0.0, STEPS) as u8;
+        // Round up: the decoded scale must not be below the block's absmax
+        // (and is the smallest code value that is not).
         while code > 0 && decode_one(code, max, step) < *x {
             code -= 1;
+        }
+        while code < STEPS as u8 && decode_one(code + 1, max, step) >= *x {
+            code += 1;
         }
         *c = code;
         *x = decode_one(code, max, step);
@@ -107,6 +137,11 @@ mod tests {
             } else {
                 assert!(*d >= *o && *d <= *o * ratio * 1.0001, "{d} {o}");
             }
+        }
+        for k in 0..=254u8 {
+            let y = k as f32 * -0.37;
+            let e = exp2_neg(y);
+            assert!((e / 2f32.powf(y) - 1.0).abs() < 1e-6, "{y}");
         }
     }
 

@@ -167,6 +167,10 @@ pub struct StepCtx<'a> {
     pub u_clamp: Clamp,
 }
 
+/// One group's f32 working set. Kept per thread and reused across steps
+/// (allocating it per rayon job showed up as page-fault time); every range
+/// a job reads is written by that job first.
+#[derive(Default)]
 struct Scratch {
     sm: Vec<f32>,
     su: Vec<f32>,
@@ -177,16 +181,26 @@ struct Scratch {
 }
 
 impl Scratch {
-    fn new(group_elems: usize) -> Scratch {
-        Scratch {
-            sm: vec![0.0; group_elems],
-            su: vec![0.0; group_elems],
-            m_scale: vec![0.0; GROUP_BLOCKS],
-            v_scale: vec![0.0; GROUP_BLOCKS],
-            m_absmax: vec![0.0; GROUP_BLOCKS],
-            u_max: vec![0.0; GROUP_BLOCKS],
+    fn ensure(&mut self, group_elems: usize) {
+        if self.sm.len() < group_elems {
+            self.sm.resize(group_elems, 0.0);
+            self.su.resize(group_elems, 0.0);
+        }
+        if self.m_scale.len() < GROUP_BLOCKS {
+            for v in [
+                &mut self.m_scale,
+                &mut self.v_scale,
+                &mut self.m_absmax,
+                &mut self.u_max,
+            ] {
+                v.resize(GROUP_BLOCKS, 0.0);
+            }
         }
     }
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
 }
 
 /// New rank-1 statistics: row and column maxima of the new v (map domain),
@@ -274,78 +288,81 @@ pub fn step_param(ctx: &StepCtx<'_>, st: &mut ParamState, w: &mut [f32], g: &[f3
         .enumerate()
         .collect();
     let new_r1 = rank1.as_ref();
-    jobs.into_par_iter().for_each_init(
-        || Scratch::new(ge),
-        |s, (gi, (((((w, g), mc), vc), mut msc), mut vsc))| {
-            let n = w.len();
-            let nb = n.div_ceil(bs);
-            let base = gi * ge;
-            msc.decode(&mut s.m_scale[..nb]);
-            let v_scale = match &vsc {
-                Some(chunk) => {
-                    chunk.decode(&mut s.v_scale[..nb]);
-                    VScale::Block(&s.v_scale[..nb])
-                }
-                None => VScale::Rank1 {
-                    rows: &old_rows,
-                    cols: &old_cols,
-                    base,
-                },
-            };
-            kernel::pass1(
-                ctx.level,
-                &ctx.k,
-                ctx.codecs,
-                bs,
-                Pass1 {
-                    w,
-                    g,
-                    m_codes: mc,
-                    v_codes: vc,
-                    m_scale: &s.m_scale[..nb],
-                    v_scale,
-                    sm: &mut s.sm[..n],
-                    su: &mut s.su[..n],
-                    m_absmax: &mut s.m_absmax[..nb],
-                    u_max: &mut s.u_max[..nb],
-                },
-            );
-            for x in &mut s.m_absmax[..nb] {
-                *x = ctx.m_clamp.apply(*x);
-            }
-            msc.encode(&mut s.m_absmax[..nb]);
-            for x in &mut s.m_absmax[..nb] {
-                *x = inv(*x);
-            }
-            let v_inv = match (&mut vsc, new_r1) {
-                (Some(chunk), _) => {
-                    for x in &mut s.u_max[..nb] {
-                        *x = ctx.u_clamp.apply(*x);
+    jobs.into_par_iter()
+        .for_each(|(gi, (((((w, g), mc), vc), mut msc), mut vsc))| {
+            SCRATCH.with(|cell| {
+                let mut guard = cell.borrow_mut();
+                let s = &mut *guard;
+                s.ensure(ge);
+                let n = w.len();
+                let nb = n.div_ceil(bs);
+                let base = gi * ge;
+                msc.decode(&mut s.m_scale[..nb]);
+                let v_scale = match &vsc {
+                    Some(chunk) => {
+                        chunk.decode(&mut s.v_scale[..nb]);
+                        VScale::Block(&s.v_scale[..nb])
                     }
-                    chunk.encode(&mut s.u_max[..nb]);
-                    for x in &mut s.u_max[..nb] {
-                        *x = inv(*x);
-                    }
-                    VScale::Block(&s.u_max[..nb])
+                    None => VScale::Rank1 {
+                        rows: &old_rows,
+                        cols: &old_cols,
+                        base,
+                    },
+                };
+                kernel::pass1(
+                    ctx.level,
+                    &ctx.k,
+                    ctx.codecs,
+                    bs,
+                    Pass1 {
+                        w,
+                        g,
+                        m_codes: mc,
+                        v_codes: vc,
+                        m_scale: &s.m_scale[..nb],
+                        v_scale,
+                        sm: &mut s.sm[..n],
+                        su: &mut s.su[..n],
+                        m_absmax: &mut s.m_absmax[..nb],
+                        u_max: &mut s.u_max[..nb],
+                    },
+                );
+                for x in &mut s.m_absmax[..nb] {
+                    *x = ctx.m_clamp.apply(*x);
                 }
-                (None, Some((rows, cols))) => VScale::Rank1 { rows, cols, base },
-                (None, None) => unreachable!("rank-1 state without statistics"),
-            };
-            kernel::pass2(
-                ctx.level,
-                ctx.codecs,
-                bs,
-                Pass2 {
-                    sm: &s.sm[..n],
-                    su: &s.su[..n],
-                    m_inv: &s.m_absmax[..nb],
-                    v_inv,
-                    m_codes: mc,
-                    v_codes: vc,
-                },
-            );
-        },
-    );
+                msc.encode(&mut s.m_absmax[..nb]);
+                for x in &mut s.m_absmax[..nb] {
+                    *x = inv(*x);
+                }
+                let v_inv = match (&mut vsc, new_r1) {
+                    (Some(chunk), _) => {
+                        for x in &mut s.u_max[..nb] {
+                            *x = ctx.u_clamp.apply(*x);
+                        }
+                        chunk.encode(&mut s.u_max[..nb]);
+                        for x in &mut s.u_max[..nb] {
+                            *x = inv(*x);
+                        }
+                        VScale::Block(&s.u_max[..nb])
+                    }
+                    (None, Some((rows, cols))) => VScale::Rank1 { rows, cols, base },
+                    (None, None) => unreachable!("rank-1 state without statistics"),
+                };
+                kernel::pass2(
+                    ctx.level,
+                    ctx.codecs,
+                    bs,
+                    Pass2 {
+                        sm: &s.sm[..n],
+                        su: &s.su[..n],
+                        m_inv: &s.m_absmax[..nb],
+                        v_inv,
+                        m_codes: mc,
+                        v_codes: vc,
+                    },
+                );
+            })
+        });
     if let (Some((rows, cols)), VScales::Rank1 { rows: r, cols: c }) = (rank1, &mut st.v_scales) {
         *r = rows;
         *c = cols;

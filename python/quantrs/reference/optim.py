@@ -160,8 +160,9 @@ def _block_scales(sd, key, which, nblocks):
     for gi in range(groups.shape[0]):
         mx, mn = groups[gi]
         c = codes[gi * 256 : (gi + 1) * 256]
-        step = np.float32(np.log(np.float32(mn / mx)) / np.float32(254)) if mn < mx else 0.0
-        s = mx * np.exp(c.astype(np.float32) * np.float32(step))
+        # s(c) = max * 2^(c * log2(min / max) / 254); code 255 = an all-zero block.
+        step = np.log2(np.float64(mn) / np.float64(mx)) / 254 if mn < mx else 0.0
+        s = (np.float64(mx) * np.exp2(c.astype(np.float64) * step)).astype(np.float32)
         out[gi * 256 : gi * 256 + len(c)] = np.where(c == 255, 0.0, s)
     return out
 
