@@ -367,7 +367,10 @@ fn all_finite_every_level_agrees() {
                 for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
                     let mut y = x.clone();
                     y[pos] = bad;
-                    assert!(!quantrs::optim::kernel::all_finite(level, &y), "{level:?} {n} {pos}");
+                    assert!(
+                        !quantrs::optim::kernel::all_finite(level, &y),
+                        "{level:?} {n} {pos}"
+                    );
                 }
             }
         }

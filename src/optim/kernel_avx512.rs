@@ -22,13 +22,25 @@ unsafe fn unpack16(p: *const u8) -> __m512i {
     _mm512_or_si512(lo, hi)
 }
 
-/// 16 i32 codes (< 16) -> 8 bytes of packed nibbles.
+/// 16 i32 codes (< 16) -> 8 bytes of packed nibbles, in the low half.
 #[inline(always)]
-unsafe fn pack16(idx: __m512i, p: *mut u8) {
+unsafe fn pack16(idx: __m512i) -> __m128i {
     let lo = _mm512_and_si512(idx, _mm512_set1_epi64(15));
     let hi = _mm512_slli_epi64(_mm512_srli_epi64(idx, 32), 4);
-    let bytes = _mm512_cvtepi64_epi8(_mm512_or_si512(lo, hi));
-    _mm_storel_epi64(p as *mut __m128i, bytes);
+    _mm512_cvtepi64_epi8(_mm512_or_si512(lo, hi))
+}
+
+/// Normalize 16 values at `src` by `inv` and encode them.
+#[inline(always)]
+unsafe fn enc16(src: *const f32, inv: __m512, mids: __m512) -> __m512i {
+    encode16(_mm512_mul_ps(_mm512_loadu_ps(src), inv), mids)
+}
+
+/// 2 x 16 codes -> one 16-byte store (a narrowing store per 8 bytes is
+/// microcoded and slow on some cores).
+#[inline(always)]
+unsafe fn store32(a: __m512i, b: __m512i, p: *mut u8) {
+    _mm_storeu_si128(p as *mut __m128i, _mm_unpacklo_epi64(pack16(a), pack16(b)));
 }
 
 /// Lane-wise nearest code: the number of midpoints strictly below `x`.
@@ -150,13 +162,28 @@ pub unsafe fn pass2(c: &Codecs, bs: usize, p: Pass2<'_>) {
         let (im_s, iv_s) = (p.m_inv[b], v_inv[b]);
         let (im, iv) = (_mm512_set1_ps(im_s), _mm512_set1_ps(iv_s));
         let mut e = start;
+        while e + 32 <= end {
+            // SAFETY: e + 32 <= n bounds the loads; the stores write bytes
+            // e/2 .. e/2 + 16 of code slices of at least n / 2 bytes.
+            let (m0, m1) = (
+                enc16(p.sm.as_ptr().add(e), im, mids_m),
+                enc16(p.sm.as_ptr().add(e + 16), im, mids_m),
+            );
+            store32(m0, m1, p.m_codes.as_mut_ptr().add(e / 2));
+            let (v0, v1) = (
+                enc16(p.su.as_ptr().add(e), iv, mids_v),
+                enc16(p.su.as_ptr().add(e + 16), iv, mids_v),
+            );
+            store32(v0, v1, p.v_codes.as_mut_ptr().add(e / 2));
+            e += 32;
+        }
         while e + 16 <= end {
             // SAFETY: e + 16 <= n bounds the loads; the stores write bytes
             // e/2 .. e/2 + 8 of code slices of at least n / 2 bytes.
-            let xm = _mm512_mul_ps(_mm512_loadu_ps(p.sm.as_ptr().add(e)), im);
-            let xv = _mm512_mul_ps(_mm512_loadu_ps(p.su.as_ptr().add(e)), iv);
-            pack16(encode16(xm, mids_m), p.m_codes.as_mut_ptr().add(e / 2));
-            pack16(encode16(xv, mids_v), p.v_codes.as_mut_ptr().add(e / 2));
+            let bm = pack16(enc16(p.sm.as_ptr().add(e), im, mids_m));
+            _mm_storel_epi64(p.m_codes.as_mut_ptr().add(e / 2) as *mut __m128i, bm);
+            let bv = pack16(enc16(p.su.as_ptr().add(e), iv, mids_v));
+            _mm_storel_epi64(p.v_codes.as_mut_ptr().add(e / 2) as *mut __m128i, bv);
             e += 16;
         }
         while e < end {
