@@ -116,6 +116,24 @@ impl Codecs {
     }
 }
 
+/// Decoded (unscaled) m of element `e`.
+#[inline(always)]
+pub fn m_decode(m: &MCodec, codes: &[u8], e: usize) -> f32 {
+    match m {
+        MCodec::Four(cb) => cb.decode(nibble(codes, e)),
+        MCodec::Eight(cb) => cb.decode(codes[e]),
+    }
+}
+
+/// Store the nearest code of the normalized `x` for element `e`.
+#[inline(always)]
+pub fn m_encode(m: &MCodec, codes: &mut [u8], e: usize, x: f32) {
+    match m {
+        MCodec::Four(cb) => set_nibble(codes, e, cb.encode(x)),
+        MCodec::Eight(cb) => codes[e] = cb.encode(x),
+    }
+}
+
 #[inline(always)]
 pub fn nibble(codes: &[u8], e: usize) -> u8 {
     (codes[e >> 1] >> ((e & 1) * 4)) & 15
@@ -298,14 +316,14 @@ fn pass2_loop(
 
 /// True when the AVX-512 kernels can run this configuration.
 #[cfg(target_arch = "x86_64")]
-fn avx512_fits(level: SimdLevel, c: &Codecs, v: &VScale<'_>) -> bool {
-    level == SimdLevel::Avx512 && matches!(c.m, MCodec::Four(_)) && matches!(v, VScale::Block(_))
+fn avx512_fits(level: SimdLevel, v: &VScale<'_>) -> bool {
+    level == SimdLevel::Avx512 && matches!(v, VScale::Block(_))
 }
 
 /// Pass 1 at `level` (falls back to scalar where no kernel fits).
 pub fn pass1(level: SimdLevel, k: &StepConsts, c: &Codecs, bs: usize, p: Pass1<'_>) {
     #[cfg(target_arch = "x86_64")]
-    if avx512_fits(level, c, &p.v_scale) {
+    if avx512_fits(level, &p.v_scale) {
         // SAFETY: `level == Avx512` only when the CPU reports AVX-512
         // F/BW/VL and AVX2/FMA (simd::detect_cpu).
         unsafe { super::kernel_avx512::pass1(k, c, bs, p) };
@@ -318,7 +336,7 @@ pub fn pass1(level: SimdLevel, k: &StepConsts, c: &Codecs, bs: usize, p: Pass1<'
 /// Pass 2 at `level`.
 pub fn pass2(level: SimdLevel, c: &Codecs, bs: usize, p: Pass2<'_>) {
     #[cfg(target_arch = "x86_64")]
-    if avx512_fits(level, c, &p.v_inv) {
+    if avx512_fits(level, &p.v_inv) {
         // SAFETY: as in `pass1`.
         unsafe { super::kernel_avx512::pass2(c, bs, p) };
         return;

@@ -11,7 +11,9 @@
 
 use std::arch::x86_64::*;
 
-use super::kernel::{nibble, set_nibble, Codecs, MCodec, Pass1, Pass2, StepConsts, VScale};
+use super::kernel::{
+    m_decode, m_encode, nibble, set_nibble, Codecs, MCodec, Pass1, Pass2, StepConsts, VScale,
+};
 
 /// 8 bytes of packed nibbles -> 16 i32 lane indices (element order).
 #[inline(always)]
@@ -56,21 +58,76 @@ unsafe fn encode16(x: __m512, mids: __m512) -> __m512i {
     idx
 }
 
+/// The m code book as the kernels see it: a 16-entry register, or the
+/// 256-entry int8 table (gathers).
+#[derive(Clone, Copy)]
+enum MLut<'a> {
+    Four(__m512, __m512),
+    Eight(&'a [f32; 256], &'a [f32; 256]),
+}
+
+impl MLut<'_> {
+    #[inline(always)]
+    unsafe fn new(m: &MCodec) -> MLut<'_> {
+        match m {
+            MCodec::Four(cb) => MLut::Four(
+                _mm512_loadu_ps(cb.values.as_ptr()),
+                _mm512_loadu_ps(cb.mids.as_ptr()),
+            ),
+            MCodec::Eight(cb) => MLut::Eight(&cb.values, &cb.mids),
+        }
+    }
+
+    /// Decoded (unscaled) m of elements `e..e + 16`.
+    #[inline(always)]
+    unsafe fn decode16(self, codes: &[u8], e: usize) -> __m512 {
+        match self {
+            MLut::Four(lut, _) => _mm512_permutexvar_ps(unpack16(codes.as_ptr().add(e / 2)), lut),
+            MLut::Eight(values, _) => {
+                let idx =
+                    _mm512_cvtepu8_epi32(_mm_loadu_si128(codes.as_ptr().add(e) as *const __m128i));
+                _mm512_i32gather_ps::<4>(idx, values.as_ptr())
+            }
+        }
+    }
+
+    /// Nearest codes of 16 normalized values.
+    #[inline(always)]
+    unsafe fn encode16(self, x: __m512) -> __m512i {
+        match self {
+            MLut::Four(_, mids) => encode16(x, mids),
+            MLut::Eight(_, mids) => {
+                let mut idx = _mm512_setzero_si512();
+                for shift in (0..8).rev() {
+                    let step = _mm512_set1_epi32(1 << shift);
+                    let at = _mm512_add_epi32(idx, _mm512_sub_epi32(step, _mm512_set1_epi32(1)));
+                    let mid = _mm512_i32gather_ps::<4>(at, mids.as_ptr());
+                    let gt = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, mid);
+                    idx = _mm512_mask_add_epi32(idx, gt, idx, step);
+                }
+                idx
+            }
+        }
+    }
+}
+
 /// # Safety
-/// The CPU must support AVX-512 F/BW/VL; `c.m` must be 4-bit and
-/// `p.v_scale` per block; the slices must have the lengths `Pass1` documents.
+/// The CPU must support AVX-512 F/BW/VL; `p.v_scale` must be per block; the
+/// slices must have the lengths `Pass1` documents.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
 pub unsafe fn pass1(k: &StepConsts, c: &Codecs, bs: usize, p: Pass1<'_>) {
-    let MCodec::Four(mcb) = &c.m else {
-        unreachable!("pass1 avx512: 4-bit m only")
-    };
     let VScale::Block(v_scale) = p.v_scale else {
         unreachable!("pass1 avx512: block scales only")
     };
     let n = p.w.len();
+    let m_bytes = if matches!(c.m, MCodec::Eight(_)) {
+        n
+    } else {
+        n.div_ceil(2)
+    };
     assert!(p.g.len() == n && p.sm.len() >= n && p.su.len() >= n);
-    assert!(p.m_codes.len() * 2 >= n && p.v_codes.len() * 2 >= n);
-    let lut_m = _mm512_loadu_ps(mcb.values.as_ptr());
+    assert!(p.m_codes.len() >= m_bytes && p.v_codes.len() * 2 >= n);
+    let mlut = MLut::new(&c.m);
     let lut_v = _mm512_loadu_ps(c.v.values.as_ptr());
     let (b1, b2) = (_mm512_set1_ps(k.b1), _mm512_set1_ps(k.b2));
     let (omb1, omb2) = (_mm512_set1_ps(k.omb1), _mm512_set1_ps(k.omb2));
@@ -89,10 +146,7 @@ pub unsafe fn pass1(k: &StepConsts, c: &Codecs, bs: usize, p: Pass1<'_>) {
         while e + 16 <= end {
             // SAFETY: e + 16 <= n bounds every load and store below; the
             // code slices hold n / 2 bytes and e is even.
-            let m_hat = _mm512_mul_ps(
-                _mm512_permutexvar_ps(unpack16(p.m_codes.as_ptr().add(e / 2)), lut_m),
-                sm,
-            );
+            let m_hat = _mm512_mul_ps(mlut.decode16(p.m_codes, e), sm);
             let mut v_hat = _mm512_mul_ps(
                 _mm512_permutexvar_ps(unpack16(p.v_codes.as_ptr().add(e / 2)), lut_v),
                 sv,
@@ -124,7 +178,7 @@ pub unsafe fn pass1(k: &StepConsts, c: &Codecs, bs: usize, p: Pass1<'_>) {
         }
         let (mut am_s, mut au_s) = (_mm512_reduce_max_ps(am), _mm512_reduce_max_ps(au));
         while e < end {
-            let m_hat = mcb.decode(nibble(p.m_codes, e)) * sm_s;
+            let m_hat = m_decode(&c.m, p.m_codes, e) * sm_s;
             let mut v_hat = c.v.decode(nibble(p.v_codes, e)) * sv_s;
             if c.sqrt_domain {
                 v_hat *= v_hat;
@@ -147,27 +201,39 @@ pub unsafe fn pass1(k: &StepConsts, c: &Codecs, bs: usize, p: Pass1<'_>) {
 /// As for [`pass1`]; `p.v_inv` must be per block.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
 pub unsafe fn pass2(c: &Codecs, bs: usize, p: Pass2<'_>) {
-    let MCodec::Four(mcb) = &c.m else {
-        unreachable!("pass2 avx512: 4-bit m only")
-    };
     let VScale::Block(v_inv) = p.v_inv else {
         unreachable!("pass2 avx512: block scales only")
     };
     let n = p.sm.len();
-    assert!(p.su.len() == n && p.m_codes.len() * 2 >= n && p.v_codes.len() * 2 >= n);
-    let mids_m = _mm512_loadu_ps(mcb.mids.as_ptr());
+    let eight = matches!(c.m, MCodec::Eight(_));
+    let m_bytes = if eight { n } else { n.div_ceil(2) };
+    assert!(p.su.len() == n && p.m_codes.len() >= m_bytes && p.v_codes.len() * 2 >= n);
+    let mlut = MLut::new(&c.m);
     let mids_v = _mm512_loadu_ps(c.v.mids.as_ptr());
     for (b, start) in (0..n).step_by(bs).enumerate() {
         let end = (start + bs).min(n);
         let (im_s, iv_s) = (p.m_inv[b], v_inv[b]);
         let (im, iv) = (_mm512_set1_ps(im_s), _mm512_set1_ps(iv_s));
         let mut e = start;
-        while e + 32 <= end {
+        while eight && e + 16 <= end {
+            // SAFETY: e + 16 <= n bounds the loads and the 16-byte store
+            // into the n-byte int8 code slice.
+            let xm = _mm512_mul_ps(_mm512_loadu_ps(p.sm.as_ptr().add(e)), im);
+            let bm = _mm512_cvtepi32_epi8(mlut.encode16(xm));
+            _mm_storeu_si128(p.m_codes.as_mut_ptr().add(e) as *mut __m128i, bm);
+            let bv = pack16(enc16(p.su.as_ptr().add(e), iv, mids_v));
+            _mm_storel_epi64(p.v_codes.as_mut_ptr().add(e / 2) as *mut __m128i, bv);
+            e += 16;
+        }
+        while !eight && e + 32 <= end {
             // SAFETY: e + 32 <= n bounds the loads; the stores write bytes
             // e/2 .. e/2 + 16 of code slices of at least n / 2 bytes.
             let (m0, m1) = (
-                enc16(p.sm.as_ptr().add(e), im, mids_m),
-                enc16(p.sm.as_ptr().add(e + 16), im, mids_m),
+                mlut.encode16(_mm512_mul_ps(_mm512_loadu_ps(p.sm.as_ptr().add(e)), im)),
+                mlut.encode16(_mm512_mul_ps(
+                    _mm512_loadu_ps(p.sm.as_ptr().add(e + 16)),
+                    im,
+                )),
             );
             store32(m0, m1, p.m_codes.as_mut_ptr().add(e / 2));
             let (v0, v1) = (
@@ -177,17 +243,18 @@ pub unsafe fn pass2(c: &Codecs, bs: usize, p: Pass2<'_>) {
             store32(v0, v1, p.v_codes.as_mut_ptr().add(e / 2));
             e += 32;
         }
-        while e + 16 <= end {
+        while !eight && e + 16 <= end {
             // SAFETY: e + 16 <= n bounds the loads; the stores write bytes
             // e/2 .. e/2 + 8 of code slices of at least n / 2 bytes.
-            let bm = pack16(enc16(p.sm.as_ptr().add(e), im, mids_m));
+            let bm =
+                pack16(mlut.encode16(_mm512_mul_ps(_mm512_loadu_ps(p.sm.as_ptr().add(e)), im)));
             _mm_storel_epi64(p.m_codes.as_mut_ptr().add(e / 2) as *mut __m128i, bm);
             let bv = pack16(enc16(p.su.as_ptr().add(e), iv, mids_v));
             _mm_storel_epi64(p.v_codes.as_mut_ptr().add(e / 2) as *mut __m128i, bv);
             e += 16;
         }
         while e < end {
-            set_nibble(p.m_codes, e, mcb.encode(p.sm[e] * im_s));
+            m_encode(&c.m, p.m_codes, e, p.sm[e] * im_s);
             set_nibble(p.v_codes, e, c.v.encode(p.su[e] * iv_s));
             e += 1;
         }
