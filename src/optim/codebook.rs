@@ -13,7 +13,8 @@
 //!     is never produced by the encoder.
 //!   - `DYNAMIC4`: the signed 4-bit dynamic-exponent map (Dettmers et al.
 //!     2022, "8-bit Optimizers via Block-wise Quantization", with 3 exponent
-//!     bits); the values are those of `research/anchors.md`.
+//!     bits); the values are those torchao's `create_dynamic_map` gives (as listed in
+//!     the project's `research/sim_adamw4bit.py`).
 //!   - [`dynamic8`]: the signed 8-bit dynamic-tree map of the same paper
 //!     (7 exponent levels, 127 positive values, their negatives, 0 and 1).
 //! - v (unsigned, never decodes a positive value to 0, see [`VarianceMap`]).

@@ -15,6 +15,9 @@ use super::kernel::{
     m_decode, m_encode, nibble, set_nibble, Codecs, MCodec, Pass1, Pass2, StepConsts, VScale,
 };
 
+/// Prefetch distance of pass 1, in elements.
+const PREFETCH: usize = 512;
+
 /// 8 bytes of packed nibbles -> 16 i32 lane indices (element order).
 #[inline(always)]
 unsafe fn unpack16(p: *const u8) -> __m512i {
@@ -154,6 +157,10 @@ pub unsafe fn pass1(k: &StepConsts, c: &Codecs, bs: usize, p: Pass1<'_>) {
             if c.sqrt_domain {
                 v_hat = _mm512_mul_ps(v_hat, v_hat);
             }
+            // Two streams from DRAM: ask for them 2 KiB ahead (a hint; the
+            // address may lie past the slice, so it is formed with wrapping_add).
+            _mm_prefetch::<_MM_HINT_T0>(p.w.as_ptr().wrapping_add(e + PREFETCH) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(p.g.as_ptr().wrapping_add(e + PREFETCH) as *const i8);
             let w = _mm512_loadu_ps(p.w.as_ptr().add(e));
             let g = _mm512_loadu_ps(p.g.as_ptr().add(e));
             let gp = _mm512_add_ps(g, _mm512_mul_ps(l2, w));
