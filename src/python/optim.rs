@@ -24,6 +24,11 @@ fn pyf(x: f32) -> f64 {
     format!("{x}").parse().unwrap_or(x as f64)
 }
 
+/// An f32 written like Python writes the float (`0.001`, `1e-8`).
+fn fmt(x: f32) -> String {
+    format!("{:?}", pyf(x))
+}
+
 /// Python float -> f32, rejecting values that do not fit.
 fn f32_arg(name: &str, x: f64) -> PyResult<f32> {
     let y = x as f32;
@@ -130,7 +135,7 @@ impl PyOptCfg {
         let c = &self.inner;
         format!(
             "Adam4bitOptimizerConfig(learning_rate={}, beta1={}, beta2={}, epsilon={}, weight_decay={})",
-            pyf(c.learning_rate), pyf(c.beta1), pyf(c.beta2), pyf(c.epsilon), pyf(c.weight_decay)
+            fmt(c.learning_rate), fmt(c.beta1), fmt(c.beta2), fmt(c.epsilon), fmt(c.weight_decay)
         )
     }
     fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
@@ -246,9 +251,9 @@ impl PyQCfg {
              variance_map='{}')",
             c.method.name(),
             c.block_size,
-            pyf(c.adaptation_rate),
-            pyf(c.min_scale),
-            pyf(c.max_scale),
+            fmt(c.adaptation_rate),
+            fmt(c.min_scale),
+            fmt(c.max_scale),
             py_bool(c.double_quantization),
             py_bool(c.rank1_normalization),
             c.variance_map.name()
@@ -579,11 +584,11 @@ impl Inner {
         let o = &c.optimizer;
         let head = format!(
             "learning_rate={}, beta1={}, beta2={}, epsilon={}, weight_decay={}",
-            pyf(o.learning_rate),
-            pyf(o.beta1),
-            pyf(o.beta2),
-            pyf(o.epsilon),
-            pyf(o.weight_decay)
+            fmt(o.learning_rate),
+            fmt(o.beta1),
+            fmt(o.beta2),
+            fmt(o.epsilon),
+            fmt(o.weight_decay)
         );
         if c.quantization == CoreQCfg::default() {
             format!("{cls}({head})")
