@@ -376,3 +376,53 @@ fn all_finite_every_level_agrees() {
         }
     }
 }
+
+#[test]
+fn pass2_codes_agree_at_midpoints_and_extremes() {
+    use quantrs::optim::codebook::{Codebook16, NF4};
+    use quantrs::optim::kernel::{pass2, Codecs, MCodec, Pass2, VScale};
+    // Every midpoint, its f32 neighbours, the code values, 0, -0, huge, subnormal.
+    for map in VarianceMap::ALL {
+        let c = Codecs {
+            m: MCodec::Four(Codebook16::new(NF4)),
+            v: Codebook16::new(map.table()),
+            sqrt_domain: map.sqrt_domain(),
+        };
+        let mut xs = vec![0.0f32, -0.0, 1e-45, 1e-38, 1.0, 2.0, 1e30, f32::MAX];
+        for k in 0..16 {
+            for base in [c.v.mids[k], c.v.values[k], c.v.mids[k] * 16.0] {
+                if base.is_finite() {
+                    xs.extend([
+                        base,
+                        f32::from_bits(base.to_bits() + 1),
+                        f32::from_bits(base.to_bits() - 1),
+                    ]);
+                }
+            }
+        }
+        let neg: Vec<f32> = xs.iter().map(|x| -x).collect();
+        xs.extend(neg);
+        xs.resize(xs.len().next_multiple_of(64), 0.5);
+        let n = xs.len();
+        let inv = vec![1.0f32; n / 64];
+        let mut outs = Vec::new();
+        for level in simd::available_levels() {
+            let (mut mc, mut vc) = (vec![0u8; n / 2], vec![0u8; n / 2]);
+            pass2(
+                level,
+                &c,
+                64,
+                Pass2 {
+                    sm: &xs,
+                    su: &xs,
+                    m_inv: &inv,
+                    v_inv: VScale::Block(&inv),
+                    m_codes: &mut mc,
+                    v_codes: &mut vc,
+                },
+            );
+            outs.push((mc, vc));
+        }
+        assert!(outs.windows(2).all(|w| w[0] == w[1]), "{map:?}");
+    }
+}
