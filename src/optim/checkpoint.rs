@@ -10,7 +10,7 @@
 //!   adaptation_rate, min_scale, max_scale (exact bits, not decimal text);
 //! - per parameter `K` (`n:<name>` or `p:<index>`): `K/m_codes`, `K/v_codes`
 //!   (u8), and `K/m_scales` (f32 per block) or `K/m_scale_codes` (u8) +
-//!   `K/m_scale_groups` (f32 `[groups, 2]` = max, min); the same for v, or
+//!   `K/m_scale_groups` (f32 `[groups, 2]` = max, log2 step); the same for v, or
 //!   `K/v_rank1_rows` / `K/v_rank1_cols` (f32).
 //!
 //! Loading parses and checks everything into a new state first and swaps it
@@ -199,10 +199,12 @@ impl Reader {
                     )?
                     .data;
                 let name = format!("{key}/{which}_scale_groups");
-                let g = self.f32s(&name, groups.len())?;
-                if g.chunks(2).any(|p| p[1] > p[0]) {
+                let g = st::le_to_f32(&self.take(&name, Dtype::F32, groups.len())?.data)?;
+                let ok =
+                    |p: &[f32]| p[0].is_finite() && p[0] >= 0.0 && p[1].is_finite() && p[1] <= 0.0;
+                if !g.chunks(2).all(ok) {
                     return Err(bad(format!(
-                        "tensor {name:?}: a group's min exceeds its max"
+                        "tensor {name:?}: expected finite (max >= 0, step <= 0) pairs"
                     )));
                 }
                 Scales::Double {

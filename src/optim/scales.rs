@@ -1,12 +1,12 @@
 //! Block scales: one f32 per block, or (double quantization, after QLoRA
-//! section 3) an 8-bit code per block plus an f32 pair per group of
-//! [`GROUP_BLOCKS`] blocks.
+//! section 3) an 8-bit code per block plus an f32 pair `(max, step)` per
+//! group of [`GROUP_BLOCKS`] blocks.
 //!
 //! The 8-bit code is log-spaced between the group's largest and smallest
-//! non-zero scale: `s(c) = max * 2^(c * log2(min / max) / 254)` for
-//! `c = 0..=254` (with our own deterministic `exp2`, so a checkpoint decodes
-//! the same on every platform), and
-//! `c = 255` is an all-zero block (scale exactly 0). A scale is rounded *up*
+//! non-zero scale: `s(c) = max * 2^(c * step)` for `c = 0..=254` with
+//! `step = log2(min / max) / 254` (stored, and decoded with our own
+//! polynomial `exp2`, so a checkpoint decodes the same on every platform),
+//! and `c = 255` is an all-zero block (scale exactly 0). A scale is rounded *up*
 //! to the next code, so every value of the block still fits in `[-1, 1]`
 //! after normalization; the relative rounding error is at most
 //! `(max/min)^(1/254) - 1` (0.9 % for four decades). Unlike QLoRA's linear
@@ -49,28 +49,34 @@ fn exp2_neg(y: f32) -> f32 {
     p * f32::from_bits(((127 - t) as u32) << 23)
 }
 
-#[inline]
-fn decode_one(code: u8, max: f32, step: f32) -> f32 {
-    if code == ZERO_CODE {
-        0.0
-    } else if code == 0 {
-        max
-    } else {
-        max * exp2_neg(code as f32 * step)
+/// The 256 decoded scales of a group: `t[0] = max`, `t[c] = max * 2^(c *
+/// step)` made non-increasing (a running minimum, so the search below is
+/// exact whatever the polynomial's rounding), `t[255] = 0`.
+fn table(max: f32, step: f32, t: &mut [f32; 256]) {
+    for (c, x) in t.iter_mut().enumerate().take(255) {
+        *x = max * exp2_neg(c as f32 * step);
     }
+    t[0] = max;
+    for c in 1..255 {
+        t[c] = t[c].min(t[c - 1]);
+    }
+    t[ZERO_CODE as usize] = 0.0;
 }
 
 /// Decode the scales of one group (`codes.len()` blocks) into `out`.
-pub fn dq_decode(codes: &[u8], max: f32, min: f32, out: &mut [f32]) {
-    let step = log2_step(max, min);
+pub fn dq_decode(codes: &[u8], max: f32, step: f32, out: &mut [f32]) {
+    let mut t = [0f32; 256];
+    table(max, step, &mut t);
     for (o, &c) in out.iter_mut().zip(codes) {
-        *o = decode_one(c, max, step);
+        *o = t[c as usize];
     }
 }
 
 /// Encode the (non-negative, finite) scales `s` of one group: writes the
-/// codes, returns `(max, min)` and overwrites `s` with the decoded scales
-/// (each `>= ` its input).
+/// codes, returns `(max, step)` and overwrites `s` with the decoded scales.
+/// Each code is the largest `c <= 254` with `t[c] >= s` (a branch-free
+/// binary search; `t[255] = 0` is never `>=` a positive scale), so every
+/// decoded scale is at least its block's absmax.
 pub fn dq_encode(s: &mut [f32], codes: &mut [u8]) -> (f32, f32) {
     let max = s.iter().fold(0f32, |a, &x| a.max(x));
     let min = s
@@ -83,30 +89,22 @@ pub fn dq_encode(s: &mut [f32], codes: &mut [u8]) -> (f32, f32) {
         return (0.0, 0.0);
     }
     let step = log2_step(max, min);
+    let mut t = [0f32; 256];
+    table(max, step, &mut t);
     for (x, c) in s.iter_mut().zip(codes.iter_mut()) {
         if *x == 0.0 {
             *c = ZERO_CODE;
             continue;
         }
-        if step == 0.0 {
-            // One distinct non-zero scale in the group: code 0 is exact.
-            *c = 0;
-            *x = max;
-            continue;
+        let mut idx = 0usize;
+        for shift in (0..8).rev() {
+            let cand = idx + (1 << shift);
+            idx += ((t[cand] >= *x) as usize) << shift;
         }
-        let mut code = ((*x / max).log2() / step).clamp(0.0, STEPS) as u8;
-        // Round up: the decoded scale must not be below the block's absmax
-        // (and is the smallest code value that is not).
-        while code > 0 && decode_one(code, max, step) < *x {
-            code -= 1;
-        }
-        while code < STEPS as u8 && decode_one(code + 1, max, step) >= *x {
-            code += 1;
-        }
-        *c = code;
-        *x = decode_one(code, max, step);
+        *c = idx as u8;
+        *x = t[idx];
     }
-    (max, min)
+    (max, step)
 }
 
 #[cfg(test)]
@@ -126,9 +124,10 @@ mod tests {
             .collect();
         let orig = s.clone();
         let mut codes = vec![0u8; 256];
-        let (max, min) = dq_encode(&mut s, &mut codes);
+        let (max, step) = dq_encode(&mut s, &mut codes);
         let mut dec = vec![0f32; 256];
-        dq_decode(&codes, max, min, &mut dec);
+        dq_decode(&codes, max, step, &mut dec);
+        let min = max * 2f32.powf(254.0 * step);
         assert_eq!(dec, s);
         let ratio = (max / min).powf(1.0 / 254.0);
         for (d, o) in dec.iter().zip(&orig) {
@@ -149,8 +148,8 @@ mod tests {
     fn constant_and_single() {
         let mut s = vec![3.5f32; 10];
         let mut codes = vec![0u8; 10];
-        let (max, min) = dq_encode(&mut s, &mut codes);
-        assert_eq!((max, min), (3.5, 3.5));
+        let (max, step) = dq_encode(&mut s, &mut codes);
+        assert_eq!((max, step), (3.5, 0.0));
         assert!(s.iter().all(|&x| x == 3.5));
         let mut z = vec![0f32; 4];
         let mut c = vec![0u8; 4];

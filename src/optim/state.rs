@@ -14,7 +14,7 @@ use crate::simd::SimdLevel;
 pub enum Scales {
     /// One f32 per block.
     F32(Vec<f32>),
-    /// One 8-bit code per block, `(max, min)` f32 per group of 256 blocks.
+    /// One 8-bit code per block, `(max, step)` f32 per group of 256 blocks.
     Double { codes: Vec<u8>, groups: Vec<f32> },
 }
 
@@ -67,9 +67,9 @@ impl ScalesChunk<'_> {
         match self {
             ScalesChunk::F32(out) => out.copy_from_slice(s),
             ScalesChunk::Double(c, g) => {
-                let (max, min) = dq_encode(s, c);
+                let (max, step) = dq_encode(s, c);
                 g[0] = max;
-                g[1] = min;
+                g[1] = step;
             }
         }
     }

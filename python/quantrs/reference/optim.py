@@ -158,11 +158,10 @@ def _block_scales(sd, key, which, nblocks):
     groups = sd[f"{key}/{which}_scale_groups"].astype(np.float32)
     out = np.zeros(nblocks, np.float32)
     for gi in range(groups.shape[0]):
-        mx, mn = groups[gi]
+        mx, step = groups[gi].astype(np.float64)
         c = codes[gi * 256 : (gi + 1) * 256]
-        # s(c) = max * 2^(c * log2(min / max) / 254); code 255 = an all-zero block.
-        step = np.log2(np.float64(mn) / np.float64(mx)) / 254 if mn < mx else 0.0
-        s = (np.float64(mx) * np.exp2(c.astype(np.float64) * step)).astype(np.float32)
+        # s(c) = max * 2^(c * step), step = log2(min / max) / 254; code 255 = all-zero block.
+        s = (mx * np.exp2(c.astype(np.float64) * step)).astype(np.float32)
         out[gi * 256 : gi * 256 + len(c)] = np.where(c == 255, 0.0, s)
     return out
 
