@@ -159,7 +159,7 @@ def bench_convergence(methods, vmaps):
                 results[(tname, method, vmap)] = (loss / base - 1, tr)
                 rel, trk = 100 * (loss / base - 1), 100 * tr
                 print(
-                    f"| {tname} | {method} | {vmap} | {loss:.5f} | {rel:+.2f} % | {trk:+.2f} % |",
+                    f"| {tname} | {method} | {vmap or 'default'} | {loss:.5f} | {rel:+.2f} % | {trk:+.2f} % |",
                     flush=True,
                 )
     return results
