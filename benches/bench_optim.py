@@ -157,9 +157,9 @@ def bench_convergence(methods, vmaps):
                 loss = R.train(task, make(method, vmap, lr), steps, lr, curve)
                 tr = tracking(curve, base_curve)
                 results[(tname, method, vmap)] = (loss / base - 1, tr)
-                rel, trk = 100 * (loss / base - 1), 100 * tr
+                rel, trk, vm = 100 * (loss / base - 1), 100 * tr, vmap or "default"
                 print(
-                    f"| {tname} | {method} | {vmap or 'default'} | {loss:.5f} | {rel:+.2f} % | {trk:+.2f} % |",
+                    f"| {tname} | {method} | {vm} | {loss:.5f} | {rel:+.2f} % | {trk:+.2f} % |",
                     flush=True,
                 )
     return results
