@@ -74,9 +74,8 @@ pub fn dq_decode(codes: &[u8], max: f32, step: f32, out: &mut [f32]) {
 
 /// Encode the (non-negative, finite) scales `s` of one group: writes the
 /// codes, returns `(max, step)` and overwrites `s` with the decoded scales.
-/// Each code is the largest `c <= 254` with `t[c] >= s` (a branch-free
-/// binary search; `t[255] = 0` is never `>=` a positive scale), so every
-/// decoded scale is at least its block's absmax.
+/// Each code is the largest `c <= 254` with `t[c] >= s`, so every decoded
+/// scale is at least its block's absmax.
 pub fn dq_encode(s: &mut [f32], codes: &mut [u8]) -> (f32, f32) {
     let max = s.iter().fold(0f32, |a, &x| a.max(x));
     let min = s
@@ -89,6 +88,7 @@ pub fn dq_encode(s: &mut [f32], codes: &mut [u8]) -> (f32, f32) {
         return (0.0, 0.0);
     }
     let step = log2_step(max, min);
+    let inv_step = if step < 0.0 { 1.0 / step } else { 0.0 };
     let mut t = [0f32; 256];
     table(max, step, &mut t);
     for (x, c) in s.iter_mut().zip(codes.iter_mut()) {
@@ -96,10 +96,19 @@ pub fn dq_encode(s: &mut [f32], codes: &mut [u8]) -> (f32, f32) {
             *c = ZERO_CODE;
             continue;
         }
-        let mut idx = 0usize;
-        for shift in (0..8).rev() {
-            let cand = idx + (1 << shift);
-            idx += ((t[cand] >= *x) as usize) << shift;
+        // A guess from the logarithm, then a walk to the boundary: the
+        // result depends only on the table (non-increasing, t[0] = max >= x),
+        // not on how good the guess is.
+        let mut idx = if step == 0.0 {
+            254
+        } else {
+            ((*x / max).log2() * inv_step).clamp(0.0, STEPS) as usize
+        };
+        while idx > 0 && t[idx] < *x {
+            idx -= 1;
+        }
+        while idx < 254 && t[idx + 1] >= *x {
+            idx += 1;
         }
         *c = idx as u8;
         *x = t[idx];
@@ -141,6 +150,24 @@ mod tests {
             let y = k as f32 * -0.37;
             let e = exp2_neg(y);
             assert!((e / 2f32.powf(y) - 1.0).abs() < 1e-6, "{y}");
+        }
+    }
+
+    #[test]
+    fn codes_are_the_largest_code_not_below_the_scale() {
+        for spread in [1.0001f32, 1.5, 10.0, 1e4, 1e30] {
+            let mut s: Vec<f32> = (0..256)
+                .map(|i| spread.powf(((i * 37) % 256) as f32 / 255.0) * 1e-3)
+                .collect();
+            let orig = s.clone();
+            let mut codes = vec![0u8; 256];
+            let (max, step) = dq_encode(&mut s, &mut codes);
+            let mut t = [0f32; 256];
+            table(max, step, &mut t);
+            for (x, c) in orig.iter().zip(&codes) {
+                let best = (0..255).filter(|&k| t[k] >= *x).max().unwrap();
+                assert_eq!(*c as usize, best, "spread {spread}");
+            }
         }
     }
 
