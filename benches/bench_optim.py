@@ -74,6 +74,7 @@ def bench_step(log2n: int, repeats: int):
     except ImportError:
         torch = None
     if torch is not None:
+        torch.set_num_threads(quantrs.build_info()["threads"])  # the same thread count
         tw = torch.from_numpy(w.copy()).requires_grad_(True)
         tw.grad = torch.from_numpy(g.copy())
         topt = torch.optim.AdamW([tw], lr=1e-3, weight_decay=0.01, fused=True)
