@@ -25,6 +25,7 @@ mod python;
 
 pub use error::{QuantError, Result};
 
+
 /// Crate version, as reported by `quantrs.build_info()`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
