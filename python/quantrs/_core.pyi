@@ -19,10 +19,12 @@ def cuda_available() -> bool: ...
 # --- 4-bit Adam / AdamW (SPEC section 6) ---------------------------------------------------
 
 import os as _os  # noqa: E402
+from typing import final as _final  # noqa: E402
 
 import numpy as _np  # noqa: E402
 import numpy.typing as _npt  # noqa: E402
 
+@_final
 class QuantizationMethod:
     NF4: QuantizationMethod
     INT4: QuantizationMethod
@@ -30,6 +32,7 @@ class QuantizationMethod:
     INT8: QuantizationMethod
     def __int__(self) -> int: ...
 
+@_final
 class Adam4bitOptimizerConfig:
     def __new__(
         cls,
@@ -50,10 +53,11 @@ class Adam4bitOptimizerConfig:
     @property
     def weight_decay(self) -> float: ...
 
+@_final
 class AdvancedQuantizationConfig:
     def __new__(
         cls,
-        method: str | QuantizationMethod | None = None,
+        method: str | QuantizationMethod | None = "nf4",
         block_size: int = 64,
         adaptation_rate: float = 0.01,
         min_scale: float = 1e-8,
@@ -80,6 +84,7 @@ class AdvancedQuantizationConfig:
     @property
     def variance_map(self) -> str: ...
 
+@_final
 class StateMemoryStats:
     def __new__(
         cls,
@@ -102,6 +107,7 @@ class StateMemoryStats:
     @property
     def bytes_per_parameter(self) -> float: ...
 
+@_final
 class OptimizerState:
     @property
     def step(self) -> int: ...
@@ -110,6 +116,7 @@ class OptimizerState:
     @property
     def total_bytes(self) -> int: ...
 
+@_final
 class Adam4bit:
     def __new__(
         cls,
@@ -153,6 +160,7 @@ class Adam4bit:
     def __getstate__(self) -> bytes: ...
     def __setstate__(self, state: bytes) -> None: ...
 
+@_final
 class AdamW4bit:
     def __new__(
         cls,
