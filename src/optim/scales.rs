@@ -20,6 +20,21 @@ pub const GROUP_BLOCKS: usize = 256;
 pub const ZERO_CODE: u8 = 255;
 const STEPS: f32 = 254.0;
 
+/// `log2(r)` for a positive normal `r`, to ~1e-5: exponent bits plus the
+/// atanh series of the mantissa. Only a starting guess for the code search
+/// (the result is fixed up against the table), so its accuracy affects the
+/// speed, never the codes.
+#[inline]
+fn log2_approx(r: f32) -> f32 {
+    let bits = r.to_bits();
+    let e = ((bits >> 23) & 0xff) as i32 - 127;
+    let m = f32::from_bits((bits & 0x007f_ffff) | 0x3f80_0000);
+    let z = (m - 1.0) / (m + 1.0);
+    let z2 = z * z;
+    let series = z * (1.0 + z2 * (1.0 / 3.0 + z2 * (0.2 + z2 * (1.0 / 7.0))));
+    e as f32 + series * (2.0 / std::f32::consts::LN_2)
+}
+
 #[inline]
 fn log2_step(max: f32, min: f32) -> f32 {
     if min < max {
@@ -57,8 +72,13 @@ fn table(max: f32, step: f32, t: &mut [f32; 256]) {
         *x = max * exp2_neg(c as f32 * step);
     }
     t[0] = max;
-    for c in 1..255 {
-        t[c] = t[c].min(t[c - 1]);
+    // Usually already non-increasing (a vectorizable check); otherwise take
+    // the running minimum. Either way the same table results.
+    let sorted = t[..255].windows(2).fold(true, |ok, w| ok & (w[1] <= w[0]));
+    if !sorted {
+        for c in 1..255 {
+            t[c] = t[c].min(t[c - 1]);
+        }
     }
     t[ZERO_CODE as usize] = 0.0;
 }
@@ -102,7 +122,14 @@ pub fn dq_encode(s: &mut [f32], codes: &mut [u8]) -> (f32, f32) {
         let mut idx = if step == 0.0 {
             254
         } else {
-            ((*x / max).log2() * inv_step).clamp(0.0, STEPS) as usize
+            // The fast logarithm is good to ~1e-5; with code steps below 1e-3
+            // (max/min < 1.2) take the exact one so the walk stays short.
+            let l = if step < -1e-3 {
+                log2_approx(*x / max)
+            } else {
+                (*x / max).log2()
+            };
+            (l * inv_step).clamp(0.0, STEPS) as usize
         };
         while idx > 0 && t[idx] < *x {
             idx -= 1;
@@ -168,6 +195,14 @@ mod tests {
                 let best = (0..255).filter(|&k| t[k] >= *x).max().unwrap();
                 assert_eq!(*c as usize, best, "spread {spread}");
             }
+        }
+    }
+
+    #[test]
+    fn log2_approx_is_close() {
+        for i in 1..2000 {
+            let r = (i as f32 / 2000.0).powi(7);
+            assert!((log2_approx(r) - r.log2()).abs() < 2e-5, "{r}");
         }
     }
 
