@@ -13,7 +13,8 @@ pub fn cuda_available() -> bool {
 pub fn require_cuda() -> Result<()> {
     if cfg!(feature = "gpu") {
         Err(QuantError::CudaNotAvailable(
-            "built with the `gpu` feature, but no CUDA kernels are compiled into this version".into(),
+            "built with the `gpu` feature, but no CUDA kernels are compiled into this version"
+                .into(),
         ))
     } else {
         Err(QuantError::CudaNotAvailable(

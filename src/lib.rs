@@ -25,7 +25,6 @@ mod python;
 
 pub use error::{QuantError, Result};
 
-
 /// Crate version, as reported by `quantrs.build_info()`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 

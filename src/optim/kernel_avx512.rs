@@ -304,3 +304,81 @@ pub unsafe fn all_finite(x: &[f32]) -> bool {
     }
     bad == 0 && chunks.remainder().iter().all(|v| v.is_finite())
 }
+
+/// Block-scale codes of double quantization, 16 blocks at a time: a guess
+/// from a vectorized logarithm (`getexp` + `getmant` + the atanh series),
+/// verified with two gathers (`t[c] >= x > t[c + 1]`); lanes that fail, and
+/// zero scales, go through the scalar walk. The code of a scale is defined
+/// by the table alone (the largest `c` with `t[c] >= x`), so this returns
+/// exactly the scalar codes. Returns how many leading entries it handled.
+///
+/// # Safety
+/// The CPU must support AVX-512 F/BW/VL; `t` must be non-increasing with
+/// `t[0] = max` and `t[255] = 0`; `codes.len() >= s.len()`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
+pub unsafe fn dq_search(
+    s: &mut [f32],
+    codes: &mut [u8],
+    max: f32,
+    inv_step: f32,
+    t: &[f32; 256],
+) -> usize {
+    use super::scales::{search_from, ZERO_CODE};
+    let n = s.len().min(codes.len());
+    let (inv_max, istep) = (_mm512_set1_ps(1.0 / max), _mm512_set1_ps(inv_step));
+    let one = _mm512_set1_ps(1.0);
+    let two_over_ln2 = _mm512_set1_ps(2.0 / std::f32::consts::LN_2);
+    let mut i = 0;
+    while i + 16 <= n {
+        // SAFETY: i + 16 <= n bounds the loads and stores of s and codes;
+        // gather indices lie in 0..=255 (clamped guess, plus one).
+        let x = _mm512_loadu_ps(s.as_ptr().add(i));
+        let r = _mm512_mul_ps(x, inv_max);
+        let e = _mm512_getexp_ps(r);
+        let m = _mm512_getmant_ps::<_MM_MANT_NORM_1_2, _MM_MANT_SIGN_SRC>(r);
+        let z = _mm512_div_ps(_mm512_sub_ps(m, one), _mm512_add_ps(m, one));
+        let z2 = _mm512_mul_ps(z, z);
+        let mut p = _mm512_add_ps(
+            _mm512_set1_ps(0.2),
+            _mm512_mul_ps(z2, _mm512_set1_ps(1.0 / 7.0)),
+        );
+        p = _mm512_add_ps(_mm512_set1_ps(1.0 / 3.0), _mm512_mul_ps(z2, p));
+        p = _mm512_add_ps(one, _mm512_mul_ps(z2, p));
+        let l = _mm512_add_ps(e, _mm512_mul_ps(_mm512_mul_ps(z, p), two_over_ln2));
+        let g = _mm512_min_ps(
+            _mm512_max_ps(_mm512_mul_ps(l, istep), _mm512_setzero_ps()),
+            _mm512_set1_ps(254.0),
+        );
+        let idx = _mm512_cvttps_epi32(g);
+        let t0 = _mm512_i32gather_ps::<4>(idx, t.as_ptr());
+        let t1 = _mm512_i32gather_ps::<4>(_mm512_add_epi32(idx, _mm512_set1_epi32(1)), t.as_ptr());
+        let ok = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(t0, x)
+            & _mm512_cmp_ps_mask::<_CMP_LT_OQ>(t1, x)
+            & _mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, _mm512_setzero_ps());
+        _mm_storeu_si128(
+            codes.as_mut_ptr().add(i) as *mut __m128i,
+            _mm512_cvtepi32_epi8(idx),
+        );
+        _mm512_storeu_ps(s.as_mut_ptr().add(i), t0);
+        let mut bad = !ok;
+        if bad != 0 {
+            let mut xs = [0f32; 16];
+            _mm512_storeu_ps(xs.as_mut_ptr(), x);
+            while bad != 0 {
+                let lane = bad.trailing_zeros() as usize;
+                bad &= bad - 1;
+                let j = i + lane;
+                if xs[lane] == 0.0 {
+                    codes[j] = ZERO_CODE;
+                    s[j] = 0.0;
+                } else {
+                    let c = search_from(xs[lane], codes[j] as usize, t);
+                    codes[j] = c as u8;
+                    s[j] = t[c];
+                }
+            }
+        }
+        i += 16;
+    }
+    i
+}

@@ -13,6 +13,8 @@
 //! 8-bit code on the scales, this never rounds the scale of a block with
 //! small values (typical for v) to 0 or to the group's maximum.
 
+use crate::simd::SimdLevel;
+
 /// Blocks per double-quantization group (and per kernel work item).
 pub const GROUP_BLOCKS: usize = 256;
 
@@ -92,11 +94,26 @@ pub fn dq_decode(codes: &[u8], max: f32, step: f32, out: &mut [f32]) {
     }
 }
 
+/// The largest code `c <= 254` with `t[c] >= x` (for `x > 0`), walking
+/// from `guess`; the table is non-increasing with `t[0] = max >= x`, so the
+/// answer does not depend on the guess.
+#[inline]
+pub fn search_from(x: f32, guess: usize, t: &[f32; 256]) -> usize {
+    let mut idx = guess.min(254);
+    while idx > 0 && t[idx] < x {
+        idx -= 1;
+    }
+    while idx < 254 && t[idx + 1] >= x {
+        idx += 1;
+    }
+    idx
+}
+
 /// Encode the (non-negative, finite) scales `s` of one group: writes the
 /// codes, returns `(max, step)` and overwrites `s` with the decoded scales.
 /// Each code is the largest `c <= 254` with `t[c] >= s`, so every decoded
-/// scale is at least its block's absmax.
-pub fn dq_encode(s: &mut [f32], codes: &mut [u8]) -> (f32, f32) {
+/// scale is at least its block's absmax; every `level` gives the same codes.
+pub fn dq_encode(level: SimdLevel, s: &mut [f32], codes: &mut [u8]) -> (f32, f32) {
     let max = s.iter().fold(0f32, |a, &x| a.max(x));
     let min = s
         .iter()
@@ -111,32 +128,32 @@ pub fn dq_encode(s: &mut [f32], codes: &mut [u8]) -> (f32, f32) {
     let inv_step = if step < 0.0 { 1.0 / step } else { 0.0 };
     let mut t = [0f32; 256];
     table(max, step, &mut t);
-    for (x, c) in s.iter_mut().zip(codes.iter_mut()) {
+    // The fast logarithm is good to ~1e-5: with code steps below 1e-3
+    // (max/min < 1.2) the exact one keeps the walk short.
+    let fast = step < -1e-3;
+    let mut done = 0;
+    #[cfg(target_arch = "x86_64")]
+    if fast && level == SimdLevel::Avx512 {
+        // SAFETY: `level == Avx512` only when the CPU has AVX-512 F/BW/VL.
+        done = unsafe { super::kernel_avx512::dq_search(s, codes, max, inv_step, &t) };
+    }
+    let _ = level;
+    for (x, c) in s[done..].iter_mut().zip(codes[done..].iter_mut()) {
         if *x == 0.0 {
             *c = ZERO_CODE;
             continue;
         }
-        // A guess from the logarithm, then a walk to the boundary: the
-        // result depends only on the table (non-increasing, t[0] = max >= x),
-        // not on how good the guess is.
-        let mut idx = if step == 0.0 {
+        let guess = if step == 0.0 {
             254
         } else {
-            // The fast logarithm is good to ~1e-5; with code steps below 1e-3
-            // (max/min < 1.2) take the exact one so the walk stays short.
-            let l = if step < -1e-3 {
+            let l = if fast {
                 log2_approx(*x / max)
             } else {
                 (*x / max).log2()
             };
             (l * inv_step).clamp(0.0, STEPS) as usize
         };
-        while idx > 0 && t[idx] < *x {
-            idx -= 1;
-        }
-        while idx < 254 && t[idx + 1] >= *x {
-            idx += 1;
-        }
+        let idx = search_from(*x, guess, &t);
         *c = idx as u8;
         *x = t[idx];
     }
@@ -160,7 +177,7 @@ mod tests {
             .collect();
         let orig = s.clone();
         let mut codes = vec![0u8; 256];
-        let (max, step) = dq_encode(&mut s, &mut codes);
+        let (max, step) = dq_encode(SimdLevel::Scalar, &mut s, &mut codes);
         let mut dec = vec![0f32; 256];
         dq_decode(&codes, max, step, &mut dec);
         let min = max * 2f32.powf(254.0 * step);
@@ -188,12 +205,40 @@ mod tests {
                 .collect();
             let orig = s.clone();
             let mut codes = vec![0u8; 256];
-            let (max, step) = dq_encode(&mut s, &mut codes);
+            let (max, step) = dq_encode(SimdLevel::Scalar, &mut s, &mut codes);
             let mut t = [0f32; 256];
             table(max, step, &mut t);
             for (x, c) in orig.iter().zip(&codes) {
                 let best = (0..255).filter(|&k| t[k] >= *x).max().unwrap();
                 assert_eq!(*c as usize, best, "spread {spread}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_level_gives_the_same_codes() {
+        for spread in [1.0001f32, 1.3, 2.0, 1e3, 1e20] {
+            let base: Vec<f32> = (0..256)
+                .map(|i| {
+                    if i % 31 == 0 {
+                        0.0
+                    } else {
+                        spread.powf(((i * 97) % 256) as f32 / 255.0) * 3e-4
+                    }
+                })
+                .collect();
+            let mut outs = Vec::new();
+            for level in crate::simd::available_levels() {
+                for n in [256usize, 255, 17, 3] {
+                    let mut s = base[..n].to_vec();
+                    let mut codes = vec![0u8; n];
+                    let pair = dq_encode(level, &mut s, &mut codes);
+                    outs.push((n, pair, codes, s));
+                }
+            }
+            let k = outs.len() / crate::simd::available_levels().len();
+            for (i, o) in outs.iter().enumerate() {
+                assert_eq!(o, &outs[i % k], "spread {spread}");
             }
         }
     }
@@ -210,12 +255,12 @@ mod tests {
     fn constant_and_single() {
         let mut s = vec![3.5f32; 10];
         let mut codes = vec![0u8; 10];
-        let (max, step) = dq_encode(&mut s, &mut codes);
+        let (max, step) = dq_encode(SimdLevel::Scalar, &mut s, &mut codes);
         assert_eq!((max, step), (3.5, 0.0));
         assert!(s.iter().all(|&x| x == 3.5));
         let mut z = vec![0f32; 4];
         let mut c = vec![0u8; 4];
-        assert_eq!(dq_encode(&mut z, &mut c), (0.0, 0.0));
+        assert_eq!(dq_encode(SimdLevel::Scalar, &mut z, &mut c), (0.0, 0.0));
         assert!(c.iter().all(|&x| x == ZERO_CODE));
     }
 }

@@ -63,11 +63,11 @@ impl ScalesChunk<'_> {
     }
 
     /// Store the clamped scales `s` (decoded values written back to `s`).
-    fn encode(&mut self, s: &mut [f32]) {
+    fn encode(&mut self, level: SimdLevel, s: &mut [f32]) {
         match self {
             ScalesChunk::F32(out) => out.copy_from_slice(s),
             ScalesChunk::Double(c, g) => {
-                let (max, step) = dq_encode(s, c);
+                let (max, step) = dq_encode(level, s, c);
                 g[0] = max;
                 g[1] = step;
             }
@@ -330,7 +330,7 @@ pub fn step_param(ctx: &StepCtx<'_>, st: &mut ParamState, w: &mut [f32], g: &[f3
                 for x in &mut s.m_absmax[..nb] {
                     *x = ctx.m_clamp.apply(*x);
                 }
-                msc.encode(&mut s.m_absmax[..nb]);
+                msc.encode(ctx.level, &mut s.m_absmax[..nb]);
                 for x in &mut s.m_absmax[..nb] {
                     *x = inv(*x);
                 }
@@ -339,7 +339,7 @@ pub fn step_param(ctx: &StepCtx<'_>, st: &mut ParamState, w: &mut [f32], g: &[f3
                         for x in &mut s.u_max[..nb] {
                             *x = ctx.u_clamp.apply(*x);
                         }
-                        chunk.encode(&mut s.u_max[..nb]);
+                        chunk.encode(ctx.level, &mut s.u_max[..nb]);
                         for x in &mut s.u_max[..nb] {
                             *x = inv(*x);
                         }

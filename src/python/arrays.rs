@@ -31,7 +31,12 @@ fn dtype_name(obj: &Bound<'_, PyAny>) -> String {
     obj.getattr("dtype")
         .and_then(|d| d.str())
         .map(|s| s.to_string())
-        .unwrap_or_else(|_| obj.get_type().name().map(|n| n.to_string()).unwrap_or_default())
+        .unwrap_or_else(|_| {
+            obj.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
+        })
 }
 
 /// A read-only view of `obj` as a C-contiguous array of `T`, converting
@@ -59,11 +64,16 @@ pub fn input<'py, T: Element>(
         .map_err(|e| {
             PyTypeError::new_err(format!(
                 "{arg}: expected an array-like convertible to {expected}, got {} ({e})",
-                obj.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+                obj.get_type()
+                    .name()
+                    .map(|n| n.to_string())
+                    .unwrap_or_default()
             ))
         })?;
     let arr = converted.cast_into::<PyArrayDyn<T>>().map_err(|_| {
-        PyTypeError::new_err(format!("{arg}: could not convert to an array of {expected}"))
+        PyTypeError::new_err(format!(
+            "{arg}: could not convert to an array of {expected}"
+        ))
     })?;
     arr.try_readonly().map_err(|e| invalid(arg, e))
 }
@@ -78,7 +88,10 @@ pub fn inplace<'py, T: Element>(
     let Ok(u) = obj.cast::<PyUntypedArray>() else {
         return Err(PyTypeError::new_err(format!(
             "{arg}: expected a writable numpy.ndarray of dtype {expected}, got {}",
-            obj.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+            obj.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
         )));
     };
     let Ok(a) = obj.cast::<PyArrayDyn<T>>() else {
@@ -113,7 +126,13 @@ pub fn check_shape(arg: &str, actual: &[usize], expected: &[usize]) -> PyResult<
 
 /// True when the two buffers overlap in memory.
 pub fn overlaps<A, B>(a: &[A], b: &[B]) -> bool {
-    let (a0, a1) = (a.as_ptr() as usize, a.as_ptr() as usize + std::mem::size_of_val(a));
-    let (b0, b1) = (b.as_ptr() as usize, b.as_ptr() as usize + std::mem::size_of_val(b));
+    let (a0, a1) = (
+        a.as_ptr() as usize,
+        a.as_ptr() as usize + std::mem::size_of_val(a),
+    );
+    let (b0, b1) = (
+        b.as_ptr() as usize,
+        b.as_ptr() as usize + std::mem::size_of_val(b),
+    );
     a0 < b1 && b0 < a1 && !a.is_empty() && !b.is_empty()
 }

@@ -45,7 +45,9 @@ fn make_class<'py>(
 }
 
 fn classes(py: Python<'_>) -> &Classes {
-    CLASSES.get_or_init(py, || build_classes(py).expect("creating quantrs exception classes"))
+    CLASSES.get_or_init(py, || {
+        build_classes(py).expect("creating quantrs exception classes")
+    })
 }
 
 fn build_classes(py: Python<'_>) -> PyResult<Classes> {
