@@ -14,7 +14,11 @@ import os
 import statistics
 import time
 
-import numpy as np
+# NumPy's element-wise AdamW is single-threaded; an idle OpenBLAS pool would still spin on a
+# core after BLAS-using setup calls and steal it from the kernel timed next (PEERS.md).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
 import quantrs
 from quantrs.reference import optim as R
 
