@@ -201,10 +201,10 @@ impl Reader {
                 let name = format!("{key}/{which}_scale_groups");
                 let g = st::le_to_f32(&self.take(&name, Dtype::F32, groups.len())?.data)?;
                 let ok =
-                    |p: &[f32]| p[0].is_finite() && p[0] >= 0.0 && p[1].is_finite() && p[1] <= 0.0;
+                    |p: &[f32]| p[0].is_finite() && p[0] >= 0.0 && (-1.0..=0.0).contains(&p[1]);
                 if !g.chunks(2).all(ok) {
                     return Err(bad(format!(
-                        "tensor {name:?}: expected finite (max >= 0, step <= 0) pairs"
+                        "tensor {name:?}: expected (max >= 0 finite, step in [-1, 0]) pairs"
                     )));
                 }
                 Scales::Double {

@@ -382,3 +382,49 @@ pub unsafe fn dq_search(
     }
     i
 }
+
+/// `t[c] = max * exp2_neg(c * step)` for `c = 0..256`: the scalar
+/// `scales::exp2_neg` lane-wise, the same IEEE operations in the same order
+/// (so the tables are bit-identical).
+///
+/// # Safety
+/// The CPU must support AVX-512 F; `step` must be in `[-1, 0]`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
+pub unsafe fn exp2_table(max: f32, step: f32, t: &mut [f32; 256]) {
+    use super::scales::EXP2_C as C;
+    let (vmax, vstep) = (_mm512_set1_ps(max), _mm512_set1_ps(step));
+    let c: [__m512; 6] = [
+        _mm512_set1_ps(C[0]),
+        _mm512_set1_ps(C[1]),
+        _mm512_set1_ps(C[2]),
+        _mm512_set1_ps(C[3]),
+        _mm512_set1_ps(C[4]),
+        _mm512_set1_ps(C[5]),
+    ];
+    let lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    for k in 0..16 {
+        let code = _mm512_add_epi32(lane, _mm512_set1_epi32(16 * k as i32));
+        let y = _mm512_mul_ps(_mm512_cvtepi32_ps(code), vstep);
+        // (0.5 - y) lies in [0.5, 254.5]: truncation equals Rust's `as i32`.
+        let ti = _mm512_min_epi32(
+            _mm512_cvttps_epi32(_mm512_sub_ps(_mm512_set1_ps(0.5), y)),
+            _mm512_set1_epi32(126),
+        );
+        let f = _mm512_add_ps(y, _mm512_cvtepi32_ps(ti));
+        let mut p = _mm512_add_ps(c[4], _mm512_mul_ps(f, c[5]));
+        p = _mm512_add_ps(c[3], _mm512_mul_ps(f, p));
+        p = _mm512_add_ps(c[2], _mm512_mul_ps(f, p));
+        p = _mm512_add_ps(c[1], _mm512_mul_ps(f, p));
+        p = _mm512_add_ps(c[0], _mm512_mul_ps(f, p));
+        p = _mm512_add_ps(_mm512_set1_ps(1.0), _mm512_mul_ps(f, p));
+        let scale = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_sub_epi32(
+            _mm512_set1_epi32(127),
+            ti,
+        )));
+        // SAFETY: 16 * k + 16 <= 256 = t.len().
+        _mm512_storeu_ps(
+            t.as_mut_ptr().add(16 * k),
+            _mm512_mul_ps(vmax, _mm512_mul_ps(p, scale)),
+        );
+    }
+}

@@ -40,7 +40,10 @@ fn log2_approx(r: f32) -> f32 {
 #[inline]
 fn log2_step(max: f32, min: f32) -> f32 {
     if min < max {
-        (min / max).log2() / STEPS
+        // Scales are normal f32 (clamped to [min_scale^2, max_scale^2]), so
+        // min / max >= 2^-254 and the step is >= -1 (checkpoints are checked
+        // for it; the exp2 table relies on it).
+        ((min / max).log2() / STEPS).max(-1.0)
     } else {
         0.0
     }
@@ -54,24 +57,38 @@ fn exp2_neg(y: f32) -> f32 {
     // Round to the nearest integer without libm (`as` truncates; -y >= 0).
     let t = ((0.5 - y) as i32).min(126);
     let f = y + t as f32;
-    const C: [f32; 6] = [
-        std::f32::consts::LN_2,
-        0.240_226_5,
-        0.055_504_11,
-        0.009_618_129,
-        0.001_333_356,
-        0.000_154_035_3,
-    ];
+    const C: [f32; 6] = EXP2_C;
     let p = 1.0 + f * (C[0] + f * (C[1] + f * (C[2] + f * (C[3] + f * (C[4] + f * C[5])))));
     p * f32::from_bits(((127 - t) as u32) << 23)
 }
 
+/// Taylor coefficients `ln2^k / k!` of `2^f` (shared with the AVX-512 table,
+/// which runs the same operations in the same order).
+pub(crate) const EXP2_C: [f32; 6] = [
+    std::f32::consts::LN_2,
+    0.240_226_5,
+    0.055_504_11,
+    0.009_618_129,
+    0.001_333_356,
+    0.000_154_035_3,
+];
+
 /// The 256 decoded scales of a group: `t[0] = max`, `t[c] = max * 2^(c *
 /// step)` made non-increasing (a running minimum, so the search below is
 /// exact whatever the polynomial's rounding), `t[255] = 0`.
-fn table(max: f32, step: f32, t: &mut [f32; 256]) {
-    for (c, x) in t.iter_mut().enumerate().take(255) {
-        *x = max * exp2_neg(c as f32 * step);
+fn table(level: SimdLevel, max: f32, step: f32, t: &mut [f32; 256]) {
+    let mut done = false;
+    #[cfg(target_arch = "x86_64")]
+    if level == SimdLevel::Avx512 {
+        // SAFETY: `level == Avx512` only when the CPU has AVX-512 F/BW/VL.
+        unsafe { super::kernel_avx512::exp2_table(max, step, t) };
+        done = true;
+    }
+    let _ = level;
+    if !done {
+        for (c, x) in t.iter_mut().enumerate().take(255) {
+            *x = max * exp2_neg(c as f32 * step);
+        }
     }
     t[0] = max;
     // Usually already non-increasing (a vectorizable check); otherwise take
@@ -86,9 +103,9 @@ fn table(max: f32, step: f32, t: &mut [f32; 256]) {
 }
 
 /// Decode the scales of one group (`codes.len()` blocks) into `out`.
-pub fn dq_decode(codes: &[u8], max: f32, step: f32, out: &mut [f32]) {
+pub fn dq_decode(level: SimdLevel, codes: &[u8], max: f32, step: f32, out: &mut [f32]) {
     let mut t = [0f32; 256];
-    table(max, step, &mut t);
+    table(level, max, step, &mut t);
     for (o, &c) in out.iter_mut().zip(codes) {
         *o = t[c as usize];
     }
@@ -127,7 +144,7 @@ pub fn dq_encode(level: SimdLevel, s: &mut [f32], codes: &mut [u8]) -> (f32, f32
     let step = log2_step(max, min);
     let inv_step = if step < 0.0 { 1.0 / step } else { 0.0 };
     let mut t = [0f32; 256];
-    table(max, step, &mut t);
+    table(level, max, step, &mut t);
     // The fast logarithm is good to ~1e-5: with code steps below 1e-3
     // (max/min < 1.2) the exact one keeps the walk short.
     let fast = step < -1e-3;
@@ -179,7 +196,7 @@ mod tests {
         let mut codes = vec![0u8; 256];
         let (max, step) = dq_encode(SimdLevel::Scalar, &mut s, &mut codes);
         let mut dec = vec![0f32; 256];
-        dq_decode(&codes, max, step, &mut dec);
+        dq_decode(SimdLevel::Scalar, &codes, max, step, &mut dec);
         let min = max * 2f32.powf(254.0 * step);
         assert_eq!(dec, s);
         let ratio = (max / min).powf(1.0 / 254.0);
@@ -207,7 +224,7 @@ mod tests {
             let mut codes = vec![0u8; 256];
             let (max, step) = dq_encode(SimdLevel::Scalar, &mut s, &mut codes);
             let mut t = [0f32; 256];
-            table(max, step, &mut t);
+            table(SimdLevel::Scalar, max, step, &mut t);
             for (x, c) in orig.iter().zip(&codes) {
                 let best = (0..255).filter(|&k| t[k] >= *x).max().unwrap();
                 assert_eq!(*c as usize, best, "spread {spread}");
@@ -239,6 +256,19 @@ mod tests {
             let k = outs.len() / crate::simd::available_levels().len();
             for (i, o) in outs.iter().enumerate() {
                 assert_eq!(o, &outs[i % k], "spread {spread}");
+            }
+        }
+    }
+
+    #[test]
+    fn tables_agree_across_levels() {
+        for (max, step) in [(1.0f32, -0.001f32), (3e-7, -0.37), (5e3, -1.0), (2.0, 0.0)] {
+            let mut t0 = [0f32; 256];
+            table(SimdLevel::Scalar, max, step, &mut t0);
+            for level in crate::simd::available_levels() {
+                let mut t = [0f32; 256];
+                table(level, max, step, &mut t);
+                assert_eq!(t, t0, "{level:?} {max} {step}");
             }
         }
     }

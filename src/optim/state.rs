@@ -55,10 +55,10 @@ enum ScalesChunk<'a> {
 }
 
 impl ScalesChunk<'_> {
-    fn decode(&self, out: &mut [f32]) {
+    fn decode(&self, level: SimdLevel, out: &mut [f32]) {
         match self {
             ScalesChunk::F32(s) => out.copy_from_slice(s),
-            ScalesChunk::Double(c, g) => dq_decode(c, g[0], g[1], out),
+            ScalesChunk::Double(c, g) => dq_decode(level, c, g[0], g[1], out),
         }
     }
 
@@ -297,10 +297,10 @@ pub fn step_param(ctx: &StepCtx<'_>, st: &mut ParamState, w: &mut [f32], g: &[f3
                 let n = w.len();
                 let nb = n.div_ceil(bs);
                 let base = gi * ge;
-                msc.decode(&mut s.m_scale[..nb]);
+                msc.decode(ctx.level, &mut s.m_scale[..nb]);
                 let v_scale = match &vsc {
                     Some(chunk) => {
-                        chunk.decode(&mut s.v_scale[..nb]);
+                        chunk.decode(ctx.level, &mut s.v_scale[..nb]);
                         VScale::Block(&s.v_scale[..nb])
                     }
                     None => VScale::Rank1 {
