@@ -7,6 +7,10 @@ the pure-NumPy oracles the tests use in :mod:`quantrs.reference`.
 
 from . import fp8, qat, reference
 from ._core import (
+    Adam4bit,
+    Adam4bitOptimizerConfig,
+    AdamW4bit,
+    AdvancedQuantizationConfig,
     CudaNotAvailable,
     DimensionMismatch,
     GpuError,
@@ -14,10 +18,13 @@ from ._core import (
     Int8Linear,
     InvalidArgument,
     InvalidState,
+    OptimizerState,
     PerTensorFP8Linear,
     QuantError,
+    QuantizationMethod,
     QuantizedWeight,
     SerializationError,
+    StateMemoryStats,
     UnquantLinear,
     UnsupportedOperation,
     __version__,
@@ -53,6 +60,14 @@ __all__ = [
     "PerTensorFP8Linear",
     "QuantizedWeight",
     "UnquantLinear",
+    # 4-bit Adam / AdamW
+    "Adam4bit",
+    "Adam4bitOptimizerConfig",
+    "AdamW4bit",
+    "AdvancedQuantizationConfig",
+    "OptimizerState",
+    "QuantizationMethod",
+    "StateMemoryStats",
     # quantization-aware training
     "QatConfig",
     "QatOptimizer",

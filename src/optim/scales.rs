@@ -1,0 +1,296 @@
+//! Block scales: one f32 per block, or (double quantization, after QLoRA
+//! section 3) an 8-bit code per block plus an f32 pair `(max, step)` per
+//! group of [`GROUP_BLOCKS`] blocks.
+//!
+//! The 8-bit code is log-spaced between the group's largest and smallest
+//! non-zero scale: `s(c) = max * 2^(c * step)` for `c = 0..=254` with
+//! `step = log2(min / max) / 254` (stored, and decoded with our own
+//! polynomial `exp2`, so a checkpoint decodes the same on every platform),
+//! and `c = 255` is an all-zero block (scale exactly 0). A scale is rounded *up*
+//! to the next code, so every value of the block still fits in `[-1, 1]`
+//! after normalization; the relative rounding error is at most
+//! `(max/min)^(1/254) - 1` (0.9 % for four decades). Unlike QLoRA's linear
+//! 8-bit code on the scales, this never rounds the scale of a block with
+//! small values (typical for v) to 0 or to the group's maximum.
+
+use crate::simd::SimdLevel;
+
+/// Blocks per double-quantization group (and per kernel work item).
+pub const GROUP_BLOCKS: usize = 256;
+
+/// Code of an all-zero block.
+pub const ZERO_CODE: u8 = 255;
+const STEPS: f32 = 254.0;
+
+/// `log2(r)` for a positive normal `r`, to ~1e-5: exponent bits plus the
+/// atanh series of the mantissa. Only a starting guess for the code search
+/// (the result is fixed up against the table), so its accuracy affects the
+/// speed, never the codes.
+#[inline]
+fn log2_approx(r: f32) -> f32 {
+    let bits = r.to_bits();
+    let e = ((bits >> 23) & 0xff) as i32 - 127;
+    let m = f32::from_bits((bits & 0x007f_ffff) | 0x3f80_0000);
+    let z = (m - 1.0) / (m + 1.0);
+    let z2 = z * z;
+    let series = z * (1.0 + z2 * (1.0 / 3.0 + z2 * (0.2 + z2 * (1.0 / 7.0))));
+    e as f32 + series * (2.0 / std::f32::consts::LN_2)
+}
+
+#[inline]
+fn log2_step(max: f32, min: f32) -> f32 {
+    if min < max {
+        // Scales are normal f32 (clamped to [min_scale^2, max_scale^2]), so
+        // min / max >= 2^-254 and the step is >= -1 (checkpoints are checked
+        // for it; the exp2 table relies on it).
+        ((min / max).log2() / STEPS).max(-1.0)
+    } else {
+        0.0
+    }
+}
+
+/// `2^y` for `y` in `[-126, 0]`: exponent bits times a degree-6 Taylor
+/// polynomial of `2^f`, `f` in `[-0.5, 0.5]` (relative error < 1e-6;
+/// exactness is not needed, determinism is: plain f32 operations, no libm).
+#[inline]
+fn exp2_neg(y: f32) -> f32 {
+    // Round to the nearest integer without libm (`as` truncates; -y >= 0).
+    let t = ((0.5 - y) as i32).min(126);
+    let f = y + t as f32;
+    const C: [f32; 6] = EXP2_C;
+    let p = 1.0 + f * (C[0] + f * (C[1] + f * (C[2] + f * (C[3] + f * (C[4] + f * C[5])))));
+    p * f32::from_bits(((127 - t) as u32) << 23)
+}
+
+/// Taylor coefficients `ln2^k / k!` of `2^f` (shared with the AVX-512 table,
+/// which runs the same operations in the same order).
+pub(crate) const EXP2_C: [f32; 6] = [
+    std::f32::consts::LN_2,
+    0.240_226_5,
+    0.055_504_11,
+    0.009_618_129,
+    0.001_333_356,
+    0.000_154_035_3,
+];
+
+/// The 256 decoded scales of a group: `t[0] = max`, `t[c] = max * 2^(c *
+/// step)` made non-increasing (a running minimum, so the search below is
+/// exact whatever the polynomial's rounding), `t[255] = 0`.
+fn table(level: SimdLevel, max: f32, step: f32, t: &mut [f32; 256]) {
+    let mut done = false;
+    #[cfg(target_arch = "x86_64")]
+    if level == SimdLevel::Avx512 {
+        // SAFETY: `level == Avx512` only when the CPU has AVX-512 F/BW/VL.
+        unsafe { super::kernel_avx512::exp2_table(max, step, t) };
+        done = true;
+    }
+    let _ = level;
+    if !done {
+        for (c, x) in t.iter_mut().enumerate().take(255) {
+            *x = max * exp2_neg(c as f32 * step);
+        }
+    }
+    t[0] = max;
+    // Usually already non-increasing (a vectorizable check); otherwise take
+    // the running minimum. Either way the same table results.
+    let sorted = t[..255].windows(2).fold(true, |ok, w| ok & (w[1] <= w[0]));
+    if !sorted {
+        for c in 1..255 {
+            t[c] = t[c].min(t[c - 1]);
+        }
+    }
+    t[ZERO_CODE as usize] = 0.0;
+}
+
+/// Decode the scales of one group (`codes.len()` blocks) into `out`.
+pub fn dq_decode(level: SimdLevel, codes: &[u8], max: f32, step: f32, out: &mut [f32]) {
+    let mut t = [0f32; 256];
+    table(level, max, step, &mut t);
+    for (o, &c) in out.iter_mut().zip(codes) {
+        *o = t[c as usize];
+    }
+}
+
+/// The largest code `c <= 254` with `t[c] >= x` (for `x > 0`), walking
+/// from `guess`; the table is non-increasing with `t[0] = max >= x`, so the
+/// answer does not depend on the guess.
+#[inline]
+pub fn search_from(x: f32, guess: usize, t: &[f32; 256]) -> usize {
+    let mut idx = guess.min(254);
+    while idx > 0 && t[idx] < x {
+        idx -= 1;
+    }
+    while idx < 254 && t[idx + 1] >= x {
+        idx += 1;
+    }
+    idx
+}
+
+/// Encode the (non-negative, finite) scales `s` of one group: writes the
+/// codes, returns `(max, step)` and overwrites `s` with the decoded scales.
+/// Each code is the largest `c <= 254` with `t[c] >= s`, so every decoded
+/// scale is at least its block's absmax; every `level` gives the same codes.
+pub fn dq_encode(level: SimdLevel, s: &mut [f32], codes: &mut [u8]) -> (f32, f32) {
+    let max = s.iter().fold(0f32, |a, &x| a.max(x));
+    let min = s
+        .iter()
+        .filter(|&&x| x > 0.0)
+        .fold(f32::INFINITY, |a, &x| a.min(x));
+    if max == 0.0 {
+        codes.fill(ZERO_CODE);
+        s.fill(0.0);
+        return (0.0, 0.0);
+    }
+    let step = log2_step(max, min);
+    let inv_step = if step < 0.0 { 1.0 / step } else { 0.0 };
+    let mut t = [0f32; 256];
+    table(level, max, step, &mut t);
+    // The fast logarithm is good to ~1e-5: with code steps below 1e-3
+    // (max/min < 1.2) the exact one keeps the walk short.
+    let fast = step < -1e-3;
+    let mut done = 0;
+    #[cfg(target_arch = "x86_64")]
+    if fast && level == SimdLevel::Avx512 {
+        // SAFETY: `level == Avx512` only when the CPU has AVX-512 F/BW/VL.
+        done = unsafe { super::kernel_avx512::dq_search(s, codes, max, inv_step, &t) };
+    }
+    let _ = level;
+    for (x, c) in s[done..].iter_mut().zip(codes[done..].iter_mut()) {
+        if *x == 0.0 {
+            *c = ZERO_CODE;
+            continue;
+        }
+        let guess = if step == 0.0 {
+            254
+        } else {
+            let l = if fast {
+                log2_approx(*x / max)
+            } else {
+                (*x / max).log2()
+            };
+            (l * inv_step).clamp(0.0, STEPS) as usize
+        };
+        let idx = search_from(*x, guess, &t);
+        *c = idx as u8;
+        *x = t[idx];
+    }
+    (max, step)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_rounds_up_and_keeps_zero() {
+        let mut s: Vec<f32> = (0..256)
+            .map(|i| {
+                if i % 17 == 0 {
+                    0.0
+                } else {
+                    1e-6 * 1.07f32.powi(i)
+                }
+            })
+            .collect();
+        let orig = s.clone();
+        let mut codes = vec![0u8; 256];
+        let (max, step) = dq_encode(SimdLevel::Scalar, &mut s, &mut codes);
+        let mut dec = vec![0f32; 256];
+        dq_decode(SimdLevel::Scalar, &codes, max, step, &mut dec);
+        let min = max * 2f32.powf(254.0 * step);
+        assert_eq!(dec, s);
+        let ratio = (max / min).powf(1.0 / 254.0);
+        for (d, o) in dec.iter().zip(&orig) {
+            if *o == 0.0 {
+                assert_eq!(*d, 0.0);
+            } else {
+                assert!(*d >= *o && *d <= *o * ratio * 1.0001, "{d} {o}");
+            }
+        }
+        for k in 0..=254u8 {
+            let y = k as f32 * -0.37;
+            let e = exp2_neg(y);
+            assert!((e / 2f32.powf(y) - 1.0).abs() < 1e-6, "{y}");
+        }
+    }
+
+    #[test]
+    fn codes_are_the_largest_code_not_below_the_scale() {
+        for spread in [1.0001f32, 1.5, 10.0, 1e4, 1e30] {
+            let mut s: Vec<f32> = (0..256)
+                .map(|i| spread.powf(((i * 37) % 256) as f32 / 255.0) * 1e-3)
+                .collect();
+            let orig = s.clone();
+            let mut codes = vec![0u8; 256];
+            let (max, step) = dq_encode(SimdLevel::Scalar, &mut s, &mut codes);
+            let mut t = [0f32; 256];
+            table(SimdLevel::Scalar, max, step, &mut t);
+            for (x, c) in orig.iter().zip(&codes) {
+                let best = (0..255).filter(|&k| t[k] >= *x).max().unwrap();
+                assert_eq!(*c as usize, best, "spread {spread}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_level_gives_the_same_codes() {
+        for spread in [1.0001f32, 1.3, 2.0, 1e3, 1e20] {
+            let base: Vec<f32> = (0..256)
+                .map(|i| {
+                    if i % 31 == 0 {
+                        0.0
+                    } else {
+                        spread.powf(((i * 97) % 256) as f32 / 255.0) * 3e-4
+                    }
+                })
+                .collect();
+            let mut outs = Vec::new();
+            for level in crate::simd::available_levels() {
+                for n in [256usize, 255, 17, 3] {
+                    let mut s = base[..n].to_vec();
+                    let mut codes = vec![0u8; n];
+                    let pair = dq_encode(level, &mut s, &mut codes);
+                    outs.push((n, pair, codes, s));
+                }
+            }
+            let k = outs.len() / crate::simd::available_levels().len();
+            for (i, o) in outs.iter().enumerate() {
+                assert_eq!(o, &outs[i % k], "spread {spread}");
+            }
+        }
+    }
+
+    #[test]
+    fn tables_agree_across_levels() {
+        for (max, step) in [(1.0f32, -0.001f32), (3e-7, -0.37), (5e3, -1.0), (2.0, 0.0)] {
+            let mut t0 = [0f32; 256];
+            table(SimdLevel::Scalar, max, step, &mut t0);
+            for level in crate::simd::available_levels() {
+                let mut t = [0f32; 256];
+                table(level, max, step, &mut t);
+                assert_eq!(t, t0, "{level:?} {max} {step}");
+            }
+        }
+    }
+
+    #[test]
+    fn log2_approx_is_close() {
+        for i in 1..2000 {
+            let r = (i as f32 / 2000.0).powi(7);
+            assert!((log2_approx(r) - r.log2()).abs() < 2e-5, "{r}");
+        }
+    }
+
+    #[test]
+    fn constant_and_single() {
+        let mut s = vec![3.5f32; 10];
+        let mut codes = vec![0u8; 10];
+        let (max, step) = dq_encode(SimdLevel::Scalar, &mut s, &mut codes);
+        assert_eq!((max, step), (3.5, 0.0));
+        assert!(s.iter().all(|&x| x == 3.5));
+        let mut z = vec![0f32; 4];
+        let mut c = vec![0u8; 4];
+        assert_eq!(dq_encode(SimdLevel::Scalar, &mut z, &mut c), (0.0, 0.0));
+        assert!(c.iter().all(|&x| x == ZERO_CODE));
+    }
+}
