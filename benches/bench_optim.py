@@ -19,6 +19,7 @@ import time
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
+
 import quantrs
 from quantrs.reference import optim as R
 

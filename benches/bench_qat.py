@@ -19,6 +19,7 @@ import statistics
 import time
 
 import numpy as np
+
 import quantrs
 
 

@@ -226,30 +226,6 @@ class QatConfig:
     def rounding(self) -> RoundingMode: ...
     @property
     def lr(self) -> float: ...
-
-# --- 4-bit Adam / AdamW (SPEC section 6) ---------------------------------------------------
-
-
-@final
-class QuantizationMethod:
-    NF4: QuantizationMethod
-    INT4: QuantizationMethod
-    DYNAMIC: QuantizationMethod
-    INT8: QuantizationMethod
-    def __int__(self) -> int: ...
-
-@final
-class Adam4bitOptimizerConfig:
-    def __new__(
-        cls,
-        learning_rate: float = 1e-3,
-        beta1: float = 0.9,
-        beta2: float = 0.999,
-        epsilon: float = 1e-8,
-        weight_decay: float = 0.0,
-    ) -> Adam4bitOptimizerConfig: ...
-    @property
-    def learning_rate(self) -> float: ...
     @property
     def beta1(self) -> float: ...
     @property
@@ -373,6 +349,34 @@ def qat_fake_quant(
 def qat_fake_quant_backward(
     grad: npt.ArrayLike, x: npt.ArrayLike, lo: float, hi: float
 ) -> npt.NDArray[np.floating[Any]]: ...
+
+# --- 4-bit Adam / AdamW (SPEC section 6) ---------------------------------------------------
+
+@final
+class QuantizationMethod:
+    NF4: QuantizationMethod
+    INT4: QuantizationMethod
+    DYNAMIC: QuantizationMethod
+    INT8: QuantizationMethod
+    def __int__(self) -> int: ...
+
+@final
+class Adam4bitOptimizerConfig:
+    def __new__(
+        cls,
+        learning_rate: float = 1e-3,
+        beta1: float = 0.9,
+        beta2: float = 0.999,
+        epsilon: float = 1e-8,
+        weight_decay: float = 0.0,
+    ) -> Adam4bitOptimizerConfig: ...
+    @property
+    def learning_rate(self) -> float: ...
+    @property
+    def beta1(self) -> float: ...
+    @property
+    def beta2(self) -> float: ...
+    @property
     def epsilon(self) -> float: ...
     @property
     def weight_decay(self) -> float: ...

@@ -166,7 +166,10 @@ pub const MAX_BLOCK_SIZE: usize = 1 << 16;
 
 impl AdvancedQuantizationConfig {
     pub fn validate(&self) -> Result<()> {
-        if self.block_size == 0 || self.block_size % 2 != 0 || self.block_size > MAX_BLOCK_SIZE {
+        if self.block_size == 0
+            || !self.block_size.is_multiple_of(2)
+            || self.block_size > MAX_BLOCK_SIZE
+        {
             return Err(QuantError::arg(format!(
                 "block_size: expected an even value in [2, {MAX_BLOCK_SIZE}], got {}",
                 self.block_size

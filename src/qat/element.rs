@@ -160,6 +160,7 @@ impl Master for f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fp8::round_to_grid_scalar;
 
     #[test]
     fn round_to_odd_fixes_double_rounding() {

@@ -8,9 +8,10 @@ import threading
 
 import numpy as np
 import pytest
-import quantrs
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+import quantrs
 from quantrs.reference import adam_step, decode_moments
 
 kernel = pytest.mark.kernel

@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pytest
+
 import quantrs
 
 PARAMS = {"W": (24, 40), "b": (40,), "E": (3, 5, 7)}

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import pytest
+
 import quantrs
 from quantrs.reference import optim as R
 

@@ -7,6 +7,7 @@ import pickle
 
 import numpy as np
 import pytest
+
 import quantrs
 from quantrs import qat
 from quantrs.reference import qat as ref

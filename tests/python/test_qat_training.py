@@ -11,6 +11,7 @@ import textwrap
 
 import numpy as np
 import pytest
+
 import quantrs
 from quantrs import qat
 from quantrs.reference import qat as ref

@@ -9,6 +9,7 @@ import json
 import pathlib
 
 import numpy as np
+
 from quantrs.reference import qat as ref
 
 PATH = pathlib.Path(__file__).resolve().parents[1] / "data" / "qat_vectors.json"
