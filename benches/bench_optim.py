@@ -3,29 +3,36 @@
 fused AdamW when torch happens to be installed), state bytes per parameter, and the convergence
 table of the v maps and m methods against the float32 oracle.
 
-Run: python benches/bench_optim.py [--log2n 24] [--repeats 7] [--threads N] [--no-convergence]
+Run: python benches/bench_optim.py [--quick] [--json] [--log2n 24] [--repeats 7] [--threads N]
+     [--no-step] [--no-convergence] [--all-maps]
 (--threads sets RAYON_NUM_THREADS for quantrs; NumPy's element-wise ops are single-threaded.)
+--quick: 2^22 elements, 3 repeats, convergence of the default nf4 state only. --json: print only
+a JSON list of rows (benchmark convention, docs/cli.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import sys
 import time
 
 # NumPy's element-wise AdamW is single-threaded; an idle OpenBLAS pool would still spin on a
 # core after BLAS-using setup calls and steal it from the kernel timed next (PEERS.md).
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import numpy as np  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import reexec_without_openblas_overrides  # noqa: E402
 
-import quantrs
-from quantrs.reference import optim as R
+BASELINE = "numpy f32 AdamW (in-place ops)"
 
 
 def numpy_adamw_step(w, g, m, v, tmp, t, lr=1e-3, b1=0.9, b2=0.999, eps=1e-8, wd=0.01):
     """Float32 AdamW with plain in-place NumPy ops (the PEERS.md baseline)."""
+    import numpy as np
+
     f = np.float32
     m *= f(b1)
     np.multiply(g, f(1 - b1), out=tmp)
@@ -55,12 +62,18 @@ def median_ms(fn, repeats, pause=0.0):
     return statistics.median(times), min(times)
 
 
-def bench_step(log2n: int, repeats: int):
+def measure_step(log2n: int, repeats: int) -> dict:
+    """Time one step of each implementation; returns the raw measurements."""
+    import numpy as np
+
+    import quantrs
+
     n = 1 << log2n
     rng = np.random.default_rng(0)
     w = rng.standard_normal(n, dtype=np.float32)
     g = (rng.standard_normal(n, dtype=np.float32) * 0.01).astype(np.float32)
-    rows = []
+    baselines = []  # (name for the table, name for rows, (median, min), bytes / param)
+    ours = []  # (name for the table, method, (median, min), bytes / param)
 
     m, v, tmp = (np.zeros(n, np.float32) for _ in range(3))
     wn = w.copy()
@@ -72,7 +85,7 @@ def bench_step(log2n: int, repeats: int):
 
     np_step()
     np_ms = median_ms(np_step, repeats)
-    rows.append(("NumPy float32 AdamW (in-place ops)", np_ms, 8.0))
+    baselines.append(("NumPy float32 AdamW (in-place ops)", BASELINE, np_ms, 8.0))
 
     try:
         import torch  # only if already installed; never installed for this
@@ -85,7 +98,15 @@ def bench_step(log2n: int, repeats: int):
         topt = torch.optim.AdamW([tw], lr=1e-3, weight_decay=0.01, fused=True)
         topt.step()
         t_ms = median_ms(topt.step, repeats)
-        rows.append((f"torch AdamW(fused=True), {torch.get_num_threads()} threads", t_ms, 8.0))
+        nt = torch.get_num_threads()
+        baselines.append(
+            (
+                f"torch AdamW(fused=True), {nt} threads",
+                f"torch AdamW fused, {nt} threads",
+                t_ms,
+                8.0,
+            )
+        )
 
     time.sleep(0.25)  # let OpenBLAS/NumPy threads go idle
     opt = quantrs.AdamW4bit(1e-3, 0.9, 0.999, 1e-8, 0.01)
@@ -98,7 +119,9 @@ def bench_step(log2n: int, repeats: int):
     q_step()
     q_ms = median_ms(q_step, repeats)
     mu = opt.memory_usage()
-    rows.append(("quantrs AdamW4bit (defaults)", q_ms, mu.total_bytes / mu.num_parameters))
+    ours.append(
+        ("quantrs AdamW4bit (defaults)", "defaults", q_ms, mu.total_bytes / mu.num_parameters)
+    )
 
     for method in ("int8",):
         o2 = quantrs.AdamW4bit.with_quantization_config(
@@ -114,11 +137,49 @@ def bench_step(log2n: int, repeats: int):
         s2()
         ms = median_ms(s2, max(3, repeats // 2))
         mu2 = o2.memory_usage()
-        rows.append(
-            (f"quantrs AdamW4bit method={method}", ms, mu2.total_bytes / mu2.num_parameters)
+        ours.append(
+            (
+                f"quantrs AdamW4bit method={method}",
+                f"method={method}",
+                ms,
+                mu2.total_bytes / mu2.num_parameters,
+            )
         )
 
-    info = quantrs.build_info()
+    return {
+        "log2n": log2n,
+        "repeats": repeats,
+        "info": quantrs.build_info(),
+        "baselines": baselines,
+        "ours": ours,
+    }
+
+
+def step_rows(meas: dict) -> list[dict]:
+    """One row per (quantrs variant, baseline) pair, in the benchmark convention."""
+    rows = []
+    threads = meas["info"]["threads"]
+    for _, method, (med, best), bpp in meas["ours"]:
+        for _, bname, (bmed, bbest), bbpp in meas["baselines"]:
+            rows.append(
+                {
+                    "bench": f"AdamW4bit step 2^{meas['log2n']} {method}",
+                    "ours_ms": med,
+                    "baseline": bname,
+                    "baseline_ms": bmed,
+                    "ratio": bmed / med,
+                    "ratio_min": bbest / best,
+                    "bytes_per_param": bpp,
+                    "baseline_bytes_per_param": bbpp,
+                    "threads": threads,
+                }
+            )
+    return rows
+
+
+def print_step(meas: dict) -> None:
+    info, log2n, repeats = meas["info"], meas["log2n"], meas["repeats"]
+    np_ms = meas["baselines"][0][2]
     print(
         f"\n## Optimizer step, one float32 parameter of 2^{log2n} elements "
         f"(median of {repeats}; simd={info['simd']}, threads={info['threads']}, "
@@ -126,76 +187,136 @@ def bench_step(log2n: int, repeats: int):
     )
     print("| implementation | median ms | vs NumPy | min ms | vs NumPy (min) | bytes / param |")
     print("|---|---|---|---|---|---|")
-    for name, (med, best), bpp in rows:
+    for name, _, (med, best), bpp in meas["baselines"] + meas["ours"]:
         print(
             f"| {name} | {med:.1f} | {np_ms[0] / med:.2f}x | {best:.1f} | {np_ms[1] / best:.2f}x "
             f"| {bpp:.3f} |"
         )
-    return rows
 
 
 def make(method: str, vmap: str | None, lr: float):
+    import quantrs
+
     q = quantrs.AdvancedQuantizationConfig(method, variance_map=vmap)
     return quantrs.AdamW4bit.with_quantization_config(quantrs.Adam4bitOptimizerConfig(lr), q)
 
 
 def tracking(curve, base):
     """Mean relative gap of the loss curve to float32's (lower is better)."""
+    import numpy as np
+
     c, b = np.asarray(curve), np.asarray(base)
     return float(np.mean(c / b - 1))
 
 
-def bench_convergence(methods, vmaps):
-    print("\n## Convergence vs float32 AdamW (final full loss, relative; cosine schedule)\n")
-    print("Tracking = mean relative gap of the per-step training loss over the whole run.\n")
-    print("| task | m method | v map | final loss | vs float32 | tracking |")
-    print("|---|---|---|---|---|---|")
-    results = {}
+def bench_convergence(methods, vmaps, verbose: bool = True) -> list[dict]:
+    """Final loss of each method x v map against float32 AdamW on the reference tasks.
+
+    Prints the table as it goes when ``verbose``; returns information rows (no times).
+    """
+    from quantrs.reference import optim as R
+
+    if verbose:
+        print("\n## Convergence vs float32 AdamW (final full loss, relative; cosine schedule)\n")
+        print("Tracking = mean relative gap of the per-step training loss over the whole run.\n")
+        print("| task | m method | v map | final loss | vs float32 | tracking |")
+        print("|---|---|---|---|---|---|")
+    rows = []
     for tname, T in R.CONVERGENCE_TASKS.items():
         steps, lr = R.CONVERGENCE_SETTINGS[tname]
         task = T()
         base_curve: list = []
         base = R.train(task, R.AdamWReference(lr), steps, lr, base_curve)
-        print(f"| {tname} | float32 | - | {base:.5f} | - | - |")
+        if verbose:
+            print(f"| {tname} | float32 | - | {base:.5f} | - | - |")
         for method in methods:
             for vmap in vmaps:
                 curve: list = []
                 loss = R.train(task, make(method, vmap, lr), steps, lr, curve)
                 tr = tracking(curve, base_curve)
-                results[(tname, method, vmap)] = (loss / base - 1, tr)
                 rel, trk, vm = 100 * (loss / base - 1), 100 * tr, vmap or "default"
-                print(
-                    f"| {tname} | {method} | {vm} | {loss:.5f} | {rel:+.2f} % | {trk:+.2f} % |",
-                    flush=True,
+                rows.append(
+                    {
+                        "bench": f"convergence {tname} {method} vmap={vm}",
+                        "ours_ms": None,
+                        "baseline": "float32 AdamW (reference)",
+                        "baseline_ms": None,
+                        "ratio": None,
+                        "final_loss": float(loss),
+                        "float32_loss": float(base),
+                        "vs_float32_pct": float(rel),
+                        "tracking_pct": float(trk),
+                    }
                 )
-    return results
+                if verbose:
+                    print(
+                        f"| {tname} | {method} | {vm} | {loss:.5f} | {rel:+.2f} % | {trk:+.2f} % |",
+                        flush=True,
+                    )
+    return rows
+
+
+def convergence_suites(quick: bool, all_maps: bool) -> list[tuple[list, list]]:
+    vmaps = ["linear", "sqrt_linear", "log", "sqrt_log"]
+    if quick:
+        return [(["nf4"], [None])]
+    if all_maps:
+        return [(["nf4", "int4", "dynamic", "int8"], vmaps)]
+    return [(["nf4"], vmaps), (["int4", "dynamic", "int8"], [None])]
+
+
+def run(
+    quick: bool = False,
+    log2n: int | None = None,
+    repeats: int | None = None,
+    step: bool = True,
+    convergence: bool = True,
+    all_maps: bool = False,
+    verbose: bool = False,
+) -> list[dict]:
+    """Rows in the benchmark convention (docs/cli.md); prints the tables when ``verbose``."""
+    log2n = log2n if log2n is not None else (22 if quick else 24)
+    repeats = repeats if repeats is not None else (3 if quick else 7)
+    rows: list[dict] = []
+    if step:
+        meas = measure_step(log2n, repeats)
+        if verbose:
+            print_step(meas)
+        rows += step_rows(meas)
+    if convergence:
+        for methods, vmaps in convergence_suites(quick, all_maps):
+            rows += bench_convergence(methods, vmaps, verbose=verbose)
+    return rows
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--log2n", type=int, default=24)
-    ap.add_argument("--repeats", type=int, default=7)
+    reexec_without_openblas_overrides()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument(
+        "--quick", action="store_true", help="2^22 elements, 3 repeats, tiny convergence"
+    )
+    ap.add_argument("--json", action="store_true", help="print only a JSON list of rows")
+    ap.add_argument("--keep-env", action="store_true", help="keep OPENBLAS_* overrides")
+    ap.add_argument("--log2n", type=int, default=None, help="default 24 (--quick: 22)")
+    ap.add_argument("--repeats", type=int, default=None, help="default 7 (--quick: 3)")
     ap.add_argument("--no-step", action="store_true")
     ap.add_argument("--no-convergence", action="store_true")
     ap.add_argument("--all-maps", action="store_true", help="every method x every v map")
     ap.add_argument("--threads", type=int, default=None, help="rayon threads for quantrs")
     a = ap.parse_args()
     if a.threads:
-        os.environ["RAYON_NUM_THREADS"] = str(a.threads)
-    global quantrs, R
-    import quantrs as q
-    from quantrs.reference import optim as r
-
-    quantrs, R = q, r
-    if not a.no_step:
-        bench_step(a.log2n, a.repeats)
-    if not a.no_convergence:
-        vmaps = ["linear", "sqrt_linear", "log", "sqrt_log"]
-        if a.all_maps:
-            bench_convergence(["nf4", "int4", "dynamic", "int8"], vmaps)
-        else:
-            bench_convergence(["nf4"], vmaps)
-            bench_convergence(["int4", "dynamic", "int8"], [None])
+        os.environ["RAYON_NUM_THREADS"] = str(a.threads)  # before quantrs is imported
+    rows = run(
+        a.quick,
+        log2n=a.log2n,
+        repeats=a.repeats,
+        step=not a.no_step,
+        convergence=not a.no_convergence,
+        all_maps=a.all_maps,
+        verbose=not a.json,
+    )
+    if a.json:
+        print(json.dumps(rows, indent=1))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """QatOptimizer step vs a NumPy float64 AdamW step (SPEC section 9).
 
-Usage: python benches/bench_qat.py [--log2n 24] [--repeats 7]
+Usage: python benches/bench_qat.py [--quick] [--json] [--log2n 24] [--repeats 7]
 
 Prints median milliseconds per step and the ratio to the NumPy baseline
 (> 1 means faster than NumPy): each of our steps is timed right after a NumPy
@@ -9,22 +9,32 @@ shared machine hit both sides alike. The bar: the int8
 float64 step within 2x of NumPy's float64 AdamW step (ratio >= 0.5); the
 goal: faster (ratio > 1). A second baseline row adds NumPy's fake
 quantization (the whole QAT step in NumPy, as the reference computes it).
+
+--quick: 2^22 elements, 3 pairs. --json: print only a JSON list of rows (the
+benchmark convention, docs/cli.md): ``ratio`` is baseline_ms / ours_ms of the
+medians, ``paired_ratio`` the median over the interleaved pairs (as printed).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import sys
 import time
 
-import numpy as np
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import reexec_without_openblas_overrides  # noqa: E402
 
-import quantrs
+BASELINE = "numpy f64 AdamW"
+BASELINE_QAT = "numpy f64 AdamW + int8 fake quant"
 
 
 def numpy_adamw(w, g, m, v, t, lr=1e-3, b1=0.9, b2=0.999, eps=1e-8, wd=0.0, tmp=None):
     """AdamW with plain in-place NumPy ops (one scratch buffer)."""
+    import numpy as np
+
     m *= b1
     m += (1 - b1) * g
     v *= b2
@@ -41,6 +51,8 @@ def numpy_adamw(w, g, m, v, t, lr=1e-3, b1=0.9, b2=0.999, eps=1e-8, wd=0.0, tmp=
 
 
 def numpy_fake_int8(w, out):
+    import numpy as np
+
     scale = np.max(np.abs(w)) / 127
     np.divide(w, scale, out=out)
     np.round(out, out=out)
@@ -54,12 +66,13 @@ def timed(fn):
     return (time.perf_counter() - t0) * 1e3
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--log2n", type=int, default=24)
-    ap.add_argument("--repeats", type=int, default=7)
-    args = ap.parse_args()
-    n = 1 << args.log2n
+def measure(log2n: int, repeats: int) -> dict:
+    """Time every case interleaved with the NumPy AdamW step; raw measurements."""
+    import numpy as np
+
+    import quantrs
+
+    n = 1 << log2n
     rng = np.random.default_rng(0)
     w = rng.standard_normal(n)
     g = rng.standard_normal(n) * 1e-3
@@ -99,28 +112,110 @@ def main():
         np_step()
         ours, base = [], []
         # Interleave with the baseline so that load drifts hit both alike.
-        for _ in range(args.repeats):
+        for _ in range(repeats):
             base.append(timed(np_step))
             time.sleep(0.25)  # let NumPy / OpenBLAS threads go quiet
             ours.append(timed(fn))
         base_all += base
         ratio = statistics.median(b / o for b, o in zip(base, ours))
-        rows.append((name, statistics.median(ours), ratio))
+        rows.append(
+            {
+                "name": name,
+                "spec": spec and (spec[0], spec[1], np.dtype(spec[2]).name),
+                "ms": statistics.median(ours),
+                "base_ms": statistics.median(base),
+                "paired_ratio": ratio,
+            }
+        )
         fn = None
         opt = wt = gt = None
 
-    info = quantrs.build_info()
+    return {
+        "log2n": log2n,
+        "repeats": repeats,
+        "info": quantrs.build_info(),
+        "base_ms": statistics.median(base_all),
+        "cases": rows,
+    }
+
+
+def bench_rows(meas: dict) -> list[dict]:
+    """One row per (QatOptimizer case, baseline) pair, in the benchmark convention."""
+    threads = meas["info"]["threads"]
+    np_qat = next(c for c in meas["cases"] if c["spec"] is None)
+    rows = []
+    for c in meas["cases"]:
+        if c["spec"] is None:
+            continue
+        target, rounding, dtype = c["spec"]
+        bench = f"QatOptimizer step 2^{meas['log2n']} {target} {rounding} {dtype}"
+        rows.append(
+            {
+                "bench": bench,
+                "ours_ms": c["ms"],
+                "baseline": BASELINE,
+                "baseline_ms": c["base_ms"],
+                "ratio": c["base_ms"] / c["ms"],
+                "paired_ratio": c["paired_ratio"],
+                "threads": threads,
+            }
+        )
+        if target == "int8" and dtype == "float64":
+            # the whole QAT step in NumPy (timed in its own interleaved run)
+            rows.append(
+                {
+                    "bench": bench,
+                    "ours_ms": c["ms"],
+                    "baseline": BASELINE_QAT,
+                    "baseline_ms": np_qat["ms"],
+                    "ratio": np_qat["ms"] / c["ms"],
+                    "threads": threads,
+                }
+            )
+    return rows
+
+
+def print_table(meas: dict) -> None:
+    info = meas["info"]
     print(
-        f"QatOptimizer step, n = 2^{args.log2n}, median of {args.repeats} interleaved pairs; "
-        f"simd={info['simd']}, threads={info['threads']}, "
+        f"QatOptimizer step, n = 2^{meas['log2n']}, median of {meas['repeats']} interleaved "
+        f"pairs; simd={info['simd']}, threads={info['threads']}, "
         f"load average {os.getloadavg()[0]:.1f}"
     )
     print(f"| {'implementation':<42} | {'ms':>8} | {'vs NumPy AdamW':>14} |")
     print(f"|{'-' * 44}|{'-' * 10}|{'-' * 16}|")
-    base_ms = statistics.median(base_all)
-    print(f"| {'NumPy float64 AdamW (baseline)':<42} | {base_ms:8.1f} | {1:13.2f}x |")
-    for name, ms, ratio in rows:
-        print(f"| {name:<42} | {ms:8.1f} | {ratio:13.2f}x |")
+    print(f"| {'NumPy float64 AdamW (baseline)':<42} | {meas['base_ms']:8.1f} | {1:13.2f}x |")
+    for c in meas["cases"]:
+        print(f"| {c['name']:<42} | {c['ms']:8.1f} | {c['paired_ratio']:13.2f}x |")
+
+
+def run(
+    quick: bool = False,
+    log2n: int | None = None,
+    repeats: int | None = None,
+    verbose: bool = False,
+) -> list[dict]:
+    """Rows in the benchmark convention (docs/cli.md); prints the table when ``verbose``."""
+    log2n = log2n if log2n is not None else (22 if quick else 24)
+    repeats = repeats if repeats is not None else (3 if quick else 7)
+    meas = measure(log2n, repeats)
+    if verbose:
+        print_table(meas)
+    return bench_rows(meas)
+
+
+def main():
+    reexec_without_openblas_overrides()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="2^22 elements, 3 pairs")
+    ap.add_argument("--json", action="store_true", help="print only a JSON list of rows")
+    ap.add_argument("--keep-env", action="store_true", help="keep OPENBLAS_* overrides")
+    ap.add_argument("--log2n", type=int, default=None, help="default 24 (--quick: 22)")
+    ap.add_argument("--repeats", type=int, default=None, help="default 7 (--quick: 3)")
+    args = ap.parse_args()
+    rows = run(args.quick, log2n=args.log2n, repeats=args.repeats, verbose=not args.json)
+    if args.json:
+        print(json.dumps(rows, indent=1))
 
 
 if __name__ == "__main__":

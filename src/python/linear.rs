@@ -8,7 +8,7 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
 use numpy::{
-    PyArray1, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyUntypedArray,
+    PyArray1, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArray,
     PyUntypedArrayMethods,
 };
 use pyo3::exceptions::PyTypeError;
@@ -57,11 +57,11 @@ fn opt_f32_vec(obj: Option<&Bound<'_, PyAny>>, arg: &str) -> PyResult<Option<Vec
         .transpose()
 }
 
-fn float_weight(
-    obj: &Bound<'_, PyAny>,
+fn float_weight<'py>(
+    obj: &Bound<'py, PyAny>,
     arg: &str,
     rank: &[usize],
-) -> PyResult<(Vec<f32>, Vec<usize>)> {
+) -> PyResult<(PyReadonlyArrayDyn<'py, f32>, Vec<usize>)> {
     let a = input::<f32>(obj, arg)?;
     let shape = a.shape().to_vec();
     if !rank.contains(&shape.len()) {
@@ -69,7 +69,14 @@ fn float_weight(
             QuantError::dims(format!("{arg} rank"), format!("{rank:?}"), shape.len()).into(),
         );
     }
-    Ok((a.as_slice().map_err(|e| invalid(arg, e))?.to_vec(), shape))
+    a.as_slice().map_err(|e| invalid(arg, e))?;
+    Ok((a, shape))
+}
+
+/// The contiguous data of an array `float_weight` returned (read in place:
+/// the layer constructors quantize straight from NumPy's memory).
+fn weight_slice<'a>(a: &'a PyReadonlyArrayDyn<'_, f32>, arg: &str) -> PyResult<&'a [f32]> {
+    a.as_slice().map_err(|e| invalid(arg, e))
 }
 
 fn parse_device(device: &str) -> PyResult<Device> {
@@ -483,10 +490,11 @@ py_layer!(PyFp8Linear, PerTensorFP8Linear, {
         bias: Option<&Bound<'_, PyAny>>,
         activation_scale: Option<f32>,
     ) -> PyResult<Self> {
-        let (w, shape) = float_weight(w, "w", &[2, 3])?;
+        let (wa, shape) = float_weight(w, "w", &[2, 3])?;
+        let w = weight_slice(&wa, "w")?;
         let bias = opt_f32_vec(bias, "bias")?;
         let inner =
-            py.detach(|| PerTensorFP8Linear::from_float(&w, shape, bias, activation_scale))?;
+            py.detach(|| PerTensorFP8Linear::from_float(w, shape, bias, activation_scale))?;
         Ok(PyFp8Linear {
             inner: Arc::new(inner),
         })
@@ -544,7 +552,8 @@ py_layer!(PyUnquantLinear, UnquantLinear, {
     #[new]
     #[pyo3(signature = (weight, bias = None))]
     fn py_new(weight: &Bound<'_, PyAny>, bias: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
-        let (w, s) = float_weight(weight, "weight", &[2])?;
+        let (wa, s) = float_weight(weight, "weight", &[2])?;
+        let w = weight_slice(&wa, "weight")?.to_vec(); // the layer owns its f32 weight
         let bias = opt_f32_vec(bias, "bias")?;
         Ok(PyUnquantLinear {
             inner: Arc::new(UnquantLinear::new(w, s[0], s[1], bias)?),
@@ -613,9 +622,10 @@ py_layer!(PyInt8Linear, Int8Linear, {
         w: &Bound<'_, PyAny>,
         bias: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let (w, s) = float_weight(w, "w", &[2])?;
+        let (wa, s) = float_weight(w, "w", &[2])?;
+        let w = weight_slice(&wa, "w")?;
         let bias = opt_f32_vec(bias, "bias")?;
-        let inner = py.detach(|| Int8Linear::from_float(&w, s[0], s[1], bias))?;
+        let inner = py.detach(|| Int8Linear::from_float(w, s[0], s[1], bias))?;
         Ok(PyInt8Linear {
             inner: Arc::new(inner),
         })
@@ -681,7 +691,8 @@ py_layer!(PyInt4Linear, Int4Linear, {
         group_size: usize,
         imatrix_weight: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let (w, s) = float_weight(w, "w", &[2])?;
+        let (wa, s) = float_weight(w, "w", &[2])?;
+        let w = weight_slice(&wa, "w")?;
         let bias = opt_f32_vec(bias, "bias")?;
         let im = opt_f32_vec(imatrix_weight, "imatrix_weight")?;
         if let Some(a) = &im {
@@ -693,7 +704,7 @@ py_layer!(PyInt4Linear, Int4Linear, {
             }
         }
         let inner =
-            py.detach(|| Int4Linear::from_float(&w, s[0], s[1], group_size, bias, im.as_deref()))?;
+            py.detach(|| Int4Linear::from_float(w, s[0], s[1], group_size, bias, im.as_deref()))?;
         Ok(PyInt4Linear {
             inner: Arc::new(inner),
         })
