@@ -37,6 +37,37 @@ def median_ms(fn: Callable[[], object], repeat: int, warmup: int = 1) -> float:
     return 1e3 * statistics.median(times)
 
 
+def paired_ms(
+    baseline: Callable[[], object], ours: Callable[[], object], pairs: int, inner: int
+) -> tuple[float, float, float]:
+    """Alternate the baseline and our kernel `pairs` times (each timed as the
+    median of `inner` calls, with the OpenBLAS settle in between) and return
+    (baseline ms, our ms, ratio): the medians of each and the median of the
+    per-pair ratios. On a shared or virtual machine whose speed drifts, the
+    paired ratio compares the two under the same conditions."""
+    base_t, ours_t, ratios = [], [], []
+    for _ in range(pairs):
+        warm(baseline, 0.1)
+        b = median_ms(baseline, inner, warmup=0)
+        # Instead of sleeping while OpenBLAS's spinning thread winds down
+        # (an idle virtual CPU comes back slow for tens of ms), run our own
+        # kernel for the same time: it settles both and warms our path.
+        warm(ours, 0.25)
+        o = median_ms(ours, inner, warmup=0)
+        base_t.append(b)
+        ours_t.append(o)
+        ratios.append(b / o)
+    return statistics.median(base_t), statistics.median(ours_t), statistics.median(ratios)
+
+
+def warm(fn: Callable[[], object], seconds: float) -> None:
+    """Call `fn` repeatedly for about `seconds` (at least once)."""
+    end = time.perf_counter() + seconds
+    fn()
+    while time.perf_counter() < end:
+        fn()
+
+
 def settle() -> None:
     """OpenBLAS keeps a thread spinning ~0.1 s after a call; let it stop."""
     time.sleep(0.25)
