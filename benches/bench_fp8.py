@@ -1,116 +1,189 @@
 """FP8 benchmarks: codecs against ml_dtypes, PerTensorFP8Linear.forward against NumPy.
 
-    python benches/bench_fp8.py [--repeats 7] [--warm]
+    python benches/bench_fp8.py [--quick] [--json] [--repeats 7] [--warm]
+                                [--only codecs|forward]
 
 - encode / decode of 2^24 values: quantrs.fp8 vs ml_dtypes casts (fresh output
-  arrays on both sides).
+  arrays on both sides); medians of ``--repeats`` calls.
 - forward of a 4096x4096 layer at batch 1, 16, 128: NumPy float32 ``x @ W.T`` vs
   ``PerTensorFP8Linear.forward`` weight-only (W8A32) and with a static
-  activation scale (W8A8). By default every timed call starts with the weights
-  evicted from cache (a 256 MiB buffer is rewritten first), so batch 1 measures
-  weights streamed from DRAM; ``--warm`` skips that.
+  activation scale (W8A8). NumPy and quantrs alternate (``_common.paired_ms``:
+  a warm-up instead of a sleep between them, the ratio is the median of the
+  per-pair ratios, so a machine whose speed drifts compares both under the same
+  conditions). By default the weights are streamed from DRAM, as for a model
+  larger than the caches: each side's calls rotate over enough copies of its
+  weights (>= 96 MiB in all, three times the L3) that none is still cached when
+  reused; ``--warm`` times a single copy, which stays in cache.
 
-Medians of ``--repeats`` runs; after every NumPy BLAS call the script sleeps
-0.25 s before timing quantrs (OpenBLAS keeps a spinning thread for ~0.1 s).
 Ratios are NumPy (or ml_dtypes) time / quantrs time: > 1 means quantrs is faster.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
-import statistics
-import time
+import sys
 
-import ml_dtypes
-import numpy as np
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import (  # noqa: E402
+    emit,
+    machine_note,
+    median_ms,
+    paired_ms,
+    reexec_without_openblas_overrides,
+    settle,
+)
 
-import quantrs
-from quantrs import PerTensorFP8Linear, fp8
-
-_SCRATCH = None
-
-
-def evict():
-    global _SCRATCH
-    if _SCRATCH is None:
-        _SCRATCH = np.ones(1 << 25, dtype=np.float64)  # 256 MiB
-    _SCRATCH += 1.0
+_STREAM_BYTES = 96 << 20  # working set per side for "weights streamed from DRAM"
 
 
-def timeit(fn, repeats, cold=False, after_blas=False):
-    times = []
-    for _ in range(repeats):
-        if cold:
-            evict()
-        if after_blas:
-            time.sleep(0.25)
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
+def _row(bench: str, base_ms: float, ours_ms: float, baseline: str, **extra) -> dict:
+    return {
+        "bench": bench,
+        "ours_ms": ours_ms,
+        "baseline": baseline,
+        "baseline_ms": base_ms,
+        "ratio": base_ms / ours_ms,
+        **extra,
+    }
 
 
-def row(name, base_ms, ours_ms, base_name):
-    ratio = base_ms / ours_ms
-    print(f"| {name:<38} | {base_ms:9.2f} | {ours_ms:9.2f} | {ratio:6.2f}x | {base_name} |")
+def codecs(rng, repeats: int) -> list[dict]:
+    import ml_dtypes
+    import numpy as np
 
+    from quantrs import fp8
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--repeats", type=int, default=7)
-    ap.add_argument("--warm", action="store_true", help="do not evict the weights from cache")
-    ap.add_argument("--only", choices=["codecs", "forward"], help="run one half")
-    args = ap.parse_args()
-    r = args.repeats
-    info = quantrs.build_info()
-    print(
-        f"quantrs {info['version']} simd={info['simd']} threads={info['threads']} "
-        f"cpus={os.cpu_count()} numpy {np.__version__} ml_dtypes {ml_dtypes.__version__} "
-        f"load={os.getloadavg()[0]:.1f}"
-    )
-    print("| operation | baseline ms | quantrs ms | speedup | baseline |")
-    print("|---|---|---|---|---|")
-
-    rng = np.random.default_rng(0)
-    if args.only != "forward":
-        codecs(rng, r)
-    if args.only != "codecs":
-        forward(rng, r, cold=not args.warm)
-
-
-def codecs(rng, r):
     n = 1 << 24
     x = (rng.standard_normal(n) * 50).astype(np.float32)
+    rows = []
     for fmt, dt in [("e4m3", ml_dtypes.float8_e4m3fn), ("e5m2", ml_dtypes.float8_e5m2)]:
-        base = timeit(lambda dt=dt: x.astype(dt), r)
-        ours = timeit(lambda fmt=fmt: fp8.encode(x, fmt), r)
-        row(f"encode 2^24 f32 -> {fmt}", base, ours, "ml_dtypes astype")
+        base = median_ms(lambda dt=dt: x.astype(dt), repeats)
+        ours = median_ms(lambda fmt=fmt: fp8.encode(x, fmt), repeats)
+        rows.append(_row(f"fp8 encode 2^24 f32 -> {fmt}", base, ours, "ml_dtypes astype"))
         codes = fp8.encode(x, fmt)
         f8 = codes.view(dt)
-        base = timeit(lambda f8=f8: f8.astype(np.float32), r)
-        ours = timeit(lambda codes=codes, fmt=fmt: fp8.decode(codes, fmt), r)
-        row(f"decode 2^24 {fmt} -> f32", base, ours, "ml_dtypes astype")
-    base = timeit(lambda: x.astype(ml_dtypes.float8_e4m3fn), r)
-    ours = timeit(lambda: fp8.encode(x, "e4m3", saturate=True), r)
-    row("encode 2^24 e4m3 saturating", base, ours, "ml_dtypes astype")
+        base = median_ms(lambda f8=f8: f8.astype(np.float32), repeats)
+        ours = median_ms(lambda codes=codes, fmt=fmt: fp8.decode(codes, fmt), repeats)
+        rows.append(_row(f"fp8 decode 2^24 {fmt} -> f32", base, ours, "ml_dtypes astype"))
+    base = median_ms(lambda: x.astype(ml_dtypes.float8_e4m3fn), repeats)
+    ours = median_ms(lambda: fp8.encode(x, "e4m3", saturate=True), repeats)
+    rows.append(_row("fp8 encode 2^24 e4m3 saturating", base, ours, "ml_dtypes astype"))
+    return rows
 
 
-def forward(rng, r, cold):
+def forward(rng, repeats: int, warm: bool, quick: bool) -> list[dict]:
+    import numpy as np
+
+    from quantrs import PerTensorFP8Linear
+
     k = m = 4096
     w = (rng.standard_normal((m, k)) / 64).astype(np.float32)
-    a32 = PerTensorFP8Linear.from_float(w)
-    a8 = PerTensorFP8Linear.from_float(w, activation_scale=float(np.float32(4.0 / 448)))
-    where = "DRAM" if cold else "cache"
-    for batch in [1, 16, 128]:
-        xb = (rng.standard_normal((batch, k))).astype(np.float32)
+    act_scale = float(np.float32(4.0 / 448))
+    # Copies of the weights for each side: one (in cache) with --warm, else
+    # enough that the rotation's working set is >= 96 MiB (3x the L3).
+    n_base = 1 if warm else max(2, -(-_STREAM_BYTES // w.nbytes))
+    n_ours = 1 if warm else max(6, -(-_STREAM_BYTES // (m * k)))
+    base_ws = [w] + [w * (i + 1) for i in range(1, n_base)]
+    layers = {
+        "W8A32": [PerTensorFP8Linear.from_float(w * (i + 1)) for i in range(n_ours)],
+        "W8A8": [
+            PerTensorFP8Linear.from_float(w * (i + 1), activation_scale=act_scale)
+            for i in range(n_ours)
+        ],
+    }
+    where = "cache" if warm else "DRAM"
+    batches = [1, 128] if quick else [1, 16, 128]
+    rows = []
+    for batch in batches:
+        xb = rng.standard_normal((batch, k)).astype(np.float32)
         if batch == 1:
             xb = xb[0]
-        base = timeit(lambda xb=xb: xb @ w.T, r, cold=cold)
-        ours = timeit(lambda xb=xb: a32.forward(xb), r, cold=cold, after_blas=True)
-        row(f"forward 4096x4096 b={batch} W8A32 ({where})", base, ours, "NumPy f32 x @ W.T")
-        ours = timeit(lambda xb=xb: a8.forward(xb), r, cold=cold, after_blas=True)
-        row(f"forward 4096x4096 b={batch} W8A8 ({where})", base, ours, "NumPy f32 x @ W.T")
+        pairs, inner = (max(3, repeats // 2), 2) if batch == 128 else (repeats, 5)
+        for kind, copies in layers.items():
+            base_cyc = itertools.cycle(base_ws)
+            ours_cyc = itertools.cycle(copies)
+            base, ours, ratio = paired_ms(
+                lambda xb=xb, cyc=base_cyc: xb @ next(cyc).T,
+                lambda xb=xb, cyc=ours_cyc: next(cyc).forward(xb),
+                pairs,
+                inner,
+            )
+            flops = 2.0 * batch * m * k
+            rows.append(
+                {
+                    "bench": f"fp8 forward {m}x{k} b{batch} {kind} ({where})",
+                    "ours_ms": ours,
+                    "baseline": "numpy f32 x@W.T",
+                    "baseline_ms": base,
+                    "ratio": ratio,
+                    "weights": where,
+                    "copies": f"{n_base}/{n_ours}",
+                    "weight_GB/s": m * k / (ours * 1e-3) / 1e9,
+                    "ours_GFLOP/s": flops / (ours * 1e-3) / 1e9,
+                    "numpy_GFLOP/s": flops / (base * 1e-3) / 1e9,
+                }
+            )
+            settle()
+    return rows
+
+
+def run(
+    quick: bool = False,
+    repeats: int | None = None,
+    warm: bool = False,
+    only: str | None = None,
+) -> list[dict]:
+    import numpy as np
+
+    if repeats is None:
+        repeats = 3 if quick else 7
+    rng = np.random.default_rng(0)
+    rows = []
+    if only != "forward":
+        rows += codecs(rng, repeats)
+    if only != "codecs":
+        rows += forward(rng, repeats, warm, quick)
+    return rows
+
+
+COLUMNS = [
+    "bench",
+    "ours_ms",
+    "baseline_ms",
+    "ratio",
+    "baseline",
+    "copies",
+    "weight_GB/s",
+    "ours_GFLOP/s",
+    "numpy_GFLOP/s",
+]
+
+
+def main() -> None:
+    reexec_without_openblas_overrides()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer batches and repeats")
+    ap.add_argument("--json", action="store_true", help="print JSON rows")
+    ap.add_argument("--keep-env", action="store_true", help="keep OPENBLAS_* overrides")
+    ap.add_argument(
+        "--repeats", type=int, help="codec repeats / forward pairs (default 7, --quick 3)"
+    )
+    ap.add_argument("--warm", action="store_true", help="one copy of the weights (in cache)")
+    ap.add_argument("--only", choices=["codecs", "forward"], help="run one half")
+    args = ap.parse_args()
+    import ml_dtypes
+    import numpy as np
+
+    import quantrs
+
+    if not args.json:
+        print(
+            f"quantrs {quantrs.build_info()}; numpy {np.__version__}, "
+            f"ml_dtypes {ml_dtypes.__version__}; {machine_note()}"
+        )
+    emit(run(args.quick, args.repeats, args.warm, args.only), COLUMNS, args.json)
 
 
 if __name__ == "__main__":
