@@ -17,6 +17,7 @@ echo "== cargo fmt / clippy"
 cargo fmt --all -- --check
 cargo clippy --all-targets -- -D warnings
 cargo clippy --all-targets --features python -- -D warnings
+cargo check --all-targets --features gpu
 
 echo "== cargo test"
 cargo test --all-targets
