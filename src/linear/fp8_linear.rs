@@ -20,8 +20,8 @@ use super::kernels::{dot_e4m3, matmul_rows, Epilogue, RowSource};
 use super::serde::{self as ser, DType, Reader, Tag, Writer, FLAG_ACT_SCALE, FLAG_BIAS};
 use super::stats::Stats;
 use super::{
-    check_bias, check_float_weight, isq, merged, rel_frobenius, rows_of, Device, IsqType, Layer,
-    QuantMethod, QuantizedSerde, WeightDType,
+    check_bias, check_float_weight, isq, merged, rel_frobenius, rows_of, Device, IsqType,
+    QuantMethod, WeightDType,
 };
 use crate::error::{QuantError, Result};
 use crate::fp8::{decode_slice, decode_slice_level, encode_slice, round_to_grid_slice, Fp8Format};
@@ -424,55 +424,7 @@ impl QuantMethod for PerTensorFP8Linear {
         )
     }
 
-    fn bias(&self) -> Option<&[f32]> {
-        self.bias.as_deref()
-    }
-
-    fn begin_track_stats(&self) -> Result<()> {
-        self.stats.begin(self.in_features());
-        Ok(())
-    }
-
-    fn end_track_stats(&self) -> Result<Vec<f32>> {
-        self.stats.end()
-    }
-
-    fn merge_error(&self) -> Option<f64> {
-        self.merge_error
-    }
-
-    fn into_layer(self: Arc<Self>) -> Layer {
-        Layer::Fp8(self)
-    }
+    shared_quant_method_items!(Fp8, s => s.in_features());
 }
 
-impl QuantizedSerde for PerTensorFP8Linear {
-    fn name(&self) -> &'static str {
-        "pertensor-fp8-linear"
-    }
-
-    fn serialize(&self) -> Result<Cow<'_, [u8]>> {
-        Ok(Cow::Owned(self.write(self.bias.as_deref())))
-    }
-
-    fn serialize_with_bias(&self, bias: Option<Vec<f32>>) -> Result<Cow<'_, [u8]>> {
-        check_bias(bias.as_deref(), self.weight.len() / self.in_features())?;
-        Ok(Cow::Owned(self.write(bias.as_deref())))
-    }
-
-    fn deserialize(data: Cow<'_, [u8]>, device: &Device) -> Result<Arc<dyn QuantMethod>> {
-        device.require_cpu()?;
-        let (mut layer, bias) = Self::read(&data)?;
-        layer.bias = bias;
-        Ok(Arc::new(layer))
-    }
-
-    fn deserialize_ext_bias(
-        data: Cow<'_, [u8]>,
-        device: &Device,
-    ) -> Result<(Arc<dyn QuantMethod>, Option<Vec<f32>>)> {
-        device.require_cpu()?;
-        let (layer, bias) = Self::read(&data)?;
-        Ok((Arc::new(layer), bias))
-    }
-}
+impl_quantized_serde!(PerTensorFP8Linear, "pertensor-fp8-linear", s => s.weight.len() / s.in_features());

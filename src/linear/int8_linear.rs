@@ -3,7 +3,6 @@
 //! `q = clamp(round_half_even(W / scale), -127, 127)`, `W ~ q * scale[o]`.
 //! Forward: `y[b, o] = (x[b] . q[o]) * scale[o] + bias[o]`.
 
-use std::borrow::Cow;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
@@ -13,8 +12,8 @@ use super::kernels::{dot_i8, matmul_rows, Epilogue, RowSource};
 use super::serde::{self as ser, DType, Reader, Tag, Writer, FLAG_BIAS};
 use super::stats::Stats;
 use super::{
-    check_bias, check_float_weight, isq, merged, rel_frobenius, rows_of, Device, IsqType, Layer,
-    QuantMethod, QuantizedSerde, WeightDType,
+    check_bias, check_float_weight, isq, merged, rel_frobenius, rows_of, Device, IsqType,
+    QuantMethod, WeightDType,
 };
 use crate::error::{QuantError, Result};
 use crate::simd::SimdLevel;
@@ -214,55 +213,7 @@ impl QuantMethod for Int8Linear {
         isq::convert(&*self, None, dtype, device, n_quantized, imatrix_weight)
     }
 
-    fn bias(&self) -> Option<&[f32]> {
-        self.bias.as_deref()
-    }
-
-    fn begin_track_stats(&self) -> Result<()> {
-        self.stats.begin(self.in_feat);
-        Ok(())
-    }
-
-    fn end_track_stats(&self) -> Result<Vec<f32>> {
-        self.stats.end()
-    }
-
-    fn merge_error(&self) -> Option<f64> {
-        self.merge_error
-    }
-
-    fn into_layer(self: Arc<Self>) -> Layer {
-        Layer::Int8(self)
-    }
+    shared_quant_method_items!(Int8, s => s.in_feat);
 }
 
-impl QuantizedSerde for Int8Linear {
-    fn name(&self) -> &'static str {
-        "int8-linear"
-    }
-
-    fn serialize(&self) -> Result<Cow<'_, [u8]>> {
-        Ok(Cow::Owned(self.write(self.bias.as_deref())))
-    }
-
-    fn serialize_with_bias(&self, bias: Option<Vec<f32>>) -> Result<Cow<'_, [u8]>> {
-        check_bias(bias.as_deref(), self.out_feat)?;
-        Ok(Cow::Owned(self.write(bias.as_deref())))
-    }
-
-    fn deserialize(data: Cow<'_, [u8]>, device: &Device) -> Result<Arc<dyn QuantMethod>> {
-        device.require_cpu()?;
-        let (mut layer, bias) = Self::read(&data)?;
-        layer.bias = bias;
-        Ok(Arc::new(layer))
-    }
-
-    fn deserialize_ext_bias(
-        data: Cow<'_, [u8]>,
-        device: &Device,
-    ) -> Result<(Arc<dyn QuantMethod>, Option<Vec<f32>>)> {
-        device.require_cpu()?;
-        let (layer, bias) = Self::read(&data)?;
-        Ok((Arc::new(layer), bias))
-    }
-}
+impl_quantized_serde!(Int8Linear, "int8-linear", s => s.out_feat);

@@ -16,6 +16,8 @@
 //! tensor parallelism); `begin_track_stats` takes `&self` (stats live behind
 //! a mutex) so that layers shared through `Arc` can be tracked.
 
+#[macro_use]
+mod common;
 mod fp8_linear;
 mod int4_linear;
 mod int8_linear;

@@ -1,0 +1,83 @@
+//! What every layer type implements the same way, written once.
+//!
+//! Each layer struct has the fields `bias: Option<Vec<f32>>`,
+//! `stats: Stats` and `merge_error: Option<f64>`, and its own
+//! `fn write(&self, bias: Option<&[f32]>) -> Vec<u8>` and
+//! `fn read(&[u8]) -> Result<(Self, Option<Vec<f32>>)>` (its versioned,
+//! CRC-checked byte format). These macros add the trait items built on them.
+
+/// The `QuantMethod` items that only read the shared fields: `bias`, the
+/// imatrix tracking, `merge_error` and `into_layer`. `$s => $in_feat` gives
+/// the input width from `self` bound as `$s`.
+macro_rules! shared_quant_method_items {
+    ($variant:ident, $s:ident => $in_feat:expr) => {
+        fn bias(&self) -> Option<&[f32]> {
+            self.bias.as_deref()
+        }
+
+        fn begin_track_stats(&self) -> $crate::error::Result<()> {
+            let $s = self;
+            self.stats.begin($in_feat);
+            Ok(())
+        }
+
+        fn end_track_stats(&self) -> $crate::error::Result<Vec<f32>> {
+            self.stats.end()
+        }
+
+        fn merge_error(&self) -> Option<f64> {
+            self.merge_error
+        }
+
+        fn into_layer(self: std::sync::Arc<Self>) -> $crate::linear::Layer {
+            $crate::linear::Layer::$variant(self)
+        }
+    };
+}
+
+/// `QuantizedSerde` over the layer's own `write` / `read`. `$s => $out_feat`
+/// gives the output width (the length a bias must have).
+macro_rules! impl_quantized_serde {
+    ($ty:ty, $name:literal, $s:ident => $out_feat:expr) => {
+        impl $crate::linear::QuantizedSerde for $ty {
+            fn name(&self) -> &'static str {
+                $name
+            }
+
+            fn serialize(&self) -> $crate::error::Result<std::borrow::Cow<'_, [u8]>> {
+                Ok(std::borrow::Cow::Owned(self.write(self.bias.as_deref())))
+            }
+
+            fn serialize_with_bias(
+                &self,
+                bias: Option<Vec<f32>>,
+            ) -> $crate::error::Result<std::borrow::Cow<'_, [u8]>> {
+                let $s = self;
+                $crate::linear::check_bias(bias.as_deref(), $out_feat)?;
+                Ok(std::borrow::Cow::Owned(self.write(bias.as_deref())))
+            }
+
+            fn deserialize(
+                data: std::borrow::Cow<'_, [u8]>,
+                device: &$crate::linear::Device,
+            ) -> $crate::error::Result<std::sync::Arc<dyn $crate::linear::QuantMethod>> {
+                device.require_cpu()?;
+                let (mut layer, bias) = Self::read(&data)?;
+                layer.bias = bias;
+                Ok(std::sync::Arc::new(layer))
+            }
+
+            fn deserialize_ext_bias(
+                data: std::borrow::Cow<'_, [u8]>,
+                device: &$crate::linear::Device,
+            ) -> $crate::error::Result<(
+                std::sync::Arc<dyn $crate::linear::QuantMethod>,
+                Option<Vec<f32>>,
+            )> {
+                device.require_cpu()?;
+                let (layer, bias) = Self::read(&data)?;
+                Ok((std::sync::Arc::new(layer), bias))
+            }
+        }
+    };
+}
