@@ -35,6 +35,33 @@ impl MatvecKernel {
             _ => MatvecKernel::Scalar,
         }
     }
+
+    /// Every kernel this machine can run at the level in force (tests and
+    /// benches compare them all).
+    pub fn available() -> Vec<MatvecKernel> {
+        let mut kernels = vec![MatvecKernel::Scalar];
+        #[cfg(target_arch = "x86_64")]
+        {
+            let level = crate::simd::level();
+            if level >= SimdLevel::Avx2 {
+                kernels.push(MatvecKernel::Avx2);
+            }
+            if level >= SimdLevel::Avx512 {
+                kernels.push(MatvecKernel::Avx512);
+            }
+        }
+        kernels
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            MatvecKernel::Scalar => "scalar",
+            #[cfg(target_arch = "x86_64")]
+            MatvecKernel::Avx2 => "avx2",
+            #[cfg(target_arch = "x86_64")]
+            MatvecKernel::Avx512 => "avx512",
+        }
+    }
 }
 
 /// The arguments every column-range kernel shares.

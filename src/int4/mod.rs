@@ -345,6 +345,19 @@ impl QuantizedWeight {
         Ok(())
     }
 
+    /// [`Self::matvec`] with an explicit kernel (for tests and benches).
+    pub fn matvec_with(&self, x: &[f32], y: &mut [f32], kernel: MatvecKernel) -> Result<()> {
+        if x.len() != self.in_feat || y.len() != self.out_feat {
+            return Err(QuantError::dims(
+                "x/y",
+                format!("[{}] / [{}]", self.in_feat, self.out_feat),
+                format!("{} / {} elements", x.len(), y.len()),
+            ));
+        }
+        matvec::matvec(self, x, y, kernel);
+        Ok(())
+    }
+
     /// Signed code of row `r`, column `o` (for tests and slow paths).
     pub fn code(&self, r: usize, o: usize) -> i8 {
         let b = self.data[(r / 2) * self.out_feat + o];

@@ -167,6 +167,73 @@ fn check_all_paths(in_feat: usize, out_feat: usize, gs: usize, batch: usize, see
             }
         }
     }
+    check_matvec_kernels(&qw, &x, batch, &format!("[{in_feat}x{out_feat}] gs {gs}"));
+}
+
+/// Every matvec kernel the machine has, row by row, against the bound.
+fn check_matvec_kernels(qw: &QuantizedWeight, x: &[f32], batch: usize, what: &str) {
+    for kernel in MatvecKernel::available() {
+        let mut y = vec![f32::NAN; batch * qw.out_feat];
+        for (xr, yr) in x
+            .chunks_exact(qw.in_feat)
+            .zip(y.chunks_exact_mut(qw.out_feat))
+        {
+            qw.matvec_with(xr, yr, kernel).unwrap();
+        }
+        assert_close(qw, x, batch, &y, &format!("{} {what}", kernel.name()));
+    }
+}
+
+/// `x` whose groups are all zero, partly zero, of wide dynamic range, huge
+/// (1e20) or tiny (1e-20): the kernels' per-group scaling must hold for all.
+fn mixed_range_x(k: usize, seed: u64) -> Vec<f32> {
+    let base = rand_vec(k, seed);
+    base.iter()
+        .enumerate()
+        .map(|(i, &v)| match (i / 32) % 6 {
+            0 => 0.0,
+            1 if i % 7 == 0 => v * 1e-6,
+            2 => v * 1e20,
+            3 => v * 1e-20,
+            4 if i % 5 == 0 => 0.0,
+            _ => v,
+        })
+        .collect()
+}
+
+#[test]
+fn matvec_kernels_on_mixed_range_inputs() {
+    for (i, &(k, n, gs)) in [
+        (384, 200, 32),
+        (384, 131, 64),
+        (200, 64, 4),
+        (96, 70, 6),
+        (256, 300, 128),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let qw =
+            QuantizedWeight::quantize_grouped(&rand_vec(k * n, 40 + i as u64), k, n, gs).unwrap();
+        let x = mixed_range_x(k, 50 + i as u64);
+        check_matvec_kernels(&qw, &x, 1, &format!("mixed [{k}x{n}] gs {gs}"));
+    }
+}
+
+#[test]
+fn matvec_kernels_propagate_non_finite_x() {
+    let (k, n) = (128, 80);
+    let qw = QuantizedWeight::quantize(&rand_vec(k * n, 61), k, n).unwrap();
+    for bad in [f32::NAN, f32::INFINITY] {
+        let mut x = rand_vec(k, 62);
+        x[40] = bad;
+        for kernel in MatvecKernel::available() {
+            let mut y = vec![0.0f32; n];
+            qw.matvec_with(&x, &mut y, kernel).unwrap();
+            // Row 40 times a nonzero code: NaN or +-inf; times a zero code: NaN.
+            assert!(y.iter().all(|v| !v.is_finite()), "{}: {y:?}", kernel.name());
+        }
+    }
 }
 
 #[test]
