@@ -19,6 +19,10 @@ use super::matvec::{scalar_group, MatvecArgs};
 const STRIP_VECS: usize = 8;
 /// Bytes ahead (along a row) that the matvec strips prefetch.
 const PREFETCH_AHEAD: usize = 512;
+/// Bytes ahead (along a scale row) that the matvec strips prefetch: the
+/// scales are a fifth of the bytes a matvec reads, and a strip otherwise
+/// meets them cold in its epilogue (measured: 5-8% of the call).
+const SCALE_PREFETCH_AHEAD: usize = 2048;
 /// Row pairs ahead that the GEMM tile dequantizer prefetches.
 const DEQUANT_PREFETCH_PAIRS: usize = 16;
 
@@ -31,14 +35,36 @@ pub unsafe fn matvec_int4_avx512(args: &MatvecArgs, o0: usize, y: &mut [f32]) {
     y.fill(0.0);
     let width = y.len();
     let mut acc_tail = [0.0f32; 16];
+    let n = args.out_feat;
+    // Near the end of the task's columns the prefetch distance runs past
+    // them: point it at the same distance into the next group's rows and
+    // scale row instead, so that each group starts with its first strips
+    // already on the way (the row pitch is `n` bytes, the scale pitch 4n).
+    let wrap = Ahead {
+        rows: (args.group_size / 2 * n) as isize - width as isize,
+        scales: 4 * (n as isize - width as isize),
+    };
     for g in args.groups.clone() {
         let mut o = 0;
         while o + 16 * STRIP_VECS <= width {
-            strip_avx512::<STRIP_VECS>(args, g, o0 + o, &mut y[o..o + 16 * STRIP_VECS]);
+            let ahead = Ahead {
+                rows: if o + PREFETCH_AHEAD >= width {
+                    wrap.rows
+                } else {
+                    0
+                },
+                scales: if 4 * o + SCALE_PREFETCH_AHEAD >= 4 * width {
+                    wrap.scales
+                } else {
+                    0
+                },
+            };
+            let ys = &mut y[o..o + 16 * STRIP_VECS];
+            strip_avx512::<STRIP_VECS>(args, g, o0 + o, ys, ahead);
             o += 16 * STRIP_VECS;
         }
         while o + 16 <= width {
-            strip_avx512::<1>(args, g, o0 + o, &mut y[o..o + 16]);
+            strip_avx512::<1>(args, g, o0 + o, &mut y[o..o + 16], Ahead::default());
             o += 16;
         }
         if o < width {
@@ -48,9 +74,23 @@ pub unsafe fn matvec_int4_avx512(args: &MatvecArgs, o0: usize, y: &mut [f32]) {
     }
 }
 
+/// Byte offsets added to a strip's prefetch addresses (see
+/// `matvec_int4_avx512`); zero along the current group.
+#[derive(Clone, Copy, Default)]
+struct Ahead {
+    rows: isize,
+    scales: isize,
+}
+
 /// One group's contribution to `V * 16` columns starting at `c0`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
-unsafe fn strip_avx512<const V: usize>(args: &MatvecArgs, g: usize, c0: usize, y: &mut [f32]) {
+unsafe fn strip_avx512<const V: usize>(
+    args: &MatvecArgs,
+    g: usize,
+    c0: usize,
+    y: &mut [f32],
+    ahead: Ahead,
+) {
     debug_assert_eq!(y.len(), 16 * V);
     let half = args.group_size / 2;
     let n = args.out_feat;
@@ -63,6 +103,13 @@ unsafe fn strip_avx512<const V: usize>(args: &MatvecArgs, g: usize, c0: usize, y
     let mut acc = [_mm512_setzero_ps(); V];
     let p_end = (g + 1) * half;
     debug_assert!(p_end * n <= args.data.len() && c0 + 16 * V <= n);
+    let scale_ahead = (args.scales.as_ptr().wrapping_add(g * n + c0) as *const u8)
+        .wrapping_add(SCALE_PREFETCH_AHEAD)
+        .wrapping_offset(ahead.scales);
+    for line in 0..(64 * V).div_ceil(64) {
+        // A prefetch never faults, whatever the address.
+        _mm_prefetch::<_MM_HINT_T0>(scale_ahead.wrapping_add(64 * line) as *const i8);
+    }
     for p in g * half..p_end {
         // SAFETY: p < num_pairs and c0 + 16 V <= out_feat (asserted above by
         // construction of the strips), so the row slice is inside `data`;
@@ -72,8 +119,9 @@ unsafe fn strip_avx512<const V: usize>(args: &MatvecArgs, g: usize, c0: usize, y
             // The strips of a group walk its rows side by side, which the
             // hardware prefetchers follow poorly: fetch this row's bytes a
             // few strips ahead (a prefetch never faults, even past the end).
-            _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(PREFETCH_AHEAD) as *const i8);
-            _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(PREFETCH_AHEAD + 64) as *const i8);
+            let pf = row.wrapping_add(PREFETCH_AHEAD).wrapping_offset(ahead.rows);
+            _mm_prefetch::<_MM_HINT_T0>(pf as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(pf.wrapping_add(64) as *const i8);
             let x0 = _mm512_set1_ps(*args.x.get_unchecked(2 * p));
             let x1 = _mm512_set1_ps(*args.x.get_unchecked(2 * p + 1));
             for (v, a) in acc.iter_mut().enumerate() {
