@@ -35,30 +35,11 @@ pub unsafe fn matvec_int4_avx512(args: &MatvecArgs, o0: usize, y: &mut [f32]) {
     y.fill(0.0);
     let width = y.len();
     let mut acc_tail = [0.0f32; 16];
-    let n = args.out_feat;
-    // Near the end of the task's columns the prefetch distance runs past
-    // them: point it at the same distance into the next group's rows and
-    // scale row instead, so that each group starts with its first strips
-    // already on the way (the row pitch is `n` bytes, the scale pitch 4n).
-    let wrap = Ahead {
-        rows: (args.group_size / 2 * n) as isize - width as isize,
-        scales: 4 * (n as isize - width as isize),
-    };
+    let wrap = Ahead::wrap(args, width);
     for g in args.groups.clone() {
         let mut o = 0;
         while o + 16 * STRIP_VECS <= width {
-            let ahead = Ahead {
-                rows: if o + PREFETCH_AHEAD >= width {
-                    wrap.rows
-                } else {
-                    0
-                },
-                scales: if 4 * o + SCALE_PREFETCH_AHEAD >= 4 * width {
-                    wrap.scales
-                } else {
-                    0
-                },
-            };
+            let ahead = wrap.at(o, width);
             let ys = &mut y[o..o + 16 * STRIP_VECS];
             strip_avx512::<STRIP_VECS>(args, g, o0 + o, ys, ahead);
             o += 16 * STRIP_VECS;
@@ -74,12 +55,67 @@ pub unsafe fn matvec_int4_avx512(args: &MatvecArgs, o0: usize, y: &mut [f32]) {
     }
 }
 
-/// Byte offsets added to a strip's prefetch addresses (see
-/// `matvec_int4_avx512`); zero along the current group.
+/// Byte offsets added to a strip's prefetch addresses: zero along the
+/// current group; near the end of the task's columns, where the prefetch
+/// distance runs past them, the jump to the same distance into the next
+/// group's rows and scale row, so that each group starts with its first
+/// strips already on the way.
 #[derive(Clone, Copy, Default)]
 struct Ahead {
     rows: isize,
     scales: isize,
+}
+
+impl Ahead {
+    /// The jumps for a task `width` columns wide (row pitch `n` bytes,
+    /// scale pitch `4n`).
+    fn wrap(args: &MatvecArgs, width: usize) -> Ahead {
+        let n = args.out_feat;
+        Ahead {
+            rows: (args.group_size / 2 * n) as isize - width as isize,
+            scales: 4 * (n as isize - width as isize),
+        }
+    }
+
+    /// The offsets for the strip starting at column `o` of the task.
+    fn at(self, o: usize, width: usize) -> Ahead {
+        Ahead {
+            rows: if o + PREFETCH_AHEAD >= width {
+                self.rows
+            } else {
+                0
+            },
+            scales: if 4 * o + SCALE_PREFETCH_AHEAD >= 4 * width {
+                self.scales
+            } else {
+                0
+            },
+        }
+    }
+
+    /// Prefetch the `lines` cache lines from `SCALE_PREFETCH_AHEAD` bytes
+    /// past the scales of group `g` at column `c0`.
+    #[inline(always)]
+    fn prefetch_scales(self, args: &MatvecArgs, g: usize, c0: usize, lines: usize) {
+        let at = (args.scales.as_ptr().wrapping_add(g * args.out_feat + c0) as *const u8)
+            .wrapping_add(SCALE_PREFETCH_AHEAD)
+            .wrapping_offset(self.scales);
+        for line in 0..lines {
+            // SAFETY: a prefetch never faults, whatever the address; SSE is
+            // part of x86_64.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(64 * line) as *const i8) };
+        }
+    }
+
+    /// Prefetch `lines` cache lines `PREFETCH_AHEAD` bytes along `row`.
+    #[inline(always)]
+    fn prefetch_row(self, row: *const u8, lines: usize) {
+        let at = row.wrapping_add(PREFETCH_AHEAD).wrapping_offset(self.rows);
+        for line in 0..lines {
+            // SAFETY: as above.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(64 * line) as *const i8) };
+        }
+    }
 }
 
 /// One group's contribution to `V * 16` columns starting at `c0`.
@@ -103,13 +139,7 @@ unsafe fn strip_avx512<const V: usize>(
     let mut acc = [_mm512_setzero_ps(); V];
     let p_end = (g + 1) * half;
     debug_assert!(p_end * n <= args.data.len() && c0 + 16 * V <= n);
-    let scale_ahead = (args.scales.as_ptr().wrapping_add(g * n + c0) as *const u8)
-        .wrapping_add(SCALE_PREFETCH_AHEAD)
-        .wrapping_offset(ahead.scales);
-    for line in 0..(64 * V).div_ceil(64) {
-        // A prefetch never faults, whatever the address.
-        _mm_prefetch::<_MM_HINT_T0>(scale_ahead.wrapping_add(64 * line) as *const i8);
-    }
+    ahead.prefetch_scales(args, g, c0, (64 * V).div_ceil(64));
     for p in g * half..p_end {
         // SAFETY: p < num_pairs and c0 + 16 V <= out_feat (asserted above by
         // construction of the strips), so the row slice is inside `data`;
@@ -119,9 +149,7 @@ unsafe fn strip_avx512<const V: usize>(
             // The strips of a group walk its rows side by side, which the
             // hardware prefetchers follow poorly: fetch this row's bytes a
             // few strips ahead (a prefetch never faults, even past the end).
-            let pf = row.wrapping_add(PREFETCH_AHEAD).wrapping_offset(ahead.rows);
-            _mm_prefetch::<_MM_HINT_T0>(pf as *const i8);
-            _mm_prefetch::<_MM_HINT_T0>(pf.wrapping_add(64) as *const i8);
+            ahead.prefetch_row(row, (16 * V).div_ceil(64));
             let x0 = _mm512_set1_ps(*args.x.get_unchecked(2 * p));
             let x1 = _mm512_set1_ps(*args.x.get_unchecked(2 * p + 1));
             for (v, a) in acc.iter_mut().enumerate() {
@@ -154,14 +182,16 @@ pub unsafe fn matvec_int4_avx2(args: &MatvecArgs, o0: usize, y: &mut [f32]) {
     y.fill(0.0);
     let width = y.len();
     let mut acc_tail = [0.0f32; 8];
+    let wrap = Ahead::wrap(args, width);
     for g in args.groups.clone() {
         let mut o = 0;
         while o + 8 * STRIP_VECS <= width {
-            strip_avx2::<STRIP_VECS>(args, g, o0 + o, &mut y[o..o + 8 * STRIP_VECS]);
+            let ahead = wrap.at(o, width);
+            strip_avx2::<STRIP_VECS>(args, g, o0 + o, &mut y[o..o + 8 * STRIP_VECS], ahead);
             o += 8 * STRIP_VECS;
         }
         while o + 8 <= width {
-            strip_avx2::<1>(args, g, o0 + o, &mut y[o..o + 8]);
+            strip_avx2::<1>(args, g, o0 + o, &mut y[o..o + 8], Ahead::default());
             o += 8;
         }
         if o < width {
@@ -172,7 +202,13 @@ pub unsafe fn matvec_int4_avx2(args: &MatvecArgs, o0: usize, y: &mut [f32]) {
 }
 
 #[target_feature(enable = "avx2,fma")]
-unsafe fn strip_avx2<const V: usize>(args: &MatvecArgs, g: usize, c0: usize, y: &mut [f32]) {
+unsafe fn strip_avx2<const V: usize>(
+    args: &MatvecArgs,
+    g: usize,
+    c0: usize,
+    y: &mut [f32],
+    ahead: Ahead,
+) {
     debug_assert_eq!(y.len(), 8 * V);
     let half = args.group_size / 2;
     let n = args.out_feat;
@@ -180,11 +216,13 @@ unsafe fn strip_avx2<const V: usize>(args: &MatvecArgs, g: usize, c0: usize, y: 
     let mut acc = [_mm256_setzero_ps(); V];
     let p_end = (g + 1) * half;
     debug_assert!(p_end * n <= args.data.len() && c0 + 8 * V <= n);
+    ahead.prefetch_scales(args, g, c0, (32 * V).div_ceil(64));
     for p in g * half..p_end {
         // SAFETY: as in `strip_avx512`: the row slice and xs indices are in
         // bounds by construction; `_mm_loadl_epi64` reads 8 bytes.
         unsafe {
             let row = args.data.as_ptr().add(p * n + c0);
+            ahead.prefetch_row(row, (8 * V).div_ceil(64));
             let x0 = _mm256_set1_ps(*args.xs.get_unchecked(2 * p));
             let x1 = _mm256_set1_ps(*args.xs.get_unchecked(2 * p + 1));
             for (v, a) in acc.iter_mut().enumerate() {
