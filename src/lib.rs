@@ -16,6 +16,7 @@ pub mod gpu;
 pub mod int4;
 pub mod linear;
 pub mod optim;
+pub mod par;
 pub mod qat;
 pub mod simd;
 pub mod st;

@@ -1,11 +1,14 @@
 //! `y = W^T x` straight from the packed nibbles, never materializing the f32
-//! weight. Rayon splits the output columns into chunks; each chunk walks the
-//! groups in order, so every output's summation order (and so its value) is
-//! the same for any thread count.
+//! weight. The work is cut into pieces fixed by the shape alone (column
+//! chunks, or for tall matrices blocks of input rows with one partial output
+//! each, added in block order) and run by [`crate::par::for_each_block`]
+//! (the calling thread plus pool helpers), so every output's summation order
+//! (and so its value) is the same for any thread count.
 
-use rayon::prelude::*;
+use std::sync::Mutex;
 
 use super::QuantizedWeight;
+use crate::par;
 use crate::simd::SimdLevel;
 
 /// Fewer weights than this run on the calling thread.
@@ -118,12 +121,28 @@ pub fn matvec(qw: &QuantizedWeight, x: &[f32], y: &mut [f32], kernel: MatvecKern
         let per_block = qw.num_groups.div_ceil(K_BLOCKS);
         let blocks = qw.num_groups.div_ceil(per_block);
         let mut partial = vec![0.0f32; blocks * n];
-        partial.par_chunks_mut(n).enumerate().for_each(|(b, py)| {
-            let g0 = b * per_block;
-            let mut block_args = args.clone();
-            block_args.groups = g0..(g0 + per_block).min(qw.num_groups);
-            cols(&block_args, 0, py, kernel);
-        });
+        {
+            // Work items: each block's columns in COL_PARTS pieces, small
+            // enough that a helper joining late still gets its share.
+            let width = n.div_ceil(COL_PARTS).next_multiple_of(128);
+            let slots: Vec<(usize, usize, Mutex<&mut [f32]>)> = partial
+                .chunks_mut(n)
+                .enumerate()
+                .flat_map(|(b, pb)| {
+                    pb.chunks_mut(width)
+                        .enumerate()
+                        .map(move |(c, ys)| (b, c * width, Mutex::new(ys)))
+                })
+                .collect();
+            par::for_each_block(slots.len(), |i| {
+                let (b, c0, ref ys) = slots[i];
+                let g0 = b * per_block;
+                let mut block_args = args.clone();
+                block_args.groups = g0..(g0 + per_block).min(qw.num_groups);
+                let mut ys = ys.lock().unwrap_or_else(|e| e.into_inner());
+                cols(&block_args, c0, &mut ys, kernel);
+            });
+        }
         y.copy_from_slice(&partial[..n]);
         for py in partial.chunks_exact(n).skip(1) {
             for (yv, pv) in y.iter_mut().zip(py) {
@@ -132,14 +151,18 @@ pub fn matvec(qw: &QuantizedWeight, x: &[f32], y: &mut [f32], kernel: MatvecKern
         }
     } else {
         let width = chunk_width(n);
-        y.par_chunks_mut(width)
-            .enumerate()
-            .for_each(|(c, ys)| cols(&args, c * width, ys, kernel));
+        let slots: Vec<Mutex<&mut [f32]>> = y.chunks_mut(width).map(Mutex::new).collect();
+        par::for_each_block(slots.len(), |c| {
+            let mut ys = slots[c].lock().unwrap_or_else(|e| e.into_inner());
+            cols(&args, c * width, &mut ys, kernel);
+        });
     }
 }
 
 /// Input-row blocks a large matvec is split into (fixed, for determinism).
 const K_BLOCKS: usize = 8;
+/// Column pieces each input-row block is worked in.
+const COL_PARTS: usize = 2;
 
 /// 2^-28: the low nibble is read as `q << 28`.
 pub const LO_SCALE: f32 = 1.0 / 268_435_456.0;

@@ -1,0 +1,176 @@
+//! Fork-join over numbered blocks with the calling thread working too.
+//!
+//! Why not a plain rayon `par_iter`: called from a thread outside the pool
+//! (Python's, say), rayon queues the whole job, puts the caller to sleep and
+//! wakes it when the pool is done. On a virtual machine each of those wake-ups
+//! costs tens to hundreds of microseconds (measured here: a no-op
+//! `rayon::broadcast` takes 80-330 us median), a large share of a
+//! millisecond-long matvec. [`for_each_block`] instead starts working on the
+//! calling thread at once, hands blocks out one at a time from a shared
+//! counter, and asks the pool for helpers that join whenever they wake; a
+//! helper that wakes after the work is gone leaves without touching it, so
+//! the caller never waits for a wake-up, only for blocks already started.
+//!
+//! The blocks a thread runs depend on timing, so callers that need results
+//! independent of the thread count give each block its own output (and
+//! combine the outputs in block order afterwards).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// Run `f(b)` once for every `b` in `0..count`, on the calling thread and on
+/// up to `rayon::current_num_threads() - 1` pool threads. Returns when every
+/// block has finished.
+pub fn for_each_block<F: Fn(usize) + Sync>(count: usize, f: F) {
+    let helpers = rayon::current_num_threads()
+        .saturating_sub(1)
+        .min(count.saturating_sub(1));
+    if helpers == 0 {
+        (0..count).for_each(f);
+        return;
+    }
+    let job: &(dyn Fn(usize) + Sync) = &f;
+    // SAFETY: the lifetime is erased so that helpers (which rayon requires to
+    // be 'static) can hold the pointer; they only dereference it after
+    // entering (see `Shared::enter`), and this function does not return
+    // while any helper is entered, nor lets one enter after it has closed.
+    let job: *const (dyn Fn(usize) + Sync + 'static) = unsafe { std::mem::transmute(job) };
+    let shared = Arc::new(Shared {
+        next: AtomicUsize::new(0),
+        count,
+        state: AtomicUsize::new(0),
+        job: JobPtr(job),
+    });
+    for _ in 0..helpers {
+        let s = Arc::clone(&shared);
+        rayon::spawn(move || {
+            if s.enter() {
+                let _leave = Leave(&s.state);
+                // SAFETY: entered, so the caller is still inside
+                // `for_each_block` and `f` is alive (see above).
+                let f = unsafe { &*s.job.0 };
+                s.run(f);
+            }
+        });
+    }
+    shared.run(&f);
+    // No helper may enter from now on; wait for those already working.
+    shared.state.fetch_or(CLOSED, Ordering::AcqRel);
+    let mut spins = 0u32;
+    while shared.state.load(Ordering::Acquire) & !CLOSED != 0 {
+        spins += 1;
+        if spins < 1 << 12 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// `state` bit set once the caller has finished its share; the other bits
+/// count the helpers inside the job.
+const CLOSED: usize = 1 << (usize::BITS - 1);
+
+struct Shared {
+    next: AtomicUsize,
+    count: usize,
+    state: AtomicUsize,
+    job: JobPtr,
+}
+
+/// The caller's closure, lifetime erased (see `for_each_block`).
+struct JobPtr(*const (dyn Fn(usize) + Sync + 'static));
+
+// SAFETY: the pointee is `Sync` (shared calls from several threads are what
+// it is for), and the entry protocol keeps it alive while it is used.
+unsafe impl Send for JobPtr {}
+// SAFETY: as above.
+unsafe impl Sync for JobPtr {}
+
+impl Shared {
+    /// Count this helper in, unless the caller has closed the job.
+    fn enter(&self) -> bool {
+        let mut s = self.state.load(Ordering::Acquire);
+        loop {
+            if s & CLOSED != 0 {
+                return false;
+            }
+            match self
+                .state
+                .compare_exchange_weak(s, s + 1, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return true,
+                Err(now) => s = now,
+            }
+        }
+    }
+
+    fn run(&self, f: &(dyn Fn(usize) + Sync)) {
+        loop {
+            let b = self.next.fetch_add(1, Ordering::Relaxed);
+            if b >= self.count {
+                return;
+            }
+            f(b);
+        }
+    }
+}
+
+/// Counts a helper out when it finishes (or unwinds), publishing its writes.
+struct Leave<'a>(&'a AtomicUsize);
+
+impl Drop for Leave<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    #[test]
+    fn every_block_runs_exactly_once() {
+        for count in [0, 1, 2, 3, 17, 1000] {
+            let hits: Vec<AtomicUsize> = (0..count).map(|_| AtomicUsize::new(0)).collect();
+            for_each_block(count, |b| {
+                hits[b].fetch_add(1, Ordering::Relaxed);
+            });
+            assert!(
+                hits.iter().all(|h| h.load(Ordering::Relaxed) == 1),
+                "count {count}"
+            );
+        }
+    }
+
+    #[test]
+    fn writes_are_visible_to_the_caller_and_borrows_end_on_return() {
+        for round in 0..200 {
+            let mut out = vec![0usize; 64];
+            {
+                let slots: Vec<Mutex<&mut usize>> = out.iter_mut().map(Mutex::new).collect();
+                for_each_block(slots.len(), |b| {
+                    // A little work so that helpers get a share.
+                    let v = (0..200).fold(b, |a, i| a.wrapping_mul(31).wrapping_add(i));
+                    **slots[b].lock().unwrap() = v ^ round;
+                });
+            }
+            for (b, &v) in out.iter().enumerate() {
+                let want = (0..200).fold(b, |a, i| a.wrapping_mul(31).wrapping_add(i)) ^ round;
+                assert_eq!(v, want);
+            }
+        }
+    }
+
+    #[test]
+    fn nested_calls_from_pool_threads_finish() {
+        let total = AtomicUsize::new(0);
+        for_each_block(8, |_| {
+            for_each_block(8, |_| {
+                total.fetch_add(1, Ordering::Relaxed);
+            });
+        });
+        assert_eq!(total.load(Ordering::Relaxed), 64);
+    }
+}
