@@ -70,6 +70,24 @@ pub fn lower_to(detected: SimdLevel, requested: Option<&str>) -> SimdLevel {
     }
 }
 
+/// Whether the level in force is AVX-512 and the CPU also has VNNI and VBMI
+/// (the integer INT4 matvec). Detected once.
+pub fn has_avx512_vnni() -> bool {
+    static VNNI: OnceLock<bool> = OnceLock::new();
+    *VNNI.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            level() == SimdLevel::Avx512
+                && is_x86_feature_detected!("avx512vnni")
+                && is_x86_feature_detected!("avx512vbmi")
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    })
+}
+
 #[cfg(target_arch = "x86_64")]
 fn detect_cpu() -> SimdLevel {
     let avx2 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");

@@ -7,6 +7,7 @@
 
 use std::sync::Mutex;
 
+use super::xint::XInt;
 use super::QuantizedWeight;
 use crate::par;
 use crate::simd::SimdLevel;
@@ -24,6 +25,11 @@ pub enum MatvecKernel {
     Avx2,
     #[cfg(target_arch = "x86_64")]
     Avx512,
+    /// AVX-512 plus VNNI and VBMI: integer dot products on `x` split into
+    /// bytes (see `vnni.rs`), the f32 AVX-512 kernel for the groups that
+    /// form cannot carry.
+    #[cfg(target_arch = "x86_64")]
+    Avx512Vnni,
 }
 
 impl MatvecKernel {
@@ -31,6 +37,8 @@ impl MatvecKernel {
     /// which the compiler vectorizes for it).
     pub fn for_level(level: SimdLevel) -> Self {
         match level {
+            #[cfg(target_arch = "x86_64")]
+            SimdLevel::Avx512 if crate::simd::has_avx512_vnni() => MatvecKernel::Avx512Vnni,
             #[cfg(target_arch = "x86_64")]
             SimdLevel::Avx512 => MatvecKernel::Avx512,
             #[cfg(target_arch = "x86_64")]
@@ -52,6 +60,9 @@ impl MatvecKernel {
             if level >= SimdLevel::Avx512 {
                 kernels.push(MatvecKernel::Avx512);
             }
+            if crate::simd::has_avx512_vnni() {
+                kernels.push(MatvecKernel::Avx512Vnni);
+            }
         }
         kernels
     }
@@ -63,6 +74,8 @@ impl MatvecKernel {
             MatvecKernel::Avx2 => "avx2",
             #[cfg(target_arch = "x86_64")]
             MatvecKernel::Avx512 => "avx512",
+            #[cfg(target_arch = "x86_64")]
+            MatvecKernel::Avx512Vnni => "avx512-vnni",
         }
     }
 }
@@ -76,12 +89,15 @@ pub struct MatvecArgs<'a> {
     pub x: &'a [f32],
     /// `x` pre-scaled for the SIMD nibble trick: even rows by 2^-28 (the low
     /// nibble is converted as `q << 28`), odd rows by 1/16 (the high nibble
-    /// as `q * 16`). Both scalings are exact powers of two.
+    /// as `q * 16`). Both scalings are exact powers of two. Filled only for
+    /// the AVX2 kernel (empty otherwise).
     pub xs: &'a [f32],
     pub out_feat: usize,
     pub group_size: usize,
     /// The groups (blocks of input rows) this call sums over, in order.
     pub groups: std::ops::Range<usize>,
+    /// `x` split into bytes, for the VNNI kernel only.
+    pub xint: Option<&'a XInt>,
 }
 
 /// `y = W^T x` for one row `x` `[in_feat]` into `y` `[out_feat]`.
@@ -89,17 +105,26 @@ pub fn matvec(qw: &QuantizedWeight, x: &[f32], y: &mut [f32], kernel: MatvecKern
     let in_padded = qw.in_padded();
     let mut xp = vec![0.0f32; in_padded];
     xp[..qw.in_feat].copy_from_slice(x);
-    let xs: Vec<f32> = xp
-        .iter()
-        .enumerate()
-        .map(|(i, v)| {
-            if i % 2 == 0 {
-                v * LO_SCALE
-            } else {
-                v * HI_SCALE
-            }
-        })
-        .collect();
+    // The AVX2 kernel reads the nibbles in place as `q << 28` and `q * 16`
+    // and takes `x` pre-scaled to match; no other kernel needs it.
+    let xs: Vec<f32> = if kernel_uses_xs(kernel) {
+        xp.iter()
+            .enumerate()
+            .map(|(i, v)| {
+                if i % 2 == 0 {
+                    v * LO_SCALE
+                } else {
+                    v * HI_SCALE
+                }
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    #[cfg(target_arch = "x86_64")]
+    let xint = (kernel == MatvecKernel::Avx512Vnni).then(|| XInt::new(&xp, qw.group_size()));
+    #[cfg(not(target_arch = "x86_64"))]
+    let xint: Option<XInt> = None;
     let args = MatvecArgs {
         data: &qw.data,
         scales: &qw.scales,
@@ -108,6 +133,7 @@ pub fn matvec(qw: &QuantizedWeight, x: &[f32], y: &mut [f32], kernel: MatvecKern
         out_feat: qw.out_feat,
         group_size: qw.group_size(),
         groups: 0..qw.num_groups,
+        xint: xint.as_ref(),
     };
     let n = qw.out_feat;
     let weights = in_padded * n;
@@ -159,6 +185,16 @@ pub fn matvec(qw: &QuantizedWeight, x: &[f32], y: &mut [f32], kernel: MatvecKern
     }
 }
 
+/// Whether `kernel` reads `MatvecArgs::xs`.
+fn kernel_uses_xs(kernel: MatvecKernel) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if kernel == MatvecKernel::Avx2 {
+        return true;
+    }
+    let _ = kernel;
+    false
+}
+
 /// Input-row blocks a large matvec is split into (fixed, for determinism).
 const K_BLOCKS: usize = 8;
 /// Column pieces each input-row block is worked in.
@@ -189,6 +225,15 @@ fn cols(args: &MatvecArgs, o0: usize, y: &mut [f32], kernel: MatvecKernel) {
         // SAFETY: Avx512 is only chosen when AVX-512 F/BW/VL (and AVX2+FMA)
         // were detected at run time.
         MatvecKernel::Avx512 => unsafe { super::x86::matvec_int4_avx512(args, o0, y) },
+        #[cfg(target_arch = "x86_64")]
+        MatvecKernel::Avx512Vnni => match args.xint {
+            // SAFETY: Avx512Vnni is only chosen when `simd::has_avx512_vnni`
+            // detected AVX-512 F/BW/VL/VNNI/VBMI at run time, and `xint` was
+            // built from this call's `x` and group size.
+            Some(xint) => unsafe { super::vnni::matvec_int4_avx512_vnni(args, xint, o0, y) },
+            // SAFETY: as for Avx512 (VNNI implies it).
+            None => unsafe { super::x86::matvec_int4_avx512(args, o0, y) },
+        },
     }
 }
 

@@ -19,7 +19,10 @@ mod matvec;
 mod quantize;
 mod serde;
 #[cfg(target_arch = "x86_64")]
+mod vnni;
+#[cfg(target_arch = "x86_64")]
 mod x86;
+mod xint;
 
 use crate::error::{QuantError, Result};
 

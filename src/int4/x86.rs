@@ -61,7 +61,7 @@ pub unsafe fn matvec_int4_avx512(args: &MatvecArgs, o0: usize, y: &mut [f32]) {
 /// group's rows and scale row, so that each group starts with its first
 /// strips already on the way.
 #[derive(Clone, Copy, Default)]
-struct Ahead {
+pub(super) struct Ahead {
     rows: isize,
     scales: isize,
 }
@@ -69,7 +69,7 @@ struct Ahead {
 impl Ahead {
     /// The jumps for a task `width` columns wide (row pitch `n` bytes,
     /// scale pitch `4n`).
-    fn wrap(args: &MatvecArgs, width: usize) -> Ahead {
+    pub(super) fn wrap(args: &MatvecArgs, width: usize) -> Ahead {
         let n = args.out_feat;
         Ahead {
             rows: (args.group_size / 2 * n) as isize - width as isize,
@@ -78,7 +78,7 @@ impl Ahead {
     }
 
     /// The offsets for the strip starting at column `o` of the task.
-    fn at(self, o: usize, width: usize) -> Ahead {
+    pub(super) fn at(self, o: usize, width: usize) -> Ahead {
         Ahead {
             rows: if o + PREFETCH_AHEAD >= width {
                 self.rows
@@ -96,7 +96,7 @@ impl Ahead {
     /// Prefetch the `lines` cache lines from `SCALE_PREFETCH_AHEAD` bytes
     /// past the scales of group `g` at column `c0`.
     #[inline(always)]
-    fn prefetch_scales(self, args: &MatvecArgs, g: usize, c0: usize, lines: usize) {
+    pub(super) fn prefetch_scales(self, args: &MatvecArgs, g: usize, c0: usize, lines: usize) {
         let at = (args.scales.as_ptr().wrapping_add(g * args.out_feat + c0) as *const u8)
             .wrapping_add(SCALE_PREFETCH_AHEAD)
             .wrapping_offset(self.scales);
@@ -111,7 +111,7 @@ impl Ahead {
     /// into L2 (T1): measured 10-15% faster from DRAM than into L1 (T0) or
     /// L3 (T2) on Zen 4, at group size 32 and 128 alike.
     #[inline(always)]
-    fn prefetch_row(self, row: *const u8, lines: usize) {
+    pub(super) fn prefetch_row(self, row: *const u8, lines: usize) {
         let at = row.wrapping_add(PREFETCH_AHEAD).wrapping_offset(self.rows);
         for line in 0..lines {
             // SAFETY: as above.
@@ -122,7 +122,7 @@ impl Ahead {
 
 /// One group's contribution to `V * 16` columns starting at `c0`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
-unsafe fn strip_avx512<const V: usize>(
+pub(super) unsafe fn strip_avx512<const V: usize>(
     args: &MatvecArgs,
     g: usize,
     c0: usize,

@@ -23,6 +23,10 @@ fn build_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     d.set_item("features", crate::enabled_features())?;
     d.set_item("simd", crate::simd::level().name())?;
     d.set_item("simd_detected", crate::simd::detected().name())?;
+    d.set_item(
+        "int4_matvec",
+        crate::int4::MatvecKernel::for_level(crate::simd::level()).name(),
+    )?;
     d.set_item("threads", rayon::current_num_threads())?;
     d.set_item("cuda_available", crate::gpu::cuda_available())?;
     Ok(d)

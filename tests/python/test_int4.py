@@ -338,3 +338,22 @@ def test_simd_override_only_lowers():
     assert out.stdout.strip() in {detected, "avx512"} and (
         out.stdout.strip() == "avx512" or detected != "avx512"
     )
+
+
+def test_build_info_names_the_matvec_kernel_of_the_level():
+    code = "import quantrs; i = quantrs.build_info(); print(i['simd'], i['int4_matvec'])"
+    for level, allowed in [
+        ("scalar", {"scalar"}),
+        ("avx2", {"avx2", "scalar"}),
+        ("avx512", {"avx512-vnni", "avx512", "avx2", "scalar"}),
+    ]:
+        env = {**os.environ, "QUANTRS_SIMD": level}
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        simd, kernel = out.stdout.split()
+        assert kernel in allowed, (level, simd, kernel)
+        # The kernel follows the level in force: never above it.
+        assert kernel.split("-")[0] == simd or (simd == "neon" and kernel == "scalar"), (
+            level,
+            simd,
+            kernel,
+        )
