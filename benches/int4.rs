@@ -3,6 +3,7 @@
 //! compares against NumPy; this one isolates the Rust kernels.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use quantrs::int4::MatvecKernel;
 use quantrs::simd::available_levels;
 use quantrs::QuantizedWeight;
 
@@ -36,6 +37,17 @@ fn kernels(c: &mut Criterion) {
                 })
             });
         }
+    }
+    // Every matvec kernel of this machine (the VNNI one is not a SIMD level
+    // of its own), on a matrix that stays in L3: the kernels' own speed.
+    let x = rand_vec(k, 4);
+    let mut y = vec![0.0f32; n];
+    group.throughput(Throughput::Elements((k * n) as u64));
+    for kernel in MatvecKernel::available() {
+        let id = BenchmarkId::new("matvec_kernel", kernel.name());
+        group.bench_function(id, |b| {
+            b.iter(|| qw.matvec_with(&x, &mut y, kernel).unwrap())
+        });
     }
     group.bench_function("quantize_4096x4096_g32", |b| {
         let w = rand_vec(k * n, 3);

@@ -303,7 +303,7 @@ impl QuantizedWeight {
         if batch >= GEMM_MIN_BATCH {
             gemm::matmul(self, x, batch, y, crate::simd::level());
         } else {
-            let kernel = MatvecKernel::for_level(crate::simd::level());
+            let kernel = MatvecKernel::for_weights(crate::simd::level(), self.group_size());
             for (xr, yr) in x
                 .chunks_exact(self.in_feat)
                 .zip(y.chunks_exact_mut(self.out_feat))
@@ -337,7 +337,7 @@ impl QuantizedWeight {
         if use_gemm {
             gemm::matmul(self, x, batch, y, level);
         } else {
-            let kernel = MatvecKernel::for_level(level);
+            let kernel = MatvecKernel::for_weights(level, self.group_size());
             for (xr, yr) in x
                 .chunks_exact(self.in_feat)
                 .zip(y.chunks_exact_mut(self.out_feat))
