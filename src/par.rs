@@ -53,16 +53,31 @@ pub fn for_each_block<F: Fn(usize) + Sync>(count: usize, f: F) {
             }
         });
     }
+    // Closes the job and waits for the helpers inside it when this scope
+    // ends, normally or by a panic in `f` on this thread: either way no
+    // helper may still be using `f` (or what it borrows) after we leave.
+    let _close = CloseAndWait(&shared);
     shared.run(&f);
-    // No helper may enter from now on; wait for those already working.
-    shared.state.fetch_or(CLOSED, Ordering::AcqRel);
-    let mut spins = 0u32;
-    while shared.state.load(Ordering::Acquire) & !CLOSED != 0 {
-        spins += 1;
-        if spins < 1 << 12 {
-            std::hint::spin_loop();
-        } else {
-            std::thread::yield_now();
+}
+
+/// See `for_each_block`.
+struct CloseAndWait<'a>(&'a Shared);
+
+impl Drop for CloseAndWait<'_> {
+    fn drop(&mut self) {
+        // No block is handed out from now on (after a normal return none
+        // is left anyway), no helper may enter; wait for those working.
+        self.0.next.fetch_max(self.0.count, Ordering::Relaxed);
+        let state = &self.0.state;
+        state.fetch_or(CLOSED, Ordering::AcqRel);
+        let mut spins = 0u32;
+        while state.load(Ordering::Acquire) & !CLOSED != 0 {
+            spins += 1;
+            if spins < 1 << 12 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
         }
     }
 }
@@ -161,6 +176,26 @@ mod tests {
                 assert_eq!(v, want);
             }
         }
+    }
+
+    #[test]
+    fn a_panic_on_the_calling_thread_waits_for_the_helpers() {
+        let done = AtomicUsize::new(0);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            for_each_block(64, |b| {
+                if b == 0 {
+                    panic!("block 0");
+                }
+                std::thread::sleep(std::time::Duration::from_micros(200));
+                done.fetch_add(1, Ordering::Relaxed);
+            });
+        }));
+        assert!(r.is_err());
+        // Every block a helper started has finished before the unwind left
+        // `for_each_block`: the count no longer moves.
+        let seen = done.load(Ordering::Relaxed);
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        assert_eq!(done.load(Ordering::Relaxed), seen);
     }
 
     #[test]
