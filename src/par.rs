@@ -15,8 +15,10 @@
 //! independent of the thread count give each block its own output (and
 //! combine the outputs in block order afterwards).
 
+use std::any::Any;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// Run `f(b)` once for every `b` in `0..count`, on the calling thread and on
 /// up to `rayon::current_num_threads() - 1` pool threads. Returns when every
@@ -40,24 +42,44 @@ pub fn for_each_block<F: Fn(usize) + Sync>(count: usize, f: F) {
         count,
         state: AtomicUsize::new(0),
         job: JobPtr(job),
+        panic: Mutex::new(None),
     });
-    for _ in 0..helpers {
-        let s = Arc::clone(&shared);
-        rayon::spawn(move || {
-            if s.enter() {
-                let _leave = Leave(&s.state);
-                // SAFETY: entered, so the caller is still inside
-                // `for_each_block` and `f` is alive (see above).
-                let f = unsafe { &*s.job.0 };
-                s.run(f);
-            }
-        });
+    {
+        // Closes the job and waits for the helpers inside it when this
+        // scope ends, normally or by a panic in `f` on this thread: either
+        // way no helper may still be using `f` (or what it borrows) after
+        // we leave. Made before any helper exists.
+        let _close = CloseAndWait(&shared);
+        for _ in 0..helpers {
+            let s = Arc::clone(&shared);
+            rayon::spawn(move || {
+                if s.enter() {
+                    let _leave = Leave(&s.state);
+                    // SAFETY: entered, so the caller is still inside
+                    // `for_each_block` and `f` is alive (see above).
+                    let f = unsafe { &*s.job.0 };
+                    // A panic must not reach rayon (which aborts on a
+                    // panicking `spawn`): keep it for the caller to rethrow,
+                    // and hand out no more blocks.
+                    if let Err(p) = catch_unwind(AssertUnwindSafe(|| s.run(f))) {
+                        s.next.fetch_max(s.count, Ordering::Relaxed);
+                        let mut slot = s.panic.lock().unwrap_or_else(|e| e.into_inner());
+                        slot.get_or_insert(p);
+                    }
+                }
+            });
+        }
+        shared.run(&f);
     }
-    // Closes the job and waits for the helpers inside it when this scope
-    // ends, normally or by a panic in `f` on this thread: either way no
-    // helper may still be using `f` (or what it borrows) after we leave.
-    let _close = CloseAndWait(&shared);
-    shared.run(&f);
+    // Every helper has left (`_close`); a panic in one of them surfaces here.
+    let caught = shared
+        .panic
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take();
+    if let Some(p) = caught {
+        resume_unwind(p);
+    }
 }
 
 /// See `for_each_block`.
@@ -91,6 +113,8 @@ struct Shared {
     count: usize,
     state: AtomicUsize,
     job: JobPtr,
+    /// The first panic of a helper's block, rethrown on the calling thread.
+    panic: Mutex<Option<Box<dyn Any + Send>>>,
 }
 
 /// The caller's closure, lifetime erased (see `for_each_block`).
@@ -179,23 +203,29 @@ mod tests {
     }
 
     #[test]
-    fn a_panic_on_the_calling_thread_waits_for_the_helpers() {
-        let done = AtomicUsize::new(0);
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            for_each_block(64, |b| {
-                if b == 0 {
-                    panic!("block 0");
-                }
-                std::thread::sleep(std::time::Duration::from_micros(200));
-                done.fetch_add(1, Ordering::Relaxed);
-            });
-        }));
-        assert!(r.is_err());
-        // Every block a helper started has finished before the unwind left
-        // `for_each_block`: the count no longer moves.
-        let seen = done.load(Ordering::Relaxed);
-        std::thread::sleep(std::time::Duration::from_millis(5));
-        assert_eq!(done.load(Ordering::Relaxed), seen);
+    fn a_panic_in_any_block_reaches_the_caller_after_the_helpers_stop() {
+        for bad in [0usize, 1, 7, 63] {
+            let done = AtomicUsize::new(0);
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                for_each_block(64, |b| {
+                    if b == bad {
+                        panic!("block {b}");
+                    }
+                    std::thread::sleep(std::time::Duration::from_micros(200));
+                    done.fetch_add(1, Ordering::Relaxed);
+                });
+            }));
+            let msg = r.expect_err("the panic must reach the caller");
+            assert_eq!(
+                msg.downcast_ref::<String>().map(String::as_str),
+                Some(&*format!("block {bad}"))
+            );
+            // Every block a helper started had finished before the unwind
+            // left `for_each_block`: the count no longer moves.
+            let seen = done.load(Ordering::Relaxed);
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            assert_eq!(done.load(Ordering::Relaxed), seen);
+        }
     }
 
     #[test]

@@ -331,6 +331,14 @@ impl QuantizedWeight {
                 format!("{} / {} elements", x.len(), y.len()),
             ));
         }
+        // The kernels of a level need its CPU features: refuse a level this
+        // machine (or `QUANTRS_SIMD`) does not allow, rather than run them.
+        if !crate::simd::available_levels().contains(&level) {
+            return Err(QuantError::arg(format!(
+                "level: expected one of {:?} on this machine, got {level:?}",
+                crate::simd::available_levels()
+            )));
+        }
         if batch == 0 {
             return Ok(());
         }
@@ -356,6 +364,12 @@ impl QuantizedWeight {
                 format!("[{}] / [{}]", self.in_feat, self.out_feat),
                 format!("{} / {} elements", x.len(), y.len()),
             ));
+        }
+        if !MatvecKernel::available().contains(&kernel) {
+            return Err(QuantError::arg(format!(
+                "kernel: expected one of {:?} on this machine, got {kernel:?}",
+                MatvecKernel::available()
+            )));
         }
         matvec::matvec(self, x, y, kernel);
         Ok(())

@@ -310,3 +310,23 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_broken_public_layout_panics_instead_of_reading_out_of_bounds() {
+    let (k, n) = (256, 64);
+    let qw = QuantizedWeight::quantize_grouped(&rand_vec(k * n, 70), k, n, 128).unwrap();
+    let x = rand_vec(k, 71);
+    for kernel in MatvecKernel::available() {
+        let mut bad = qw.clone();
+        bad.scales.truncate(n);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut y = vec![0.0f32; n];
+            bad.matvec_with(&x, &mut y, kernel)
+        }));
+        assert!(
+            r.is_err(),
+            "{}: no panic on truncated scales",
+            kernel.name()
+        );
+    }
+}

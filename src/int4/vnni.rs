@@ -138,6 +138,7 @@ unsafe fn strip_vnni(
     let quads = args.group_size / 4;
     let t0 = g * quads;
     assert!(c0 + STRIP_COLS <= n && 2 * (t0 + quads) * n <= args.data.len());
+    let srow = &args.scales[g * n + c0..g * n + c0 + STRIP_COLS];
     // Written out (not `array::from_fn`): a closure call here is not inlined
     // into this target-feature function and cost ~9% of the kernel.
     assert!(LIMBS == 4 && 4 * (t0 + quads) <= xint.in_padded);
@@ -204,16 +205,17 @@ unsafe fn strip_vnni(
     }
     // acc[v][l] = sum of q * limb_l exactly (the -8 * sum of limbs start
     // cancels the +8 of the codes). hi = l3 * 2^8 + l2 and lo = l1 * 2^8 + l0
-    // stay exact in i32; the group sum is hi * 2^16 + lo, rounded once.
+    // stay exact in i32; the group sum is hi * 2^16 + lo in f32 (each
+    // conversion and the FMA round: at most ~2^-23 of sum |q x_int|).
     let scale = _mm512_set1_ps(pow2);
     let two16 = _mm512_set1_ps(65536.0);
     for (v, a) in acc.iter().enumerate() {
         let hi = _mm512_add_epi32(_mm512_slli_epi32::<8>(a[3]), a[2]);
         let lo = _mm512_add_epi32(_mm512_slli_epi32::<8>(a[1]), a[0]);
         let sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), two16, _mm512_cvtepi32_ps(lo));
-        // SAFETY: columns c0 + 16v .. + 16 are inside the scale row g and y.
+        // SAFETY: srow and y hold the strip's 64 floats; v < 4.
         unsafe {
-            let s = _mm512_loadu_ps(args.scales.as_ptr().add(g * n + c0 + 16 * v));
+            let s = _mm512_loadu_ps(srow.as_ptr().add(16 * v));
             let yp = y.as_mut_ptr().add(16 * v);
             let part = _mm512_mul_ps(sum, scale);
             _mm512_storeu_ps(yp, _mm512_fmadd_ps(part, s, _mm512_loadu_ps(yp)));
