@@ -70,16 +70,14 @@ pub fn lower_to(detected: SimdLevel, requested: Option<&str>) -> SimdLevel {
     }
 }
 
-/// Whether the level in force is AVX-512 and the CPU also has VNNI and VBMI
+/// Whether the level in force is AVX-512 and the CPU also has VNNI
 /// (the integer INT4 matvec). Detected once.
 pub fn has_avx512_vnni() -> bool {
     static VNNI: OnceLock<bool> = OnceLock::new();
     *VNNI.get_or_init(|| {
         #[cfg(target_arch = "x86_64")]
         {
-            level() == SimdLevel::Avx512
-                && is_x86_feature_detected!("avx512vnni")
-                && is_x86_feature_detected!("avx512vbmi")
+            level() == SimdLevel::Avx512 && is_x86_feature_detected!("avx512vnni")
         }
         #[cfg(not(target_arch = "x86_64"))]
         {

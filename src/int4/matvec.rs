@@ -25,7 +25,7 @@ pub enum MatvecKernel {
     Avx2,
     #[cfg(target_arch = "x86_64")]
     Avx512,
-    /// AVX-512 plus VNNI and VBMI: integer dot products on `x` split into
+    /// AVX-512 plus VNNI: integer dot products on `x` split into
     /// bytes (see `vnni.rs`), the f32 AVX-512 kernel for the groups that
     /// form cannot carry.
     #[cfg(target_arch = "x86_64")]
@@ -36,12 +36,13 @@ impl MatvecKernel {
     /// The best kernel allowed at `level` for weights of `group_size` (NEON
     /// uses the scalar kernel, which the compiler vectorizes for it).
     ///
-    /// The VNNI kernel pays a fixed cost per group (limb sums, epilogue) and
-    /// per call (splitting `x`); measured against the f32 AVX-512 kernel
-    /// (interleaved calls, 1500 pairs each) it is 14-19% faster from DRAM at
-    /// group 128 and about even from L3, but at group 32 it ranged from 7%
-    /// faster (4096x11008, DRAM) to 25% slower (4096x4096, L3-resident). So
-    /// it is chosen from group size `VNNI_MIN_GROUP` on.
+    /// The VNNI kernel (integer dot products, see `vnni.rs`) takes 0.78 ns
+    /// per 32 weights on one Zen 4 core from L2 against the f32 kernel's
+    /// 1.16-1.25. From DRAM (4096x11008, two threads, 300 interleaved calls
+    /// each, several runs) it was 5-8% faster at group 32, 9% at 64 and
+    /// 14-18% at 128, where memory is most of the cost; at group 16 even
+    /// (its epilogue per group and 64 columns weighs more). So it serves
+    /// groups from `VNNI_MIN_GROUP` rows on.
     pub fn for_weights(level: SimdLevel, group_size: usize) -> Self {
         match level {
             #[cfg(target_arch = "x86_64")]
@@ -218,8 +219,9 @@ fn kernel_uses_xs(kernel: MatvecKernel) -> bool {
     false
 }
 
-/// Smallest group size the VNNI kernel is chosen for (see `for_weights`).
-pub const VNNI_MIN_GROUP: usize = 64;
+/// Smallest group size the VNNI kernel is chosen for (see `for_weights`);
+/// it also needs a multiple of 8 rows (else the f32 path runs every group).
+pub const VNNI_MIN_GROUP: usize = 32;
 
 /// Input-row blocks a large matvec is split into (fixed, for determinism).
 const K_BLOCKS: usize = 8;
@@ -254,7 +256,7 @@ fn cols(args: &MatvecArgs, o0: usize, y: &mut [f32], kernel: MatvecKernel) {
         #[cfg(target_arch = "x86_64")]
         MatvecKernel::Avx512Vnni => match args.xint {
             // SAFETY: Avx512Vnni is only chosen when `simd::has_avx512_vnni`
-            // detected AVX-512 F/BW/VL/VNNI/VBMI at run time, and `xint` was
+            // detected AVX-512 F/BW/VL/VNNI at run time, and `xint` was
             // built from this call's `x` and group size.
             Some(xint) => unsafe { super::vnni::matvec_int4_avx512_vnni(args, xint, o0, y) },
             // SAFETY: as for Avx512 (VNNI implies it).

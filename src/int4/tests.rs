@@ -220,6 +220,36 @@ fn matvec_kernels_on_mixed_range_inputs() {
     }
 }
 
+/// The VNNI kernel's integer `x` rounds an element by up to 2^-18 of itself
+/// when it sits 2^12 below its group's largest (the widest range it takes).
+/// Here weights are nonzero only on those small rows, and the small
+/// elements are all equal (so their rounding errors all point the same
+/// way): the small elements are the whole of `sum |x w|` and their rounding
+/// must stay inside the bound. Further below, the group runs the f32 path
+/// (a range of 2^16 taken in integer form would break the bound here).
+#[test]
+fn small_elements_of_an_integer_group_stay_within_the_bound() {
+    for &(gs, n) in &[(8usize, 70usize), (24, 200), (32, 131), (128, 64)] {
+        let k = 4 * gs;
+        for &ratio in &[4096.0f32 * 0.9999, 4096.0 * 1.0001, 65536.0, 1000.0] {
+            let x: Vec<f32> = (0..k)
+                .map(|i| {
+                    if i % gs == 0 {
+                        3e4
+                    } else {
+                        3e4 * 1.234_567_8 / ratio
+                    }
+                })
+                .collect();
+            let w: Vec<f32> = (0..k * n)
+                .map(|i| if (i / n) % gs == 0 { 0.0 } else { 5.0 })
+                .collect();
+            let qw = QuantizedWeight::quantize_grouped(&w, k, n, gs).unwrap();
+            check_matvec_kernels(&qw, &x, 1, &format!("small elements gs {gs} ratio {ratio}"));
+        }
+    }
+}
+
 #[test]
 fn matvec_kernels_propagate_non_finite_x() {
     let (k, n) = (128, 80);

@@ -23,11 +23,15 @@ fn build_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     d.set_item("features", crate::enabled_features())?;
     d.set_item("simd", crate::simd::level().name())?;
     d.set_item("simd_detected", crate::simd::detected().name())?;
-    // The INT4 matvec kernel for groups of 128 (the VNNI kernel, where the
-    // CPU has it, only serves groups of 64 rows or more).
+    // The INT4 matvec kernel for the default group size (the VNNI kernel,
+    // where the CPU has it, serves groups of 32 rows or more).
     d.set_item(
         "int4_matvec",
-        crate::int4::MatvecKernel::for_weights(crate::simd::level(), 128).name(),
+        crate::int4::MatvecKernel::for_weights(
+            crate::simd::level(),
+            crate::int4::DEFAULT_GROUP_SIZE,
+        )
+        .name(),
     )?;
     d.set_item("threads", rayon::current_num_threads())?;
     d.set_item("cuda_available", crate::gpu::cuda_available())?;
