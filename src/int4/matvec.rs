@@ -147,7 +147,10 @@ pub fn matvec(qw: &QuantizedWeight, x: &[f32], y: &mut [f32], kernel: MatvecKern
         Vec::new()
     };
     #[cfg(target_arch = "x86_64")]
-    let xint = (kernel == MatvecKernel::Avx512Vnni).then(|| XInt::new(&xp, qw.group_size()));
+    // SAFETY: Avx512Vnni is only chosen (and `matvec_with` only accepts it)
+    // where `simd::has_avx512_vnni` detected AVX-512 F/BW/VL at run time.
+    let xint = (kernel == MatvecKernel::Avx512Vnni)
+        .then(|| unsafe { super::vnni::xint_avx512(&xp, qw.group_size()) });
     #[cfg(not(target_arch = "x86_64"))]
     let xint: Option<XInt> = None;
     let args = MatvecArgs {

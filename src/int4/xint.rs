@@ -9,8 +9,11 @@
 //! Layout. The kernel works on four packed rows (eight input rows `8t ..
 //! 8t + 7`) at a time: a dword of weights holds one column's low nibbles of
 //! those rows (rows `8t, 8t+2, 8t+4, 8t+6`) or its high nibbles (the odd
-//! rows). So limb `l` of quad `t` is stored as two dwords, `quads[t][l]`
-//! with the bytes of the even rows and `quads[t][4 + l]` with the odd ones.
+//! rows). So limb `l` of quad `t` is stored as two dwords, `quads[t][2l]`
+//! with the bytes of the even rows and `quads[t][2l + 1]` with the odd ones.
+//!
+//! [`XInt::new`] is the plain reference; the kernel's caller uses the
+//! AVX-512 builder in `vnni.rs`, which must produce the same bits (tested).
 //!
 //! Accuracy. An element whose exponent is within 6 of `E` is represented
 //! exactly (its 24-bit significand fits in 30 bits); a smaller one is rounded
@@ -36,6 +39,7 @@ const MAX_EXP: i32 = 100;
 /// The bits of +inf: `|x|` bits at or above it are inf or NaN.
 const INF_BITS: u32 = 0x7F80_0000;
 /// 1.5 * 2^52: see `group_form`.
+#[cfg(test)]
 const ROUND_MAGIC: f64 = 6_755_399_441_055_744.0;
 /// Larger groups keep the f32 path: the kernel's `l3 * 2^8 + l2` partial
 /// (at most `2^17` per row of the group) must stay inside i32.
@@ -56,16 +60,19 @@ pub enum GroupForm {
 
 /// The integer form of one (zero-padded) `x`.
 pub struct XInt {
-    /// Per quad of eight input rows: limbs 0..3 of the even rows, then of
-    /// the odd rows, four bytes (one per row, in row order) to a dword.
+    /// Per quad of eight input rows, for each limb: the even rows' bytes,
+    /// then the odd rows' (one byte per row, in row order, to a dword).
     pub quads: Vec<[i32; 2 * LIMBS]>,
     pub forms: Vec<GroupForm>,
 }
 
 impl XInt {
-    /// Split `x` (length a multiple of `group_size`) group by group. Groups
+    /// Split `x` (length a multiple of `group_size`) group by group: the
+    /// plain reference that `vnni::xint_avx512` (what the kernel's caller
+    /// runs) is tested against, hence test-only. Groups
     /// whose size is not a multiple of 8 (the kernel takes eight input rows
     /// at a time) or above `MAX_GROUP` all stay on the f32 path.
+    #[cfg(test)]
     pub fn new(x: &[f32], group_size: usize) -> XInt {
         debug_assert!(group_size > 0 && x.len().is_multiple_of(group_size));
         let mut limbs = vec![[0i8; LIMBS]; x.len()];
@@ -73,7 +80,7 @@ impl XInt {
             .chunks_exact(group_size)
             .zip(limbs.chunks_exact_mut(group_size))
             .map(|(xg, lg)| {
-                if !group_size.is_multiple_of(8) || group_size > MAX_GROUP {
+                if !eligible(group_size) {
                     return GroupForm::Float;
                 }
                 group_form(xg, lg)
@@ -87,8 +94,8 @@ impl XInt {
                     let bytes = |odd: usize| {
                         i32::from_le_bytes([0, 2, 4, 6].map(|r| rows[r + odd][l] as u8))
                     };
-                    q[l] = bytes(0);
-                    q[LIMBS + l] = bytes(1);
+                    q[2 * l] = bytes(0);
+                    q[2 * l + 1] = bytes(1);
                 }
                 q
             })
@@ -99,7 +106,7 @@ impl XInt {
     /// Limb `l` of `x_int[k]` (tests).
     #[cfg(test)]
     fn limb(&self, k: usize, l: usize) -> i8 {
-        let dword = self.quads[k / 8][(k % 2) * LIMBS + l];
+        let dword = self.quads[k / 8][2 * l + k % 2];
         dword.to_le_bytes()[(k % 8) / 2] as i8
     }
 }
@@ -108,23 +115,16 @@ impl XInt {
 ///
 /// Written as branch-free passes over the group (so they vectorize): this
 /// runs on every call, before the kernel, on one thread.
+#[cfg(test)]
 fn group_form(xg: &[f32], limbs: &mut [[i8; LIMBS]]) -> GroupForm {
     // |x| as bits orders like |x|; NaN and inf are the values >= INF_BITS.
     let abs_bits = |v: &f32| v.to_bits() & 0x7FFF_FFFF;
     let max_bits = xg.iter().map(abs_bits).fold(0, u32::max);
-    if max_bits >= INF_BITS {
-        return GroupForm::Float;
-    }
-    if max_bits == 0 {
-        return GroupForm::Zero;
-    }
-    let biased = (max_bits >> 23) as i32;
-    let e = biased - 127;
-    // biased == 0 is a subnormal maximum: below MIN_EXP as well.
-    if biased == 0 || !(MIN_EXP..=MAX_EXP).contains(&e) {
-        return GroupForm::Float;
-    }
-    let floor = pow2_f32(e - MAX_RANGE_LOG2).to_bits();
+    let e = match exponent_of(max_bits) {
+        Ok(e) => e,
+        Err(form) => return form,
+    };
+    let floor = floor_bits(e);
     let tiny = xg
         .iter()
         .map(abs_bits)
@@ -160,6 +160,48 @@ fn group_form(xg: &[f32], limbs: &mut [[i8; LIMBS]]) -> GroupForm {
             *s += d as i32;
         }
     }
+    int_form(e, sums)
+}
+
+/// Whether groups of `group_size` rows can take the integer form: the
+/// kernel takes eight input rows at a time, and its `l3 * 2^8 + l2` partial
+/// must stay inside i32.
+pub fn eligible(group_size: usize) -> bool {
+    group_size.is_multiple_of(8) && group_size <= MAX_GROUP
+}
+
+/// The exponent `E` of a group whose largest `|x|` has the bits `max_bits`,
+/// or the form the group takes without one (NaN/inf, zero, out of range).
+pub fn exponent_of(max_bits: u32) -> Result<i32, GroupForm> {
+    if max_bits >= INF_BITS {
+        return Err(GroupForm::Float);
+    }
+    if max_bits == 0 {
+        return Err(GroupForm::Zero);
+    }
+    let biased = (max_bits >> 23) as i32;
+    let e = biased - 127;
+    // biased == 0 is a subnormal maximum: below MIN_EXP as well.
+    if biased == 0 || !(MIN_EXP..=MAX_EXP).contains(&e) {
+        return Err(GroupForm::Float);
+    }
+    Ok(e)
+}
+
+/// The bits of the smallest nonzero `|x|` the integer form takes for `E`.
+pub fn floor_bits(e: i32) -> u32 {
+    pow2_f32(e - MAX_RANGE_LOG2).to_bits()
+}
+
+/// `2^(29 - E)`: `x * to_int_scale(E)` is `x_int` before rounding (exact in
+/// f32 for every `x` the form takes: a normal number scaled by a power of
+/// two into the normal range).
+pub fn to_int_scale(e: i32) -> f32 {
+    pow2_f32(X_INT_BITS - 1 - e)
+}
+
+/// The integer form of a group with exponent `E` and these limb sums.
+pub fn int_form(e: i32, sums: [i32; LIMBS]) -> GroupForm {
     GroupForm::Int {
         pow2: pow2_f32(e + 1 - X_INT_BITS),
         init: sums.map(|s| -8 * s),
@@ -172,6 +214,7 @@ fn pow2_f32(e: i32) -> f32 {
     f32::from_bits(((e + 127) as u32) << 23)
 }
 
+#[cfg(test)]
 fn pow2_f64(e: i32) -> f64 {
     debug_assert!((-1022..=1023).contains(&e));
     f64::from_bits(((e + 1023) as u64) << 52)
@@ -256,6 +299,67 @@ mod tests {
             g(&vec![1.0; 4096], 4096)[0],
             GroupForm::Int { .. }
         ));
+    }
+
+    /// The AVX-512 builder the kernel's caller uses gives the reference's
+    /// forms and limbs bit for bit: random, mixed-range and special values,
+    /// group sizes with and without a half step, and ineligible ones.
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn avx512_builder_matches_the_reference() {
+        if !crate::simd::has_avx512_vnni() {
+            return;
+        }
+        let mut s = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        let specials = [
+            0.0f32,
+            -0.0,
+            f32::NAN,
+            f32::INFINITY,
+            1e-40,
+            f32::MIN_POSITIVE,
+            3e38,
+            1e30,
+            -1e-30,
+        ];
+        for &gs in &[8usize, 16, 24, 32, 40, 128, 4, 12] {
+            for case in 0..40 {
+                let k = gs * (1 + case % 5);
+                let x: Vec<f32> = (0..k)
+                    .map(|i| {
+                        let r = next();
+                        let v = ((r >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0;
+                        match (case + i / gs) % 6 {
+                            0 => 0.0,
+                            1 if r % 9 == 0 => specials[(r >> 8) as usize % specials.len()],
+                            2 => v * 2f32.powi((r % 30) as i32 - 15),
+                            3 if r % 4 == 0 => v * 1e-4,
+                            _ => v * 3.0,
+                        }
+                    })
+                    .collect();
+                let want = XInt::new(&x, gs);
+                // SAFETY: has_avx512_vnni implies AVX-512 F/BW/VL.
+                let got = unsafe { crate::int4::vnni::xint_avx512(&x, gs) };
+                assert_eq!(got.forms, want.forms, "gs {gs} case {case}");
+                for (g, form) in want.forms.iter().enumerate() {
+                    if matches!(form, GroupForm::Int { .. }) {
+                        let quads = g * gs / 8..(g + 1) * gs / 8;
+                        assert_eq!(
+                            got.quads[quads.clone()],
+                            want.quads[quads],
+                            "gs {gs} case {case} g {g}"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]
