@@ -28,9 +28,6 @@ pub(crate) trait RowSource: Sync {
 
 /// Batch rows from which the tiled path is used.
 const TILE_MIN_ROWS: usize = 4;
-/// Row blocks a batch-1 call is cut into at least (so that a helper joining
-/// late still finds work).
-const PAR_MIN_BLOCKS: usize = 32;
 /// Output rows per tile (one rayon task).
 const RB: usize = 16;
 /// Columns per tile: 16 x 512 f32 = 32 KiB, the size of L1d.
@@ -71,14 +68,11 @@ pub(crate) fn matmul_rows<S: RowSource>(
     let out = OutPtr(y.as_mut_ptr());
     let b_at = |r: usize| bias.map_or(0.0, |b| b[r]);
     if m < TILE_MIN_ROWS || k == 0 {
-        // Blocks of output rows on the calling thread plus pool helpers
-        // (`par`): at batch 1 a call is a millisecond or less, and waiting
-        // for sleeping pool threads (what a rayon `par_iter` from outside
-        // the pool does) costs a large share of it on a virtual machine.
-        let rows_per_block = ((1 << 16) / k.max(1) + 1).min(n.div_ceil(PAR_MIN_BLOCKS));
-        let blocks = n.div_ceil(rows_per_block);
-        crate::par::for_each_block(blocks, |blk| {
-            for r in blk * rows_per_block..((blk + 1) * rows_per_block).min(n) {
+        let rows_per_task = (1 << 16) / k.max(1) + 1;
+        (0..n)
+            .into_par_iter()
+            .with_min_len(rows_per_task)
+            .for_each(|r| {
                 let s = scale(r);
                 for b in 0..m {
                     let v = if k == 0 {
@@ -87,12 +81,11 @@ pub(crate) fn matmul_rows<S: RowSource>(
                         src.dot(level, r, &x[b * k..(b + 1) * k])
                     };
                     let o = out;
-                    // SAFETY: element (b, r) is written by the block owning
-                    // row r only, and b * n + r < m * n = y.len().
+                    // SAFETY: element (b, r) is written by the task owning r only,
+                    // and b * n + r < m * n = y.len().
                     unsafe { *o.0.add(b * n + r) = v * s + b_at(r) };
                 }
-            }
-        });
+            });
         return;
     }
     (0..n.div_ceil(RB)).into_par_iter().for_each(|blk| {
