@@ -298,19 +298,22 @@ fn matmul_dispatch_uses_both_paths_consistently() {
 
 #[test]
 fn large_parallel_matvec_is_deterministic() {
-    let (k, n) = (1024, 1000);
-    let qw = QuantizedWeight::quantize(&rand_vec(k * n, 9), k, n).unwrap();
-    let x = rand_vec(k, 10);
-    let mut y1 = vec![0.0f32; n];
-    qw.matvec(&x, &mut y1).unwrap();
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(1)
-        .build()
-        .unwrap();
-    let mut y2 = vec![0.0f32; n];
-    pool.install(|| qw.matvec(&x, &mut y2).unwrap());
-    assert_eq!(y1, y2);
-    assert_close(&qw, &x, 1, &y1, "parallel matvec");
+    // Row blocks in two column pieces (the second shorter), one piece
+    // (n < 128), and a group count that K_BLOCKS does not divide.
+    for (i, &(k, n)) in [(1024, 1000), (4096, 70), (288, 1000)].iter().enumerate() {
+        let qw = QuantizedWeight::quantize(&rand_vec(k * n, 9 + i as u64), k, n).unwrap();
+        let x = rand_vec(k, 10 + i as u64);
+        let mut y1 = vec![f32::NAN; n];
+        qw.matvec(&x, &mut y1).unwrap();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
+        let mut y2 = vec![f32::NAN; n];
+        pool.install(|| qw.matvec(&x, &mut y2).unwrap());
+        assert_eq!(y1, y2, "[{k}x{n}]");
+        assert_close(&qw, &x, 1, &y1, &format!("parallel matvec [{k}x{n}]"));
+    }
 }
 
 proptest! {
