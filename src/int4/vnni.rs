@@ -159,9 +159,10 @@ unsafe fn strip_vnni(
                     k.low_nibble,
                     k.eight,
                 );
-                // The limbs are broadcast at the point of use: the compiler
-                // folds them into `vpdpbusd`'s memory operand ({1to16}), where
-                // eight hoisted broadcast registers would spill accumulators.
+                // The limbs are broadcast at the point of use (a broadcast
+                // from memory runs on a load port), not hoisted: eight more
+                // live registers next to the 16 accumulators and the decode
+                // temporaries would not fit in 32.
                 for l in 0..LIMBS {
                     let even = _mm512_set1_epi32(limbs[2 * l]);
                     let odd = _mm512_set1_epi32(limbs[2 * l + 1]);
