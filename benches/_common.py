@@ -38,13 +38,19 @@ def median_ms(fn: Callable[[], object], repeat: int, warmup: int = 1) -> float:
 
 
 def paired_ms(
-    baseline: Callable[[], object], ours: Callable[[], object], pairs: int, inner: int
+    baseline: Callable[[], object],
+    ours: Callable[[], object],
+    pairs: int,
+    inner: int,
+    after_ours: Callable[[float], object] | None = None,
 ) -> tuple[float, float, float]:
     """Alternate the baseline and our kernel `pairs` times (each timed as the
     median of `inner` calls, with the OpenBLAS settle in between) and return
     (baseline ms, our ms, ratio): the medians of each and the median of the
     per-pair ratios. On a shared or virtual machine whose speed drifts, the
-    paired ratio compares the two under the same conditions."""
+    paired ratio compares the two under the same conditions. `after_ours`,
+    if given, is called with our time of each pair right after it is taken
+    (to measure something else under the same conditions)."""
     base_t, ours_t, ratios = [], [], []
     for _ in range(pairs):
         warm(baseline, 0.1)
@@ -54,6 +60,8 @@ def paired_ms(
         # kernel for the same time: it settles both and warms our path.
         warm(ours, 0.25)
         o = median_ms(ours, inner, warmup=0)
+        if after_ours is not None:
+            after_ours(o)
         base_t.append(b)
         ours_t.append(o)
         ratios.append(b / o)

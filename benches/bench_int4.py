@@ -33,7 +33,6 @@ from _common import (  # noqa: E402
     paired_ms,
     reexec_without_openblas_overrides,
     settle,
-    warm,
 )
 
 
@@ -51,24 +50,6 @@ class ReadProbe:
         gbs = self.buf.nbytes / (ms * 1e-3) / 1e9
         self.values.append(gbs)
         return gbs
-
-
-def paired_with_probe(baseline, ours, probe, pairs: int, inner: int):
-    """`paired_ms` with a read-bandwidth probe right after each of our
-    timings: returns (baseline ms, our ms, ratio, per-pair [our ms / probe GB/s])."""
-    base_t, ours_t, ratios, fracs = [], [], [], []
-    for _ in range(pairs):
-        warm(baseline, 0.1)
-        b = median_ms(baseline, inner, warmup=0)
-        warm(ours, 0.25)
-        o = median_ms(ours, inner, warmup=0)
-        bw = probe()
-        base_t.append(b)
-        ours_t.append(o)
-        ratios.append(b / o)
-        fracs.append((o, bw))
-    med = statistics.median
-    return med(base_t), med(ours_t), med(ratios), fracs
 
 
 def run(quick: bool = False) -> list[dict]:
@@ -103,14 +84,18 @@ def run(quick: bool = False) -> list[dict]:
                 of_bw = None
                 if b == 1:
                     xv, ov, cycle = x[0], out[0], itertools.cycle(copies)
-                    base, ours, ratio, fracs = paired_with_probe(
+                    # Our rate over the read rate measured right after it.
+                    fracs: list[float] = []
+                    base, ours, ratio = paired_ms(
                         lambda xv=xv, w=w: xv @ w,
                         lambda xv=xv, ov=ov, cyc=cycle: next(cyc).matvec(xv, out=ov),
-                        probe,
                         pairs,
                         inner,
+                        after_ours=lambda o, f=fracs, nb=qw.nbytes: f.append(
+                            nb / (o * 1e-3) / 1e9 / probe()
+                        ),
                     )
-                    of_bw = statistics.median(qw.nbytes / (o * 1e-3) / 1e9 / bw for o, bw in fracs)
+                    of_bw = statistics.median(fracs)
                 else:
                     base, ours, ratio = paired_ms(
                         lambda x=x, w=w: x @ w,

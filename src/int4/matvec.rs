@@ -43,11 +43,17 @@ impl MatvecKernel {
     /// each, several runs) it was 5-8% faster at group 32, 9% at 64 and
     /// 14-18% at 128, where memory is most of the cost; at group 16 even
     /// (its epilogue per group and 64 columns weighs more). So it serves
-    /// groups from `VNNI_MIN_GROUP` rows on.
+    /// groups from `VNNI_MIN_GROUP` rows on whose size it can take (a
+    /// multiple of 8 rows, see `xint::eligible`); others would run its f32
+    /// fallback for every group anyway.
     pub fn for_weights(level: SimdLevel, group_size: usize) -> Self {
         match level {
             #[cfg(target_arch = "x86_64")]
-            SimdLevel::Avx512 if group_size >= VNNI_MIN_GROUP && crate::simd::has_avx512_vnni() => {
+            SimdLevel::Avx512
+                if group_size >= VNNI_MIN_GROUP
+                    && super::xint::eligible(group_size)
+                    && crate::simd::has_avx512_vnni() =>
+            {
                 MatvecKernel::Avx512Vnni
             }
             #[cfg(target_arch = "x86_64")]

@@ -363,3 +363,22 @@ fn a_broken_public_layout_panics_instead_of_reading_out_of_bounds() {
         );
     }
 }
+
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn vnni_kernel_is_chosen_only_for_group_sizes_it_can_take() {
+    let pick = |gs| MatvecKernel::for_weights(SimdLevel::Avx512, gs);
+    if crate::simd::has_avx512_vnni() {
+        for gs in [32, 64, 128, 4096] {
+            assert_eq!(pick(gs), MatvecKernel::Avx512Vnni, "group {gs}");
+        }
+    }
+    // Below the threshold, not a multiple of 8, or too large: the f32 kernel.
+    for gs in [16, 34, 36, 8192] {
+        assert_ne!(pick(gs), MatvecKernel::Avx512Vnni, "group {gs}");
+    }
+    assert_eq!(
+        MatvecKernel::for_weights(SimdLevel::Avx2, 32),
+        MatvecKernel::Avx2
+    );
+}

@@ -3,8 +3,8 @@
 //! Why: the f32 kernel spends a widening load, a shift and two permutes on
 //! every 32 weights before its two FMAs, and those shuffles, not memory, set
 //! its speed when the weights come from cache, and keep it from overlapping
-//! fully with the reads from DRAM. Here `x` is split into four signed bytes per element (see
-//! [`super::xint`]) and the weights stay bytes. Per four packed rows (eight
+//! fully with the reads from DRAM. Here `x` is split into four signed bytes
+//! per element (see [`super::xint`]) and the weights stay bytes. Per four packed rows (eight
 //! input rows) and 64 columns: four loads, and two rounds of byte/word
 //! unpacks (8 ops) transpose the 4 x 64 bytes so that each dword holds one
 //! column's four bytes; `(b & 0x0F) ^ 8` (one ternary-logic op) is then the
