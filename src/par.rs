@@ -18,24 +18,25 @@
 use std::any::Any;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// Run `f(b)` once for every `b` in `0..count`, on the calling thread and on
-/// up to `rayon::current_num_threads()` pool threads. Returns when every
-/// block has finished.
+/// pool threads, at most one fewer than the cores at once (see
+/// `Shared::enter`). Returns when every block has finished.
 ///
 /// Every pool thread is asked to help, not one fewer than the cores (the
 /// caller being the other): a pool that has gone to sleep wakes one thread
 /// per queued job, and on this VM a woken thread started ~1 ms after the
 /// request on average (measured on a 1.2 ms matvec following other rayon
 /// work: the helper ran 4.3 of its 16 blocks). Asking all lets the first
-/// one awake join; a late one finds no block left and leaves. In
-/// interleaved A/B runs (4096x11008 matvec): 17-18 -> 22-23 GB/s median
-/// after other rayon work, the same or better back to back, small calls
-/// with gaps unchanged.
+/// one awake join; one that finds no block left, or the cores all busy,
+/// leaves. In interleaved A/B runs (4096x11008 matvec): 17-18 -> 22-23 GB/s
+/// median after other rayon work, the same or better back to back, small
+/// calls with gaps unchanged.
 pub fn for_each_block<F: Fn(usize) + Sync>(count: usize, f: F) {
     let helpers = rayon::current_num_threads().min(count.saturating_sub(1));
-    if helpers == 0 {
+    let max_inside = helpers.min(cores().saturating_sub(1));
+    if max_inside == 0 {
         (0..count).for_each(f);
         return;
     }
@@ -48,6 +49,7 @@ pub fn for_each_block<F: Fn(usize) + Sync>(count: usize, f: F) {
     let shared = Arc::new(Shared {
         next: AtomicUsize::new(0),
         count,
+        max_inside,
         state: AtomicUsize::new(0),
         job: JobPtr(job),
         panic: Mutex::new(None),
@@ -90,6 +92,12 @@ pub fn for_each_block<F: Fn(usize) + Sync>(count: usize, f: F) {
     }
 }
 
+/// The CPUs this process may run on (detected once).
+fn cores() -> usize {
+    static CORES: OnceLock<usize> = OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
 /// See `for_each_block`.
 struct CloseAndWait<'a>(&'a Shared);
 
@@ -119,6 +127,9 @@ const CLOSED: usize = 1 << (usize::BITS - 1);
 struct Shared {
     next: AtomicUsize,
     count: usize,
+    /// Most helpers working at once: one fewer than the cores, the caller
+    /// being the other (see `enter`).
+    max_inside: usize,
     state: AtomicUsize,
     job: JobPtr,
     /// The first panic of a helper's block, rethrown on the calling thread.
@@ -135,11 +146,17 @@ unsafe impl Send for JobPtr {}
 unsafe impl Sync for JobPtr {}
 
 impl Shared {
-    /// Count this helper in, unless the caller has closed the job.
+    /// Count this helper in, unless the caller has closed the job or
+    /// enough helpers are already inside. Every pool thread is asked (the
+    /// first awake should join), but a block of a helper that shares a core
+    /// with the caller or another helper runs at a fraction of the speed and
+    /// the call waits for it at the end: traced on a 4096x11008 matvec with
+    /// two pool threads awake, the second took one block and held it for
+    /// 1.36 ms while the other two threads ran the other fifteen.
     fn enter(&self) -> bool {
         let mut s = self.state.load(Ordering::Acquire);
         loop {
-            if s & CLOSED != 0 {
+            if s & CLOSED != 0 || s >= self.max_inside {
                 return false;
             }
             match self
@@ -234,6 +251,27 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(5));
             assert_eq!(done.load(Ordering::Relaxed), seen);
         }
+    }
+
+    #[test]
+    fn no_more_threads_work_at_once_than_there_are_cores() {
+        // Without the cap every pool thread that wakes joins the caller, one
+        // more than the cores; a block sharing a core then holds up the end.
+        let (active, most) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        for _ in 0..20 {
+            for_each_block(32, |_| {
+                let now = active.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                std::thread::sleep(std::time::Duration::from_micros(100));
+                active.fetch_sub(1, Ordering::SeqCst);
+            });
+        }
+        let most = most.load(Ordering::SeqCst);
+        assert!(
+            most >= 1 && most <= cores(),
+            "{most} threads at once, {} cores",
+            cores()
+        );
     }
 
     #[test]

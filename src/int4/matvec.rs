@@ -5,8 +5,9 @@
 //! (the calling thread plus pool helpers), so every output's summation order
 //! (and so its value) is the same for any thread count.
 
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use super::xint::XInt;
 use super::QuantizedWeight;
@@ -153,13 +154,23 @@ pub fn matvec(qw: &QuantizedWeight, x: &[f32], y: &mut [f32], kernel: MatvecKern
     } else {
         Vec::new()
     };
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: Avx512Vnni is only chosen (and `matvec_with` only accepts it)
-    // where `simd::has_avx512_vnni` detected AVX-512 F/BW/VL at run time.
-    let xint = (kernel == MatvecKernel::Avx512Vnni)
-        .then(|| unsafe { super::vnni::xint_avx512(&xp, qw.group_size()) });
-    #[cfg(not(target_arch = "x86_64"))]
-    let xint: Option<XInt> = None;
+    // The VNNI kernel's integer `x` (~10 us for 4096 rows) is built by the
+    // first work item that needs it, not before the helpers are asked: a
+    // helper wakes ~30 us after the request on this VM, so the build runs
+    // while the caller would otherwise work alone anyway.
+    let xint_cell: OnceLock<XInt> = OnceLock::new();
+    let xint_of = || -> Option<&XInt> {
+        #[cfg(target_arch = "x86_64")]
+        if kernel == MatvecKernel::Avx512Vnni {
+            // SAFETY: Avx512Vnni is only chosen (and `matvec_with` only
+            // accepts it) where `simd::has_avx512_vnni` detected AVX-512
+            // F/BW/VL at run time.
+            return Some(
+                xint_cell.get_or_init(|| unsafe { super::vnni::xint_avx512(&xp, qw.group_size()) }),
+            );
+        }
+        None
+    };
     let args = MatvecArgs {
         data: &qw.data,
         scales: &qw.scales,
@@ -168,10 +179,14 @@ pub fn matvec(qw: &QuantizedWeight, x: &[f32], y: &mut [f32], kernel: MatvecKern
         out_feat: qw.out_feat,
         group_size: qw.group_size(),
         groups: 0..qw.num_groups,
-        xint: xint.as_ref(),
+        xint: None,
     };
     let weights = in_padded * n;
     if weights < PAR_MIN_WEIGHTS {
+        let args = MatvecArgs {
+            xint: xint_of(),
+            ..args
+        };
         cols(&args, 0, y, kernel);
     } else if qw.num_groups >= K_BLOCKS {
         // Split the input rows: each task streams one contiguous block of
@@ -180,7 +195,8 @@ pub fn matvec(qw: &QuantizedWeight, x: &[f32], y: &mut [f32], kernel: MatvecKern
         // depends only on the shape, so results do not depend on threads.
         let per_block = qw.num_groups.div_ceil(K_BLOCKS);
         let blocks = qw.num_groups.div_ceil(per_block);
-        let mut partial = vec![0.0f32; blocks * n];
+        let mut scratch = Scratch::take(blocks * n);
+        let partial = scratch.get();
         // Work items: each block's columns in COL_PARTS pieces, small
         // enough that a helper joining late still gets its share.
         let width = n.div_ceil(COL_PARTS).next_multiple_of(128);
@@ -206,6 +222,7 @@ pub fn matvec(qw: &QuantizedWeight, x: &[f32], y: &mut [f32], kernel: MatvecKern
             let g0 = b * per_block;
             let mut block_args = args.clone();
             block_args.groups = g0..(g0 + per_block).min(qw.num_groups);
+            block_args.xint = xint_of();
             cols(&block_args, c0, &mut lock(ys), kernel);
             let c = c0 / width;
             if done[c].fetch_add(1, Ordering::AcqRel) + 1 == blocks {
@@ -222,8 +239,67 @@ pub fn matvec(qw: &QuantizedWeight, x: &[f32], y: &mut [f32], kernel: MatvecKern
         let width = chunk_width(n);
         let slots: Vec<Mutex<&mut [f32]>> = y.chunks_mut(width).map(Mutex::new).collect();
         par::for_each_block(slots.len(), |c| {
+            let args = MatvecArgs {
+                xint: xint_of(),
+                ..args.clone()
+            };
             cols(&args, c * width, &mut lock(&slots[c]), kernel);
         });
+    }
+}
+
+/// Largest partial-output buffer (in floats, 16 MiB) a thread keeps
+/// between calls; a larger one is allocated for the call.
+const SCRATCH_KEEP: usize = 1 << 22;
+
+thread_local! {
+    /// The calling thread's partial outputs of its last large matvec.
+    static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A buffer of floats whose contents are unspecified (every work item
+/// overwrites its piece before reading it), kept per thread between calls:
+/// allocating and zeroing 352 KB for a 4096x11008 matvec took 10-28 us on
+/// the calling thread before any helper could start. Handed back on drop.
+struct Scratch {
+    buf: Vec<f32>,
+    len: usize,
+}
+
+impl Scratch {
+    fn take(len: usize) -> Scratch {
+        let mut buf = if len <= SCRATCH_KEEP {
+            SCRATCH
+                .try_with(|s| s.try_borrow_mut().map(|mut v| std::mem::take(&mut *v)))
+                .ok()
+                .and_then(Result::ok)
+                .unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        if buf.len() < len {
+            buf.resize(len, 0.0);
+        }
+        Scratch { buf, len }
+    }
+
+    fn get(&mut self) -> &mut [f32] {
+        &mut self.buf[..self.len]
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if self.len <= SCRATCH_KEEP {
+            let buf = std::mem::take(&mut self.buf);
+            // (A nested call on this thread found the buffer taken and
+            // used its own; whichever is handed back last is kept.)
+            let _ = SCRATCH.try_with(|s| {
+                if let Ok(mut v) = s.try_borrow_mut() {
+                    *v = buf;
+                }
+            });
+        }
     }
 }
 
