@@ -169,6 +169,8 @@ pub fn matvec(qw: &QuantizedWeight, x: &[f32], y: &mut [f32], kernel: MatvecKern
                 xint_cell.get_or_init(|| unsafe { super::vnni::xint_avx512(&xp, qw.group_size()) }),
             );
         }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = &xint_cell;
         None
     };
     let args = MatvecArgs {
