@@ -38,9 +38,9 @@ impl MatvecKernel {
     /// The best kernel allowed at `level` for weights of `group_size` (NEON
     /// uses the scalar kernel, which the compiler vectorizes for it).
     ///
-    /// The VNNI kernel (integer dot products, see `vnni.rs`) takes 0.78 ns
-    /// per 32 weights on one Zen 4 core from L2 against the f32 kernel's
-    /// 1.16-1.25. From DRAM (4096x11008, two threads, 300 interleaved calls
+    /// The VNNI kernel (integer dot products, see `vnni.rs`) takes 1.09-1.12
+    /// ns per 32 weights on one Zen 4 thread from L2 (1024x1024, the whole
+    /// call) against the f32 kernel's 1.29-1.30. From DRAM (4096x11008, two threads, 300 interleaved calls
     /// each, several runs) it was 5-8% faster at group 32, 9% at 64 and
     /// 14-18% at 128, where memory is most of the cost; at group 16 even
     /// (its epilogue per group and 64 columns weighs more). So it serves
