@@ -110,11 +110,11 @@ fn main() {
                 let c = &copies[next % copies.len()];
                 next += 1;
                 match pass {
-                    Pass::Read => stream(c, dots::Work::Read),
-                    Pass::Dots => stream(c, dots::Work::Dots),
+                    Pass::Read => stream(c, Work::Read),
+                    Pass::Dots => stream(c, Work::Dots),
                     Pass::DotsKernelOrder => kernel_order(c),
-                    Pass::KernelShaped => stream(c, dots::Work::KernelShaped),
-                    Pass::KernelReplica => stream(c, dots::Work::KernelReplica),
+                    Pass::KernelShaped => stream(c, Work::KernelShaped),
+                    Pass::KernelReplica => stream(c, Work::KernelReplica),
                     Pass::Kernel => c.matvec(&x, &mut y).expect("matvec"),
                     Pass::DotsHot => hot_dots(&hot, qw.data.len()),
                 }
@@ -200,7 +200,7 @@ fn sum_all(buf: &[u64]) -> u64 {
 
 /// One copy's nibbles (with `work`) and scales in `PIECES` contiguous pieces
 /// on every core.
-fn stream(qw: &QuantizedWeight, work: dots::Work) {
+fn stream(qw: &QuantizedWeight, work: Work) {
     let data = &qw.data;
     let scales = bytes_of(&qw.scales);
     let piece = data.len().div_ceil(PIECES).next_multiple_of(256);
@@ -243,7 +243,7 @@ fn hot_dots(hot: &[u8], nbytes: usize) {
         let mut acc = 0;
         while left > 0 {
             let n = left.min(hot.len());
-            acc ^= dots::run(&hot[..n - n % 256], &[], dots::Work::Dots);
+            acc ^= dots::run(&hot[..n - n % 256], &[], Work::Dots);
             left -= n;
         }
         black_box(acc);
@@ -273,17 +273,20 @@ fn median(v: &[f64]) -> f64 {
     v[v.len() / 2]
 }
 
+/// What a contiguous pass does with the nibbles it reads (see the module docs).
+#[derive(Clone, Copy, PartialEq)]
+enum Work {
+    Read,
+    Dots,
+    KernelShaped,
+    KernelReplica,
+}
+
 #[cfg(target_arch = "x86_64")]
 mod dots {
     use std::arch::x86_64::*;
 
-    #[derive(Clone, Copy, PartialEq)]
-    pub enum Work {
-        Read,
-        Dots,
-        KernelShaped,
-        KernelReplica,
-    }
+    use super::Work;
 
     pub fn available() -> bool {
         quantrs::simd::has_avx512_vnni()
@@ -516,13 +519,7 @@ mod dots {
 
 #[cfg(not(target_arch = "x86_64"))]
 mod dots {
-    #[derive(Clone, Copy, PartialEq)]
-    pub enum Work {
-        Read,
-        Dots,
-        KernelShaped,
-        KernelReplica,
-    }
+    use super::Work;
 
     pub fn available() -> bool {
         false
