@@ -1,23 +1,39 @@
-//! CPU feature level, detected once.
+//! CPU features, detected once, handed out as proof tokens.
 //!
-//! Kernels ask [`level`] once per call (never inside a hot loop) and pick a
-//! function for it. `QUANTRS_SIMD=scalar|avx2|avx512|neon` may lower the level
-//! (so one machine can test every path) but never raise it above what the CPU
-//! has: asking for more than the CPU supports keeps the detected level.
+//! Every SIMD kernel in the crate is an `unsafe fn` with
+//! `#[target_feature(...)]`. The only way to call one soundly is to hold a
+//! token from this module: a zero-sized value whose constructor checked the
+//! CPU (the pattern of memchr's `arch` module). Per-ISA functions take the
+//! token as their first argument, so safe code cannot reach an instruction
+//! the CPU lacks, whatever `SimdLevel` a caller asks for.
+//!
+//! `QUANTRS_SIMD=scalar|avx2|avx512|neon` may lower the level in force (so one
+//! machine can test every path) but never raise it above what the CPU has.
+//! It is read here and nowhere else.
+
+// Transitional while the domains move onto tokens; removed when all use them.
+#![allow(dead_code)]
 
 use std::sync::OnceLock;
+
+use crate::error::{QuantError, Result};
 
 /// Instruction-set level a kernel may use. The order is the x86 ladder:
 /// `Avx2` means AVX2 *and* FMA, `Avx512` means AVX-512 F+BW+VL on top of it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum SimdLevel {
+    /// Portable Rust, no vector intrinsics (the reference every path is tested against).
     Scalar,
+    /// AArch64 NEON (no hand-written kernels yet: the scalar code is auto-vectorised).
     Neon,
+    /// x86-64 AVX2 + FMA.
     Avx2,
+    /// x86-64 AVX-512 F, BW and VL (with AVX2 + FMA).
     Avx512,
 }
 
 impl SimdLevel {
+    /// The name `QUANTRS_SIMD` and `build_info()` use.
     pub fn name(self) -> &'static str {
         match self {
             SimdLevel::Scalar => "scalar",
@@ -27,6 +43,7 @@ impl SimdLevel {
         }
     }
 
+    /// Parse a level name (case-insensitive; `none` means scalar).
     pub fn parse(s: &str) -> Option<SimdLevel> {
         match s.trim().to_ascii_lowercase().as_str() {
             "scalar" | "none" => Some(SimdLevel::Scalar),
@@ -55,7 +72,7 @@ pub fn level() -> SimdLevel {
 
 /// Apply an override to a detected level. Unknown names and requests above
 /// the detected level leave the detected level in force; `scalar` always wins.
-pub fn lower_to(detected: SimdLevel, requested: Option<&str>) -> SimdLevel {
+pub(crate) fn lower_to(detected: SimdLevel, requested: Option<&str>) -> SimdLevel {
     let Some(req) = requested.and_then(SimdLevel::parse) else {
         return detected;
     };
@@ -70,20 +87,34 @@ pub fn lower_to(detected: SimdLevel, requested: Option<&str>) -> SimdLevel {
     }
 }
 
-/// Whether the level in force is AVX-512 and the CPU also has VNNI
-/// (the integer INT4 matvec). Detected once.
-pub fn has_avx512_vnni() -> bool {
-    static VNNI: OnceLock<bool> = OnceLock::new();
-    *VNNI.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        {
-            level() == SimdLevel::Avx512 && is_x86_feature_detected!("avx512vnni")
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            false
-        }
-    })
+/// The levels at or below the one in force, scalar first, for tests that
+/// compare every available path against the scalar reference.
+pub fn available_levels() -> Vec<SimdLevel> {
+    let top = level();
+    [
+        SimdLevel::Scalar,
+        SimdLevel::Neon,
+        SimdLevel::Avx2,
+        SimdLevel::Avx512,
+    ]
+    .into_iter()
+    .filter(|&l| l == SimdLevel::Scalar || lower_to(top, Some(l.name())) == l)
+    .collect()
+}
+
+/// Check that `requested` can run here: an entry point that takes a level
+/// (tests, benches) calls this and gets an error, not an illegal instruction,
+/// for a level above the one in force.
+pub fn require(requested: SimdLevel) -> Result<SimdLevel> {
+    if available_levels().contains(&requested) {
+        Ok(requested)
+    } else {
+        Err(QuantError::UnsupportedOperation(format!(
+            "SIMD level {} is not available on this CPU (level in force: {}; QUANTRS_SIMD can only lower it)",
+            requested.name(),
+            level().name()
+        )))
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -116,19 +147,145 @@ fn detect_cpu() -> SimdLevel {
     SimdLevel::Scalar
 }
 
-/// The x86 levels at or below the active one, for tests that compare every
-/// available path against the scalar reference.
-pub fn available_levels() -> Vec<SimdLevel> {
-    let top = level();
-    [
-        SimdLevel::Scalar,
-        SimdLevel::Neon,
-        SimdLevel::Avx2,
-        SimdLevel::Avx512,
-    ]
-    .into_iter()
-    .filter(|&l| l == SimdLevel::Scalar || lower_to(top, Some(l.name())) == l)
-    .collect()
+/// Whether AVX-512 is in force and the CPU has VNNI. Transitional: kernels
+/// should hold an [`Avx512Vnni`] token instead.
+pub fn has_avx512_vnni() -> bool {
+    Avx512Vnni::new().is_some()
+}
+
+/// Extra x86 features beyond the ladder, detected once (false elsewhere).
+#[derive(Clone, Copy, Debug, Default)]
+struct Extras {
+    vnni: bool,
+    dq: bool,
+    f16c: bool,
+}
+
+fn extras() -> Extras {
+    static EXTRAS: OnceLock<Extras> = OnceLock::new();
+    *EXTRAS.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            Extras {
+                vnni: is_x86_feature_detected!("avx512vnni"),
+                dq: is_x86_feature_detected!("avx512dq"),
+                f16c: is_x86_feature_detected!("f16c"),
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            Extras::default()
+        }
+    })
+}
+
+/// Proof that AVX2 and FMA may run (the CPU has them and `QUANTRS_SIMD`
+/// allows them). Zero-sized; only [`Avx2::new`] makes one.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Avx2 {
+    _proof: (),
+}
+
+impl Avx2 {
+    /// `Some` when the level in force is at least AVX2.
+    pub(crate) fn new() -> Option<Self> {
+        (level() >= SimdLevel::Avx2 && level() != SimdLevel::Neon).then_some(Avx2 { _proof: () })
+    }
+
+    /// The token for `requested`: `Some` only when `requested` is at least
+    /// AVX2 *and* the CPU allows it (a request never raises the level).
+    pub(crate) fn at(requested: SimdLevel) -> Option<Self> {
+        if requested >= SimdLevel::Avx2 && requested != SimdLevel::Neon {
+            Self::new()
+        } else {
+            None
+        }
+    }
+
+    /// AVX2 + FMA + F16C (the FP8 E4M3 dot converts halves).
+    pub(crate) fn f16c(self) -> Option<Avx2F16c> {
+        extras().f16c.then_some(Avx2F16c { _proof: () })
+    }
+}
+
+/// Proof that AVX2, FMA and F16C may run.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Avx2F16c {
+    _proof: (),
+}
+
+/// Proof that AVX-512 F, BW and VL (and AVX2 + FMA) may run.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Avx512 {
+    _proof: (),
+}
+
+impl Avx512 {
+    /// `Some` when the level in force is AVX-512.
+    pub(crate) fn new() -> Option<Self> {
+        (level() == SimdLevel::Avx512).then_some(Avx512 { _proof: () })
+    }
+
+    /// The token for `requested`: `Some` only when `requested` is AVX-512
+    /// and the CPU allows it.
+    pub(crate) fn at(requested: SimdLevel) -> Option<Self> {
+        if requested == SimdLevel::Avx512 {
+            Self::new()
+        } else {
+            None
+        }
+    }
+
+    /// Every AVX-512 CPU has AVX2 and FMA.
+    pub(crate) fn avx2(self) -> Avx2 {
+        Avx2 { _proof: () }
+    }
+
+    /// AVX-512 plus VNNI (`vpdpbusd`), for the integer INT4 matvec.
+    pub(crate) fn vnni(self) -> Option<Avx512Vnni> {
+        extras().vnni.then_some(Avx512Vnni { _proof: () })
+    }
+
+    /// AVX-512 plus DQ (64-bit integer <-> double conversions in QAT).
+    pub(crate) fn dq(self) -> Option<Avx512Dq> {
+        extras().dq.then_some(Avx512Dq { _proof: () })
+    }
+}
+
+/// Proof that AVX-512 F/BW/VL and VNNI may run.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Avx512Vnni {
+    _proof: (),
+}
+
+impl Avx512Vnni {
+    /// `Some` when AVX-512 is in force and the CPU has VNNI.
+    pub(crate) fn new() -> Option<Self> {
+        Avx512::new().and_then(Avx512::vnni)
+    }
+
+    /// The AVX-512 token this one implies.
+    pub(crate) fn avx512(self) -> Avx512 {
+        Avx512 { _proof: () }
+    }
+}
+
+/// Proof that AVX-512 F/BW/VL and DQ may run.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Avx512Dq {
+    _proof: (),
+}
+
+impl Avx512Dq {
+    /// `Some` when AVX-512 is in force and the CPU has DQ.
+    pub(crate) fn new() -> Option<Self> {
+        Avx512::new().and_then(Avx512::dq)
+    }
+
+    /// The AVX-512 token this one implies.
+    pub(crate) fn avx512(self) -> Avx512 {
+        Avx512 { _proof: () }
+    }
 }
 
 #[cfg(test)]
@@ -153,5 +310,28 @@ mod tests {
         let levels = available_levels();
         assert_eq!(levels[0], SimdLevel::Scalar);
         assert!(levels.contains(&level()));
+    }
+
+    #[test]
+    fn tokens_follow_the_level_in_force() {
+        assert_eq!(
+            Avx2::new().is_some(),
+            level() >= SimdLevel::Avx2 && level() != SimdLevel::Neon
+        );
+        assert_eq!(Avx512::new().is_some(), level() == SimdLevel::Avx512);
+        assert!(Avx512::at(SimdLevel::Avx2).is_none());
+        assert!(Avx2::at(SimdLevel::Scalar).is_none());
+        if Avx512Vnni::new().is_some() || Avx512Dq::new().is_some() {
+            assert!(Avx512::new().is_some());
+        }
+    }
+
+    #[test]
+    fn require_refuses_levels_above_the_one_in_force() {
+        assert!(require(SimdLevel::Scalar).is_ok());
+        assert!(require(level()).is_ok());
+        for l in [SimdLevel::Neon, SimdLevel::Avx2, SimdLevel::Avx512] {
+            assert_eq!(require(l).is_ok(), available_levels().contains(&l));
+        }
     }
 }
