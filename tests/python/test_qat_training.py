@@ -98,7 +98,12 @@ def test_qat_int4_beats_post_training_quantization():
         x, y = _task(0, wseed)
         xt, yt = _task(1, wseed)
         w_float = train_float(x, y, 1500, 1e-2)
-        w_qat = train_qat(x, y, 1500, 1e-2)
+        # 300 QAT steps: later, without weight decay, the largest master weight keeps
+        # growing on this nearly separable task, the per-tensor int4 scale grows with it
+        # and the trajectory becomes chaotic (a different BLAS kernel's rounding in the
+        # gradient moves the step-1500 test loss by 2x), so the claim is checked where
+        # it is robust.
+        w_qat = train_qat(x, y, 300, 1e-2)
         test_loss = [
             _loss_grad(xt, yt, w)[0] for w in (w_float, qat.fake_quant(w_float, "int4"), w_qat)
         ]
