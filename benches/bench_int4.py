@@ -7,12 +7,14 @@ the GB/s of packed weight (+ scales) read, and for batch 1 the fraction of
 the machine's streaming read bandwidth; for large batches the GFLOP/s of both.
 
 The read bandwidth is a multi-threaded sum over a buffer far larger than the
-caches (1 GiB; 256 MiB with --quick), on every core. It is measured right
-after our timing in every pair, and ``of_read_bw`` is the median of the
-per-pair fractions: on this kind of shared virtual machine the rate drifts
-by up to 1.7x within a minute, and a single probe at the start of the run
-compared our kernel with whatever the neighbours were doing then. The last
-row gives the median of all probes of the run.
+caches (1 GiB; 256 MiB with --quick), on every core: the extension's
+``_read_bandwidth_probe`` when it exports it (a non-default cargo feature),
+else NumPy sums of one slice per core on a thread pool (NumPy releases the
+GIL inside reductions). It is measured right after our timing in
+every pair, and ``of_read_bw`` is the median of the per-pair fractions: on a
+shared or virtual machine the rate drifts within a minute, and a single probe
+at the start of the run would compare our kernel with whatever the neighbours
+were doing then. The last row gives the median of all probes of the run.
 
     python benches/bench_int4.py [--quick] [--json]
 """
@@ -38,15 +40,31 @@ from _common import (  # noqa: E402
 
 class ReadProbe:
     """Streaming read rate (GB/s) over a buffer far larger than the caches,
-    summed by every core; keeps every value it measured."""
+    summed by every core; keeps every value it measured.
+
+    Uses ``_core._read_bandwidth_probe`` (rayon, one pass) when the extension
+    exports it, else one NumPy ``sum`` per core over its slice of the buffer,
+    run on a thread pool: NumPy releases the GIL inside the reduction, so the
+    slices are read in parallel."""
 
     def __init__(self, np, core, nbytes: int) -> None:
         self.buf = np.ones(nbytes // 8, dtype=np.uint64)
-        self.core = core
         self.values: list[float] = []
+        rust_probe = getattr(core, "_read_bandwidth_probe", None)
+        if rust_probe is not None:
+            self.kind = "rayon"
+            self._read = lambda: rust_probe(self.buf)
+        else:
+            from concurrent.futures import ThreadPoolExecutor
+
+            workers = os.cpu_count() or 1
+            slices = np.array_split(self.buf, workers)
+            self.kind = f"numpy, {workers} threads"
+            self._pool = ThreadPoolExecutor(max_workers=workers)
+            self._read = lambda: sum(self._pool.map(np.sum, slices))
 
     def __call__(self, repeat: int = 3) -> float:
-        ms = median_ms(lambda: self.core._read_bandwidth_probe(self.buf), repeat=repeat)
+        ms = median_ms(self._read, repeat=repeat)
         gbs = self.buf.nbytes / (ms * 1e-3) / 1e9
         self.values.append(gbs)
         return gbs
@@ -126,6 +144,7 @@ def run(quick: bool = False) -> list[dict]:
             "baseline_ms": None,
             "ratio": None,
             "weight_GB/s": statistics.median(probe.values),
+            "probe": probe.kind,
         }
     )
     return rows

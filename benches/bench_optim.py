@@ -1,4 +1,4 @@
-"""AdamW4bit benchmark (SPEC section 9): one optimizer step on a single float32 parameter of
+"""AdamW4bit benchmark (docs/benchmarks.md): one optimizer step on a single float32 parameter of
 2^24 elements against a vectorized NumPy float32 AdamW measured in the same run (and PyTorch's
 fused AdamW when torch happens to be installed), state bytes per parameter, and the convergence
 table of the v maps and m methods against the float32 oracle.
@@ -20,7 +20,7 @@ import sys
 import time
 
 # NumPy's element-wise AdamW is single-threaded; an idle OpenBLAS pool would still spin on a
-# core after BLAS-using setup calls and steal it from the kernel timed next (PEERS.md).
+# core after BLAS-using setup calls and steal it from the kernel timed next (docs/benchmarks.md).
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -30,7 +30,7 @@ BASELINE = "numpy f32 AdamW (in-place ops)"
 
 
 def numpy_adamw_step(w, g, m, v, tmp, t, lr=1e-3, b1=0.9, b2=0.999, eps=1e-8, wd=0.01):
-    """Float32 AdamW with plain in-place NumPy ops (the PEERS.md baseline)."""
+    """Float32 AdamW with plain in-place NumPy ops (the baseline of docs/benchmarks.md)."""
     import numpy as np
 
     f = np.float32

@@ -1,4 +1,4 @@
-"""QatOptimizer step vs a NumPy float64 AdamW step (SPEC section 9).
+"""QatOptimizer step vs a NumPy float64 AdamW step (bar and target: docs/benchmarks.md).
 
 Usage: python benches/bench_qat.py [--quick] [--json] [--log2n 24] [--repeats 7]
 

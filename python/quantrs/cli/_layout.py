@@ -18,7 +18,7 @@ FORMAT_VERSION = "1"
 
 
 def int4_layout(in_feat: int, group_size: int) -> tuple[int, int, int]:
-    """``(effective group size, num_pairs, num_groups)`` of ``QuantizedWeight`` (SPEC 4)."""
+    """``(effective group size, num_pairs, num_groups)`` of ``QuantizedWeight`` (docs/int4.md)."""
     gs = min(group_size, in_feat + in_feat % 2)
     in_padded = -(-in_feat // gs) * gs
     return gs, in_padded // 2, in_padded // gs

@@ -1,6 +1,6 @@
 """INT4 reference: per-group symmetric absmax quantization, in pure NumPy.
 
-The format (seed 003, SPEC section 4), for ``w`` of shape ``[in_feat, out_feat]``:
+The format (seed 003, docs/int4.md), for ``w`` of shape ``[in_feat, out_feat]``:
 
 - ``gs = min(group_size, in_feat rounded up to even)``; rows are padded with
   zeros to ``in_padded``, a multiple of ``gs``; ``num_groups = in_padded // gs``.

@@ -1,6 +1,6 @@
 """QAT reference: float64 AdamW and fake quantization, in pure NumPy.
 
-Independent of the Rust code on purpose (SPEC section 7):
+Independent of the Rust code on purpose (the contract: docs/qat.md):
 
 - AdamW, PyTorch order: ``w -= lr * wd * w`` on the old weight, then
   ``w -= lr * mhat / (sqrt(vhat) + eps)`` with bias-corrected moments.
