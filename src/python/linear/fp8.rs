@@ -7,8 +7,8 @@ use std::sync::Arc;
 use numpy::{PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 
-use super::base::py_layer;
 use super::convert::{bias_repr, float_weight, opt_f32_vec, view_of, weight_slice};
+use super::py_layer::py_layer;
 use super::PyFp8Linear;
 use crate::linear::{PerTensorFP8Linear, QuantMethod};
 use crate::python::errors::{invalid, wrong_dtype};

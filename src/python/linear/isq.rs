@@ -7,8 +7,8 @@ use std::sync::Arc;
 use numpy::{PyArrayDyn, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 
-use super::base::py_layer;
 use super::convert::{bias_repr, float_weight, opt_f32_vec, view_of, weight_slice};
+use super::py_layer::py_layer;
 use super::{PyInt4Linear, PyInt8Linear, PyUnquantLinear};
 use crate::error::QuantError;
 use crate::linear::{Int4Linear, Int8Linear, QuantMethod, UnquantLinear};

@@ -5,13 +5,15 @@
 //! Python class), because every layer's methods may return any of them
 //! (`apply_isq`, `add_delta_w`, `deserialize`). One way down from there:
 //! `fp8.rs` and `isq.rs` (each family's constructors and own properties)
-//! -> `base.rs` (the methods every class shares, written once as
-//! `py_layer!`) -> `convert.rs` (argument conversion), and this file.
+//! -> `py_layer.rs` (the `#[pymethods]` block every class shares) ->
+//! `base.rs` (those methods' bodies) -> `convert.rs` (argument
+//! conversion), and this file.
 
 mod base;
 mod convert;
 mod fp8;
 mod isq;
+mod py_layer;
 
 use std::sync::Arc;
 

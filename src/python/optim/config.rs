@@ -97,7 +97,7 @@ fn method_arg(obj: &Bound<'_, PyAny>) -> PyResult<Method> {
     Ok(Method::parse(&s)?)
 }
 
-/// Adam hyper-parameters, in seed order (stored as float32, as the
+/// Adam hyper-parameters, in constructor order (stored as float32, as the
 /// optimizer uses them; each reads back as the shortest float that rounds to it).
 #[pyclass(
     name = "Adam4bitOptimizerConfig",
