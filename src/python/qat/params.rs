@@ -190,13 +190,8 @@ pymethods_with_getters!(PyQuantParams, {
         rng: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let r = one_off(rounding, rng)?;
-        Ok(on_float!(float_input(x, "x")?, |a| fake_int(
-            py,
-            a,
-            &self.inner,
-            r
-        )?
-        .into_any()))
+        let x = float_input(x, "x")?;
+        Ok(on_float!(x, |a| fake_int(py, a, &self.inner, r)?.into_any()))
     }
 
     fn __repr__(&self) -> String {
