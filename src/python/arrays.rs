@@ -1,4 +1,4 @@
-//! Array conversion and validation shared by every binding file (SPEC section 3).
+//! Array conversion and validation shared by every binding file.
 //!
 //! - Read-only inputs accept any array-like and are converted only when they
 //!   are not already the required dtype and C-contiguous, so the fast path
@@ -16,7 +16,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyModule;
 
-use super::errors::{invalid, wrong_dtype};
+use super::errors::{invalid, type_name, wrong_dtype, wrong_type};
 use crate::error::QuantError;
 
 /// `numpy` module, imported once.
@@ -31,12 +31,7 @@ fn dtype_name(obj: &Bound<'_, PyAny>) -> String {
     obj.getattr("dtype")
         .and_then(|d| d.str())
         .map(|s| s.to_string())
-        .unwrap_or_else(|_| {
-            obj.get_type()
-                .name()
-                .map(|n| n.to_string())
-                .unwrap_or_default()
-        })
+        .unwrap_or_else(|_| type_name(obj))
 }
 
 /// A read-only view of `obj` as a C-contiguous array of `T`, converting
@@ -64,10 +59,7 @@ pub fn input<'py, T: Element>(
         .map_err(|e| {
             PyTypeError::new_err(format!(
                 "{arg}: expected an array-like convertible to {expected}, got {} ({e})",
-                obj.get_type()
-                    .name()
-                    .map(|n| n.to_string())
-                    .unwrap_or_default()
+                type_name(obj)
             ))
         })?;
     let arr = converted.cast_into::<PyArrayDyn<T>>().map_err(|_| {
@@ -86,13 +78,11 @@ pub fn inplace<'py, T: Element>(
     let py = obj.py();
     let expected = numpy::dtype::<T>(py).to_string();
     let Ok(u) = obj.cast::<PyUntypedArray>() else {
-        return Err(PyTypeError::new_err(format!(
-            "{arg}: expected a writable numpy.ndarray of dtype {expected}, got {}",
-            obj.get_type()
-                .name()
-                .map(|n| n.to_string())
-                .unwrap_or_default()
-        )));
+        return Err(wrong_type(
+            arg,
+            &format!("a writable numpy.ndarray of dtype {expected}"),
+            obj,
+        ));
     };
     let Ok(a) = obj.cast::<PyArrayDyn<T>>() else {
         return Err(wrong_dtype(arg, &expected, dtype_name(u.as_any())));
@@ -125,7 +115,6 @@ pub fn check_shape(arg: &str, actual: &[usize], expected: &[usize]) -> PyResult<
 }
 
 /// True when the two buffers overlap in memory.
-#[allow(dead_code)] // for bindings that take several buffers without numpy borrows
 pub fn overlaps<A, B>(a: &[A], b: &[B]) -> bool {
     let (a0, a1) = (
         a.as_ptr() as usize,

@@ -1,6 +1,6 @@
 //! The one place where core errors become Python exceptions.
 //!
-//! The hierarchy (SPEC section 2) needs multiple inheritance
+//! The hierarchy (docs/errors.md) needs multiple inheritance
 //! (`DimensionMismatch(QuantError, ValueError)`), which `create_exception!`
 //! cannot express, so the classes are built once with `type(...)` when the
 //! module loads and cached for the life of the interpreter.
@@ -140,6 +140,23 @@ impl From<QuantError> for PyErr {
     }
 }
 
+/// The Python type name of `obj` (`"list"`, `"ndarray"`), for messages.
+pub fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_default()
+}
+
+/// `TypeError` for an argument of the wrong Python type, naming the
+/// argument, what it accepts and the type it got.
+pub fn wrong_type(arg: &str, expected: &str, obj: &Bound<'_, PyAny>) -> PyErr {
+    PyTypeError::new_err(format!(
+        "{arg}: expected {expected}, got {}",
+        type_name(obj)
+    ))
+}
+
 /// `TypeError` for a wrong dtype, naming the argument.
 pub fn wrong_dtype(arg: &str, expected: &str, actual: impl std::fmt::Display) -> PyErr {
     PyTypeError::new_err(format!("{arg}: expected dtype {expected}, got {actual}"))
@@ -150,6 +167,7 @@ pub fn invalid(arg: &str, msg: impl std::fmt::Display) -> PyErr {
     QuantError::InvalidArgument(format!("{arg}: {msg}")).into()
 }
 
+/// Add the exception classes to the module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     let c = classes(py);

@@ -1,4 +1,4 @@
-//! `quantrs.QuantizedWeight`: packed INT4 weights (SPEC section 4).
+//! `quantrs.QuantizedWeight`: packed INT4 weights (docs/int4.md).
 
 use std::path::PathBuf;
 
@@ -9,6 +9,7 @@ use pyo3::types::{PyBytes, PyTuple};
 
 use super::arrays::{check_shape, inplace, input};
 use super::errors::invalid;
+use super::fields::pymethods_with_getters;
 use crate::error::QuantError;
 use crate::int4::QuantizedWeight as Core;
 
@@ -78,8 +79,11 @@ impl PyQuantizedWeight {
     }
 }
 
-#[pymethods]
-impl PyQuantizedWeight {
+pymethods_with_getters!(PyQuantizedWeight, {
+    in_feat: usize = "Input features (rows of the weight).",
+    out_feat: usize = "Output features (columns of the weight).",
+    num_groups: usize = "Scale groups along the input axis.",
+}, {
     /// Rebuild from raw buffers, validating every size and value.
     #[new]
     fn new(
@@ -156,21 +160,6 @@ impl PyQuantizedWeight {
     #[getter]
     fn scales<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyArray1<f32>>> {
         Self::view(slf, &slf.get().inner.scales)
-    }
-
-    #[getter]
-    fn in_feat(&self) -> usize {
-        self.inner.in_feat
-    }
-
-    #[getter]
-    fn out_feat(&self) -> usize {
-        self.inner.out_feat
-    }
-
-    #[getter]
-    fn num_groups(&self) -> usize {
-        self.inner.num_groups
     }
 
     /// Effective group size (rows per scale).
@@ -292,8 +281,9 @@ impl PyQuantizedWeight {
             w.nbytes()
         )
     }
-}
+});
 
+/// Add `QuantizedWeight` to the module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyQuantizedWeight>()
 }

@@ -6,6 +6,7 @@
 
 mod arrays;
 mod errors;
+mod fields;
 mod fp8;
 mod int4;
 mod linear;
@@ -40,7 +41,9 @@ fn build_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 
 /// Benchmark helper: read every byte of `buf` once on all threads (GIL
 /// released) and return a checksum, so benches can measure the machine's
-/// streaming read bandwidth in the same run as the kernels.
+/// streaming read bandwidth in the same run as the kernels. Research, not
+/// product: only in builds with the `bench-internals` feature.
+#[cfg(feature = "bench-internals")]
 #[pyfunction]
 fn _read_bandwidth_probe(py: Python<'_>, buf: numpy::PyReadonlyArray1<'_, u64>) -> PyResult<u64> {
     use rayon::prelude::*;
@@ -60,6 +63,7 @@ fn cuda_available() -> bool {
 
 #[pymodule(name = "_core")]
 mod core_module {
+    #[cfg(feature = "bench-internals")]
     #[pymodule_export]
     use super::_read_bandwidth_probe;
     #[pymodule_export]

@@ -9,16 +9,13 @@ import struct
 import ml_dtypes
 import numpy as np
 import pytest
+from _helpers import rand
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import quantrs
 from quantrs import PerTensorFP8Linear, fp8
 from quantrs.reference import fp8_linear_forward, fp8_round
-
-
-def rand(shape, seed, scale=1.0):
-    return (np.random.default_rng(seed).standard_normal(shape) * scale).astype(np.float32)
 
 
 def bound(x, w):

@@ -6,14 +6,11 @@ import pickle
 
 import numpy as np
 import pytest
+from _helpers import rand
 
 import quantrs
 from quantrs import Int4Linear, Int8Linear, PerTensorFP8Linear, QuantizedWeight, UnquantLinear
 from quantrs.reference import _fake_quantize_int4
-
-
-def rand(shape, seed, scale=1.0):
-    return (np.random.default_rng(seed).standard_normal(shape) * scale).astype(np.float32)
 
 
 def check_forward(layer, w_eff, bias=None, shape=(5, None)):

@@ -4,10 +4,10 @@ state layout, accumulation, the Python API, errors (SPEC section 6)."""
 from __future__ import annotations
 
 import pickle
-import threading
 
 import numpy as np
 import pytest
+from _helpers import assert_gil_released
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -325,24 +325,12 @@ def test_gil_is_released_during_the_step():
     g = np.full(n, 0.1, np.float32)
     opt = quantrs.AdamW4bit()
     opt.update(w, g)
-    counter, done = [0], threading.Event()
 
-    def spin():
-        while not done.is_set():
-            counter[0] += 1
-
-    t = threading.Thread(target=spin)
-    t.start()
-    try:
-        progressed = 0
+    def work():
         for _ in range(5):
-            before = counter[0]
             opt.update(w, g)
-            progressed += counter[0] - before
-    finally:
-        done.set()
-        t.join()
-    assert progressed > 0
+
+    assert_gil_released(work)
 
 
 @kernel

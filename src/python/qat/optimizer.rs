@@ -2,14 +2,17 @@
 
 use numpy::ndarray::{ArrayView, IxDyn};
 use numpy::{Element, PyArray, PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
-use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 
+use super::config::PyQatConfig;
+use super::convert::to_array;
+use super::enums::target_arg;
 use super::params::PyQuantParams;
-use super::{config_repr, seed_arg, target_arg, to_array, PyQatConfig, PyRng};
+use super::rng::{seed_arg, PyRng};
 use crate::python::arrays::{check_shape, inplace, input, numpy_module, overlaps};
-use crate::python::errors::wrong_dtype;
+use crate::python::errors::{wrong_dtype, wrong_type};
+use crate::python::fields::class_repr;
 use crate::qat::{CounterRng, Master, QatConfig, QatOptimizer};
 use crate::QuantError;
 
@@ -37,26 +40,20 @@ fn config_arg(obj: &Bound<'_, PyAny>) -> PyResult<QatConfig> {
     if obj.extract::<String>().is_ok() {
         return Ok(QatConfig::new(target_arg(obj)?));
     }
-    let ty = obj
-        .get_type()
-        .name()
-        .map(|n| n.to_string())
-        .unwrap_or_default();
-    Err(PyTypeError::new_err(format!(
-        "config: expected a quantrs.QatConfig or a target string, got {ty}"
-    )))
+    Err(wrong_type(
+        "config",
+        "a quantrs.QatConfig or a target string",
+        obj,
+    ))
 }
 
 fn dtype_of(obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<&'static str> {
     let Ok(u) = obj.cast::<PyUntypedArray>() else {
-        let ty = obj
-            .get_type()
-            .name()
-            .map(|n| n.to_string())
-            .unwrap_or_default();
-        return Err(PyTypeError::new_err(format!(
-            "{arg}: expected a numpy.ndarray of dtype float64 or float32, got {ty}"
-        )));
+        return Err(wrong_type(
+            arg,
+            "a numpy.ndarray of dtype float64 or float32",
+            obj,
+        ));
     };
     let py = obj.py();
     let d = u.dtype();
@@ -140,6 +137,9 @@ fn view<'py, T: Element>(
 
 #[pymethods]
 impl PyQatOptimizer {
+    /// An optimizer for the float64 or float32 `master` (shape and dtype are
+    /// fixed from here on); `config` is a `QatConfig` or a target string,
+    /// `rng` seeds stochastic rounding (None: fresh entropy).
     #[new]
     #[pyo3(signature = (master, config, rng = None))]
     fn new(
@@ -209,6 +209,7 @@ impl PyQatOptimizer {
         p.copied().map(PyQuantParams::wrap)
     }
 
+    /// Steps taken.
     fn step_count(&self) -> u64 {
         match &self.inner {
             Inner::F64(o) => o.step_count(),
@@ -216,6 +217,7 @@ impl PyQatOptimizer {
         }
     }
 
+    /// The configuration.
     #[getter]
     fn config(&self) -> PyQatConfig {
         PyQatConfig { inner: *self.cfg() }
@@ -230,6 +232,7 @@ impl PyQatOptimizer {
         }
     }
 
+    /// The master's shape.
     #[getter]
     fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         PyTuple::new(py, &self.shape)
@@ -322,7 +325,7 @@ impl PyQatOptimizer {
             "QatOptimizer(master=<{} array of shape {}>, config={}, rng={})  # step_count={}",
             self.dtype(),
             shape_str(&self.shape),
-            config_repr(self.cfg()),
+            class_repr(self.cfg()),
             self.seed(),
             self.step_count()
         )

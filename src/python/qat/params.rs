@@ -9,12 +9,12 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use rayon::prelude::*;
 
-use super::{
-    float_input, int_dtype, one_off_rounding, rounding_arg, scheme_arg, seed_arg, target_arg,
-    to_array, FloatIn,
-};
+use super::convert::{float_input, on_float, one_off_rounding, to_array, FloatIn};
+use super::enums::{int_dtype, rounding_arg, scheme_arg, target_arg};
+use super::rng::seed_arg;
 use crate::python::arrays::{check_shape, input};
 use crate::python::errors::wrong_dtype;
+use crate::python::fields::pymethods_with_getters;
 use crate::qat::{
     calibrate, calibrate_per_channel, fake_quant_backward, fake_quant_fp8, fake_quant_int,
     fake_quant_per_channel, quantize_int, Master, QuantParams, QuantScheme, QuantTarget, Rounding,
@@ -65,8 +65,14 @@ fn codes<'py, T: Master + Element>(
     }
 }
 
-#[pymethods]
-impl PyQuantParams {
+pymethods_with_getters!(PyQuantParams, {
+    scale: f64 = "Step between adjacent codes.",
+    zero_point: i32 = "The code of 0.0.",
+    qmin: i32 = "Smallest code.",
+    qmax: i32 = "Largest code.",
+}, {
+    /// Parameters from their values (validated: scale finite and > 0,
+    /// `qmin <= zero_point <= qmax`).
     #[new]
     fn new(scale: f64, zero_point: i32, qmin: i32, qmax: i32) -> PyResult<Self> {
         Ok(Self::wrap(QuantParams::new(scale, zero_point, qmin, qmax)?))
@@ -112,35 +118,13 @@ impl PyQuantParams {
             .map(scheme_arg)
             .transpose()?
             .unwrap_or(QuantScheme::Symmetric);
-        let p = match float_input(x, "x")? {
-            FloatIn::F32(a) => {
-                let xs = a.as_slice()?;
-                py.detach(|| calibrate(xs, d, s, clip_fraction))?
-            }
-            FloatIn::F64(a) => {
-                let xs = a.as_slice()?;
-                py.detach(|| calibrate(xs, d, s, clip_fraction))?
-            }
-        };
+        let p = on_float!(float_input(x, "x")?, |a| {
+            let xs = a.as_slice()?;
+            py.detach(|| calibrate(xs, d, s, clip_fraction))?
+        });
         Ok(Self::wrap(p))
     }
 
-    #[getter]
-    fn scale(&self) -> f64 {
-        self.inner.scale
-    }
-    #[getter]
-    fn zero_point(&self) -> i32 {
-        self.inner.zero_point
-    }
-    #[getter]
-    fn qmin(&self) -> i32 {
-        self.inner.qmin
-    }
-    #[getter]
-    fn qmax(&self) -> i32 {
-        self.inner.qmax
-    }
     /// Smallest representable value, `(qmin - zero_point) * scale`.
     #[getter]
     fn lo(&self) -> f64 {
@@ -162,10 +146,7 @@ impl PyQuantParams {
         rng: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let r = one_off(rounding, rng)?;
-        match float_input(x, "x")? {
-            FloatIn::F32(a) => codes(py, a, &self.inner, r),
-            FloatIn::F64(a) => codes(py, a, &self.inner, r),
-        }
+        on_float!(float_input(x, "x")?, |a| codes(py, a, &self.inner, r))
     }
 
     /// `(q - zero_point) * scale` as float64; codes outside `[qmin, qmax]`
@@ -209,10 +190,8 @@ impl PyQuantParams {
         rng: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let r = one_off(rounding, rng)?;
-        Ok(match float_input(x, "x")? {
-            FloatIn::F32(a) => fake_int(py, a, &self.inner, r)?.into_any(),
-            FloatIn::F64(a) => fake_int(py, a, &self.inner, r)?.into_any(),
-        })
+        let x = float_input(x, "x")?;
+        Ok(on_float!(x, |a| fake_int(py, a, &self.inner, r)?.into_any()))
     }
 
     fn __repr__(&self) -> String {
@@ -229,7 +208,7 @@ impl PyQuantParams {
         let args = (p.scale, p.zero_point, p.qmin, p.qmax).into_pyobject(py)?;
         PyTuple::new(py, [slf.get_type().into_any(), args.into_any()])
     }
-}
+});
 
 fn target_or_int8(target: Option<&Bound<'_, PyAny>>, what: &str) -> PyResult<crate::qat::IntDtype> {
     match target {
@@ -264,24 +243,15 @@ fn qat_calibrate_per_channel(
     let s = scheme_arg(scheme)?;
     let x = float_input(x, "x")?;
     let shape = shape2(&x)?;
-    let ps = match &x {
-        FloatIn::F32(a) => {
-            let xs = a.as_slice()?;
-            py.detach(|| calibrate_per_channel(xs, shape, axis, d, s, clip_fraction))?
-        }
-        FloatIn::F64(a) => {
-            let xs = a.as_slice()?;
-            py.detach(|| calibrate_per_channel(xs, shape, axis, d, s, clip_fraction))?
-        }
-    };
+    let ps = on_float!(&x, |a| {
+        let xs = a.as_slice()?;
+        py.detach(|| calibrate_per_channel(xs, shape, axis, d, s, clip_fraction))?
+    });
     Ok(ps.into_iter().map(PyQuantParams::wrap).collect())
 }
 
 fn shape2(x: &FloatIn<'_>) -> PyResult<[usize; 2]> {
-    let shape = match x {
-        FloatIn::F32(a) => a.shape().to_vec(),
-        FloatIn::F64(a) => a.shape().to_vec(),
-    };
+    let shape = on_float!(x, |a| a.shape().to_vec());
     match shape[..] {
         [r, c] => Ok([r, c]),
         _ => {
@@ -360,10 +330,9 @@ fn qat_fake_quant<'py>(
     let t = target_arg(target)?;
     let s = scheme_arg(scheme)?;
     let r = one_off(Some(rounding), rng)?;
-    Ok(match float_input(x, "x")? {
-        FloatIn::F32(a) => fake_generic(py, a, t, s, r, clip_fraction, axis)?.into_any(),
-        FloatIn::F64(a) => fake_generic(py, a, t, s, r, clip_fraction, axis)?.into_any(),
-    })
+    Ok(on_float!(float_input(x, "x")?, |a| {
+        fake_generic(py, a, t, s, r, clip_fraction, axis)?.into_any()
+    }))
 }
 
 fn ste<'py, T: Master + Element>(

@@ -1,0 +1,69 @@
+//! `quantrs.PerTensorFP8Linear`, `UnquantLinear`, `Int8Linear`, `Int4Linear`:
+//! the `QuantMethod` layers (docs/linear.md).
+//!
+//! The four classes are declared here, with `wrap` (a core layer -> its
+//! Python class), because every layer's methods may return any of them
+//! (`apply_isq`, `add_delta_w`, `deserialize`). One way down from there:
+//! `fp8.rs` and `isq.rs` (each family's constructors and own properties)
+//! -> `py_layer.rs` (the `#[pymethods]` block every class shares) ->
+//! `base.rs` (those methods' bodies) -> `convert.rs` (argument
+//! conversion), and this file.
+
+mod base;
+mod convert;
+mod fp8;
+mod isq;
+mod py_layer;
+
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+
+use crate::linear::{
+    Int4Linear, Int8Linear, Layer, PerTensorFP8Linear, QuantMethod, UnquantLinear,
+};
+
+/// Per-tensor FP8 (E4M3) linear layer: weight codes `[out, in]` (or
+/// expert-stacked `[E, out, in]`), `W = decode(weight) * weight_scale_inv`,
+/// optional static `activation_scale` (W8A8 forward) and float32 bias.
+#[pyclass(name = "PerTensorFP8Linear", module = "quantrs", frozen)]
+pub struct PyFp8Linear {
+    inner: Arc<PerTensorFP8Linear>,
+}
+
+/// Unquantized float32 linear layer, weight `[out, in]`.
+#[pyclass(name = "UnquantLinear", module = "quantrs", frozen)]
+pub struct PyUnquantLinear {
+    inner: Arc<UnquantLinear>,
+}
+
+/// int8 linear layer, per-output-row symmetric absmax scales.
+#[pyclass(name = "Int8Linear", module = "quantrs", frozen)]
+pub struct PyInt8Linear {
+    inner: Arc<Int8Linear>,
+}
+
+/// INT4 linear layer over a `QuantizedWeight` (`[in, out]`, groups along in).
+#[pyclass(name = "Int4Linear", module = "quantrs", frozen)]
+pub struct PyInt4Linear {
+    inner: Arc<Int4Linear>,
+}
+
+/// The Python object for a layer, by concrete type.
+fn wrap(py: Python<'_>, layer: Arc<dyn QuantMethod>) -> PyResult<Py<PyAny>> {
+    Ok(match layer.into_layer() {
+        Layer::Fp8(inner) => Py::new(py, PyFp8Linear { inner })?.into_any(),
+        Layer::Unquant(inner) => Py::new(py, PyUnquantLinear { inner })?.into_any(),
+        Layer::Int8(inner) => Py::new(py, PyInt8Linear { inner })?.into_any(),
+        Layer::Int4(inner) => Py::new(py, PyInt4Linear { inner })?.into_any(),
+    })
+}
+
+/// Add the layer classes to the module.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyFp8Linear>()?;
+    m.add_class::<PyUnquantLinear>()?;
+    m.add_class::<PyInt8Linear>()?;
+    m.add_class::<PyInt4Linear>()?;
+    Ok(())
+}

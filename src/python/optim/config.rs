@@ -1,0 +1,224 @@
+//! `Adam4bitOptimizerConfig`, `AdvancedQuantizationConfig` and
+//! `QuantizationMethod`, and the float conversions the optimizer classes share.
+//!
+//! Each config's fields are listed once, in its `config_class_methods!`
+//! table: the getters, `repr`, pickling and the optimizers' `config()` all
+//! come from it.
+
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+
+use crate::error::QuantError;
+use crate::optim::{
+    Adam4bitOptimizerConfig as CoreOptCfg, AdvancedQuantizationConfig as CoreQCfg,
+    QuantizationMethod as Method, VarianceMap,
+};
+use crate::python::errors::invalid;
+use crate::python::fields::{config_class_methods, field_values, set_fields, Field, PyValue};
+
+/// f32 as the Python float with the same shortest decimal (so `1e-3` reads back as `0.001`).
+pub(super) fn pyf(x: f32) -> f64 {
+    x.py_value()
+}
+
+/// Python float -> f32, rejecting values that do not fit.
+pub(super) fn f32_arg(name: &str, x: f64) -> PyResult<f32> {
+    let y = x as f32;
+    if x.is_finite() && !y.is_finite() {
+        return Err(invalid(name, format!("{x} does not fit in float32")));
+    }
+    Ok(y)
+}
+
+impl PyValue for Method {
+    type Out = &'static str;
+    fn py_value(&self) -> &'static str {
+        self.name()
+    }
+}
+
+impl PyValue for VarianceMap {
+    type Out = &'static str;
+    fn py_value(&self) -> &'static str {
+        self.name()
+    }
+}
+
+impl From<Method> for Field {
+    fn from(m: Method) -> Field {
+        Field::Str(m.name())
+    }
+}
+
+impl From<VarianceMap> for Field {
+    fn from(v: VarianceMap) -> Field {
+        Field::Str(v.name())
+    }
+}
+
+/// The code book of the first moment: `NF4` (the default), `INT4`,
+/// `DYNAMIC` (signed dynamic-exponent) or `INT8`.
+#[pyclass(
+    name = "QuantizationMethod",
+    module = "quantrs",
+    eq,
+    eq_int,
+    from_py_object
+)]
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[allow(clippy::upper_case_acronyms)] // Python-style member names
+pub enum PyMethod {
+    NF4,
+    INT4,
+    DYNAMIC,
+    INT8,
+}
+
+impl From<PyMethod> for Method {
+    fn from(m: PyMethod) -> Method {
+        match m {
+            PyMethod::NF4 => Method::Nf4,
+            PyMethod::INT4 => Method::Int4,
+            PyMethod::DYNAMIC => Method::Dynamic,
+            PyMethod::INT8 => Method::Int8,
+        }
+    }
+}
+
+fn method_arg(obj: &Bound<'_, PyAny>) -> PyResult<Method> {
+    if let Ok(m) = obj.extract::<PyMethod>() {
+        return Ok(m.into());
+    }
+    let s: String = obj.extract().map_err(|_| {
+        pyo3::exceptions::PyTypeError::new_err(
+            "method: expected a str ('nf4', 'int4', 'dynamic', 'int8') or a QuantizationMethod",
+        )
+    })?;
+    Ok(Method::parse(&s)?)
+}
+
+/// Adam hyper-parameters, in constructor order (stored as float32, as the
+/// optimizer uses them; each reads back as the shortest float that rounds to it).
+#[pyclass(
+    name = "Adam4bitOptimizerConfig",
+    module = "quantrs",
+    frozen,
+    from_py_object
+)]
+#[derive(Clone)]
+pub struct PyOptCfg {
+    pub inner: CoreOptCfg,
+}
+
+config_class_methods!(eq PyOptCfg(CoreOptCfg, "Adam4bitOptimizerConfig"), {
+    learning_rate: f64 = "Step size.",
+    beta1: f64 = "Decay rate of the first moment.",
+    beta2: f64 = "Decay rate of the second moment.",
+    epsilon: f64 = "Term added to the denominator.",
+    weight_decay: f64 = "Weight decay (L2 for Adam4bit, decoupled for AdamW4bit).",
+}, {
+    /// Validate the hyper-parameters (`InvalidArgument` naming the first bad one).
+    #[new]
+    #[pyo3(signature = (learning_rate=1e-3, beta1=0.9, beta2=0.999, epsilon=1e-8, weight_decay=0.0))]
+    pub(super) fn new(
+        learning_rate: f64,
+        beta1: f64,
+        beta2: f64,
+        epsilon: f64,
+        weight_decay: f64,
+    ) -> PyResult<Self> {
+        let inner = CoreOptCfg {
+            learning_rate: f32_arg("learning_rate", learning_rate)?,
+            beta1: f32_arg("beta1", beta1)?,
+            beta2: f32_arg("beta2", beta2)?,
+            epsilon: f32_arg("epsilon", epsilon)?,
+            weight_decay: f32_arg("weight_decay", weight_decay)?,
+        };
+        inner.validate()?;
+        Ok(PyOptCfg { inner })
+    }
+
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTuple>> {
+        let py = slf.py();
+        (slf.get_type(), field_values(py, &slf.get().inner)?).into_pyobject(py)
+    }
+});
+
+/// How the optimizer state is quantized: the first moment's code book,
+/// block size, scale bounds, double quantization of the scales, the
+/// second moment's normalization and value map.
+#[pyclass(
+    name = "AdvancedQuantizationConfig",
+    module = "quantrs",
+    frozen,
+    from_py_object
+)]
+#[derive(Clone)]
+pub struct PyQCfg {
+    pub inner: CoreQCfg,
+}
+
+config_class_methods!(eq PyQCfg(CoreQCfg, "AdvancedQuantizationConfig"), {
+    method: &'static str = "Code book of the first moment ('nf4', 'int4', 'dynamic' or 'int8').",
+    block_size: usize = "Elements per scale block.",
+    adaptation_rate: f64 = "Rate at which the block scales adapt.",
+    min_scale: f64 = "Smallest block scale.",
+    max_scale: f64 = "Largest block scale.",
+    double_quantization: bool = "Whether the block scales are themselves quantized.",
+    rank1_normalization: bool = "Whether the second moment uses rank-1 (row x column) normalization.",
+    variance_map: &'static str = "Value map of the second moment's codes.",
+}, {
+    /// Validate the settings (`InvalidArgument` naming the first bad one).
+    #[new]
+    #[pyo3(signature = (method=None, block_size=64, adaptation_rate=0.01, min_scale=1e-8,
+        max_scale=1e8, double_quantization=true, *, rank1_normalization=false,
+        variance_map=None),
+        text_signature = "(method='nf4', block_size=64, adaptation_rate=0.01, min_scale=1e-8, \
+        max_scale=1e8, double_quantization=True, *, rank1_normalization=False, variance_map=None)")]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        method: Option<Bound<'_, PyAny>>,
+        block_size: usize,
+        adaptation_rate: f64,
+        min_scale: f64,
+        max_scale: f64,
+        double_quantization: bool,
+        rank1_normalization: bool,
+        variance_map: Option<String>,
+    ) -> PyResult<Self> {
+        let variance_map = match variance_map {
+            None => crate::optim::config::DEFAULT_VARIANCE_MAP,
+            Some(s) => VarianceMap::parse(&s).ok_or_else(|| {
+                QuantError::arg(format!(
+                    "variance_map: expected one of 'linear', 'sqrt_linear', 'log', 'sqrt_log', got {s:?}"
+                ))
+            })?,
+        };
+        let inner = CoreQCfg {
+            method: match method {
+                None => Method::Nf4,
+                Some(m) => method_arg(&m)?,
+            },
+            block_size,
+            adaptation_rate: f32_arg("adaptation_rate", adaptation_rate)?,
+            min_scale: f32_arg("min_scale", min_scale)?,
+            max_scale: f32_arg("max_scale", max_scale)?,
+            double_quantization,
+            rank1_normalization,
+            variance_map,
+        };
+        inner.validate()?;
+        Ok(PyQCfg { inner })
+    }
+
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let kwargs = PyDict::new(py);
+        set_fields(&kwargs, &slf.get().inner)?;
+        let partial = py.import("functools")?.getattr("partial")?;
+        let f = partial.call((slf.get_type(),), Some(&kwargs))?;
+        (f, PyTuple::empty(py))
+            .into_pyobject(py)
+            .map(Bound::into_any)
+    }
+});

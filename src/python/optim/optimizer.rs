@@ -1,0 +1,211 @@
+//! `quantrs.Adam4bit` and `quantrs.AdamW4bit`: one macro writes both
+//! classes, which differ only in how weight decay is applied.
+
+use std::path::PathBuf;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyType};
+
+use super::config::{f32_arg, pyf, PyOptCfg, PyQCfg};
+use super::state::{Inner, Pair};
+use super::stats::{PyState, PyStats};
+use crate::optim::{checkpoint, Adam4bitCore};
+
+macro_rules! py_optimizer {
+    ($ty:ident, $name:literal, $decoupled:expr, $doc:literal) => {
+        #[doc = $doc]
+        #[pyclass(name = $name, module = "quantrs")]
+        pub struct $ty {
+            inner: Inner,
+        }
+
+        #[pymethods]
+        impl $ty {
+            /// An optimizer with these hyper-parameters and the default
+            /// state quantization (NF4 first moment, blocks of 64).
+            #[new]
+            #[pyo3(signature = (learning_rate=1e-3, beta1=0.9, beta2=0.999, epsilon=1e-8, weight_decay=0.0))]
+            fn new(
+                learning_rate: f64,
+                beta1: f64,
+                beta2: f64,
+                epsilon: f64,
+                weight_decay: f64,
+            ) -> PyResult<Self> {
+                let o = PyOptCfg::new(learning_rate, beta1, beta2, epsilon, weight_decay)?;
+                Ok($ty {
+                    inner: Inner::build(Some(o), None, $decoupled)?,
+                })
+            }
+
+            /// An optimizer with explicit hyper-parameters and quantization.
+            #[classmethod]
+            #[pyo3(signature = (optimizer_config=None, quantization_config=None))]
+            fn with_quantization_config(
+                _cls: &Bound<'_, PyType>,
+                optimizer_config: Option<PyOptCfg>,
+                quantization_config: Option<PyQCfg>,
+            ) -> PyResult<Self> {
+                Ok($ty {
+                    inner: Inner::build(optimizer_config, quantization_config, $decoupled)?,
+                })
+            }
+
+            /// Update `param` (float32, writable, C-contiguous) in place with
+            /// `grad`; `name` keys the state (default: the array's memory).
+            #[pyo3(signature = (param, grad, *, name=None))]
+            fn update(
+                &mut self,
+                py: Python<'_>,
+                param: &Bound<'_, PyAny>,
+                grad: &Bound<'_, PyAny>,
+                name: Option<&str>,
+            ) -> PyResult<()> {
+                self.inner.update(py, Pair::new(param, grad)?, name)
+            }
+
+            /// Drop accumulated gradients (the moments are kept).
+            fn zero_grad(&mut self) {
+                self.inner.core.zero_grad();
+                self.inner.forget_params();
+            }
+
+            /// Advance the step counter used by the bias correction of the next updates.
+            fn step(&mut self) {
+                self.inner.core.step()
+            }
+
+            /// The learning rate (settable; validated as `set_lr`).
+            #[getter(lr)]
+            fn get_lr_prop(&self) -> f64 {
+                self.get_lr()
+            }
+
+            /// The current learning rate.
+            fn get_lr(&self) -> f64 {
+                pyf(self.inner.core.get_lr())
+            }
+
+            /// Set the learning rate (finite and >= 0, else `InvalidArgument`).
+            fn set_lr(&mut self, lr: f64) -> PyResult<()> {
+                Ok(self.inner.core.set_lr(f32_arg("lr", lr)?)?)
+            }
+
+            #[setter(lr)]
+            fn set_lr_prop(&mut self, lr: f64) -> PyResult<()> {
+                self.set_lr(lr)
+            }
+
+            /// Add `grad` to `param`'s accumulator; `param` is updated by
+            /// `apply_accumulated_grads`.
+            #[pyo3(signature = (param, grad, *, name=None))]
+            fn accumulate_grad(
+                &mut self,
+                py: Python<'_>,
+                param: &Bound<'_, PyAny>,
+                grad: &Bound<'_, PyAny>,
+                name: Option<&str>,
+            ) -> PyResult<()> {
+                self.inner.accumulate(py, param, Pair::new(param, grad)?, name)
+            }
+
+            /// Update every accumulated parameter with its summed gradient
+            /// divided by `accumulation_steps`, then clear the accumulators.
+            fn apply_accumulated_grads(
+                &mut self,
+                py: Python<'_>,
+                accumulation_steps: usize,
+            ) -> PyResult<()> {
+                self.inner.apply_accumulated(py, accumulation_steps)
+            }
+
+            /// The state as a dict of NumPy arrays (uint8 codes, float32 values).
+            fn state_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+                self.inner.state_dict(py)
+            }
+
+            /// Replace the state with `state_dict()` output, validated first.
+            fn load_state_dict(&mut self, state: &Bound<'_, PyDict>) -> PyResult<()> {
+                self.inner.load_state_dict(state)
+            }
+
+            /// Elements and bytes of the state, measured from the live buffers.
+            fn memory_usage(&self) -> PyStats {
+                self.inner.core.memory_usage().into()
+            }
+
+            /// `1 - state bytes / (8 bytes per element)`: the saving against
+            /// two float32 moments (0.0 before any state exists).
+            fn memory_savings(&self) -> f64 {
+                self.inner.core.memory_savings() as f64
+            }
+
+            /// Write config and state to a safetensors file, atomically.
+            fn save_state(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
+                let core = &self.inner.core;
+                Ok(py.detach(|| checkpoint::save(core, &path))?)
+            }
+
+            /// Replace config and state with a `save_state` file's (validated first).
+            fn load_state(&mut self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
+                let core = &mut self.inner.core;
+                py.detach(|| checkpoint::load(core, &path))?;
+                self.inner.forget_params();
+                Ok(())
+            }
+
+            /// Drop all state: moments, accumulators, step count, parameter keys.
+            fn reset_state(&mut self) {
+                self.inner.core.reset_state();
+                self.inner.forget_params();
+            }
+
+            /// Parameter elements with state.
+            fn num_parameters(&self) -> usize {
+                self.inner.core.num_parameters()
+            }
+
+            /// Every hyper-parameter and quantization setting as a dict.
+            fn config<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+                self.inner.config_dict(py)
+            }
+
+            /// A read-only summary: step, parameter shapes, state bytes.
+            fn state(&self, py: Python<'_>) -> PyResult<PyState> {
+                self.inner.state(py)
+            }
+
+            fn __repr__(&self) -> String {
+                self.inner.repr($name)
+            }
+
+            fn __getstate__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+                let bytes = checkpoint::to_bytes(&self.inner.core)?;
+                Ok(PyBytes::new(py, &bytes))
+            }
+
+            fn __setstate__(&mut self, state: &Bound<'_, PyBytes>) -> PyResult<()> {
+                let f = crate::st::from_bytes(state.as_bytes())?;
+                let t: checkpoint::Tensors = f.tensors.into_iter().collect();
+                let (config, st) = checkpoint::parse(t, $name)?;
+                let mut core = Adam4bitCore::new(config, $decoupled)?;
+                core.restore(config, st);
+                self.inner = Inner::of(core);
+                Ok(())
+            }
+        }
+    };
+}
+
+py_optimizer!(
+    PyAdam4bit,
+    "Adam4bit",
+    false,
+    "4-bit Adam: L2 weight decay folded into the gradient (g += wd * w)."
+);
+py_optimizer!(
+    PyAdamW4bit,
+    "AdamW4bit",
+    true,
+    "4-bit AdamW: decoupled weight decay (w -= lr * wd * w), as PyTorch's AdamW."
+);
