@@ -1,11 +1,13 @@
-//! The fused AdamW + fake-quantization passes of one optimizer step.
+//! The fused AdamW + fake-quantization passes of one optimizer step over
+//! one task's range: the scalar twin, a leaf with no `unsafe` (`x86.rs`
+//! compiles the same bodies for AVX2 and AVX-512).
 //!
 //! A step is two passes so that it can fail without changing anything:
-//! - [`dry`] computes every updated weight in registers and reduces min,
-//!   max and a non-finite flag, writing nothing;
-//! - after calibration succeeded, [`commit`] recomputes the same values
-//!   (the same operations in the same order, so bit-identical), writes
-//!   master, moments and the fake-quantized view in one sweep.
+//! - [`dry_body`] computes every updated weight in registers and reduces
+//!   min, max and a non-finite flag, writing nothing;
+//! - after calibration succeeded, [`commit_body`] recomputes the same
+//!   values (the same operations in the same order, so bit-identical),
+//!   writes master, moments and the fake-quantized view in one sweep.
 //!
 //! The element math is one `#[inline(always)]` function compiled three
 //! times: plain, and inside `#[target_feature]` wrappers for AVX2+FMA and
@@ -13,30 +15,27 @@
 //! every build computes bit-identical results (FMA is never contracted), and
 //! the values do not depend on the SIMD level or the thread count.
 
-use rayon::prelude::*;
-
 use super::element::{zero_if_finite, Master};
-use super::fake::{fake_fp8_chunk, fake_int_chunk, IntGrid, Rounding, CHUNK};
+use super::fake::{fake_fp8_chunk, fake_int_chunk, IntGrid, Rounding};
 use crate::fp8::Fp8Format;
-use crate::simd::SimdLevel;
 
 /// Per-step AdamW constants, in the master's precision.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Coef<T> {
-    pub lr: T,
-    pub lrwd: T,
-    pub b1: T,
-    pub b2: T,
-    pub omb1: T,
-    pub omb2: T,
-    pub bc1: T,
-    pub bc2: T,
-    pub eps: T,
+    pub(crate) lr: T,
+    pub(crate) lrwd: T,
+    pub(crate) b1: T,
+    pub(crate) b2: T,
+    pub(crate) omb1: T,
+    pub(crate) omb2: T,
+    pub(crate) bc1: T,
+    pub(crate) bc2: T,
+    pub(crate) eps: T,
 }
 
 impl<T: Master> Coef<T> {
     /// Constants for step `t` (1-based), computed in f64 like Python floats.
-    pub fn new(lr: f64, b1: f64, b2: f64, eps: f64, wd: f64, t: u64) -> Coef<T> {
+    pub(crate) fn new(lr: f64, b1: f64, b2: f64, eps: f64, wd: f64, t: u64) -> Coef<T> {
         let f = T::from_f64;
         Coef {
             lr: f(lr),
@@ -67,20 +66,20 @@ fn adamw<T: Master>(w: T, g: T, m: T, v: T, c: &Coef<T>) -> (T, T, T) {
 /// What the dry pass learns about the updated master.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Stats {
-    pub min: f64,
-    pub max: f64,
+    pub(crate) min: f64,
+    pub(crate) max: f64,
     /// Some updated weight or moment is NaN or infinite.
-    pub non_finite: bool,
+    pub(crate) non_finite: bool,
 }
 
 impl Stats {
-    const EMPTY: Stats = Stats {
+    pub(crate) const EMPTY: Stats = Stats {
         min: f64::INFINITY,
         max: f64::NEG_INFINITY,
         non_finite: false,
     };
 
-    fn merge(a: Stats, b: Stats) -> Stats {
+    pub(crate) fn merge(a: Stats, b: Stats) -> Stats {
         Stats {
             min: a.min.min(b.min),
             max: a.max.max(b.max),
@@ -128,7 +127,7 @@ fn reduce<T: Master>(buf: &[T], s: &mut Stats) {
 /// `w` while both are finite, since only the sign of a zero can change, and
 /// min / max only feed `|x|` and `min(x, 0)`), so one flag covers all three.
 #[inline(always)]
-fn dry_body<T: Master>(w: &[T], g: &[T], m: &[T], v: &[T], c: &Coef<T>) -> Stats {
+pub(crate) fn dry_body<T: Master>(w: &[T], g: &[T], m: &[T], v: &[T], c: &Coef<T>) -> Stats {
     let mut s = Stats::EMPTY;
     let mut buf = [T::ZERO; PIECE];
     let mut start = 0;
@@ -158,7 +157,7 @@ pub(crate) enum Quantizer {
 
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn commit_body<T: Master>(
+pub(crate) fn commit_body<T: Master>(
     w: &mut [T],
     g: &[T],
     m: &mut [T],
@@ -186,125 +185,4 @@ fn commit_body<T: Master>(
         }
         start = end;
     }
-}
-
-/// Target-specific copies of the bodies; the compiler vectorizes each for
-/// its instruction set.
-macro_rules! multiversion {
-    ($features:literal, $dry:ident, $commit:ident) => {
-        #[target_feature(enable = $features)]
-        unsafe fn $dry<T: Master>(w: &[T], g: &[T], m: &[T], v: &[T], c: &Coef<T>) -> Stats {
-            dry_body(w, g, m, v, c)
-        }
-
-        multiversion!($features, $commit);
-    };
-    ($features:literal, $commit:ident) => {
-        #[allow(clippy::too_many_arguments)]
-        #[target_feature(enable = $features)]
-        unsafe fn $commit<T: Master>(
-            w: &mut [T],
-            g: &[T],
-            m: &mut [T],
-            v: &mut [T],
-            q: &mut [T],
-            c: &Coef<T>,
-            quant: Quantizer,
-            r: Rounding,
-            offset: usize,
-        ) {
-            commit_body(w, g, m, v, q, c, quant, r, offset)
-        }
-    };
-}
-
-#[cfg(target_arch = "x86_64")]
-multiversion!("avx2,fma", dry_avx2, commit_avx2);
-#[cfg(target_arch = "x86_64")]
-multiversion!(
-    "avx512f,avx512bw,avx512vl,avx2,fma",
-    dry_avx512,
-    commit_avx512
-);
-// With AVX-512 DQ the 64-bit multiplies and u64 -> f64 conversions of the
-// stochastic-rounding hash vectorize too (only the commit pass draws).
-#[cfg(target_arch = "x86_64")]
-multiversion!(
-    "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma",
-    commit_avx512dq
-);
-
-/// AVX-512 DQ on top of the Avx512 level (checked once per call; the
-/// standard library caches the CPUID result).
-#[cfg(target_arch = "x86_64")]
-fn has_avx512dq() -> bool {
-    std::arch::is_x86_feature_detected!("avx512dq")
-}
-
-fn dry_chunk<T: Master>(lvl: SimdLevel, w: &[T], g: &[T], m: &[T], v: &[T], c: &Coef<T>) -> Stats {
-    match lvl {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `lvl` comes from `simd::level()`, which reports Avx512 only
-        // when the CPU has AVX-512 F/BW/VL, AVX2 and FMA.
-        SimdLevel::Avx512 => unsafe { dry_avx512(w, g, m, v, c) },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: Avx2 is reported only when the CPU has AVX2 and FMA.
-        SimdLevel::Avx2 => unsafe { dry_avx2(w, g, m, v, c) },
-        _ => dry_body(w, g, m, v, c),
-    }
-}
-
-/// The dry pass over the whole tensor at SIMD level `lvl`.
-pub(crate) fn dry_at<T: Master>(
-    lvl: SimdLevel,
-    w: &[T],
-    g: &[T],
-    m: &[T],
-    v: &[T],
-    c: &Coef<T>,
-) -> Stats {
-    w.par_chunks(CHUNK)
-        .zip(g.par_chunks(CHUNK))
-        .zip(m.par_chunks(CHUNK).zip(v.par_chunks(CHUNK)))
-        .map(|((w, g), (m, v))| dry_chunk(lvl, w, g, m, v, c))
-        .reduce(|| Stats::EMPTY, Stats::merge)
-}
-
-/// The commit pass over the whole tensor at SIMD level `lvl`.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn commit_at<T: Master>(
-    lvl: SimdLevel,
-    w: &mut [T],
-    g: &[T],
-    m: &mut [T],
-    v: &mut [T],
-    q: &mut [T],
-    c: &Coef<T>,
-    quant: Quantizer,
-    r: Rounding,
-) {
-    #[cfg(target_arch = "x86_64")]
-    let dq = matches!(r, Rounding::Stochastic { .. }) && has_avx512dq();
-    w.par_chunks_mut(CHUNK)
-        .zip(g.par_chunks(CHUNK))
-        .zip(m.par_chunks_mut(CHUNK).zip(v.par_chunks_mut(CHUNK)))
-        .zip(q.par_chunks_mut(CHUNK))
-        .enumerate()
-        .for_each(|(i, (((w, g), (m, v)), q))| {
-            let off = i * CHUNK;
-            match lvl {
-                #[cfg(target_arch = "x86_64")]
-                // SAFETY: as in `dry_chunk`, plus `dq` checked AVX-512 DQ at run time.
-                SimdLevel::Avx512 if dq => unsafe {
-                    commit_avx512dq(w, g, m, v, q, c, quant, r, off)
-                },
-                #[cfg(target_arch = "x86_64")]
-                // SAFETY: as in `dry_chunk`: the level was detected at run time.
-                SimdLevel::Avx512 => unsafe { commit_avx512(w, g, m, v, q, c, quant, r, off) },
-                #[cfg(target_arch = "x86_64")]
-                // SAFETY: as in `dry_chunk`.
-                SimdLevel::Avx2 => unsafe { commit_avx2(w, g, m, v, q, c, quant, r, off) },
-                _ => commit_body(w, g, m, v, q, c, quant, r, off),
-            }
-        });
 }
