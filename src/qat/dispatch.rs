@@ -8,7 +8,7 @@ use rayon::prelude::*;
 
 use super::element::Master;
 use super::fake::{Rounding, CHUNK};
-use super::format::{commit_body, dry_body, Coef, Quantizer, Stats};
+use super::format::{commit_body, dry_body, Coef, CommitChunk, CommitStep, Stats};
 #[cfg(target_arch = "x86_64")]
 use super::x86;
 use crate::error::Result;
@@ -56,32 +56,18 @@ impl Kernels {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn commit_chunk<T: Master>(
-        self,
-        w: &mut [T],
-        g: &[T],
-        m: &mut [T],
-        v: &mut [T],
-        q: &mut [T],
-        c: &Coef<T>,
-        quant: Quantizer,
-        r: Rounding,
-        off: usize,
-    ) {
-        let stochastic = matches!(r, Rounding::Stochastic { .. });
+    fn commit_chunk<T: Master>(self, s: CommitStep<'_, T>, x: CommitChunk<'_, T>) {
+        let stochastic = matches!(s.rounding, Rounding::Stochastic { .. });
         match self {
             #[cfg(target_arch = "x86_64")]
-            Kernels::Avx512(_, Some(dq)) if stochastic => {
-                x86::commit_avx512dq(dq, w, g, m, v, q, c, quant, r, off)
-            }
+            Kernels::Avx512(_, Some(dq)) if stochastic => x86::commit_avx512dq(dq, s, x),
             #[cfg(target_arch = "x86_64")]
-            Kernels::Avx512(t, _) => x86::commit_avx512(t, w, g, m, v, q, c, quant, r, off),
+            Kernels::Avx512(t, _) => x86::commit_avx512(t, s, x),
             #[cfg(target_arch = "x86_64")]
-            Kernels::Avx2(t) => x86::commit_avx2(t, w, g, m, v, q, c, quant, r, off),
+            Kernels::Avx2(t) => x86::commit_avx2(t, s, x),
             _ => {
                 let _ = stochastic;
-                commit_body(w, g, m, v, q, c, quant, r, off)
+                commit_body(s, x)
             }
         }
     }
@@ -96,17 +82,11 @@ impl Kernels {
     }
 
     /// The commit pass over the whole tensor.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn commit<T: Master>(
         self,
-        w: &mut [T],
-        g: &[T],
-        m: &mut [T],
-        v: &mut [T],
+        s: CommitStep<'_, T>,
+        (w, g, m, v): (&mut [T], &[T], &mut [T], &mut [T]),
         q: &mut [T],
-        c: &Coef<T>,
-        quant: Quantizer,
-        r: Rounding,
     ) {
         w.par_chunks_mut(CHUNK)
             .zip(g.par_chunks(CHUNK))
@@ -114,7 +94,18 @@ impl Kernels {
             .zip(q.par_chunks_mut(CHUNK))
             .enumerate()
             .for_each(|(i, (((w, g), (m, v)), q))| {
-                self.commit_chunk(w, g, m, v, q, c, quant, r, i * CHUNK)
+                let offset = i * CHUNK;
+                self.commit_chunk(
+                    s,
+                    CommitChunk {
+                        w,
+                        g,
+                        m,
+                        v,
+                        q,
+                        offset,
+                    },
+                )
             });
     }
 }

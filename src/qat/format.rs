@@ -155,19 +155,38 @@ pub(crate) enum Quantizer {
     Fp8(Fp8Format),
 }
 
-#[allow(clippy::too_many_arguments)]
+/// What every task of one commit pass shares.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CommitStep<'a, T> {
+    pub(crate) coef: &'a Coef<T>,
+    pub(crate) quant: Quantizer,
+    pub(crate) rounding: Rounding,
+}
+
+/// One task's buffers for the commit pass: master, gradient, moments and
+/// view of the elements from global index `offset` on.
+pub(crate) struct CommitChunk<'a, T> {
+    pub(crate) w: &'a mut [T],
+    pub(crate) g: &'a [T],
+    pub(crate) m: &'a mut [T],
+    pub(crate) v: &'a mut [T],
+    pub(crate) q: &'a mut [T],
+    pub(crate) offset: usize,
+}
+
+/// Commit pass over one task's range: the AdamW update of each piece in
+/// place, then its fake-quantized view.
 #[inline(always)]
-pub(crate) fn commit_body<T: Master>(
-    w: &mut [T],
-    g: &[T],
-    m: &mut [T],
-    v: &mut [T],
-    q: &mut [T],
-    c: &Coef<T>,
-    quant: Quantizer,
-    r: Rounding,
-    offset: usize,
-) {
+pub(crate) fn commit_body<T: Master>(s: CommitStep<'_, T>, x: CommitChunk<'_, T>) {
+    let CommitChunk {
+        w,
+        g,
+        m,
+        v,
+        q,
+        offset,
+    } = x;
+    let (c, quant, r) = (s.coef, s.quant, s.rounding);
     let mut start = 0;
     while start < w.len() {
         let end = (start + PIECE).min(w.len());

@@ -5,7 +5,7 @@ pub use super::element::Master;
 use super::config::{QatConfig, QuantTarget, RoundingMode};
 use super::dispatch::Kernels;
 use super::fake::{fake_quant_fp8, fake_quant_int, IntGrid, Rounding};
-use super::format::{Coef, Quantizer};
+use super::format::{Coef, CommitStep, Quantizer};
 use super::params::{finite_minmax, QuantParams};
 use super::rng::stream_key;
 use crate::error::{QuantError, Result};
@@ -180,16 +180,13 @@ impl<T: Master> QatOptimizer<T> {
         let (params, quant) = calibrate_for(&self.config, stats.min, stats.max)?;
         // Nothing can fail from here on.
         let r = rounding(&self.config, seed.unwrap_or(self.seed), t);
-        kernels.commit(
-            master,
-            grad,
-            &mut self.m,
-            &mut self.v,
-            &mut self.quantized,
-            &coef,
+        let step = CommitStep {
+            coef: &coef,
             quant,
-            r,
-        );
+            rounding: r,
+        };
+        let buffers = (master, grad, &mut self.m[..], &mut self.v[..]);
+        kernels.commit(step, buffers, &mut self.quantized);
         self.params = params;
         self.step = t;
         Ok(())

@@ -6,8 +6,7 @@
 #![cfg(target_arch = "x86_64")]
 
 use super::element::Master;
-use super::fake::Rounding;
-use super::format::{commit_body, dry_body, Coef, Quantizer, Stats};
+use super::format::{commit_body, dry_body, Coef, CommitChunk, CommitStep, Stats};
 use crate::simd::{Avx2, Avx512, Avx512Dq};
 
 /// A token-taking copy of the dry pass and/or the commit pass, compiled
@@ -33,36 +32,17 @@ macro_rules! multiversion {
     };
     (commit $features:literal, $token:ty, $name:ident) => {
         /// [`commit_body`] compiled for this instruction set.
-        #[allow(clippy::too_many_arguments)]
         pub(super) fn $name<T: Master>(
             _proof: $token,
-            w: &mut [T],
-            g: &[T],
-            m: &mut [T],
-            v: &mut [T],
-            q: &mut [T],
-            c: &Coef<T>,
-            quant: Quantizer,
-            r: Rounding,
-            offset: usize,
+            s: CommitStep<'_, T>,
+            x: CommitChunk<'_, T>,
         ) {
-            #[allow(clippy::too_many_arguments)]
             #[target_feature(enable = $features)]
-            unsafe fn imp<T: Master>(
-                w: &mut [T],
-                g: &[T],
-                m: &mut [T],
-                v: &mut [T],
-                q: &mut [T],
-                c: &Coef<T>,
-                quant: Quantizer,
-                r: Rounding,
-                offset: usize,
-            ) {
-                commit_body(w, g, m, v, q, c, quant, r, offset)
+            unsafe fn imp<T: Master>(s: CommitStep<'_, T>, x: CommitChunk<'_, T>) {
+                commit_body(s, x)
             }
             // SAFETY: the token proves the CPU runs these features.
-            unsafe { imp(w, g, m, v, q, c, quant, r, offset) }
+            unsafe { imp(s, x) }
         }
     };
 }
