@@ -1,4 +1,6 @@
 //! Per-parameter quantized state and the parallel step over its groups.
+//! (Over 400 lines: the state types and the one step that walks them stay
+//! together.)
 
 use std::collections::BTreeMap;
 

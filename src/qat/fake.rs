@@ -1,5 +1,6 @@
 //! Fake quantization (quantize then dequantize) and its straight-through
-//! backward.
+//! backward. (Over 400 lines: the integer and FP8 paths share the rounding
+//! and chunking helpers.)
 //!
 //! Integer: `y = x / scale + zp` (a true division), clamped to
 //! `[qmin, qmax]`, rounded, and `fake = (q - zp) * scale`, all in f64 (an
