@@ -1,5 +1,4 @@
-//! QatOptimizer core: SIMD levels vs the scalar body, thread-count
-//! independence, transactional failures, byte-format robustness, and fake
+//! QatOptimizer through the public API: thread-count independence, transactional failures, byte-format robustness, and fake
 //! quantization against a direct formula (proptest over shapes and values).
 
 use proptest::prelude::*;
@@ -7,7 +6,6 @@ use quantrs::qat::{
     fake_quant_int, CounterRng, IntDtype, QatConfig, QatOptimizer, QuantParams, QuantScheme,
     QuantTarget, Rounding, RoundingMode,
 };
-use quantrs::simd::{available_levels, SimdLevel};
 use quantrs::QuantError;
 
 fn targets() -> Vec<QuantTarget> {
@@ -36,39 +34,16 @@ fn data(n: usize, seed: u64) -> Vec<f64> {
     u.iter().map(|x| (x - 0.5) * 4.0).collect()
 }
 
-/// Run `steps` steps at `lvl`; return (master, optimizer).
-fn run(lvl: SimdLevel, c: QatConfig, n: usize, steps: usize) -> (Vec<f64>, QatOptimizer<f64>) {
+/// Run `steps` steps; return (master, optimizer). (Every SIMD level against
+/// the scalar bodies is tested inside the crate, `src/qat/tests.rs`.)
+fn run(c: QatConfig, n: usize, steps: usize) -> (Vec<f64>, QatOptimizer<f64>) {
     let mut w = data(n, 1);
     let mut opt = QatOptimizer::new(&w, c, 11).unwrap();
     for s in 0..steps {
         let g = data(n, 100 + s as u64);
-        opt.step_at(lvl, &mut w, &g, None).unwrap();
+        opt.step(&mut w, &g, None).unwrap();
     }
     (w, opt)
-}
-
-#[test]
-fn every_simd_level_matches_scalar_bit_for_bit() {
-    for target in targets() {
-        for rounding in [RoundingMode::Nearest, RoundingMode::Stochastic] {
-            let schemes: &[QuantScheme] = match target {
-                QuantTarget::Int(_) => &[QuantScheme::Symmetric, QuantScheme::Affine],
-                QuantTarget::Fp8(_) => &[QuantScheme::Symmetric],
-            };
-            for &scheme in schemes {
-                let c = config(target, scheme, rounding);
-                // Lengths around the 8-lane body, the 1024 piece and the task chunk.
-                for n in [1, 7, 9, 1023, 1025, 16_385] {
-                    let (w0, o0) = run(SimdLevel::Scalar, c, n, 3);
-                    for lvl in available_levels() {
-                        let (w1, o1) = run(lvl, c, n, 3);
-                        assert_eq!(w0, w1, "{target:?} {lvl:?} n={n}");
-                        assert_eq!(o0, o1, "{target:?} {lvl:?} n={n}");
-                    }
-                }
-            }
-        }
-    }
 }
 
 #[test]
@@ -85,7 +60,7 @@ fn results_do_not_depend_on_thread_count() {
                 .num_threads(t)
                 .build()
                 .unwrap();
-            pool.install(|| run(quantrs::simd::level(), c, 100_003, 2))
+            pool.install(|| run(c, 100_003, 2))
         })
         .collect();
     assert_eq!(results[0], results[1]);
@@ -120,7 +95,7 @@ fn snapshot(w: &[f64], o: &QatOptimizer<f64>) -> (Vec<f64>, QatOptimizer<f64>) {
 fn failures_change_nothing() {
     for target in targets() {
         let c = config(target, QuantScheme::Symmetric, RoundingMode::Stochastic);
-        let (mut w, mut opt) = run(SimdLevel::Scalar, c, 50, 2);
+        let (mut w, mut opt) = run(c, 50, 2);
         let before = snapshot(&w, &opt);
         let mut nan = vec![1.0; 50];
         nan[13] = f64::NAN;
@@ -171,7 +146,7 @@ fn bytes_round_trip_and_reject_every_truncation() {
         QuantScheme::Affine,
         RoundingMode::Stochastic,
     );
-    let (mut w, opt) = run(SimdLevel::Scalar, c, 37, 2);
+    let (mut w, opt) = run(c, 37, 2);
     let bytes = opt.to_bytes();
     let mut back = QatOptimizer::<f64>::from_bytes(&bytes).unwrap();
     assert_eq!(back, opt);

@@ -21,20 +21,19 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
-use super::adam::Adam4bitCore;
 use super::codebook::VarianceMap;
 use super::config::{
     Adam4bitConfig, Adam4bitOptimizerConfig, AdvancedQuantizationConfig, QuantizationMethod,
 };
+use super::engine::Adam4bitCore;
 use super::state::{OptimizerState, ParamState, Scales, VScales};
 use crate::error::{QuantError, Result};
 use crate::st::{self, Dtype, OwnedTensor};
 
-/// Named tensors of a state dict.
-pub type Tensors = BTreeMap<String, OwnedTensor>;
+pub(crate) use super::traits::Tensors;
 
-pub const FORMAT: &str = "quantrs.adam4bit";
-pub const VERSION: u64 = 1;
+pub(crate) const FORMAT: &str = "quantrs.adam4bit";
+pub(crate) const VERSION: u64 = 1;
 
 fn kind(core: &Adam4bitCore) -> &'static str {
     if core.decoupled() {
@@ -93,7 +92,7 @@ fn put_scales(t: &mut Tensors, key: &str, which: &str, s: &Scales) {
 }
 
 /// The state of `core` as named tensors.
-pub fn to_tensors(core: &Adam4bitCore) -> Result<Tensors> {
+pub(crate) fn to_tensors(core: &Adam4bitCore) -> Result<Tensors> {
     let c = core.config();
     let (o, q) = (&c.optimizer, &c.quantization);
     let mut t = Tensors::new();
@@ -235,7 +234,7 @@ fn meta_bool(m: &Value, k: &str) -> Result<bool> {
 }
 
 /// Parse and check a state for an optimizer of kind `expect_kind`.
-pub fn parse(t: Tensors, expect_kind: &str) -> Result<(Adam4bitConfig, OptimizerState)> {
+pub(crate) fn parse(t: Tensors, expect_kind: &str) -> Result<(Adam4bitConfig, OptimizerState)> {
     let meta_t = t
         .get("meta")
         .ok_or_else(|| bad("missing tensor \"meta\""))?;
@@ -343,14 +342,14 @@ pub fn parse(t: Tensors, expect_kind: &str) -> Result<(Adam4bitConfig, Optimizer
 }
 
 /// Restore `core` from tensors (validated; unchanged on error).
-pub fn load_tensors(core: &mut Adam4bitCore, t: Tensors) -> Result<()> {
+pub(crate) fn load_tensors(core: &mut Adam4bitCore, t: Tensors) -> Result<()> {
     let (config, state) = parse(t, kind(core))?;
     core.restore(config, state);
     Ok(())
 }
 
 /// Serialize to safetensors bytes.
-pub fn to_bytes(core: &Adam4bitCore) -> Result<Vec<u8>> {
+pub(crate) fn to_bytes(core: &Adam4bitCore) -> Result<Vec<u8>> {
     let t = to_tensors(core)?;
     let list: Vec<_> = t
         .iter()
@@ -361,17 +360,17 @@ pub fn to_bytes(core: &Adam4bitCore) -> Result<Vec<u8>> {
 }
 
 /// Restore from safetensors bytes (validated; unchanged on error).
-pub fn from_bytes(core: &mut Adam4bitCore, bytes: &[u8]) -> Result<()> {
+pub(crate) fn from_bytes(core: &mut Adam4bitCore, bytes: &[u8]) -> Result<()> {
     let f = st::from_bytes(bytes)?;
     load_tensors(core, f.tensors.into_iter().collect())
 }
 
 /// Write the state to `path` atomically.
-pub fn save(core: &Adam4bitCore, path: &Path) -> Result<()> {
+pub(crate) fn save(core: &Adam4bitCore, path: &Path) -> Result<()> {
     st::write_atomic(path, &to_bytes(core)?)
 }
 
 /// Read a state written by [`save`].
-pub fn load(core: &mut Adam4bitCore, path: &Path) -> Result<()> {
+pub(crate) fn load(core: &mut Adam4bitCore, path: &Path) -> Result<()> {
     from_bytes(core, &std::fs::read(path)?)
 }

@@ -13,8 +13,7 @@
 //!     is never produced by the encoder.
 //!   - `DYNAMIC4`: the signed 4-bit dynamic-exponent map (Dettmers et al.
 //!     2022, "8-bit Optimizers via Block-wise Quantization", with 3 exponent
-//!     bits); the values are those torchao's `create_dynamic_map` gives (as listed in
-//!     the project's `research/sim_adamw4bit.py`).
+//!     bits); the values are those torchao's `create_dynamic_map` gives.
 //!   - [`dynamic8`]: the signed 8-bit dynamic-tree map of the same paper
 //!     (7 exponent levels, 127 positive values, their negatives, 0 and 1).
 //! - v (unsigned, never decodes a positive value to 0, see [`VarianceMap`]).
@@ -107,6 +106,7 @@ pub enum VarianceMap {
 }
 
 impl VarianceMap {
+    /// Every map, in declaration order.
     pub const ALL: [VarianceMap; 4] = [
         VarianceMap::Linear,
         VarianceMap::SqrtLinear,
@@ -114,6 +114,7 @@ impl VarianceMap {
         VarianceMap::SqrtLog,
     ];
 
+    /// Parse a map name (`linear`, `sqrt_linear`, `log`, `sqrt_log`; case-insensitive).
     pub fn parse(s: &str) -> Option<VarianceMap> {
         match s.trim().to_ascii_lowercase().as_str() {
             "linear" => Some(VarianceMap::Linear),
@@ -124,6 +125,7 @@ impl VarianceMap {
         }
     }
 
+    /// The name `parse` accepts and checkpoints store.
     pub fn name(self) -> &'static str {
         match self {
             VarianceMap::Linear => "linear",

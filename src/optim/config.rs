@@ -18,6 +18,7 @@ pub enum QuantizationMethod {
 }
 
 impl QuantizationMethod {
+    /// Every method, in declaration order.
     pub const ALL: [QuantizationMethod; 4] = [
         QuantizationMethod::Nf4,
         QuantizationMethod::Int4,
@@ -25,6 +26,7 @@ impl QuantizationMethod {
         QuantizationMethod::Int8,
     ];
 
+    /// Parse a method name (`nf4`, `int4`, `dynamic`, `int8`; case-insensitive).
     pub fn parse(s: &str) -> Result<QuantizationMethod> {
         match s.trim().to_ascii_lowercase().as_str() {
             "nf4" => Ok(QuantizationMethod::Nf4),
@@ -37,6 +39,7 @@ impl QuantizationMethod {
         }
     }
 
+    /// The name `parse` accepts and checkpoints store.
     pub fn name(self) -> &'static str {
         match self {
             QuantizationMethod::Nf4 => "nf4",
@@ -59,10 +62,15 @@ impl QuantizationMethod {
 /// The Adam hyper-parameters (seed order).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Adam4bitOptimizerConfig {
+    /// Step size, finite and >= 0.
     pub learning_rate: f32,
+    /// Decay of the first moment, in [0, 1).
     pub beta1: f32,
+    /// Decay of the second moment, in [0, 1).
     pub beta2: f32,
+    /// Added to the denominator, finite and > 0.
     pub epsilon: f32,
+    /// Weight decay (L2 for Adam4bit, decoupled for AdamW4bit), finite and >= 0.
     pub weight_decay: f32,
 }
 
@@ -89,6 +97,7 @@ pub fn check_lr(lr: f32) -> Result<()> {
 }
 
 impl Adam4bitOptimizerConfig {
+    /// Reject values outside each field's domain (the error names the field).
     pub fn validate(&self) -> Result<()> {
         check_lr(self.learning_rate)?;
         for (name, b) in [("beta1", self.beta1), ("beta2", self.beta2)] {
@@ -125,8 +134,11 @@ pub const ADAPTATION_RATE: f32 = 0.01;
 /// silently ignored.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct AdvancedQuantizationConfig {
+    /// The code book of m.
     pub method: QuantizationMethod,
+    /// Elements per block (one scale each), even, in [2, 65536].
     pub block_size: usize,
+    /// The seed's adaptation rate; only the default 0.01 is accepted.
     pub adaptation_rate: f32,
     /// Lower clamp of a non-zero block scale, in gradient units (m's scale,
     /// and `sqrt` of v's scale); all-zero blocks keep scale 0.
@@ -139,6 +151,7 @@ pub struct AdvancedQuantizationConfig {
     pub double_quantization: bool,
     /// lpmm's rank-1 normalization of v for 2-D parameters.
     pub rank1_normalization: bool,
+    /// The code book of v.
     pub variance_map: VarianceMap,
 }
 
@@ -165,6 +178,7 @@ impl Default for AdvancedQuantizationConfig {
 pub const MAX_BLOCK_SIZE: usize = 1 << 16;
 
 impl AdvancedQuantizationConfig {
+    /// Reject values outside each field's domain (the error names the field).
     pub fn validate(&self) -> Result<()> {
         if self.block_size == 0
             || !self.block_size.is_multiple_of(2)
@@ -209,11 +223,14 @@ impl AdvancedQuantizationConfig {
 /// Both halves of the configuration.
 #[derive(Clone, Copy, Debug, PartialEq, Default)]
 pub struct Adam4bitConfig {
+    /// The Adam hyper-parameters.
     pub optimizer: Adam4bitOptimizerConfig,
+    /// How the state is quantized.
     pub quantization: AdvancedQuantizationConfig,
 }
 
 impl Adam4bitConfig {
+    /// Validate both halves.
     pub fn validate(&self) -> Result<()> {
         self.optimizer.validate()?;
         self.quantization.validate()

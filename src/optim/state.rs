@@ -1,13 +1,15 @@
 //! Per-parameter quantized state and the parallel step over its groups.
+//! (Over 400 lines: the state types and the one step that walks them stay
+//! together.)
 
 use std::collections::BTreeMap;
 
 use rayon::prelude::*;
 
 use super::config::AdvancedQuantizationConfig;
-use super::kernel::{self, inv, Codecs, Pass1, Pass2, StepConsts, VScale};
-use super::scales::{dq_decode, dq_encode, GROUP_BLOCKS, ZERO_CODE};
-use crate::simd::SimdLevel;
+use super::dispatch::Kernels;
+use super::format::{inv, nibble, Codecs, MCodec, Pass1, Pass2, StepConsts, VScale};
+use super::scale_format::{GROUP_BLOCKS, ZERO_CODE};
 
 /// Block scales of one moment.
 #[derive(Clone, Debug, PartialEq)]
@@ -15,11 +17,16 @@ pub enum Scales {
     /// One f32 per block.
     F32(Vec<f32>),
     /// One 8-bit code per block, `(max, step)` f32 per group of 256 blocks.
-    Double { codes: Vec<u8>, groups: Vec<f32> },
+    Double {
+        /// One code per block (255: an all-zero block).
+        codes: Vec<u8>,
+        /// `(max, log2 step)` per group of 256 blocks.
+        groups: Vec<f32>,
+    },
 }
 
 impl Scales {
-    pub fn zeros(blocks: usize, double: bool) -> Scales {
+    pub(crate) fn zeros(blocks: usize, double: bool) -> Scales {
         if double {
             Scales::Double {
                 codes: vec![ZERO_CODE; blocks],
@@ -30,6 +37,7 @@ impl Scales {
         }
     }
 
+    /// Bytes of the stored scales.
     pub fn bytes(&self) -> usize {
         match self {
             Scales::F32(s) => 4 * s.len(),
@@ -55,19 +63,19 @@ enum ScalesChunk<'a> {
 }
 
 impl ScalesChunk<'_> {
-    fn decode(&self, level: SimdLevel, out: &mut [f32]) {
+    fn decode(&self, kernels: &Kernels, out: &mut [f32]) {
         match self {
             ScalesChunk::F32(s) => out.copy_from_slice(s),
-            ScalesChunk::Double(c, g) => dq_decode(level, c, g[0], g[1], out),
+            ScalesChunk::Double(c, g) => kernels.dq_decode(c, g[0], g[1], out),
         }
     }
 
     /// Store the clamped scales `s` (decoded values written back to `s`).
-    fn encode(&mut self, level: SimdLevel, s: &mut [f32]) {
+    fn encode(&mut self, kernels: &Kernels, s: &mut [f32]) {
         match self {
             ScalesChunk::F32(out) => out.copy_from_slice(s),
             ScalesChunk::Double(c, g) => {
-                let (max, step) = dq_encode(level, s, c);
+                let (max, step) = kernels.dq_encode(s, c);
                 g[0] = max;
                 g[1] = step;
             }
@@ -78,12 +86,15 @@ impl ScalesChunk<'_> {
 /// How v is scaled.
 #[derive(Clone, Debug, PartialEq)]
 pub enum VScales {
+    /// Per-block scales, as for m.
     Block(Scales),
     /// lpmm rank-1 normalization of a 2-D parameter: the scale of element
     /// `(i, j)` is `min(rows[i], cols[j])`, the row and column maxima of v
     /// (in the map's domain) after the last step.
     Rank1 {
+        /// Per-row maxima.
         rows: Vec<f32>,
+        /// Per-column maxima.
         cols: Vec<f32>,
     },
 }
@@ -91,16 +102,21 @@ pub enum VScales {
 /// The quantized state of one parameter.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ParamState {
+    /// The parameter's shape.
     pub shape: Vec<usize>,
+    /// m codes: two 4-bit codes per byte (element `2i` in the low nibble), or one int8 code per element.
     pub m_codes: Vec<u8>,
+    /// v codes, two 4-bit codes per byte.
     pub v_codes: Vec<u8>,
+    /// Block scales of m.
     pub m_scales: Scales,
+    /// Scales of v.
     pub v_scales: VScales,
 }
 
 /// Scale clamp bounds `[lo, hi]` in the stored domain.
 #[derive(Clone, Copy, Debug)]
-pub struct Clamp {
+pub(crate) struct Clamp {
     pub lo: f32,
     pub hi: f32,
 }
@@ -143,6 +159,7 @@ impl ParamState {
         }
     }
 
+    /// Number of elements.
     pub fn numel(&self) -> usize {
         self.shape.iter().product()
     }
@@ -158,8 +175,8 @@ impl ParamState {
 }
 
 /// Everything the step of one parameter needs besides its buffers.
-pub struct StepCtx<'a> {
-    pub level: SimdLevel,
+pub(crate) struct StepCtx<'a> {
+    pub kernels: Kernels,
     pub k: StepConsts,
     pub codecs: &'a Codecs,
     pub block_size: usize,
@@ -227,7 +244,7 @@ fn rank1_stats(
                     let mut rm = 0f32;
                     for j in 0..c {
                         let e = i * c + j;
-                        let code = kernel::nibble(&st.v_codes, e);
+                        let code = nibble(&st.v_codes, e);
                         let mut v_hat = ctx.codecs.v.decode(code) * rows_old[i].min(cols_old[j]);
                         if ctx.codecs.sqrt_domain {
                             v_hat *= v_hat;
@@ -257,10 +274,10 @@ fn rank1_stats(
 
 /// One fused step of one parameter: `w` updated in place, state re-encoded.
 /// `w` and `g` have `st.numel()` finite elements (checked by the caller).
-pub fn step_param(ctx: &StepCtx<'_>, st: &mut ParamState, w: &mut [f32], g: &[f32]) {
+pub(crate) fn step_param(ctx: &StepCtx<'_>, st: &mut ParamState, w: &mut [f32], g: &[f32]) {
     let bs = ctx.block_size;
     let ge = GROUP_BLOCKS * bs;
-    let m_bytes_per_group = if matches!(ctx.codecs.m, kernel::MCodec::Eight(_)) {
+    let m_bytes_per_group = if matches!(ctx.codecs.m, MCodec::Eight(_)) {
         ge
     } else {
         ge / 2
@@ -297,10 +314,10 @@ pub fn step_param(ctx: &StepCtx<'_>, st: &mut ParamState, w: &mut [f32], g: &[f3
                 let n = w.len();
                 let nb = n.div_ceil(bs);
                 let base = gi * ge;
-                msc.decode(ctx.level, &mut s.m_scale[..nb]);
+                msc.decode(&ctx.kernels, &mut s.m_scale[..nb]);
                 let v_scale = match &vsc {
                     Some(chunk) => {
-                        chunk.decode(ctx.level, &mut s.v_scale[..nb]);
+                        chunk.decode(&ctx.kernels, &mut s.v_scale[..nb]);
                         VScale::Block(&s.v_scale[..nb])
                     }
                     None => VScale::Rank1 {
@@ -309,8 +326,7 @@ pub fn step_param(ctx: &StepCtx<'_>, st: &mut ParamState, w: &mut [f32], g: &[f3
                         base,
                     },
                 };
-                kernel::pass1(
-                    ctx.level,
+                ctx.kernels.pass1(
                     &ctx.k,
                     ctx.codecs,
                     bs,
@@ -330,7 +346,7 @@ pub fn step_param(ctx: &StepCtx<'_>, st: &mut ParamState, w: &mut [f32], g: &[f3
                 for x in &mut s.m_absmax[..nb] {
                     *x = ctx.m_clamp.apply(*x);
                 }
-                msc.encode(ctx.level, &mut s.m_absmax[..nb]);
+                msc.encode(&ctx.kernels, &mut s.m_absmax[..nb]);
                 for x in &mut s.m_absmax[..nb] {
                     *x = inv(*x);
                 }
@@ -339,7 +355,7 @@ pub fn step_param(ctx: &StepCtx<'_>, st: &mut ParamState, w: &mut [f32], g: &[f3
                         for x in &mut s.u_max[..nb] {
                             *x = ctx.u_clamp.apply(*x);
                         }
-                        chunk.encode(ctx.level, &mut s.u_max[..nb]);
+                        chunk.encode(&ctx.kernels, &mut s.u_max[..nb]);
                         for x in &mut s.u_max[..nb] {
                             *x = inv(*x);
                         }
@@ -348,8 +364,7 @@ pub fn step_param(ctx: &StepCtx<'_>, st: &mut ParamState, w: &mut [f32], g: &[f3
                     (None, Some((rows, cols))) => VScale::Rank1 { rows, cols, base },
                     (None, None) => unreachable!("rank-1 state without statistics"),
                 };
-                kernel::pass2(
-                    ctx.level,
+                ctx.kernels.pass2(
                     ctx.codecs,
                     bs,
                     Pass2 {
@@ -374,15 +389,19 @@ pub fn step_param(ctx: &StepCtx<'_>, st: &mut ParamState, w: &mut [f32], g: &[f3
 /// checkpoints are deterministic).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct OptimizerState {
+    /// Steps taken (the bias corrections use `step + 1`).
     pub step: u64,
+    /// Every parameter's state, keyed `"n:<name>"` or `"p:<index>"`.
     pub params: BTreeMap<String, ParamState>,
 }
 
 impl OptimizerState {
+    /// Bytes of every parameter's live buffers.
     pub fn bytes(&self) -> usize {
         self.params.values().map(ParamState::bytes).sum()
     }
 
+    /// Elements over every parameter.
     pub fn elements(&self) -> usize {
         self.params.values().map(ParamState::numel).sum()
     }

@@ -6,7 +6,9 @@ use crate::fp8::Fp8Format;
 /// Integer storage types of the fake-quantized view.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum IntDtype {
+    /// 8-bit signed codes.
     Int8,
+    /// 4-bit signed codes.
     Int4,
 }
 
@@ -27,7 +29,9 @@ impl IntDtype {
 /// The grid of the quantized view.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum QuantTarget {
+    /// Integer codes of this type.
     Int(IntDtype),
+    /// The FP8 grid of this format.
     Fp8(Fp8Format),
 }
 
@@ -45,6 +49,7 @@ impl QuantTarget {
         }
     }
 
+    /// The name `parse` accepts.
     pub fn name(self) -> &'static str {
         match self {
             QuantTarget::Int(IntDtype::Int8) => "int8",
@@ -65,6 +70,7 @@ pub enum QuantScheme {
 }
 
 impl QuantScheme {
+    /// Parse `"symmetric"` or `"affine"` (alias `"asymmetric"`; case-insensitive).
     pub fn parse(s: &str) -> Result<QuantScheme> {
         match s.to_ascii_lowercase().as_str() {
             "symmetric" => Ok(QuantScheme::Symmetric),
@@ -75,6 +81,7 @@ impl QuantScheme {
         }
     }
 
+    /// The name `parse` accepts.
     pub fn name(self) -> &'static str {
         match self {
             QuantScheme::Symmetric => "symmetric",
@@ -95,6 +102,7 @@ pub enum RoundingMode {
 }
 
 impl RoundingMode {
+    /// Parse `"nearest"` or `"stochastic"` (case-insensitive).
     pub fn parse(s: &str) -> Result<RoundingMode> {
         match s.to_ascii_lowercase().as_str() {
             "nearest" => Ok(RoundingMode::Nearest),
@@ -105,6 +113,7 @@ impl RoundingMode {
         }
     }
 
+    /// The name `parse` accepts.
     pub fn name(self) -> &'static str {
         match self {
             RoundingMode::Nearest => "nearest",
@@ -116,13 +125,21 @@ impl RoundingMode {
 /// Configuration of a [`crate::qat::QatOptimizer`].
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct QatConfig {
+    /// The grid of the quantized view.
     pub target: QuantTarget,
+    /// Integer calibration scheme (symmetric only for FP8 targets).
     pub scheme: QuantScheme,
+    /// How the view rounds.
     pub rounding: RoundingMode,
+    /// AdamW learning rate, finite and >= 0.
     pub lr: f64,
+    /// First-moment decay, in [0, 1).
     pub beta1: f64,
+    /// Second-moment decay, in [0, 1).
     pub beta2: f64,
+    /// Added to the denominator, finite and > 0.
     pub eps: f64,
+    /// Decoupled weight decay, finite and >= 0.
     pub weight_decay: f64,
 }
 

@@ -24,15 +24,22 @@ pub trait Master:
     const DTYPE: &'static str;
     /// Tag in the serialized form.
     const TAG: u8;
+    /// Bytes per element.
     const BYTES: usize;
+    /// Zero.
     const ZERO: Self;
+    /// Positive infinity.
     const INF: Self;
 
+    /// `x` rounded to this type.
     fn from_f64(x: f64) -> Self;
+    /// Square root.
     fn sqrt(self) -> Self;
+    /// Absolute value.
     fn abs(self) -> Self;
     /// Round onto the FP8 grid, to nearest, saturating (NaN stays NaN).
     fn fp8_round(src: &[Self], dst: &mut [Self], fmt: Fp8Format);
+    /// Append the little-endian bytes.
     fn write_le(self, out: &mut Vec<u8>);
     /// `b` has exactly `BYTES` bytes.
     fn read_le(b: &[u8]) -> Self;

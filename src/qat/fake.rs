@@ -1,5 +1,6 @@
 //! Fake quantization (quantize then dequantize) and its straight-through
-//! backward.
+//! backward. (Over 400 lines: the integer and FP8 paths share the rounding
+//! and chunking helpers.)
 //!
 //! Integer: `y = x / scale + zp` (a true division), clamped to
 //! `[qmin, qmax]`, rounded, and `fake = (q - zp) * scale`, all in f64 (an
@@ -30,8 +31,14 @@ pub(crate) const CHUNK: usize = 1 << 14;
 /// Rounding of one call: nearest, or stochastic with a stream key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rounding {
+    /// Round to nearest, ties to even.
     Nearest,
-    Stochastic { key: u64 },
+    /// Round up with probability equal to the fraction, drawing from the
+    /// stream `key`.
+    Stochastic {
+        /// The stream key (`rng::stream_key(seed, step)`).
+        key: u64,
+    },
 }
 
 /// 1.5 * 2^52: adding and subtracting it rounds an |y| < 2^51 to an integer
@@ -221,6 +228,7 @@ pub fn fake_quant_fp8<T: Master>(
 
 /// An integer code type (`i8` or `i32`).
 pub trait Code: Copy + Send + Sync {
+    /// The code `q` (an integer-valued f64 in range) as this type.
     fn from_code(q: f64) -> Self;
 }
 impl Code for i8 {

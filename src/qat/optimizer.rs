@@ -3,12 +3,13 @@
 pub use super::element::Master;
 
 use super::config::{QatConfig, QuantTarget, RoundingMode};
+use super::dispatch::Kernels;
 use super::fake::{fake_quant_fp8, fake_quant_int, IntGrid, Rounding};
-use super::kernel::{commit_at, dry_at, Coef, Quantizer};
+use super::format::{Coef, CommitStep, Quantizer};
 use super::params::{finite_minmax, QuantParams};
 use super::rng::stream_key;
 use crate::error::{QuantError, Result};
-use crate::simd::{level, SimdLevel};
+use crate::simd::SimdLevel;
 
 /// QAT optimizer: owns the AdamW moments and the fake-quantized view of the
 /// caller-owned master weights.
@@ -100,10 +101,12 @@ impl<T: Master> QatOptimizer<T> {
         self.params.as_ref()
     }
 
+    /// Steps taken so far.
     pub fn step_count(&self) -> u64 {
         self.step
     }
 
+    /// The configuration.
     pub fn config(&self) -> &QatConfig {
         &self.config
     }
@@ -113,10 +116,12 @@ impl<T: Master> QatOptimizer<T> {
         self.seed
     }
 
+    /// Number of weights.
     pub fn len(&self) -> usize {
         self.quantized.len()
     }
 
+    /// True when there are no weights (never, once constructed).
     pub fn is_empty(&self) -> bool {
         self.quantized.is_empty()
     }
@@ -132,14 +137,25 @@ impl<T: Master> QatOptimizer<T> {
     /// Errors (nothing changes): a length mismatch, a non-finite gradient or
     /// master, an update that overflows, a degenerate calibration.
     pub fn step(&mut self, master: &mut [T], grad: &[T], seed: Option<u64>) -> Result<()> {
-        self.step_at(level(), master, grad, seed)
+        self.step_with(Kernels::in_force(), master, grad, seed)
     }
 
-    /// [`Self::step`] at a given SIMD level (for tests comparing levels).
-    #[doc(hidden)]
-    pub fn step_at(
+    /// [`Self::step`] at a given SIMD level (tests compare levels); an
+    /// error, and no change, for a level above the one in force.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn step_at(
         &mut self,
-        lvl: SimdLevel,
+        level: SimdLevel,
+        master: &mut [T],
+        grad: &[T],
+        seed: Option<u64>,
+    ) -> Result<()> {
+        self.step_with(Kernels::at(level)?, master, grad, seed)
+    }
+
+    fn step_with(
+        &mut self,
+        kernels: Kernels,
         master: &mut [T],
         grad: &[T],
         seed: Option<u64>,
@@ -157,24 +173,20 @@ impl<T: Master> QatOptimizer<T> {
             .ok_or_else(|| QuantError::InvalidState("step count overflow".into()))?;
         let c = &self.config;
         let coef = Coef::<T>::new(c.lr, c.beta1, c.beta2, c.eps, c.weight_decay, t);
-        let stats = dry_at(lvl, master, grad, &self.m, &self.v, &coef);
+        let stats = kernels.dry(master, grad, &self.m, &self.v, &coef);
         if stats.non_finite {
             return Err(self.diagnose(master, grad));
         }
         let (params, quant) = calibrate_for(&self.config, stats.min, stats.max)?;
         // Nothing can fail from here on.
         let r = rounding(&self.config, seed.unwrap_or(self.seed), t);
-        commit_at(
-            lvl,
-            master,
-            grad,
-            &mut self.m,
-            &mut self.v,
-            &mut self.quantized,
-            &coef,
+        let step = CommitStep {
+            coef: &coef,
             quant,
-            r,
-        );
+            rounding: r,
+        };
+        let buffers = (master, grad, &mut self.m[..], &mut self.v[..]);
+        kernels.commit(step, buffers, &mut self.quantized);
         self.params = params;
         self.step = t;
         Ok(())

@@ -1,6 +1,6 @@
 //! Integer quantization parameters and calibration.
 //!
-//! Per tensor (SPEC section 7):
+//! Per tensor (docs/qat.md):
 //! - symmetric: `scale = absmax / qmax`, `zero_point = 0`;
 //! - affine: `[min, max]` widened to include 0,
 //!   `scale = (max - min) / (qmax - qmin)`,
@@ -21,9 +21,13 @@ use crate::error::{QuantError, Result};
 /// `scale`, `zero_point` and the integer range of one quantizer.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct QuantParams {
+    /// Step between codes.
     pub scale: f64,
+    /// The code of 0.
     pub zero_point: i32,
+    /// Smallest code.
     pub qmin: i32,
+    /// Largest code.
     pub qmax: i32,
 }
 

@@ -34,11 +34,14 @@ pub fn uniform(key: u64, index: u64) -> f64 {
 /// next counter, so the state is two integers and serializes trivially.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CounterRng {
+    /// The seed.
     pub seed: u64,
+    /// Draws made so far.
     pub counter: u64,
 }
 
 impl CounterRng {
+    /// A generator at counter 0.
     pub fn new(seed: u64) -> CounterRng {
         CounterRng { seed, counter: 0 }
     }
@@ -55,6 +58,7 @@ impl CounterRng {
         CounterRng::new(h.finish())
     }
 
+    /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
         let key = stream_key(self.seed, u64::MAX);
         self.counter = self.counter.wrapping_add(1);

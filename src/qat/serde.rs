@@ -24,7 +24,8 @@ const TARGETS: [QuantTarget; 4] = [
 ];
 
 /// The dtype tag of serialized bytes (1 = f32, 2 = f64), after the header checks.
-pub fn dtype_tag(bytes: &[u8]) -> Result<u8> {
+#[cfg_attr(not(feature = "python"), allow(dead_code))]
+pub(crate) fn dtype_tag(bytes: &[u8]) -> Result<u8> {
     if bytes.len() < 9 || &bytes[..4] != MAGIC {
         return Err(QuantError::ser("not a QatOptimizer state (bad magic)"));
     }
@@ -32,6 +33,7 @@ pub fn dtype_tag(bytes: &[u8]) -> Result<u8> {
 }
 
 impl<T: Master> QatOptimizer<T> {
+    /// The byte form (see the module docs); `from_bytes` reads it back.
     pub fn to_bytes(&self) -> Vec<u8> {
         let n = self.quantized.len();
         let mut out = Vec::with_capacity(96 + 3 * n * T::BYTES);
@@ -71,6 +73,7 @@ impl<T: Master> QatOptimizer<T> {
         out
     }
 
+    /// Parse and validate bytes written by `to_bytes` (the error names what is wrong).
     pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
         if bytes.len() < 4 {
             return Err(QuantError::ser("truncated QatOptimizer state"));

@@ -1,3 +1,5 @@
+//! Block-scale codes, the scalar twin (a leaf: no `unsafe`, no dispatch).
+//!
 //! Block scales: one f32 per block, or (double quantization, after QLoRA
 //! section 3) an 8-bit code per block plus an f32 pair `(max, step)` per
 //! group of [`GROUP_BLOCKS`] blocks.
@@ -13,13 +15,11 @@
 //! 8-bit code on the scales, this never rounds the scale of a block with
 //! small values (typical for v) to 0 or to the group's maximum.
 
-use crate::simd::SimdLevel;
-
 /// Blocks per double-quantization group (and per kernel work item).
-pub const GROUP_BLOCKS: usize = 256;
+pub(crate) const GROUP_BLOCKS: usize = 256;
 
 /// Code of an all-zero block.
-pub const ZERO_CODE: u8 = 255;
+pub(crate) const ZERO_CODE: u8 = 255;
 const STEPS: f32 = 254.0;
 
 /// `log2(r)` for a positive normal `r`, to ~1e-5: exponent bits plus the
@@ -27,7 +27,7 @@ const STEPS: f32 = 254.0;
 /// (the result is fixed up against the table), so its accuracy affects the
 /// speed, never the codes.
 #[inline]
-fn log2_approx(r: f32) -> f32 {
+pub(crate) fn log2_approx(r: f32) -> f32 {
     let bits = r.to_bits();
     let e = ((bits >> 23) & 0xff) as i32 - 127;
     let m = f32::from_bits((bits & 0x007f_ffff) | 0x3f80_0000);
@@ -73,23 +73,26 @@ pub(crate) const EXP2_C: [f32; 6] = [
     0.000_154_035_3,
 ];
 
+/// Fill `t[..255]` with `max * 2^(c * step)`: the scalar twin of the
+/// AVX-512 table (the same operations in the same order).
+pub(crate) fn fill_table(max: f32, step: f32, t: &mut [f32; 256]) {
+    for (c, x) in t.iter_mut().enumerate().take(255) {
+        *x = max * exp2_neg(c as f32 * step);
+    }
+}
+
 /// The 256 decoded scales of a group: `t[0] = max`, `t[c] = max * 2^(c *
 /// step)` made non-increasing (a running minimum, so the search below is
-/// exact whatever the polynomial's rounding), `t[255] = 0`.
-fn table(level: SimdLevel, max: f32, step: f32, t: &mut [f32; 256]) {
-    let mut done = false;
-    #[cfg(target_arch = "x86_64")]
-    if level == SimdLevel::Avx512 {
-        // SAFETY: `level == Avx512` only when the CPU has AVX-512 F/BW/VL.
-        unsafe { super::kernel_avx512::exp2_table(max, step, t) };
-        done = true;
-    }
-    let _ = level;
-    if !done {
-        for (c, x) in t.iter_mut().enumerate().take(255) {
-            *x = max * exp2_neg(c as f32 * step);
-        }
-    }
+/// exact whatever the polynomial's rounding), `t[255] = 0`. `fill` writes
+/// the raw values ([`fill_table`] or a SIMD twin of it).
+#[inline]
+pub(crate) fn table_with(
+    max: f32,
+    step: f32,
+    t: &mut [f32; 256],
+    fill: impl FnOnce(f32, f32, &mut [f32; 256]),
+) {
+    fill(max, step, t);
     t[0] = max;
     // Usually already non-increasing (a vectorizable check); otherwise take
     // the running minimum. Either way the same table results.
@@ -102,10 +105,9 @@ fn table(level: SimdLevel, max: f32, step: f32, t: &mut [f32; 256]) {
     t[ZERO_CODE as usize] = 0.0;
 }
 
-/// Decode the scales of one group (`codes.len()` blocks) into `out`.
-pub fn dq_decode(level: SimdLevel, codes: &[u8], max: f32, step: f32, out: &mut [f32]) {
-    let mut t = [0f32; 256];
-    table(level, max, step, &mut t);
+/// Decode the scales of one group (`codes.len()` blocks) into `out`, given
+/// the group's table.
+pub(crate) fn decode_with_table(codes: &[u8], t: &[f32; 256], out: &mut [f32]) {
     for (o, &c) in out.iter_mut().zip(codes) {
         *o = t[c as usize];
     }
@@ -115,7 +117,7 @@ pub fn dq_decode(level: SimdLevel, codes: &[u8], max: f32, step: f32, out: &mut 
 /// from `guess`; the table is non-increasing with `t[0] = max >= x`, so the
 /// answer does not depend on the guess.
 #[inline]
-pub fn search_from(x: f32, guess: usize, t: &[f32; 256]) -> usize {
+pub(crate) fn search_from(x: f32, guess: usize, t: &[f32; 256]) -> usize {
     let mut idx = guess.min(254);
     while idx > 0 && t[idx] < x {
         idx -= 1;
@@ -126,11 +128,37 @@ pub fn search_from(x: f32, guess: usize, t: &[f32; 256]) -> usize {
     idx
 }
 
+/// The code of one scale `x` (the fix-up of a failed SIMD guess too):
+/// writes the code and the decoded scale.
+#[inline]
+pub(crate) fn encode_one(x: &mut f32, c: &mut u8, guess: usize, t: &[f32; 256]) {
+    if *x == 0.0 {
+        *c = ZERO_CODE;
+        *x = 0.0;
+    } else {
+        let idx = search_from(*x, guess, t);
+        *c = idx as u8;
+        *x = t[idx];
+    }
+}
+
+/// A SIMD search over a prefix of the scales: `(s, codes, max, 1 / step,
+/// table) -> how many leading entries it encoded`.
+pub(crate) type PrefixSearch<'a> =
+    &'a dyn Fn(&mut [f32], &mut [u8], f32, f32, &[f32; 256]) -> usize;
+
 /// Encode the (non-negative, finite) scales `s` of one group: writes the
 /// codes, returns `(max, step)` and overwrites `s` with the decoded scales.
 /// Each code is the largest `c <= 254` with `t[c] >= s`, so every decoded
-/// scale is at least its block's absmax; every `level` gives the same codes.
-pub fn dq_encode(level: SimdLevel, s: &mut [f32], codes: &mut [u8]) -> (f32, f32) {
+/// scale is at least its block's absmax. `fill` builds the table (see
+/// [`table_with`]); `prefix`, when given, encodes a leading run first (it
+/// must give exactly these codes).
+pub(crate) fn encode_with(
+    s: &mut [f32],
+    codes: &mut [u8],
+    fill: impl FnOnce(f32, f32, &mut [f32; 256]),
+    prefix: Option<PrefixSearch<'_>>,
+) -> (f32, f32) {
     let max = s.iter().fold(0f32, |a, &x| a.max(x));
     let min = s
         .iter()
@@ -144,23 +172,16 @@ pub fn dq_encode(level: SimdLevel, s: &mut [f32], codes: &mut [u8]) -> (f32, f32
     let step = log2_step(max, min);
     let inv_step = if step < 0.0 { 1.0 / step } else { 0.0 };
     let mut t = [0f32; 256];
-    table(level, max, step, &mut t);
+    table_with(max, step, &mut t, fill);
     // The fast logarithm is good to ~1e-5: with code steps below 1e-3
     // (max/min < 1.2) the exact one keeps the walk short.
     let fast = step < -1e-3;
-    let mut done = 0;
-    #[cfg(target_arch = "x86_64")]
-    if fast && level == SimdLevel::Avx512 {
-        // SAFETY: `level == Avx512` only when the CPU has AVX-512 F/BW/VL.
-        done = unsafe { super::kernel_avx512::dq_search(s, codes, max, inv_step, &t) };
-    }
-    let _ = level;
+    let done = match prefix {
+        Some(search) if fast => search(s, codes, max, inv_step, &t),
+        _ => 0,
+    };
     for (x, c) in s[done..].iter_mut().zip(codes[done..].iter_mut()) {
-        if *x == 0.0 {
-            *c = ZERO_CODE;
-            continue;
-        }
-        let guess = if step == 0.0 {
+        let guess = if step == 0.0 || *x == 0.0 {
             254
         } else {
             let l = if fast {
@@ -170,11 +191,23 @@ pub fn dq_encode(level: SimdLevel, s: &mut [f32], codes: &mut [u8]) -> (f32, f32
             };
             (l * inv_step).clamp(0.0, STEPS) as usize
         };
-        let idx = search_from(*x, guess, &t);
-        *c = idx as u8;
-        *x = t[idx];
+        encode_one(x, c, guess, &t);
     }
     (max, step)
+}
+
+/// [`encode_with`] on the scalar table, no SIMD prefix: the scalar twin.
+#[cfg(test)]
+pub(crate) fn encode(s: &mut [f32], codes: &mut [u8]) -> (f32, f32) {
+    encode_with(s, codes, fill_table, None)
+}
+
+/// Decode one group with the scalar table: the scalar twin.
+#[cfg(test)]
+pub(crate) fn decode(codes: &[u8], max: f32, step: f32, out: &mut [f32]) {
+    let mut t = [0f32; 256];
+    table_with(max, step, &mut t, fill_table);
+    decode_with_table(codes, &t, out);
 }
 
 #[cfg(test)]
@@ -194,9 +227,9 @@ mod tests {
             .collect();
         let orig = s.clone();
         let mut codes = vec![0u8; 256];
-        let (max, step) = dq_encode(SimdLevel::Scalar, &mut s, &mut codes);
+        let (max, step) = encode(&mut s, &mut codes);
         let mut dec = vec![0f32; 256];
-        dq_decode(SimdLevel::Scalar, &codes, max, step, &mut dec);
+        decode(&codes, max, step, &mut dec);
         let min = max * 2f32.powf(254.0 * step);
         assert_eq!(dec, s);
         let ratio = (max / min).powf(1.0 / 254.0);
@@ -222,53 +255,12 @@ mod tests {
                 .collect();
             let orig = s.clone();
             let mut codes = vec![0u8; 256];
-            let (max, step) = dq_encode(SimdLevel::Scalar, &mut s, &mut codes);
+            let (max, step) = encode(&mut s, &mut codes);
             let mut t = [0f32; 256];
-            table(SimdLevel::Scalar, max, step, &mut t);
+            table_with(max, step, &mut t, fill_table);
             for (x, c) in orig.iter().zip(&codes) {
                 let best = (0..255).filter(|&k| t[k] >= *x).max().unwrap();
                 assert_eq!(*c as usize, best, "spread {spread}");
-            }
-        }
-    }
-
-    #[test]
-    fn every_level_gives_the_same_codes() {
-        for spread in [1.0001f32, 1.3, 2.0, 1e3, 1e20] {
-            let base: Vec<f32> = (0..256)
-                .map(|i| {
-                    if i % 31 == 0 {
-                        0.0
-                    } else {
-                        spread.powf(((i * 97) % 256) as f32 / 255.0) * 3e-4
-                    }
-                })
-                .collect();
-            let mut outs = Vec::new();
-            for level in crate::simd::available_levels() {
-                for n in [256usize, 255, 17, 3] {
-                    let mut s = base[..n].to_vec();
-                    let mut codes = vec![0u8; n];
-                    let pair = dq_encode(level, &mut s, &mut codes);
-                    outs.push((n, pair, codes, s));
-                }
-            }
-            let k = outs.len() / crate::simd::available_levels().len();
-            for (i, o) in outs.iter().enumerate() {
-                assert_eq!(o, &outs[i % k], "spread {spread}");
-            }
-        }
-    }
-
-    #[test]
-    fn tables_agree_across_levels() {
-        for (max, step) in [(1.0f32, -0.001f32), (3e-7, -0.37), (5e3, -1.0), (2.0, 0.0)] {
-            let mut t0 = [0f32; 256];
-            table(SimdLevel::Scalar, max, step, &mut t0);
-            for level in crate::simd::available_levels() {
-                let mut t = [0f32; 256];
-                table(level, max, step, &mut t);
-                assert_eq!(t, t0, "{level:?} {max} {step}");
             }
         }
     }
@@ -285,12 +277,12 @@ mod tests {
     fn constant_and_single() {
         let mut s = vec![3.5f32; 10];
         let mut codes = vec![0u8; 10];
-        let (max, step) = dq_encode(SimdLevel::Scalar, &mut s, &mut codes);
+        let (max, step) = encode(&mut s, &mut codes);
         assert_eq!((max, step), (3.5, 0.0));
         assert!(s.iter().all(|&x| x == 3.5));
         let mut z = vec![0f32; 4];
         let mut c = vec![0u8; 4];
-        assert_eq!(dq_encode(SimdLevel::Scalar, &mut z, &mut c), (0.0, 0.0));
+        assert_eq!(encode(&mut z, &mut c), (0.0, 0.0));
         assert!(c.iter().all(|&x| x == ZERO_CODE));
     }
 }

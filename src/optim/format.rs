@@ -1,5 +1,8 @@
-//! The fused per-group step, scalar reference (this file) and AVX-512
-//! (`kernel_avx512.rs`). A group is up to [`GROUP_BLOCKS`](super::scales::GROUP_BLOCKS)
+//! The fused step's layout and its scalar twin: element math, code
+//! layout, the argument structs of the two passes, and the scalar passes
+//! every SIMD kernel is tested against (a leaf: no `unsafe`, no dispatch).
+//!
+//! A group is up to [`GROUP_BLOCKS`](super::scale_format::GROUP_BLOCKS)
 //! blocks; per group:
 //!
 //! 1. `pass1`: per element, decode m and v from their codes and the block's
@@ -12,7 +15,7 @@
 //! Only one group of f32 m and v exists at a time per thread; the full
 //! tensors are never materialized.
 //!
-//! Element math (SPEC section 6), the same IEEE operations in the same
+//! Element math (docs/optim.md), the same IEEE operations in the same
 //! order in every path (no FMA contraction), so SIMD and scalar agree bit
 //! for bit:
 //! `g' = g + l2 * w`, `m = b1 m + (1-b1) g'`, `v = b2 v + (1-b2) g'^2`,
@@ -26,29 +29,36 @@
 //! block starts on a byte. int8 m codes are one byte per element.
 
 use super::codebook::{Codebook16, Codebook256};
-use crate::simd::SimdLevel;
 
 /// Per-step constants of the element math.
 #[derive(Clone, Copy, Debug)]
-pub struct StepConsts {
-    pub b1: f32,
-    pub b2: f32,
-    pub omb1: f32,
-    pub omb2: f32,
+pub(crate) struct StepConsts {
+    pub(crate) b1: f32,
+    pub(crate) b2: f32,
+    pub(crate) omb1: f32,
+    pub(crate) omb2: f32,
     /// `1 / sqrt(1 - b2^t)`.
-    pub inv_sqrt_bc2: f32,
-    pub eps: f32,
+    pub(crate) inv_sqrt_bc2: f32,
+    pub(crate) eps: f32,
     /// `lr / (1 - b1^t)`.
-    pub step_size: f32,
+    pub(crate) step_size: f32,
     /// `lr * wd` (AdamW) or 0.
-    pub lr_wd: f32,
+    pub(crate) lr_wd: f32,
     /// `wd` (Adam, L2 folded into the gradient) or 0.
-    pub l2: f32,
+    pub(crate) l2: f32,
 }
 
 impl StepConsts {
     /// Constants for step `t = step + 1`.
-    pub fn new(lr: f32, b1: f32, b2: f32, eps: f32, wd: f32, decoupled: bool, t: u64) -> Self {
+    pub(crate) fn new(
+        lr: f32,
+        b1: f32,
+        b2: f32,
+        eps: f32,
+        wd: f32,
+        decoupled: bool,
+        t: u64,
+    ) -> Self {
         let t = t.min(i32::MAX as u64) as i32;
         let bc1 = 1.0 - (b1 as f64).powi(t);
         let bc2 = 1.0 - (b2 as f64).powi(t);
@@ -67,7 +77,7 @@ impl StepConsts {
 
     /// One element: returns `(w, m, v, sqrt(v))`.
     #[inline(always)]
-    pub fn element(&self, w: f32, g: f32, m_hat: f32, v_hat: f32) -> (f32, f32, f32, f32) {
+    pub(crate) fn element(&self, w: f32, g: f32, m_hat: f32, v_hat: f32) -> (f32, f32, f32, f32) {
         let gp = g + self.l2 * w;
         let m = self.b1 * m_hat + self.omb1 * gp;
         let v = self.b2 * v_hat + self.omb2 * (gp * gp);
@@ -80,23 +90,23 @@ impl StepConsts {
 
 /// The m code book.
 #[derive(Clone, Debug)]
-pub enum MCodec {
+pub(crate) enum MCodec {
     Four(Codebook16),
     Eight(Box<Codebook256>),
 }
 
 /// Code books of one optimizer.
 #[derive(Clone, Debug)]
-pub struct Codecs {
-    pub m: MCodec,
-    pub v: Codebook16,
-    pub sqrt_domain: bool,
+pub(crate) struct Codecs {
+    pub(crate) m: MCodec,
+    pub(crate) v: Codebook16,
+    pub(crate) sqrt_domain: bool,
 }
 
 impl Codecs {
     /// v (linear domain) from its code and scale.
     #[inline(always)]
-    fn v_decode(&self, code: u8, scale: f32) -> f32 {
+    pub(crate) fn v_decode(&self, code: u8, scale: f32) -> f32 {
         let u = self.v.decode(code) * scale;
         if self.sqrt_domain {
             u * u
@@ -107,7 +117,7 @@ impl Codecs {
 
     /// v in the map's domain, given `v` and `sqrt(v)`.
     #[inline(always)]
-    pub fn to_domain(&self, v: f32, r: f32) -> f32 {
+    pub(crate) fn to_domain(&self, v: f32, r: f32) -> f32 {
         if self.sqrt_domain {
             r
         } else {
@@ -118,7 +128,7 @@ impl Codecs {
 
 /// Decoded (unscaled) m of element `e`.
 #[inline(always)]
-pub fn m_decode(m: &MCodec, codes: &[u8], e: usize) -> f32 {
+pub(crate) fn m_decode(m: &MCodec, codes: &[u8], e: usize) -> f32 {
     match m {
         MCodec::Four(cb) => cb.decode(nibble(codes, e)),
         MCodec::Eight(cb) => cb.decode(codes[e]),
@@ -127,7 +137,7 @@ pub fn m_decode(m: &MCodec, codes: &[u8], e: usize) -> f32 {
 
 /// Store the nearest code of the normalized `x` for element `e`.
 #[inline(always)]
-pub fn m_encode(m: &MCodec, codes: &mut [u8], e: usize, x: f32) {
+pub(crate) fn m_encode(m: &MCodec, codes: &mut [u8], e: usize, x: f32) {
     match m {
         MCodec::Four(cb) => set_nibble(codes, e, cb.encode(x)),
         MCodec::Eight(cb) => codes[e] = cb.encode(x),
@@ -135,12 +145,12 @@ pub fn m_encode(m: &MCodec, codes: &mut [u8], e: usize, x: f32) {
 }
 
 #[inline(always)]
-pub fn nibble(codes: &[u8], e: usize) -> u8 {
+pub(crate) fn nibble(codes: &[u8], e: usize) -> u8 {
     (codes[e >> 1] >> ((e & 1) * 4)) & 15
 }
 
 #[inline(always)]
-pub fn set_nibble(codes: &mut [u8], e: usize, c: u8) {
+pub(crate) fn set_nibble(codes: &mut [u8], e: usize, c: u8) {
     let sh = (e & 1) * 4;
     let b = &mut codes[e >> 1];
     *b = (*b & !(15 << sh)) | (c << sh);
@@ -148,7 +158,7 @@ pub fn set_nibble(codes: &mut [u8], e: usize, c: u8) {
 
 /// How v is scaled: per block, or per element by rank-1 statistics.
 #[derive(Clone, Copy, Debug)]
-pub enum VScale<'a> {
+pub(crate) enum VScale<'a> {
     Block(&'a [f32]),
     /// `min(rows[i], cols[j])` for element `(i, j)` of a `rows x cols`
     /// matrix; `base` is the group's first element.
@@ -161,7 +171,7 @@ pub enum VScale<'a> {
 
 impl VScale<'_> {
     #[inline(always)]
-    pub fn at(&self, block: usize, e: usize) -> f32 {
+    pub(crate) fn at(&self, block: usize, e: usize) -> f32 {
         match *self {
             VScale::Block(s) => s[block],
             VScale::Rank1 { rows, cols, base } => {
@@ -173,35 +183,35 @@ impl VScale<'_> {
 }
 
 /// One group's buffers for pass 1.
-pub struct Pass1<'a> {
-    pub w: &'a mut [f32],
-    pub g: &'a [f32],
-    pub m_codes: &'a [u8],
-    pub v_codes: &'a [u8],
-    pub m_scale: &'a [f32],
-    pub v_scale: VScale<'a>,
+pub(crate) struct Pass1<'a> {
+    pub(crate) w: &'a mut [f32],
+    pub(crate) g: &'a [f32],
+    pub(crate) m_codes: &'a [u8],
+    pub(crate) v_codes: &'a [u8],
+    pub(crate) m_scale: &'a [f32],
+    pub(crate) v_scale: VScale<'a>,
     /// Scratch of `w.len()` each: new m and new u.
-    pub sm: &'a mut [f32],
-    pub su: &'a mut [f32],
+    pub(crate) sm: &'a mut [f32],
+    pub(crate) su: &'a mut [f32],
     /// Per block: absmax of the new m, max of the new u.
-    pub m_absmax: &'a mut [f32],
-    pub u_max: &'a mut [f32],
+    pub(crate) m_absmax: &'a mut [f32],
+    pub(crate) u_max: &'a mut [f32],
 }
 
 /// One group's buffers for pass 2. `inv_*` hold `1 / scale` (0 for a zero
 /// scale); for rank-1 v, `v_inv` is `VScale::Rank1` over the new statistics
 /// and is inverted per element.
-pub struct Pass2<'a> {
-    pub sm: &'a [f32],
-    pub su: &'a [f32],
-    pub m_inv: &'a [f32],
-    pub v_inv: VScale<'a>,
-    pub m_codes: &'a mut [u8],
-    pub v_codes: &'a mut [u8],
+pub(crate) struct Pass2<'a> {
+    pub(crate) sm: &'a [f32],
+    pub(crate) su: &'a [f32],
+    pub(crate) m_inv: &'a [f32],
+    pub(crate) v_inv: VScale<'a>,
+    pub(crate) m_codes: &'a mut [u8],
+    pub(crate) v_codes: &'a mut [u8],
 }
 
 #[inline(always)]
-pub fn inv(s: f32) -> f32 {
+pub(crate) fn inv(s: f32) -> f32 {
     if s > 0.0 {
         1.0 / s
     } else {
@@ -209,9 +219,9 @@ pub fn inv(s: f32) -> f32 {
     }
 }
 
-/// Pass 1, scalar reference. Dispatches once on the code book and the v
+/// Pass 1, the scalar twin of the SIMD kernels. Dispatches once on the code book and the v
 /// scaling so the element loop is monomorphized.
-pub fn pass1_scalar(k: &StepConsts, c: &Codecs, bs: usize, p: Pass1<'_>) {
+pub(crate) fn pass1(k: &StepConsts, c: &Codecs, bs: usize, p: Pass1<'_>) {
     let vs = p.v_scale;
     match (&c.m, vs) {
         (MCodec::Four(cb), VScale::Block(s)) => {
@@ -239,33 +249,52 @@ fn pass1_loop(
     k: &StepConsts,
     c: &Codecs,
     bs: usize,
-    p: Pass1<'_>,
+    mut p: Pass1<'_>,
     m_dec: impl Fn(&[u8], usize) -> f32,
     v_scale: impl Fn(usize, usize) -> f32,
 ) {
     let n = p.w.len();
     for (b, start) in (0..n).step_by(bs).enumerate() {
         let end = (start + bs).min(n);
-        let sm = p.m_scale[b];
-        let (mut am, mut au) = (0f32, 0f32);
-        for e in start..end {
-            let m_hat = m_dec(p.m_codes, e) * sm;
-            let v_hat = c.v_decode(nibble(p.v_codes, e), v_scale(b, e));
-            let (w, m, v, r) = k.element(p.w[e], p.g[e], m_hat, v_hat);
-            let u = c.to_domain(v, r);
-            p.w[e] = w;
-            p.sm[e] = m;
-            p.su[e] = u;
-            am = am.max(m.abs());
-            au = au.max(u);
-        }
+        let (am, au) = pass1_elements(k, c, &mut p, b, start..end, &m_dec, &v_scale, (0.0, 0.0));
         p.m_absmax[b] = am;
         p.u_max[b] = au;
     }
 }
 
-/// Pass 2, scalar reference.
-pub fn pass2_scalar(c: &Codecs, bs: usize, p: Pass2<'_>) {
+/// Pass 1 over the elements `range` of block `b`, folding the block's
+/// running `(absmax of m, max of u)` from `acc`; also the tail of the SIMD
+/// kernels.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub(crate) fn pass1_elements(
+    k: &StepConsts,
+    c: &Codecs,
+    p: &mut Pass1<'_>,
+    b: usize,
+    range: std::ops::Range<usize>,
+    m_dec: impl Fn(&[u8], usize) -> f32,
+    v_scale: impl Fn(usize, usize) -> f32,
+    acc: (f32, f32),
+) -> (f32, f32) {
+    let sm = p.m_scale[b];
+    let (mut am, mut au) = acc;
+    for e in range {
+        let m_hat = m_dec(p.m_codes, e) * sm;
+        let v_hat = c.v_decode(nibble(p.v_codes, e), v_scale(b, e));
+        let (w, m, v, r) = k.element(p.w[e], p.g[e], m_hat, v_hat);
+        let u = c.to_domain(v, r);
+        p.w[e] = w;
+        p.sm[e] = m;
+        p.su[e] = u;
+        am = am.max(m.abs());
+        au = au.max(u);
+    }
+    (am, au)
+}
+
+/// Pass 2, the scalar twin.
+pub(crate) fn pass2(c: &Codecs, bs: usize, p: Pass2<'_>) {
     let vi = p.v_inv;
     match (&c.m, vi) {
         (MCodec::Four(cb), VScale::Block(s)) => pass2_loop(
@@ -299,59 +328,37 @@ pub fn pass2_scalar(c: &Codecs, bs: usize, p: Pass2<'_>) {
 fn pass2_loop(
     c: &Codecs,
     bs: usize,
-    p: Pass2<'_>,
+    mut p: Pass2<'_>,
     m_enc: impl Fn(&mut [u8], usize, f32),
     v_inv: impl Fn(usize, usize) -> f32,
 ) {
     let n = p.sm.len();
     for (b, start) in (0..n).step_by(bs).enumerate() {
         let end = (start + bs).min(n);
-        let im = p.m_inv[b];
-        for e in start..end {
-            m_enc(p.m_codes, e, p.sm[e] * im);
-            set_nibble(p.v_codes, e, c.v.encode(p.su[e] * v_inv(b, e)));
-        }
+        pass2_elements(c, &mut p, b, start..end, &m_enc, &v_inv);
     }
 }
 
-/// True when the AVX-512 kernels can run this configuration.
-#[cfg(target_arch = "x86_64")]
-fn avx512_fits(level: SimdLevel, v: &VScale<'_>) -> bool {
-    level == SimdLevel::Avx512 && matches!(v, VScale::Block(_))
+/// Pass 2 over the elements `range` of block `b`; also the tail of the
+/// SIMD kernels.
+#[inline(always)]
+pub(crate) fn pass2_elements(
+    c: &Codecs,
+    p: &mut Pass2<'_>,
+    b: usize,
+    range: std::ops::Range<usize>,
+    m_enc: impl Fn(&mut [u8], usize, f32),
+    v_inv: impl Fn(usize, usize) -> f32,
+) {
+    let im = p.m_inv[b];
+    for e in range {
+        m_enc(p.m_codes, e, p.sm[e] * im);
+        set_nibble(p.v_codes, e, c.v.encode(p.su[e] * v_inv(b, e)));
+    }
 }
 
-/// Pass 1 at `level` (falls back to scalar where no kernel fits).
-pub fn pass1(level: SimdLevel, k: &StepConsts, c: &Codecs, bs: usize, p: Pass1<'_>) {
-    #[cfg(target_arch = "x86_64")]
-    if avx512_fits(level, &p.v_scale) {
-        // SAFETY: `level == Avx512` only when the CPU reports AVX-512
-        // F/BW/VL and AVX2/FMA (simd::detect_cpu).
-        unsafe { super::kernel_avx512::pass1(k, c, bs, p) };
-        return;
-    }
-    let _ = level;
-    pass1_scalar(k, c, bs, p)
-}
-
-/// Pass 2 at `level`.
-pub fn pass2(level: SimdLevel, c: &Codecs, bs: usize, p: Pass2<'_>) {
-    #[cfg(target_arch = "x86_64")]
-    if avx512_fits(level, &p.v_inv) {
-        // SAFETY: as in `pass1`.
-        unsafe { super::kernel_avx512::pass2(c, bs, p) };
-        return;
-    }
-    let _ = level;
-    pass2_scalar(c, bs, p)
-}
-
-/// True when every value of `x` is finite, at `level`.
-pub fn all_finite(level: SimdLevel, x: &[f32]) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    if level == SimdLevel::Avx512 {
-        // SAFETY: `level == Avx512` only when the CPU has AVX-512 F.
-        return unsafe { super::kernel_avx512::all_finite(x) };
-    }
-    let _ = level;
+/// True when every value of `x` is finite (the scalar twin of the AVX-512
+/// check; a fold without early exit, so it vectorizes).
+pub(crate) fn all_finite(x: &[f32]) -> bool {
     x.iter().fold(true, |ok, v| ok & v.is_finite())
 }

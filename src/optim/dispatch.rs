@@ -1,0 +1,229 @@
+//! The optimizer's kernels, chosen once per optimizer: a [`Kernels`] holds
+//! the proof tokens of the SIMD level it was made for and routes each call
+//! to the AVX-512 twin when one fits, else to the scalar twin of
+//! `format.rs` / `scale_format.rs`. The two give bit-identical results.
+
+use super::format::{self, Codecs, Pass1, Pass2, StepConsts};
+use super::scale_format::{self, PrefixSearch};
+#[cfg(target_arch = "x86_64")]
+use super::{avx512, avx512_scales};
+use crate::error::Result;
+use crate::simd::{self, Avx512, SimdLevel};
+
+/// The kernels of one SIMD level.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Kernels {
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    avx512: Option<Avx512>,
+}
+
+impl Kernels {
+    /// The kernels of the level in force (`simd::level()`).
+    pub(crate) fn in_force() -> Kernels {
+        Kernels {
+            avx512: Avx512::new(),
+        }
+    }
+
+    /// The kernels of `level`; an error for a level above the one in force.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn at(level: SimdLevel) -> Result<Kernels> {
+        simd::require(level)?;
+        Ok(Kernels {
+            avx512: Avx512::at(level),
+        })
+    }
+
+    /// Only the scalar twins.
+    #[cfg(test)]
+    pub(crate) fn scalar() -> Kernels {
+        Kernels { avx512: None }
+    }
+
+    /// Pass 1 of one group (the AVX-512 kernel handles per-block v scales).
+    pub(crate) fn pass1(&self, k: &StepConsts, c: &Codecs, bs: usize, p: Pass1<'_>) {
+        #[cfg(target_arch = "x86_64")]
+        if let (Some(t), format::VScale::Block(_)) = (self.avx512, &p.v_scale) {
+            return avx512::pass1(t, k, c, bs, p);
+        }
+        format::pass1(k, c, bs, p)
+    }
+
+    /// Pass 2 of one group.
+    pub(crate) fn pass2(&self, c: &Codecs, bs: usize, p: Pass2<'_>) {
+        #[cfg(target_arch = "x86_64")]
+        if let (Some(t), format::VScale::Block(_)) = (self.avx512, &p.v_inv) {
+            return avx512::pass2(t, c, bs, p);
+        }
+        format::pass2(c, bs, p)
+    }
+
+    /// True when every value of `x` is finite.
+    pub(crate) fn all_finite(&self, x: &[f32]) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(t) = self.avx512 {
+            return avx512::all_finite(t, x);
+        }
+        format::all_finite(x)
+    }
+
+    /// Fill a double-quantization table (see `scale_format::table_with`).
+    fn fill_table(&self, max: f32, step: f32, t: &mut [f32; 256]) {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(tok) = self.avx512 {
+            return avx512_scales::exp2_table(tok, max, step, t);
+        }
+        scale_format::fill_table(max, step, t)
+    }
+
+    /// Decode the block scales of one group (`codes.len()` blocks).
+    pub(crate) fn dq_decode(&self, codes: &[u8], max: f32, step: f32, out: &mut [f32]) {
+        let mut t = [0f32; 256];
+        scale_format::table_with(max, step, &mut t, |m, s, t| self.fill_table(m, s, t));
+        scale_format::decode_with_table(codes, &t, out);
+    }
+
+    /// Encode the block scales of one group; see `scale_format::encode_with`.
+    pub(crate) fn dq_encode(&self, s: &mut [f32], codes: &mut [u8]) -> (f32, f32) {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(tok) = self.avx512 {
+            let search: PrefixSearch<'_> =
+                &|s, c, max, inv_step, t| avx512_scales::dq_search(tok, s, c, max, inv_step, t);
+            return scale_format::encode_with(
+                s,
+                codes,
+                |m, st, t| avx512_scales::exp2_table(tok, m, st, t),
+                Some(search),
+            );
+        }
+        scale_format::encode_with(s, codes, scale_format::fill_table, None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Every available ISA token against the scalar twin.
+    use super::*;
+    use crate::optim::codebook::{Codebook16, NF4};
+    use crate::optim::format::{MCodec, VScale};
+    use crate::optim::test_util::xorshift_f32;
+    use crate::optim::VarianceMap;
+
+    /// The SIMD kernels, or `None` (with the reason printed) when the CPU or
+    /// `QUANTRS_SIMD` leaves only the scalar twin to compare with itself.
+    fn simd_kernels() -> Option<Kernels> {
+        let k = Kernels::in_force();
+        if k.avx512.is_none() {
+            eprintln!("skipped: no AVX-512 in force, only the scalar twin would run");
+            return None;
+        }
+        Some(k)
+    }
+
+    #[test]
+    fn a_level_above_the_one_in_force_is_an_error() {
+        for level in [SimdLevel::Neon, SimdLevel::Avx2, SimdLevel::Avx512] {
+            let ok = simd::available_levels().contains(&level);
+            assert_eq!(Kernels::at(level).is_ok(), ok, "{level:?}");
+        }
+        assert!(Kernels::at(SimdLevel::Scalar).is_ok());
+    }
+
+    #[test]
+    fn all_finite_matches_scalar() {
+        let Some(k) = simd_kernels() else { return };
+        for n in [0usize, 1, 15, 16, 17, 100] {
+            let x = xorshift_f32(n as u64, n, 1e30);
+            assert!(k.all_finite(&x));
+            for pos in 0..n {
+                for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+                    let mut y = x.clone();
+                    y[pos] = bad;
+                    assert!(!k.all_finite(&y), "{n} {pos}");
+                    assert!(!format::all_finite(&y), "{n} {pos}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn dq_codes_and_tables_match_scalar() {
+        let Some(k) = simd_kernels() else { return };
+        for spread in [1.0001f32, 1.3, 2.0, 1e3, 1e20] {
+            let base: Vec<f32> = (0..256)
+                .map(|i| {
+                    if i % 31 == 0 {
+                        0.0
+                    } else {
+                        spread.powf(((i * 97) % 256) as f32 / 255.0) * 3e-4
+                    }
+                })
+                .collect();
+            for n in [256usize, 255, 17, 3] {
+                let (mut s0, mut c0) = (base[..n].to_vec(), vec![0u8; n]);
+                let (mut s1, mut c1) = (base[..n].to_vec(), vec![0u8; n]);
+                let p0 = scale_format::encode(&mut s0, &mut c0);
+                let p1 = k.dq_encode(&mut s1, &mut c1);
+                assert_eq!((p0, &c0, &s0), (p1, &c1, &s1), "spread {spread} n {n}");
+                let (mut d0, mut d1) = (vec![0f32; n], vec![0f32; n]);
+                scale_format::decode(&c0, p0.0, p0.1, &mut d0);
+                k.dq_decode(&c1, p1.0, p1.1, &mut d1);
+                assert_eq!(d0, d1);
+            }
+        }
+        for (max, step) in [(1.0f32, -0.001f32), (3e-7, -0.37), (5e3, -1.0), (2.0, 0.0)] {
+            let (mut t0, mut t1) = ([0f32; 256], [0f32; 256]);
+            scale_format::table_with(max, step, &mut t0, scale_format::fill_table);
+            scale_format::table_with(max, step, &mut t1, |m, s, t| k.fill_table(m, s, t));
+            assert_eq!(t0, t1, "{max} {step}");
+        }
+    }
+
+    #[test]
+    fn pass2_codes_match_scalar_at_midpoints_and_extremes() {
+        let Some(k) = simd_kernels() else { return };
+        // Every midpoint, its f32 neighbours, the code values, 0, -0, huge, subnormal.
+        for map in VarianceMap::ALL {
+            let c = Codecs {
+                m: MCodec::Four(Codebook16::new(NF4)),
+                v: Codebook16::new(map.table()),
+                sqrt_domain: map.sqrt_domain(),
+            };
+            let mut xs = vec![0.0f32, -0.0, 1e-45, 1e-38, 1.0, 2.0, 1e30, f32::MAX];
+            for i in 0..16 {
+                for base in [c.v.mids[i], c.v.values[i], c.v.mids[i] * 16.0] {
+                    if base.is_finite() {
+                        xs.extend([
+                            base,
+                            f32::from_bits(base.to_bits() + 1),
+                            f32::from_bits(base.to_bits() - 1),
+                        ]);
+                    }
+                }
+            }
+            let neg: Vec<f32> = xs.iter().map(|x| -x).collect();
+            xs.extend(neg);
+            xs.resize(xs.len().next_multiple_of(64), 0.5);
+            let n = xs.len();
+            let inv = vec![1.0f32; n / 64];
+            let mut outs = Vec::new();
+            for kernels in [Kernels::scalar(), k] {
+                let (mut mc, mut vc) = (vec![0u8; n / 2], vec![0u8; n / 2]);
+                kernels.pass2(
+                    &c,
+                    64,
+                    Pass2 {
+                        sm: &xs,
+                        su: &xs,
+                        m_inv: &inv,
+                        v_inv: VScale::Block(&inv),
+                        m_codes: &mut mc,
+                        v_codes: &mut vc,
+                    },
+                );
+                outs.push((mc, vc));
+            }
+            assert_eq!(outs[0], outs[1], "{map:?}");
+        }
+    }
+}

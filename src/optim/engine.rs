@@ -1,0 +1,337 @@
+//! The engine shared by `Adam4bit` and `AdamW4bit` ([`Adam4bitCore`]): the
+//! weight decay folded into the gradient (Adam, L2) or applied to the
+//! weight (AdamW, decoupled, as PyTorch's `AdamW`); parameter keys,
+//! validation, gradient accumulation and the step over every parameter.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::codebook::{dynamic8, Codebook16, Codebook256, DYNAMIC4, INT4, NF4};
+use super::config::{check_lr, Adam4bitConfig, QuantizationMethod};
+use super::dispatch::Kernels;
+use super::format::{Codecs, MCodec, StepConsts};
+use super::state::{step_param, Clamp, OptimizerState, ParamState, StepCtx};
+use super::traits::{ParamMut, ParamRef, StateMemoryStats};
+use crate::error::{QuantError, Result};
+use crate::simd::SimdLevel;
+
+/// A gradient summed by `accumulate_grad`.
+#[derive(Clone, Debug)]
+struct Accumulated {
+    shape: Vec<usize>,
+    sum: Vec<f32>,
+}
+
+/// The shared engine of both optimizers.
+#[derive(Clone, Debug)]
+pub(crate) struct Adam4bitCore {
+    config: Adam4bitConfig,
+    decoupled: bool,
+    state: OptimizerState,
+    codecs: Codecs,
+    accum: BTreeMap<String, Accumulated>,
+    /// Unnamed parameters: (buffer address, length) -> registration index.
+    bound: HashMap<(usize, usize), usize>,
+    kernels: Kernels,
+}
+
+fn codecs_for(config: &Adam4bitConfig) -> Codecs {
+    let q = &config.quantization;
+    let m = match q.method {
+        QuantizationMethod::Nf4 => MCodec::Four(Codebook16::new(NF4)),
+        QuantizationMethod::Int4 => MCodec::Four(Codebook16::new(INT4)),
+        QuantizationMethod::Dynamic => MCodec::Four(Codebook16::new(DYNAMIC4)),
+        QuantizationMethod::Int8 => MCodec::Eight(Box::new(Codebook256::new(dynamic8()))),
+    };
+    Codecs {
+        m,
+        v: Codebook16::new(q.variance_map.table()),
+        sqrt_domain: q.variance_map.sqrt_domain(),
+    }
+}
+
+fn check_finite(kernels: &Kernels, what: &str, x: &[f32]) -> Result<()> {
+    use rayon::prelude::*;
+    let bad = x.par_chunks(1 << 16).any(|c| !kernels.all_finite(c));
+    if bad {
+        let i = x.iter().position(|v| !v.is_finite()).unwrap_or(0);
+        return Err(QuantError::arg(format!(
+            "{what}: expected finite values, got {} at flat index {i}",
+            x[i]
+        )));
+    }
+    Ok(())
+}
+
+impl Adam4bitCore {
+    pub(crate) fn new(config: Adam4bitConfig, decoupled: bool) -> Result<Self> {
+        config.validate()?;
+        Ok(Adam4bitCore {
+            codecs: codecs_for(&config),
+            config,
+            decoupled,
+            state: OptimizerState::default(),
+            accum: BTreeMap::new(),
+            bound: HashMap::new(),
+            kernels: Kernels::in_force(),
+        })
+    }
+
+    /// Use the kernels of `level` (tests compare levels); an error, and no
+    /// change, for a level above the one in force.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn set_simd_level(&mut self, level: SimdLevel) -> Result<()> {
+        self.kernels = Kernels::at(level)?;
+        Ok(())
+    }
+
+    pub(crate) fn decoupled(&self) -> bool {
+        self.decoupled
+    }
+
+    pub(crate) fn config(&self) -> &Adam4bitConfig {
+        &self.config
+    }
+
+    pub(crate) fn state(&self) -> &OptimizerState {
+        &self.state
+    }
+
+    /// The state key of a parameter, without registering it.
+    fn key_of(&self, name: Option<&str>, addr: usize, len: usize) -> String {
+        match name {
+            Some(n) => format!("n:{n}"),
+            None => match self.bound.get(&(addr, len)) {
+                Some(i) => format!("p:{i}"),
+                None => format!("p:{}", self.bound.len()),
+            },
+        }
+    }
+
+    fn bind(&mut self, name: Option<&str>, addr: usize, len: usize) {
+        if name.is_none() && !self.bound.contains_key(&(addr, len)) {
+            let i = self.bound.len();
+            self.bound.insert((addr, len), i);
+        }
+    }
+
+    /// Validate a parameter/gradient pair against the state it maps to.
+    fn check(&self, key: &str, shape: &[usize], param: &[f32], grad: &[f32]) -> Result<()> {
+        let n: usize = shape.iter().product();
+        if n == 0 {
+            return Err(QuantError::arg(format!(
+                "param: expected a non-empty array, got shape {shape:?}"
+            )));
+        }
+        if param.len() != n {
+            return Err(QuantError::dims("param", n, param.len()));
+        }
+        if grad.len() != n {
+            return Err(QuantError::dims("grad length", n, grad.len()));
+        }
+        if let Some(st) = self.state.params.get(key) {
+            if st.shape != shape {
+                return Err(QuantError::dims(
+                    format!("param shape (state {key:?})"),
+                    format!("{:?}", st.shape),
+                    format!("{shape:?}"),
+                ));
+            }
+        }
+        check_finite(&self.kernels, "grad", grad)?;
+        if !self.decoupled && self.config.optimizer.weight_decay > 0.0 {
+            // With L2 decay the weight enters m and v.
+            check_finite(&self.kernels, "param", param)?;
+        }
+        Ok(())
+    }
+
+    fn ctx(&self) -> StepCtx<'_> {
+        let o = &self.config.optimizer;
+        let q = &self.config.quantization;
+        let (lo, hi) = (q.min_scale, q.max_scale);
+        let u_clamp = if self.codecs.sqrt_domain {
+            Clamp { lo, hi }
+        } else {
+            Clamp {
+                lo: lo * lo,
+                hi: hi * hi,
+            }
+        };
+        StepCtx {
+            kernels: self.kernels,
+            k: StepConsts::new(
+                o.learning_rate,
+                o.beta1,
+                o.beta2,
+                o.epsilon,
+                o.weight_decay,
+                self.decoupled,
+                self.state.step + 1,
+            ),
+            codecs: &self.codecs,
+            block_size: q.block_size,
+            m_clamp: Clamp { lo, hi },
+            u_clamp,
+        }
+    }
+
+    fn apply(&mut self, key: String, shape: &[usize], param: &mut [f32], grad: &[f32]) {
+        let q = self.config.quantization;
+        let mut st = self
+            .state
+            .params
+            .remove(&key)
+            .unwrap_or_else(|| ParamState::new(shape, &q));
+        step_param(&self.ctx(), &mut st, param, grad);
+        self.state.params.insert(key, st);
+    }
+
+    /// One update of `param` with `grad` (validated first; on error nothing
+    /// changes).
+    pub(crate) fn update(&mut self, param: ParamMut<'_>, grad: &[f32]) -> Result<()> {
+        let addr = param.data.as_ptr() as usize;
+        let key = self.key_of(param.name, addr, param.data.len());
+        self.check(&key, param.shape, param.data, grad)?;
+        self.bind(param.name, addr, param.data.len());
+        self.apply(key, param.shape, param.data, grad);
+        Ok(())
+    }
+
+    pub(crate) fn accumulate_grad(&mut self, param: ParamRef<'_>, grad: &[f32]) -> Result<String> {
+        let addr = param.data.as_ptr() as usize;
+        let key = self.key_of(param.name, addr, param.data.len());
+        self.check(&key, param.shape, param.data, grad)?;
+        if let Some(a) = self.accum.get(&key) {
+            if a.shape != param.shape {
+                return Err(QuantError::dims(
+                    format!("param shape (accumulated {key:?})"),
+                    format!("{:?}", a.shape),
+                    format!("{:?}", param.shape),
+                ));
+            }
+        }
+        self.bind(param.name, addr, param.data.len());
+        match self.accum.get_mut(&key) {
+            Some(a) => a.sum.iter_mut().zip(grad).for_each(|(s, g)| *s += g),
+            None => {
+                self.accum.insert(
+                    key.clone(),
+                    Accumulated {
+                        shape: param.shape.to_vec(),
+                        sum: grad.to_vec(),
+                    },
+                );
+            }
+        }
+        Ok(key)
+    }
+
+    /// Keys with accumulated gradients, in order.
+    #[cfg_attr(not(feature = "python"), allow(dead_code))]
+    pub(crate) fn accumulated_keys(&self) -> Vec<String> {
+        self.accum.keys().cloned().collect()
+    }
+
+    /// Average each accumulated gradient over `accumulation_steps`, update
+    /// the matching parameter of `params` (one per accumulated key, matched
+    /// by `name` = the key), clear the buffers. Validates everything first.
+    pub(crate) fn apply_accumulated_grads(
+        &mut self,
+        accumulation_steps: usize,
+        params: &mut [(String, ParamMut<'_>)],
+    ) -> Result<()> {
+        if accumulation_steps == 0 {
+            return Err(QuantError::arg(
+                "accumulation_steps: expected a value >= 1, got 0",
+            ));
+        }
+        if params.len() != self.accum.len() {
+            return Err(QuantError::InvalidState(format!(
+                "apply_accumulated_grads: {} parameters accumulated, {} given",
+                self.accum.len(),
+                params.len()
+            )));
+        }
+        let d = accumulation_steps as f32;
+        let mut means = Vec::with_capacity(params.len());
+        for (key, p) in params.iter() {
+            let a = self.accum.get(key).ok_or_else(|| {
+                QuantError::InvalidState(format!("no accumulated gradient for {key:?}"))
+            })?;
+            if a.shape != p.shape || p.data.len() != a.sum.len() {
+                return Err(QuantError::dims(
+                    format!("param {key:?}"),
+                    format!("{:?}", a.shape),
+                    format!("{:?}", p.shape),
+                ));
+            }
+            let mean: Vec<f32> = a.sum.iter().map(|s| s / d).collect();
+            check_finite(&self.kernels, "accumulated grad", &mean)?;
+            means.push(mean);
+        }
+        for ((key, p), mean) in params.iter_mut().zip(&means) {
+            self.apply(key.clone(), p.shape, p.data, mean);
+        }
+        self.accum.clear();
+        Ok(())
+    }
+
+    pub(crate) fn zero_grad(&mut self) {
+        self.accum.clear();
+    }
+
+    pub(crate) fn step(&mut self) {
+        self.state.step += 1;
+    }
+
+    pub(crate) fn get_lr(&self) -> f32 {
+        self.config.optimizer.learning_rate
+    }
+
+    pub(crate) fn set_lr(&mut self, lr: f32) -> Result<()> {
+        check_lr(lr)?;
+        self.config.optimizer.learning_rate = lr;
+        Ok(())
+    }
+
+    pub(crate) fn memory_usage(&self) -> StateMemoryStats {
+        let n = self.state.elements();
+        StateMemoryStats {
+            momentum_elements: n,
+            variance_elements: n,
+            third_moment_elements: 0,
+            total_bytes: self.state.bytes(),
+            num_parameters: n,
+        }
+    }
+
+    /// `1 - total_bytes / (8 * elements)`, 0 before any state exists.
+    pub(crate) fn memory_savings(&self) -> f32 {
+        let n = self.state.elements();
+        if n == 0 {
+            0.0
+        } else {
+            (1.0 - self.state.bytes() as f64 / (8.0 * n as f64)) as f32
+        }
+    }
+
+    pub(crate) fn reset_state(&mut self) {
+        self.state = OptimizerState::default();
+        self.accum.clear();
+        self.bound.clear();
+    }
+
+    pub(crate) fn num_parameters(&self) -> usize {
+        self.state.elements()
+    }
+
+    /// Replace config and state (checked by the checkpoint reader); clears
+    /// pending accumulation and unnamed-parameter bindings.
+    pub(crate) fn restore(&mut self, config: Adam4bitConfig, state: OptimizerState) {
+        self.codecs = codecs_for(&config);
+        self.config = config;
+        self.state = state;
+        self.accum.clear();
+        self.bound.clear();
+    }
+}

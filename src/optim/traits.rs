@@ -1,0 +1,96 @@
+//! The seed's optimizer traits and the argument and statistics types they
+//! use (a leaf: shared by the engine, the checkpoints and the public types).
+
+use std::collections::BTreeMap;
+
+use crate::error::Result;
+use crate::st::OwnedTensor;
+
+/// Named tensors of a state dict.
+pub type Tensors = BTreeMap<String, OwnedTensor>;
+
+/// A parameter to update in place: its optional name (the state key is
+/// `"n:<name>"`; unnamed parameters are keyed `"p:<i>"` by their buffer
+/// address and length in first-use order), shape and data.
+pub struct ParamMut<'a> {
+    /// The state key's name (`None`: keyed by buffer address and length).
+    pub name: Option<&'a str>,
+    /// The parameter's shape.
+    pub shape: &'a [usize],
+    /// The values, updated in place.
+    pub data: &'a mut [f32],
+}
+
+/// A parameter that is only identified (gradient accumulation).
+pub struct ParamRef<'a> {
+    /// The state key's name (`None`: keyed by buffer address and length).
+    pub name: Option<&'a str>,
+    /// The parameter's shape.
+    pub shape: &'a [usize],
+    /// The values.
+    pub data: &'a [f32],
+}
+
+/// Memory of the optimizer state, measured from the live buffers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct StateMemoryStats {
+    /// Elements of the first moment.
+    pub momentum_elements: usize,
+    /// Elements of the second moment.
+    pub variance_elements: usize,
+    /// Elements of a third moment (0: Adam keeps none).
+    pub third_moment_elements: usize,
+    /// Bytes of every state buffer (codes, scales, rank-1 statistics).
+    pub total_bytes: usize,
+    /// Parameters (elements) with state.
+    pub num_parameters: usize,
+}
+
+/// The seed's optimizer interface.
+pub trait Optimizer {
+    /// Update `param` in place from `grad` (validated first).
+    fn update(&mut self, param: ParamMut<'_>, grad: &[f32]) -> Result<()>;
+    /// Clear accumulated gradients.
+    fn zero_grad(&mut self);
+    /// Advance the step counter (once per iteration, after the updates).
+    fn step(&mut self);
+    /// The learning rate.
+    fn get_lr(&self) -> f32;
+    /// Set the learning rate (finite, >= 0).
+    fn set_lr(&mut self, lr: f32) -> Result<()>;
+    /// Add `grad` to `param`'s f32 accumulation buffer; returns its key.
+    fn accumulate_grad(&mut self, param: ParamRef<'_>, grad: &[f32]) -> Result<String>;
+    /// Update every accumulated parameter (given with its key) with the
+    /// mean gradient, then clear the buffers. Does not call `step`.
+    fn apply_accumulated_grads(
+        &mut self,
+        accumulation_steps: usize,
+        params: &mut [(String, ParamMut<'_>)],
+    ) -> Result<()>;
+}
+
+/// The seed's checkpointing interface.
+pub trait StatefulOptimizer {
+    /// The configuration type.
+    type Config;
+    /// The state type.
+    type State;
+    /// The configuration.
+    fn config(&self) -> &Self::Config;
+    /// The quantized state.
+    fn state(&self) -> &Self::State;
+    /// Lossless: codes, scales, step and config.
+    fn state_dict(&self) -> Result<Tensors>;
+    /// Validates everything; unchanged on error.
+    fn load_state_dict(&mut self, state: Tensors) -> Result<()>;
+    /// Memory of the state, from the live buffers.
+    fn memory_usage(&self) -> StateMemoryStats;
+    /// Drop every parameter's state and the step count.
+    fn reset_state(&mut self);
+    /// Elements with state.
+    fn num_parameters(&self) -> usize;
+    /// Write `state_dict` to a safetensors file atomically.
+    fn save_state(&self, path: &std::path::Path) -> Result<()>;
+    /// Read a file written by `save_state` (validated; unchanged on error).
+    fn load_state(&mut self, path: &std::path::Path) -> Result<()>;
+}
