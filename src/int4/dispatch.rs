@@ -152,11 +152,12 @@ impl Matvec {
         let _ = xint;
         match self {
             Matvec::Scalar => format::matvec_scalar(args, o0, y),
-            // SAFETY (this arm and the next two): the token proves the CPU
-            // features of the kernel; `args` describes one matrix whose
-            // columns `o0 .. o0 + y.len()` exist (checked by the caller).
+            // SAFETY: the token proves the CPU features of the kernel;
+            // `args` describes one matrix whose columns `o0 .. o0 + y.len()`
+            // exist (checked by the caller).
             #[cfg(target_arch = "x86_64")]
             Matvec::Avx2(t) => unsafe { avx2::matvec(t, args, o0, y) },
+            // SAFETY: as above.
             #[cfg(target_arch = "x86_64")]
             Matvec::Avx512(t) => unsafe { avx512::matvec(t, args, o0, y) },
             #[cfg(target_arch = "x86_64")]

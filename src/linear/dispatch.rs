@@ -52,9 +52,10 @@ impl Dots {
     /// `a . b` (equal lengths).
     pub(crate) fn f32(self, a: &[f32], b: &[f32]) -> f32 {
         match self {
-            // SAFETY (both SIMD arms): the token proves the CPU features.
+            // SAFETY: the token proves the CPU features.
             #[cfg(target_arch = "x86_64")]
             Dots::Avx512(t) => unsafe { avx512::dot_f32(t, a, b) },
+            // SAFETY: the token proves the CPU features.
             #[cfg(target_arch = "x86_64")]
             Dots::Avx2(t, _) => unsafe { avx2::dot_f32(t, a, b) },
             Dots::Scalar => dot_f32_scalar(a, b),
@@ -64,9 +65,10 @@ impl Dots {
     /// E4M3 `codes` (decoded exactly, no NaN codes) `. x`.
     pub(crate) fn e4m3(self, codes: &[u8], x: &[f32]) -> f32 {
         match self {
-            // SAFETY (both SIMD arms): the token proves the CPU features.
+            // SAFETY: the token proves the CPU features.
             #[cfg(target_arch = "x86_64")]
             Dots::Avx512(t) => unsafe { avx512::dot_e4m3(t, codes, x) },
+            // SAFETY: the token proves the CPU features.
             #[cfg(target_arch = "x86_64")]
             Dots::Avx2(_, Some(t)) => unsafe { avx2::dot_e4m3(t, codes, x) },
             _ => dot_e4m3_scalar(codes, x),
@@ -76,9 +78,10 @@ impl Dots {
     /// int8 `q . x`.
     pub(crate) fn i8(self, q: &[i8], x: &[f32]) -> f32 {
         match self {
-            // SAFETY (both SIMD arms): the token proves the CPU features.
+            // SAFETY: the token proves the CPU features.
             #[cfg(target_arch = "x86_64")]
             Dots::Avx512(t) => unsafe { avx512::dot_i8(t, q, x) },
+            // SAFETY: the token proves the CPU features.
             #[cfg(target_arch = "x86_64")]
             Dots::Avx2(t, _) => unsafe { avx2::dot_i8(t, q, x) },
             Dots::Scalar => dot_i8_scalar(q, x),
@@ -88,9 +91,10 @@ impl Dots {
     /// `part[i][j] = xs[i] . ws[j]` over equal-length slices.
     pub(crate) fn dot4x4(self, xs: &[&[f32]; 4], ws: &[&[f32]; 4], part: &mut [[f32; 4]; 4]) {
         match self {
-            // SAFETY (both SIMD arms): the token proves the CPU features.
+            // SAFETY: the token proves the CPU features.
             #[cfg(target_arch = "x86_64")]
             Dots::Avx512(t) => unsafe { avx512::dot4x4(t, xs, ws, part) },
+            // SAFETY: the token proves the CPU features.
             #[cfg(target_arch = "x86_64")]
             Dots::Avx2(t, _) => unsafe { avx2::dot4x4(t, xs, ws, part) },
             Dots::Scalar => dot4x4_scalar(xs, ws, part),
