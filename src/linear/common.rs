@@ -9,12 +9,11 @@
 //! macros add the trait items built on them.
 
 /// The `QuantMethod` items every layer implements the same way: `bias`, the
-/// imatrix tracking, `merge_error`, `into_layer`, `add_delta_w` (through
-/// `rebuilt`) and `apply_isq`. `$s => $in_feat` gives the input width from
-/// `self` bound as `$s`, `$a => $act` the activation scale an FP8 target of
-/// `apply_isq` keeps.
+/// imatrix tracking, `merge_error`, `into_layer` and `add_delta_w` (through
+/// `rebuilt`). `$s => $in_feat` gives the input width from `self` bound as
+/// `$s`.
 macro_rules! shared_quant_method_items {
-    ($variant:ident, $s:ident => $in_feat:expr, $a:ident => $act:expr) => {
+    ($variant:ident, $s:ident => $in_feat:expr) => {
         fn add_delta_w(
             &self,
             delta: &[f32],
@@ -23,25 +22,6 @@ macro_rules! shared_quant_method_items {
             let mut layer = self.rebuilt(&w)?;
             layer.merge_error = Some($crate::linear::rel_frobenius(&w, &layer.dequantize_w()?));
             Ok(std::sync::Arc::new(layer))
-        }
-
-        fn apply_isq(
-            self: std::sync::Arc<Self>,
-            dtype: Option<$crate::linear::IsqType>,
-            device: $crate::linear::Device,
-            n_quantized: &std::sync::atomic::AtomicUsize,
-            imatrix_weight: Option<Vec<f32>>,
-        ) -> $crate::error::Result<std::sync::Arc<dyn $crate::linear::QuantMethod>> {
-            let $a = &*self;
-            let act_scale: Option<f32> = $act;
-            $crate::linear::isq::convert(
-                &*self,
-                act_scale,
-                dtype,
-                device,
-                n_quantized,
-                imatrix_weight,
-            )
         }
 
         fn bias(&self) -> Option<&[f32]> {

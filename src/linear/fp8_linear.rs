@@ -391,7 +391,7 @@ impl QuantMethod for PerTensorFP8Linear {
         (WeightDType::F8E4M3, Device::Cpu)
     }
 
-    shared_quant_method_items!(Fp8, s => s.in_features(), s => s.activation_scale);
+    shared_quant_method_items!(Fp8, s => s.in_features());
 }
 
 impl_quantized_serde!(PerTensorFP8Linear, "pertensor-fp8-linear", s => s.weight.len() / s.in_features());

@@ -242,7 +242,7 @@ impl QuantMethod for Int4Linear {
         (WeightDType::I4, Device::Cpu)
     }
 
-    shared_quant_method_items!(Int4, s => s.qw.in_feat, _s => None);
+    shared_quant_method_items!(Int4, s => s.qw.in_feat);
 }
 
 impl_quantized_serde!(Int4Linear, "int4-linear", s => s.qw.out_feat);

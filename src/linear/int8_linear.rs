@@ -197,7 +197,7 @@ impl QuantMethod for Int8Linear {
         (WeightDType::I8, Device::Cpu)
     }
 
-    shared_quant_method_items!(Int8, s => s.in_feat, _s => None);
+    shared_quant_method_items!(Int8, s => s.in_feat);
 }
 
 impl_quantized_serde!(Int8Linear, "int8-linear", s => s.out_feat);

@@ -235,13 +235,22 @@ pub trait QuantMethod: Send + Sync + std::fmt::Debug {
 
     /// A new layer of another quantization (`None`: unquantized f32).
     /// `n_quantized` is incremented once per layer that gets quantized.
+    /// Every layer converts the same way (`linear/isq.rs`).
     fn apply_isq(
         self: Arc<Self>,
         dtype: Option<IsqType>,
         device: Device,
         n_quantized: &AtomicUsize,
         imatrix_weight: Option<Vec<f32>>,
-    ) -> Result<Arc<dyn QuantMethod>>;
+    ) -> Result<Arc<dyn QuantMethod>> {
+        isq::convert(
+            &self.into_layer(),
+            dtype,
+            device,
+            n_quantized,
+            imatrix_weight,
+        )
+    }
 
     /// `(W, bias)` dequantized.
     fn unquant_weight_bias(&self) -> Option<(Vec<f32>, Option<Vec<f32>>)> {

@@ -121,7 +121,7 @@ impl QuantMethod for UnquantLinear {
         (WeightDType::F32, Device::Cpu)
     }
 
-    shared_quant_method_items!(Unquant, s => s.in_feat, _s => None);
+    shared_quant_method_items!(Unquant, s => s.in_feat);
 }
 
 impl_quantized_serde!(UnquantLinear, "unquant-linear", s => s.out_feat);
