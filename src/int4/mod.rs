@@ -1,3 +1,4 @@
+// Over 400 lines: the public type and every entry point's checks, written out.
 //! Packed INT4 weights with per-group f32 scales (seed 003; docs/int4.md).
 //!
 //! Format, for a weight `w` of shape `[in_feat, out_feat]` (row-major):

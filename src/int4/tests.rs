@@ -1,3 +1,4 @@
+// Over 400 lines: the one home of every INT4 path's tests, one helper set.
 //! Unit tests of the INT4 format and kernels against plain references.
 
 use super::*;

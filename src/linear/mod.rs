@@ -1,3 +1,5 @@
+// Over 400 lines: the seed's trait with every item documented, and the
+// checks all layers share.
 //! Linear layers behind one trait, [`QuantMethod`] (seed 002), with their
 //! serialization trait [`QuantizedSerde`]:
 //!
