@@ -7,6 +7,7 @@ use quantrs::int4::MatvecKernel;
 use quantrs::simd::available_levels;
 use quantrs::QuantizedWeight;
 
+/// Deterministic f32 in [-1, 1) (xorshift, as in the crate's tests).
 fn rand_vec(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     (0..n)

@@ -9,8 +9,11 @@ pub enum QuantError {
     /// A length or shape disagrees with what the operation needs.
     #[error("dimension mismatch: {what}: expected {expected}, got {actual}")]
     DimensionMismatch {
+        /// The argument (or quantity) that is wrong.
         what: String,
+        /// What it should have been.
         expected: String,
+        /// What it was.
         actual: String,
     },
     /// The object is not in a state where the operation is possible.
@@ -25,14 +28,18 @@ pub enum QuantError {
     /// Bytes or a file that cannot be decoded.
     #[error("serialization error: {0}")]
     Serialization(String),
+    /// Reading or writing a file failed.
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
+    /// A CUDA device was requested where none can be used.
     #[error("CUDA is not available: {0}")]
     CudaNotAvailable(String),
+    /// The GPU runtime reported an error.
     #[error("GPU error: {0}")]
     Gpu(String),
 }
 
+/// The core's result type.
 pub type Result<T> = std::result::Result<T, QuantError>;
 
 impl QuantError {

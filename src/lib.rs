@@ -16,13 +16,15 @@ pub mod gpu;
 pub mod int4;
 pub mod linear;
 pub mod optim;
-pub mod par;
+pub(crate) mod par;
 pub mod qat;
 pub mod simd;
-pub mod st;
+pub(crate) mod st;
 
 #[cfg(feature = "python")]
 mod python;
+#[cfg(test)]
+mod testutil;
 
 pub use error::{QuantError, Result};
 pub use int4::QuantizedWeight;

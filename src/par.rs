@@ -2,10 +2,9 @@
 //!
 //! Why not a plain rayon `par_iter`: called from a thread outside the pool
 //! (Python's, say), rayon queues the whole job, puts the caller to sleep and
-//! wakes it when the pool is done. On a virtual machine each of those wake-ups
-//! costs tens to hundreds of microseconds (measured here: a no-op
-//! `rayon::broadcast` takes 80-330 us median), a large share of a
-//! millisecond-long matvec. [`for_each_block`] instead starts working on the
+//! wakes it when the pool is done, and on a virtual machine a wake-up is a
+//! large share of a millisecond-long matvec (figures in docs/benchmarks.md).
+//! [`for_each_block`] instead starts working on the
 //! calling thread at once, hands blocks out one at a time from a shared
 //! counter, and asks the pool for helpers that join whenever they wake; a
 //! helper that wakes after the work is gone leaves without touching it, so
@@ -26,13 +25,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 ///
 /// Every pool thread is asked to help, not one fewer than the cores (the
 /// caller being the other): a pool that has gone to sleep wakes one thread
-/// per queued job, and on this VM a woken thread started ~1 ms after the
-/// request on average (measured on a 1.2 ms matvec following other rayon
-/// work: the helper ran 4.3 of its 16 blocks). Asking all lets the first
-/// one awake join; one that finds no block left, or the cores all busy,
-/// leaves. In interleaved A/B runs (4096x11008 matvec): 17-18 -> 22-23 GB/s
-/// median after other rayon work, the same or better back to back, small
-/// calls with gaps unchanged.
+/// per queued job, slowly, so asking all lets the first one awake join; one
+/// that finds no block left, or the cores all busy, leaves.
 pub fn for_each_block<F: Fn(usize) + Sync>(count: usize, f: F) {
     let helpers = rayon::current_num_threads().min(count.saturating_sub(1));
     let max_inside = helpers.min(cores().saturating_sub(1));
@@ -150,9 +144,7 @@ impl Shared {
     /// enough helpers are already inside. Every pool thread is asked (the
     /// first awake should join), but a block of a helper that shares a core
     /// with the caller or another helper runs at a fraction of the speed and
-    /// the call waits for it at the end: traced on a 4096x11008 matvec with
-    /// two pool threads awake, the second took one block and held it for
-    /// 1.36 ms while the other two threads ran the other fifteen.
+    /// the call would wait for it at the end.
     fn enter(&self) -> bool {
         let mut s = self.state.load(Ordering::Acquire);
         loop {

@@ -126,15 +126,6 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     result
 }
 
-/// Save tensors to `path` atomically.
-pub fn save(
-    path: &Path,
-    tensors: &[(&str, Dtype, Vec<usize>, &[u8])],
-    metadata: HashMap<String, String>,
-) -> Result<()> {
-    write_atomic(path, &to_bytes(tensors, metadata)?)
-}
-
 /// Load a whole safetensors file.
 pub fn load(path: &Path) -> Result<StFile> {
     from_bytes(&std::fs::read(path)?)

@@ -1,223 +1,99 @@
-//! OCP 8-bit floating point (OFP8, "OCP 8-bit Floating Point Specification",
-//! v1.0, 2023): E4M3 as `float8_e4m3fn` (bias 7, max 448, no infinities,
-//! NaN = S.1111.111) and E5M2 (bias 15, max 57344, IEEE infinities and NaNs).
+//! OCP 8-bit floating point codecs, E4M3 and E5M2 (docs/fp8.md).
 //!
-//! This file holds the scalar reference codec: round to nearest, ties to
-//! even, with subnormals; the non-saturating mode matches `ml_dtypes` casts
-//! bit for bit (overflow -> NaN for E4M3, -> inf for E5M2) and the saturating
-//! mode clamps finite overflow and infinities to +-max (SATFINITE).
+//! The files import one way: this one (the public surface) -> `slice` (the
+//! slice codecs, rayon above the kernels) -> `dispatch` (the kernel and its
+//! CPU proof token) -> the per-ISA kernels `avx2`, `avx512` -> `format` (the
+//! formats, the scalar reference codec, the encoder constants).
 
-mod slice;
 #[cfg(target_arch = "x86_64")]
-mod x86;
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+mod dispatch;
+mod format;
+mod slice;
 
+pub use format::{decode_scalar, decode_table, encode_scalar, round_to_grid_scalar, Fp8Format};
+#[cfg_attr(
+    not(test),
+    expect(unused_imports, reason = "see slice::round_to_grid_into")
+)]
+pub(crate) use slice::round_to_grid_into;
 pub use slice::{
-    decode_slice, decode_slice_level, decode_table, encode_slice, encode_slice_level,
-    round_to_grid_slice,
+    decode_slice, decode_slice_level, encode_slice, encode_slice_level, round_to_grid_slice,
 };
-
-/// The two OCP FP8 formats.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Fp8Format {
-    E4M3,
-    E5M2,
-}
-
-impl Fp8Format {
-    pub fn parse(s: &str) -> Option<Fp8Format> {
-        match s.to_ascii_lowercase().as_str() {
-            "e4m3" | "e4m3fn" | "float8_e4m3fn" | "fp8_e4m3" => Some(Fp8Format::E4M3),
-            "e5m2" | "float8_e5m2" | "fp8_e5m2" => Some(Fp8Format::E5M2),
-            _ => None,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Fp8Format::E4M3 => "e4m3",
-            Fp8Format::E5M2 => "e5m2",
-        }
-    }
-
-    pub const fn mantissa_bits(self) -> u32 {
-        match self {
-            Fp8Format::E4M3 => 3,
-            Fp8Format::E5M2 => 2,
-        }
-    }
-
-    pub const fn bias(self) -> i32 {
-        match self {
-            Fp8Format::E4M3 => 7,
-            Fp8Format::E5M2 => 15,
-        }
-    }
-
-    /// Largest finite magnitude code (sign bit clear).
-    pub const fn max_code(self) -> u8 {
-        match self {
-            Fp8Format::E4M3 => 0x7E,
-            Fp8Format::E5M2 => 0x7B,
-        }
-    }
-
-    /// Largest finite value.
-    pub const fn max_value(self) -> f32 {
-        match self {
-            Fp8Format::E4M3 => 448.0,
-            Fp8Format::E5M2 => 57344.0,
-        }
-    }
-
-    /// Canonical NaN code (sign bit clear) that every NaN input encodes to.
-    pub const fn nan_code(self) -> u8 {
-        match self {
-            Fp8Format::E4M3 => 0x7F,
-            Fp8Format::E5M2 => 0x7E,
-        }
-    }
-
-    /// Code an overflowing magnitude takes without saturation.
-    pub const fn overflow_code(self) -> u8 {
-        match self {
-            Fp8Format::E4M3 => 0x7F, // NaN: E4M3FN has no infinity
-            Fp8Format::E5M2 => 0x7C, // +inf
-        }
-    }
-}
-
-/// Encode one f32 (scalar reference).
-pub fn encode_scalar(x: f32, fmt: Fp8Format, saturate: bool) -> u8 {
-    let bits = x.to_bits();
-    let sign = ((bits >> 24) & 0x80) as u8;
-    let abs = bits & 0x7FFF_FFFF;
-    if abs > 0x7F80_0000 {
-        // NaN keeps its sign and becomes the format's canonical quiet NaN,
-        // whatever its payload: ml_dtypes 0.7 gives S.1111.111 for E4M3 and
-        // S.11111.10 for E5M2 (checked over random payloads in the tests).
-        return sign | fmt.nan_code();
-    }
-    let overflow = if saturate {
-        fmt.max_code()
-    } else {
-        fmt.overflow_code()
-    };
-    if abs == 0x7F80_0000 {
-        return sign | overflow;
-    }
-    let exp = (abs >> 23) as i32;
-    if exp == 0 {
-        // f32 subnormals are below 2^-126, far under half the smallest FP8
-        // subnormal (2^-17 for E5M2): they round to zero.
-        return sign;
-    }
-    let m = fmt.mantissa_bits();
-    let emin = 1 - fmt.bias();
-    let e = exp - 127;
-    let full = (abs & 0x7F_FFFF) | 0x80_0000; // value = full * 2^(e - 23)
-    let shift = if e >= emin {
-        23 - m
-    } else {
-        23 - m + (emin - e) as u32
-    };
-    if shift >= 25 {
-        return sign; // below half the smallest subnormal
-    }
-    let mut q = full >> shift;
-    let rem = full & ((1 << shift) - 1);
-    let half = 1 << (shift - 1);
-    if rem > half || (rem == half && q & 1 == 1) {
-        q += 1;
-    }
-    let code = if e >= emin {
-        // A carry out of the mantissa bumps the exponent, as it should.
-        (((e + fmt.bias()) as u32) << m) + q - (1 << m)
-    } else {
-        q // subnormal; q == 1 << m is exactly the smallest normal code
-    };
-    if code > fmt.max_code() as u32 {
-        return sign | overflow;
-    }
-    sign | code as u8
-}
-
-/// Decode one FP8 code (scalar reference).
-pub fn decode_scalar(code: u8, fmt: Fp8Format) -> f32 {
-    let sign = if code & 0x80 != 0 { -1.0f32 } else { 1.0 };
-    let m = fmt.mantissa_bits();
-    let mag = (code & 0x7F) as u32;
-    let exp_field = mag >> m;
-    let man = mag & ((1 << m) - 1);
-    let all_ones_exp = (1u32 << (7 - m)) - 1;
-    match fmt {
-        Fp8Format::E4M3 if mag == 0x7F => return f32::NAN.copysign(sign),
-        Fp8Format::E5M2 if exp_field == all_ones_exp => {
-            return if man == 0 {
-                f32::INFINITY * sign
-            } else {
-                f32::NAN.copysign(sign)
-            };
-        }
-        _ => {}
-    }
-    let scale = |p: i32| f32::from_bits(((p + 127) as u32) << 23);
-    let v = if exp_field == 0 {
-        man as f32 * scale(1 - fmt.bias() - m as i32)
-    } else {
-        (((1 << m) | man) as f32) * scale(exp_field as i32 - fmt.bias() - m as i32)
-    };
-    sign * v
-}
-
-/// Round `x` onto the FP8 grid and back (a "fake" FP8 cast), scalar.
-pub fn round_to_grid_scalar(x: f32, fmt: Fp8Format, saturate: bool) -> f32 {
-    decode_scalar(encode_scalar(x, fmt, saturate), fmt)
-}
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::simd::{available_levels, SimdLevel};
 
+    /// Every level in force against the scalar reference on every code and
+    /// on values around each code (ties, overflow, NaN, subnormals), or a
+    /// printed skip reason where only the scalar codec can run.
     #[test]
-    fn e4m3_edges() {
-        let f = Fp8Format::E4M3;
-        assert_eq!(encode_scalar(448.0, f, false), 0x7E);
-        assert_eq!(encode_scalar(464.0, f, false), 0x7E);
-        assert_eq!(encode_scalar(465.0, f, false), 0x7F);
-        assert_eq!(encode_scalar(465.0, f, true), 0x7E);
-        assert_eq!(encode_scalar(-1000.0, f, true), 0xFE);
-        assert_eq!(encode_scalar(f32::INFINITY, f, false), 0x7F);
-        assert_eq!(encode_scalar(f32::NEG_INFINITY, f, true), 0xFE);
-        assert_eq!(encode_scalar(2f32.powi(-9), f, false), 0x01);
-        assert_eq!(encode_scalar(2f32.powi(-10), f, false), 0x00); // tie to even
-        assert_eq!(encode_scalar(-0.0, f, false), 0x80);
-        assert_eq!(round_to_grid_scalar(1.1, f, true), 1.125);
-        assert!(decode_scalar(0x7F, f).is_nan());
-        assert_eq!(decode_scalar(0x7E, f), 448.0);
-        assert_eq!(decode_scalar(0x01, f), 2f32.powi(-9));
-    }
-
-    #[test]
-    fn e5m2_edges() {
-        let f = Fp8Format::E5M2;
-        assert_eq!(encode_scalar(57344.0, f, false), 0x7B);
-        assert_eq!(encode_scalar(61439.0, f, false), 0x7B);
-        assert_eq!(encode_scalar(61440.0, f, false), 0x7C);
-        assert_eq!(encode_scalar(60000.0, f, true), 0x7B);
-        assert_eq!(decode_scalar(0x7C, f), f32::INFINITY);
-        assert_eq!(decode_scalar(0x01, f), 2f32.powi(-16));
-    }
-
-    #[test]
-    fn every_code_round_trips() {
+    fn every_available_level_matches_the_scalar_codec() {
+        let levels = available_levels();
+        if levels == [SimdLevel::Scalar] {
+            eprintln!("skipped: no SIMD level in force here (CPU or QUANTRS_SIMD)");
+            return;
+        }
+        let mut rng = crate::testutil::Xorshift::new(7);
+        let mut x: Vec<f32> = (0..4099)
+            .map(|_| f32::from_bits(rng.next_u64() as u32))
+            .collect();
         for fmt in [Fp8Format::E4M3, Fp8Format::E5M2] {
             for c in 0..=255u8 {
                 let v = decode_scalar(c, fmt);
-                if v.is_nan() {
-                    continue;
-                }
-                assert_eq!(encode_scalar(v, fmt, false), c, "{fmt:?} code {c:#x}");
+                x.extend([v, v * 1.0625, v * 0.96875, -v]);
             }
+        }
+        x.extend([f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 0.0, -0.0, 1e-40]);
+        for fmt in [Fp8Format::E4M3, Fp8Format::E5M2] {
+            for saturate in [false, true] {
+                let want: Vec<u8> = x.iter().map(|&v| encode_scalar(v, fmt, saturate)).collect();
+                for &level in &levels {
+                    let mut got = vec![0u8; x.len()];
+                    encode_slice_level(level, &x, &mut got, fmt, saturate).unwrap();
+                    assert_eq!(got, want, "{level:?} {fmt:?} saturate={saturate}");
+                    let mut dec = vec![0f32; x.len()];
+                    decode_slice_level(level, &got, &mut dec, fmt).unwrap();
+                    for (i, (&d, &c)) in dec.iter().zip(&got).enumerate() {
+                        let r = decode_scalar(c, fmt);
+                        assert!(
+                            d.to_bits() == r.to_bits() || (d.is_nan() && r.is_nan()),
+                            "{level:?} {fmt:?} decode {i}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// A level above the one in force is an error for both level entry points.
+    #[test]
+    fn levels_above_the_one_in_force_are_errors() {
+        for level in [SimdLevel::Neon, SimdLevel::Avx2, SimdLevel::Avx512] {
+            if available_levels().contains(&level) {
+                continue;
+            }
+            let (x, mut codes, mut y) = ([1.0f32; 4], [0u8; 4], [0f32; 4]);
+            assert!(encode_slice_level(level, &x, &mut codes, Fp8Format::E4M3, true).is_err());
+            assert!(decode_slice_level(level, &codes, &mut y, Fp8Format::E4M3).is_err());
+        }
+    }
+
+    #[test]
+    fn round_to_grid_into_matches_the_scalar_reference() {
+        let x = crate::testutil::rand_vec(1500, 3);
+        let x: Vec<f32> = x.iter().map(|v| v * 600.0).collect();
+        let mut y = vec![0f32; x.len()];
+        round_to_grid_into(&x, &mut y, Fp8Format::E4M3, true);
+        for (a, b) in x.iter().zip(&y) {
+            assert_eq!(
+                b.to_bits(),
+                round_to_grid_scalar(*a, Fp8Format::E4M3, true).to_bits()
+            );
         }
     }
 }

@@ -1,4 +1,5 @@
-//! Packed INT4 weights with per-group f32 scales (seed 003, SPEC section 4).
+// Over 400 lines: the public type and every entry point's checks, written out.
+//! Packed INT4 weights with per-group f32 scales (seed 003; docs/int4.md).
 //!
 //! Format, for a weight `w` of shape `[in_feat, out_feat]` (row-major):
 //! - effective group `gs = min(group_size, in_feat rounded up to even)`; rows
@@ -10,23 +11,35 @@
 //! - `data[pair * out_feat + o]` holds row `2*pair` in the low nibble and row
 //!   `2*pair + 1` in the high nibble, both as 4-bit two's complement.
 //!
-//! Kernels: [`quantize`] (building), [`matvec`] (batch 1 and small batches,
-//! dequantizing on the fly) and [`gemm`] (a blocked GEMM that dequantizes
-//! cache-sized tiles once for all rows of the batch).
+//! The files import one way: this one (the type, validation) -> `quantize`
+//! (building) and the drivers `matvec` (batch 1 and small batches,
+//! dequantizing on the fly) and `gemm` (a blocked GEMM that dequantizes
+//! cache-sized tiles once for all rows of the batch) -> `dispatch` (the
+//! kernel and its CPU proof token, chosen once per call) -> the per-ISA
+//! kernels `avx2`, `avx512`, `vnni` (with `strips`, their shared walk) ->
+//! `format` (argument structs, the scalar twins) and `xint`.
 
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+mod dispatch;
+mod format;
 mod gemm;
 mod matvec;
 mod quantize;
 mod serde;
 #[cfg(target_arch = "x86_64")]
-mod vnni;
+mod strips;
 #[cfg(target_arch = "x86_64")]
-mod x86;
+mod vnni;
 mod xint;
 
 use crate::error::{QuantError, Result};
+use crate::simd::{self, SimdLevel};
+use dispatch::{Gemm, Matvec};
 
-pub use matvec::MatvecKernel;
+pub use dispatch::MatvecKernel;
 
 /// Default group size along the input dimension.
 pub const DEFAULT_GROUP_SIZE: usize = 32;
@@ -53,8 +66,11 @@ pub struct QuantizedWeight {
 /// The derived sizes of the format for one `(in_feat, group_size)`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
+    /// The effective group size (rows per scale).
     pub group_size: usize,
+    /// Input rows after zero-padding to whole groups.
     pub in_padded: usize,
+    /// Groups along the input dimension.
     pub num_groups: usize,
 }
 
@@ -78,6 +94,7 @@ impl Layout {
         })
     }
 
+    /// Packed bytes per output column (two rows per byte).
     pub fn num_pairs(&self) -> usize {
         self.in_padded / 2
     }
@@ -241,6 +258,7 @@ impl QuantizedWeight {
         2 * self.data.len() / self.out_feat
     }
 
+    /// Packed bytes per output column (two rows per byte).
     pub fn num_pairs(&self) -> usize {
         self.data.len() / self.out_feat
     }
@@ -297,31 +315,24 @@ impl QuantizedWeight {
                 y.len(),
             ));
         }
-        if batch == 0 {
-            return Ok(());
-        }
+        let level = simd::level();
         if batch >= GEMM_MIN_BATCH {
-            gemm::matmul(self, x, batch, y, crate::simd::level());
+            self.run(x, batch, y, Kernels::Gemm(Gemm::new(level)?))
         } else {
-            let kernel = MatvecKernel::for_weights(crate::simd::level(), self.group_size());
-            for (xr, yr) in x
-                .chunks_exact(self.in_feat)
-                .zip(y.chunks_exact_mut(self.out_feat))
-            {
-                matvec::matvec(self, xr, yr, kernel);
-            }
+            let kernel = MatvecKernel::for_weights(level, self.group_size());
+            self.run(x, batch, y, Kernels::Matvec(Matvec::new(kernel)?))
         }
-        Ok(())
     }
 
-    /// [`Self::matmul`] with an explicit SIMD level (for tests and benches);
-    /// `gemm` forces the blocked GEMM even for small batches.
+    /// [`Self::matmul`] at an explicit SIMD level (for tests and benches);
+    /// `use_gemm` forces the blocked GEMM even for small batches. A level
+    /// above the one in force (see [`crate::simd::level`]) is an error.
     pub fn matmul_with(
         &self,
         x: &[f32],
         batch: usize,
         y: &mut [f32],
-        level: crate::simd::SimdLevel,
+        level: SimdLevel,
         use_gemm: bool,
     ) -> Result<()> {
         if x.len() != batch * self.in_feat || y.len() != batch * self.out_feat {
@@ -333,30 +344,17 @@ impl QuantizedWeight {
         }
         // The kernels of a level need its CPU features: refuse a level this
         // machine (or `QUANTRS_SIMD`) does not allow, rather than run them.
-        if !crate::simd::available_levels().contains(&level) {
-            return Err(QuantError::arg(format!(
-                "level: expected one of {:?} on this machine, got {level:?}",
-                crate::simd::available_levels()
-            )));
-        }
-        if batch == 0 {
-            return Ok(());
-        }
+        simd::require(level)?;
         if use_gemm {
-            gemm::matmul(self, x, batch, y, level);
+            self.run(x, batch, y, Kernels::Gemm(Gemm::new(level)?))
         } else {
             let kernel = MatvecKernel::for_weights(level, self.group_size());
-            for (xr, yr) in x
-                .chunks_exact(self.in_feat)
-                .zip(y.chunks_exact_mut(self.out_feat))
-            {
-                matvec::matvec(self, xr, yr, kernel);
-            }
+            self.run(x, batch, y, Kernels::Matvec(Matvec::new(kernel)?))
         }
-        Ok(())
     }
 
-    /// [`Self::matvec`] with an explicit kernel (for tests and benches).
+    /// [`Self::matvec`] with an explicit kernel (for tests and benches); a
+    /// kernel this machine cannot run is an error.
     pub fn matvec_with(&self, x: &[f32], y: &mut [f32], kernel: MatvecKernel) -> Result<()> {
         if x.len() != self.in_feat || y.len() != self.out_feat {
             return Err(QuantError::dims(
@@ -365,13 +363,25 @@ impl QuantizedWeight {
                 format!("{} / {} elements", x.len(), y.len()),
             ));
         }
-        if !MatvecKernel::available().contains(&kernel) {
-            return Err(QuantError::arg(format!(
-                "kernel: expected one of {:?} on this machine, got {kernel:?}",
-                MatvecKernel::available()
-            )));
+        self.run(x, 1, y, Kernels::Matvec(Matvec::new(kernel)?))
+    }
+
+    /// Run checked `x` `[batch, in_feat]` and `y` `[batch, out_feat]`.
+    fn run(&self, x: &[f32], batch: usize, y: &mut [f32], kernels: Kernels) -> Result<()> {
+        if batch == 0 {
+            return Ok(());
         }
-        matvec::matvec(self, x, y, kernel);
+        match kernels {
+            Kernels::Gemm(g) => gemm::matmul(self, x, batch, y, g),
+            Kernels::Matvec(k) => {
+                for (xr, yr) in x
+                    .chunks_exact(self.in_feat)
+                    .zip(y.chunks_exact_mut(self.out_feat))
+                {
+                    matvec::matvec(self, xr, yr, k);
+                }
+            }
+        }
         Ok(())
     }
 
@@ -385,6 +395,13 @@ impl QuantizedWeight {
         };
         ((nib << 4) as i8) >> 4
     }
+}
+
+/// The kernels of one call, chosen once.
+#[derive(Clone, Copy)]
+enum Kernels {
+    Gemm(Gemm),
+    Matvec(Matvec),
 }
 
 #[cfg(test)]

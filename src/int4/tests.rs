@@ -1,21 +1,10 @@
+// Over 400 lines: the one home of every INT4 path's tests, one helper set.
 //! Unit tests of the INT4 format and kernels against plain references.
 
 use super::*;
 use crate::simd::{available_levels, SimdLevel};
+use crate::testutil::rand_vec;
 use proptest::prelude::*;
-
-/// Deterministic pseudo-random f32 in [-1, 1) (xorshift; no external crate).
-pub fn rand_vec(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
 
 /// Float64 `x @ dequantize(W)`, the accuracy reference, with the bound
 /// `sum_i |x_i w_io|` per output.
@@ -368,7 +357,7 @@ fn a_broken_public_layout_panics_instead_of_reading_out_of_bounds() {
 #[cfg(target_arch = "x86_64")]
 fn vnni_kernel_is_chosen_only_for_group_sizes_it_can_take() {
     let pick = |gs| MatvecKernel::for_weights(SimdLevel::Avx512, gs);
-    if crate::simd::has_avx512_vnni() {
+    if crate::simd::Avx512Vnni::new().is_some() {
         for gs in [32, 64, 128, 4096] {
             assert_eq!(pick(gs), MatvecKernel::Avx512Vnni, "group {gs}");
         }
@@ -377,8 +366,102 @@ fn vnni_kernel_is_chosen_only_for_group_sizes_it_can_take() {
     for gs in [16, 34, 36, 8192] {
         assert_ne!(pick(gs), MatvecKernel::Avx512Vnni, "group {gs}");
     }
-    assert_eq!(
-        MatvecKernel::for_weights(SimdLevel::Avx2, 32),
-        MatvecKernel::Avx2
-    );
+    if crate::simd::Avx2::new().is_some() {
+        assert_eq!(
+            MatvecKernel::for_weights(SimdLevel::Avx2, 32),
+            MatvecKernel::Avx2
+        );
+    }
+}
+
+/// Every entry point that takes a level or a kernel refuses one above the
+/// level in force with an error (never runs instructions the CPU lacks).
+#[test]
+fn levels_above_the_one_in_force_are_errors() {
+    let (k, n) = (64, 40);
+    let qw = QuantizedWeight::quantize(&rand_vec(k * n, 80), k, n).unwrap();
+    let x = rand_vec(2 * k, 81);
+    let mut y = vec![0.0f32; 2 * n];
+    let above: Vec<SimdLevel> = [SimdLevel::Neon, SimdLevel::Avx2, SimdLevel::Avx512]
+        .into_iter()
+        .filter(|l| !available_levels().contains(l))
+        .collect();
+    assert!(!above.is_empty(), "NEON and x86 levels never coexist");
+    for level in above {
+        for use_gemm in [false, true] {
+            let e = qw.matmul_with(&x, 2, &mut y, level, use_gemm).unwrap_err();
+            assert!(
+                matches!(e, QuantError::UnsupportedOperation(_)),
+                "{level:?}: {e}"
+            );
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    for kernel in [
+        MatvecKernel::Avx2,
+        MatvecKernel::Avx512,
+        MatvecKernel::Avx512Vnni,
+    ] {
+        if !MatvecKernel::available().contains(&kernel) {
+            let r = qw.matvec_with(&x[..k], &mut y[..n], kernel);
+            assert!(r.is_err(), "{kernel:?} ran on a CPU without it");
+        }
+    }
+}
+
+/// One ISA's kernels (matvec and GEMM at `level`, the `kernel` matvec)
+/// against the scalar twin on awkward shapes, or a printed skip reason.
+fn isa_matches_scalar(level: SimdLevel, kernel: MatvecKernel, present: bool) {
+    if !present {
+        eprintln!(
+            "skipped: {} is not in force here (CPU or QUANTRS_SIMD); only the scalar twin ran",
+            kernel.name()
+        );
+        return;
+    }
+    for (i, &(k, n, gs, b)) in [
+        (64, 300, 32, 1),
+        (256, 257, 128, 3),
+        (96, 129, 16, 9),
+        (40, 70, 8, 2),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let qw =
+            QuantizedWeight::quantize_grouped(&rand_vec(k * n, 90 + i as u64), k, n, gs).unwrap();
+        let x = mixed_range_x(b * k, 95 + i as u64);
+        let what = format!("{} [{k}x{n}] gs {gs} b {b}", kernel.name());
+        for use_gemm in [false, true] {
+            let mut y = vec![f32::NAN; b * n];
+            qw.matmul_with(&x, b, &mut y, level, use_gemm).unwrap();
+            assert_close(&qw, &x, b, &y, &format!("{what} gemm={use_gemm}"));
+        }
+        let mut y = vec![f32::NAN; b * n];
+        for (xr, yr) in x.chunks_exact(k).zip(y.chunks_exact_mut(n)) {
+            qw.matvec_with(xr, yr, kernel).unwrap();
+        }
+        assert_close(&qw, &x, b, &y, &what);
+    }
+}
+
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn avx2_kernels_match_the_scalar_twin() {
+    let present = crate::simd::Avx2::new().is_some();
+    isa_matches_scalar(SimdLevel::Avx2, MatvecKernel::Avx2, present);
+}
+
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn avx512_kernels_match_the_scalar_twin() {
+    let present = crate::simd::Avx512::new().is_some();
+    isa_matches_scalar(SimdLevel::Avx512, MatvecKernel::Avx512, present);
+}
+
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn vnni_kernel_matches_the_scalar_twin() {
+    let present = crate::simd::Avx512Vnni::new().is_some();
+    isa_matches_scalar(SimdLevel::Avx512, MatvecKernel::Avx512Vnni, present);
 }

@@ -1,4 +1,5 @@
 //! AVX-512 VNNI INT4 matvec (Cascade Lake, Ice Lake, Zen 4 and later).
+//! Callable only with an [`Avx512Vnni`] token.
 //!
 //! Why: the f32 kernel spends a widening load, a shift and two permutes on
 //! every 32 weights before its two FMAs, and those shuffles, not memory, set
@@ -20,9 +21,11 @@
 
 use std::arch::x86_64::*;
 
-use super::matvec::{scalar_group, MatvecArgs};
-use super::x86::{strip_avx512, Ahead};
+use super::avx512::strip as strip_avx512;
+use super::format::{scalar_group, MatvecArgs};
+use super::strips::Ahead;
 use super::xint::{self, GroupForm, XInt, LIMBS};
+use crate::simd::{Avx512, Avx512Vnni};
 
 /// Columns one strip covers: 4 vectors of 16 dwords, 4 limbs each = 16 i32
 /// accumulators.
@@ -31,10 +34,16 @@ const STRIP_COLS: usize = 64;
 /// AVX-512 VNNI matvec over the columns `o0 .. o0 + y.len()`.
 ///
 /// # Safety
-/// The CPU must support AVX-512 F/BW/VL/VNNI, AVX2 and FMA; `xint` must
-/// be built from `args.x` with `args.group_size`.
+/// The token proves AVX-512 F/BW/VL/VNNI, AVX2 and FMA; `xint` must be
+/// built from `args.x` with `args.group_size`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
-pub unsafe fn matvec_int4_avx512_vnni(args: &MatvecArgs, xint: &XInt, o0: usize, y: &mut [f32]) {
+pub(super) unsafe fn matvec(
+    _: Avx512Vnni,
+    args: &MatvecArgs,
+    xint: &XInt,
+    o0: usize,
+    y: &mut [f32],
+) {
     y.fill(0.0);
     let width = y.len();
     let mut acc_tail = [0.0f32; 16];
@@ -208,14 +217,13 @@ unsafe fn strip_vnni(
 }
 
 /// [`XInt::new`] with AVX-512, 16 elements a step: the same forms and limbs
-/// bit for bit (tested), about 10x faster (the scalar split cost as much as
-/// the kernel itself on a 4096 x 128 matrix).
+/// bit for bit (tested); the scalar split would cost as much as the kernel.
 ///
 /// # Safety
-/// The CPU must support AVX-512 F/BW/VL; `x.len()` is a multiple of
-/// `group_size`.
+/// None beyond the token (AVX-512 F/BW/VL); panics unless `x.len()` is a
+/// multiple of `group_size`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
-pub unsafe fn xint_avx512(x: &[f32], group_size: usize) -> XInt {
+pub(super) unsafe fn xint(_: Avx512, x: &[f32], group_size: usize) -> XInt {
     assert!(group_size > 0 && x.len().is_multiple_of(group_size));
     let groups = x.len() / group_size;
     let mut quads = vec![[0i32; 2 * LIMBS]; x.len() / 8];
@@ -304,5 +312,66 @@ fn lanes(rows: usize) -> u16 {
         0xFFFF
     } else {
         (1u16 << rows) - 1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The AVX-512 builder the kernel's caller uses gives the reference's
+    /// forms and limbs bit for bit: random, mixed-range and special values,
+    /// group sizes with and without a half step, and ineligible ones.
+    #[test]
+    fn avx512_builder_matches_the_reference() {
+        let Some(token) = Avx512::new() else {
+            eprintln!("skipped: AVX-512 is not in force on this CPU (QUANTRS_SIMD or hardware)");
+            return;
+        };
+        let mut rng = crate::testutil::Xorshift::from_state(0x2545_F491_4F6C_DD1D);
+        let mut next = move || rng.next_u64();
+        let specials = [
+            0.0f32,
+            -0.0,
+            f32::NAN,
+            f32::INFINITY,
+            1e-40,
+            f32::MIN_POSITIVE,
+            3e38,
+            1e30,
+            -1e-30,
+        ];
+        for &gs in &[8usize, 16, 24, 32, 40, 128, 4, 12] {
+            for case in 0..40 {
+                let k = gs * (1 + case % 5);
+                let x: Vec<f32> = (0..k)
+                    .map(|i| {
+                        let r = next();
+                        let v = ((r >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0;
+                        match (case + i / gs) % 6 {
+                            0 => 0.0,
+                            1 if r % 9 == 0 => specials[(r >> 8) as usize % specials.len()],
+                            2 => v * 2f32.powi((r % 30) as i32 - 15),
+                            3 if r % 4 == 0 => v * 1e-4,
+                            _ => v * 3.0,
+                        }
+                    })
+                    .collect();
+                let want = XInt::new(&x, gs);
+                // SAFETY: the token proves AVX-512 F/BW/VL; k is a multiple of gs.
+                let got = unsafe { xint(token, &x, gs) };
+                assert_eq!(got.forms, want.forms, "gs {gs} case {case}");
+                for (g, form) in want.forms.iter().enumerate() {
+                    if matches!(form, GroupForm::Int { .. }) {
+                        let quads = g * gs / 8..(g + 1) * gs / 8;
+                        assert_eq!(
+                            got.quads[quads.clone()],
+                            want.quads[quads],
+                            "gs {gs} case {case} g {g}"
+                        );
+                    }
+                }
+            }
+        }
     }
 }

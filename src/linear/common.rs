@@ -1,16 +1,29 @@
 //! What every layer type implements the same way, written once.
 //!
 //! Each layer struct has the fields `bias: Option<Vec<f32>>`,
-//! `stats: Stats` and `merge_error: Option<f64>`, and its own
+//! `stats: Stats` and `merge_error: Option<f64>`, its own
 //! `fn write(&self, bias: Option<&[f32]>) -> Vec<u8>` and
 //! `fn read(&[u8]) -> Result<(Self, Option<Vec<f32>>)>` (its versioned,
-//! CRC-checked byte format). These macros add the trait items built on them.
+//! CRC-checked byte format), and `fn rebuilt(&self, w: &[f32]) -> Result<Self>`
+//! (the same kind of layer, same bias, for the float weight `w`). These
+//! macros add the trait items built on them.
 
-/// The `QuantMethod` items that only read the shared fields: `bias`, the
-/// imatrix tracking, `merge_error` and `into_layer`. `$s => $in_feat` gives
-/// the input width from `self` bound as `$s`.
+/// The `QuantMethod` items every layer implements the same way: `bias`, the
+/// imatrix tracking, `merge_error`, `into_layer` and `add_delta_w` (through
+/// `rebuilt`). `$s => $in_feat` gives the input width from `self` bound as
+/// `$s`.
 macro_rules! shared_quant_method_items {
     ($variant:ident, $s:ident => $in_feat:expr) => {
+        fn add_delta_w(
+            &self,
+            delta: &[f32],
+        ) -> $crate::error::Result<std::sync::Arc<dyn $crate::linear::QuantMethod>> {
+            let w = $crate::linear::merged(&self.dequantize_w()?, delta, &self.weight_shape())?;
+            let mut layer = self.rebuilt(&w)?;
+            layer.merge_error = Some($crate::linear::rel_frobenius(&w, &layer.dequantize_w()?));
+            Ok(std::sync::Arc::new(layer))
+        }
+
         fn bias(&self) -> Option<&[f32]> {
             self.bias.as_deref()
         }

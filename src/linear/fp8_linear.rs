@@ -11,21 +11,16 @@
 
 use std::borrow::Cow;
 use std::path::Path;
-use std::sync::atomic::AtomicUsize;
-use std::sync::Arc;
 
 use rayon::prelude::*;
 
-use super::kernels::{dot_e4m3, matmul_rows, Epilogue, RowSource};
+use super::dispatch::Dots;
+use super::kernels::{matmul_rows, Epilogue, RowSource};
 use super::serde::{self as ser, DType, Reader, Tag, Writer, FLAG_ACT_SCALE, FLAG_BIAS};
 use super::stats::Stats;
-use super::{
-    check_bias, check_float_weight, isq, merged, rel_frobenius, rows_of, Device, IsqType,
-    QuantMethod, WeightDType,
-};
+use super::{check_bias, check_float_weight, rows_of, Device, QuantMethod, WeightDType};
 use crate::error::{QuantError, Result};
-use crate::fp8::{decode_slice, decode_slice_level, encode_slice, round_to_grid_slice, Fp8Format};
-use crate::simd::SimdLevel;
+use crate::fp8::{decode_slice, encode_slice, round_to_grid_slice, Fp8Format};
 use crate::st::{self, Dtype};
 
 const FMT: Fp8Format = Fp8Format::E4M3;
@@ -81,15 +76,11 @@ struct Rows<'a> {
 impl RowSource for Rows<'_> {
     fn decode(&self, r: usize, k0: usize, out: &mut [f32]) {
         let s = r * self.k + k0;
-        decode_slice_level(
-            crate::simd::level(),
-            &self.codes[s..s + out.len()],
-            out,
-            FMT,
-        );
+        // A tile row (< 128 Ki codes): decoded on this thread.
+        decode_slice(&self.codes[s..s + out.len()], out, FMT);
     }
-    fn dot(&self, level: SimdLevel, r: usize, x: &[f32]) -> f32 {
-        dot_e4m3(level, &self.codes[r * self.k..(r + 1) * self.k], x)
+    fn dot(&self, dots: Dots, r: usize, x: &[f32]) -> f32 {
+        dots.e4m3(&self.codes[r * self.k..(r + 1) * self.k], x)
     }
 }
 
@@ -206,22 +197,17 @@ impl PerTensorFP8Linear {
     pub fn weight(&self) -> &[u8] {
         &self.weight
     }
+    /// The weight's shape (`[out, in]` or `[E, out, in]`).
     pub fn shape(&self) -> &[usize] {
         &self.shape
     }
+    /// The per-tensor dequantization multiplier of the codes.
     pub fn weight_scale_inv(&self) -> f32 {
         self.weight_scale_inv
     }
+    /// The static activation scale (W8A8), if any.
     pub fn activation_scale(&self) -> Option<f32> {
         self.activation_scale
-    }
-    /// Number of experts (1 for a plain `[out, in]` weight).
-    pub fn num_experts(&self) -> usize {
-        if self.shape.len() == 3 {
-            self.shape[0]
-        } else {
-            1
-        }
     }
 
     /// The activations the kernels see (quantized onto the E4M3 grid when an
@@ -246,6 +232,16 @@ impl PerTensorFP8Linear {
             bias,
         };
         matmul_rows(&Rows { codes, k }, out, k, x, rows, y, &epi);
+    }
+
+    /// The same kind of layer (shape, bias, activation scale) for `w`.
+    fn rebuilt(&self, w: &[f32]) -> Result<Self> {
+        Self::from_float(
+            w,
+            self.shape.clone(),
+            self.bias.clone(),
+            self.activation_scale,
+        )
     }
 
     fn write(&self, bias: Option<&[f32]>) -> Vec<u8> {
@@ -391,37 +387,8 @@ impl QuantMethod for PerTensorFP8Linear {
         self.activation_scale.map(|_| FMT)
     }
 
-    fn add_delta_w(&self, delta: &[f32]) -> Result<Arc<dyn QuantMethod>> {
-        let w = merged(&self.dequantize_w()?, delta, &self.shape)?;
-        let mut layer = Self::from_float(
-            &w,
-            self.shape.clone(),
-            self.bias.clone(),
-            self.activation_scale,
-        )?;
-        layer.merge_error = Some(rel_frobenius(&w, &layer.dequantize_w()?));
-        Ok(Arc::new(layer))
-    }
-
     fn dtype_and_device(&self) -> (WeightDType, Device) {
         (WeightDType::F8E4M3, Device::Cpu)
-    }
-
-    fn apply_isq(
-        self: Arc<Self>,
-        dtype: Option<IsqType>,
-        device: Device,
-        n_quantized: &AtomicUsize,
-        imatrix_weight: Option<Vec<f32>>,
-    ) -> Result<Arc<dyn QuantMethod>> {
-        isq::convert(
-            &*self,
-            self.activation_scale,
-            dtype,
-            device,
-            n_quantized,
-            imatrix_weight,
-        )
     }
 
     shared_quant_method_items!(Fp8, s => s.in_features());

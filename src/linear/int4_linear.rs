@@ -12,17 +12,11 @@
 //! its rounding (the llama.cpp `make_qx_quants` idea). The absmax scale is
 //! a candidate, so the weighted error is never worse than absmax's.
 
-use std::sync::atomic::AtomicUsize;
-use std::sync::Arc;
-
 use rayon::prelude::*;
 
 use super::serde::{self as ser, DType, Reader, Tag, Writer, FLAG_BIAS};
 use super::stats::Stats;
-use super::{
-    check_bias, check_float_weight, isq, merged, rel_frobenius, rows_of, Device, IsqType,
-    QuantMethod, WeightDType,
-};
+use super::{check_bias, check_float_weight, rows_of, Device, QuantMethod, WeightDType};
 use crate::error::{QuantError, Result};
 use crate::int4::{Layout, QuantizedWeight, MIN_SCALE};
 
@@ -149,8 +143,15 @@ impl Int4Linear {
         Self::new(qw, bias)
     }
 
+    /// The packed INT4 weight (`[in, out]`, see `crate::int4`).
     pub fn qweight(&self) -> &QuantizedWeight {
         &self.qw
+    }
+
+    /// The same kind of layer (shape, group size, bias) for `w`.
+    fn rebuilt(&self, w: &[f32]) -> Result<Self> {
+        let (out, inf) = (self.qw.out_feat, self.qw.in_feat);
+        Self::from_float(w, out, inf, self.qw.group_size(), self.bias.clone(), None)
     }
 
     fn write(&self, bias: Option<&[f32]>) -> Vec<u8> {
@@ -237,27 +238,8 @@ impl QuantMethod for Int4Linear {
         ))
     }
 
-    fn add_delta_w(&self, delta: &[f32]) -> Result<Arc<dyn QuantMethod>> {
-        let w = merged(&self.dequantize_w()?, delta, &self.weight_shape())?;
-        let (out, inf) = (self.qw.out_feat, self.qw.in_feat);
-        let mut layer =
-            Self::from_float(&w, out, inf, self.qw.group_size(), self.bias.clone(), None)?;
-        layer.merge_error = Some(rel_frobenius(&w, &layer.dequantize_w()?));
-        Ok(Arc::new(layer))
-    }
-
     fn dtype_and_device(&self) -> (WeightDType, Device) {
         (WeightDType::I4, Device::Cpu)
-    }
-
-    fn apply_isq(
-        self: Arc<Self>,
-        dtype: Option<IsqType>,
-        device: Device,
-        n_quantized: &AtomicUsize,
-        imatrix_weight: Option<Vec<f32>>,
-    ) -> Result<Arc<dyn QuantMethod>> {
-        isq::convert(&*self, None, dtype, device, n_quantized, imatrix_weight)
     }
 
     shared_quant_method_items!(Int4, s => s.qw.in_feat);

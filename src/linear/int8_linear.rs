@@ -3,20 +3,14 @@
 //! `q = clamp(round_half_even(W / scale), -127, 127)`, `W ~ q * scale[o]`.
 //! Forward: `y[b, o] = (x[b] . q[o]) * scale[o] + bias[o]`.
 
-use std::sync::atomic::AtomicUsize;
-use std::sync::Arc;
-
 use rayon::prelude::*;
 
-use super::kernels::{dot_i8, matmul_rows, Epilogue, RowSource};
+use super::dispatch::Dots;
+use super::kernels::{matmul_rows, Epilogue, RowSource};
 use super::serde::{self as ser, DType, Reader, Tag, Writer, FLAG_BIAS};
 use super::stats::Stats;
-use super::{
-    check_bias, check_float_weight, isq, merged, rel_frobenius, rows_of, Device, IsqType,
-    QuantMethod, WeightDType,
-};
+use super::{check_bias, check_float_weight, rows_of, Device, QuantMethod, WeightDType};
 use crate::error::{QuantError, Result};
-use crate::simd::SimdLevel;
 
 /// int8 per-output-row linear layer.
 #[derive(Clone, Debug)]
@@ -43,8 +37,8 @@ impl RowSource for Rows<'_> {
             *o = v as f32;
         }
     }
-    fn dot(&self, level: SimdLevel, r: usize, x: &[f32]) -> f32 {
-        dot_i8(level, &self.q[r * self.k..(r + 1) * self.k], x)
+    fn dot(&self, dots: Dots, r: usize, x: &[f32]) -> f32 {
+        dots.i8(&self.q[r * self.k..(r + 1) * self.k], x)
     }
 }
 
@@ -118,11 +112,18 @@ impl Int8Linear {
         Self::new(q, scales, out_feat, in_feat, bias)
     }
 
+    /// The int8 codes `[out, in]`.
     pub fn q(&self) -> &[i8] {
         &self.q
     }
+    /// The per-output-row scales `[out]`.
     pub fn scales(&self) -> &[f32] {
         &self.scales
+    }
+
+    /// The same kind of layer (shape, bias) for `w`.
+    fn rebuilt(&self, w: &[f32]) -> Result<Self> {
+        Self::from_float(w, self.out_feat, self.in_feat, self.bias.clone())
     }
 
     fn write(&self, bias: Option<&[f32]>) -> Vec<u8> {
@@ -192,25 +193,8 @@ impl QuantMethod for Int8Linear {
         Ok(w)
     }
 
-    fn add_delta_w(&self, delta: &[f32]) -> Result<Arc<dyn QuantMethod>> {
-        let w = merged(&self.dequantize_w()?, delta, &self.weight_shape())?;
-        let mut layer = Self::from_float(&w, self.out_feat, self.in_feat, self.bias.clone())?;
-        layer.merge_error = Some(rel_frobenius(&w, &layer.dequantize_w()?));
-        Ok(Arc::new(layer))
-    }
-
     fn dtype_and_device(&self) -> (WeightDType, Device) {
         (WeightDType::I8, Device::Cpu)
-    }
-
-    fn apply_isq(
-        self: Arc<Self>,
-        dtype: Option<IsqType>,
-        device: Device,
-        n_quantized: &AtomicUsize,
-        imatrix_weight: Option<Vec<f32>>,
-    ) -> Result<Arc<dyn QuantMethod>> {
-        isq::convert(&*self, None, dtype, device, n_quantized, imatrix_weight)
     }
 
     shared_quant_method_items!(Int8, s => s.in_feat);

@@ -5,21 +5,27 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use super::{
-    Device, Int4Linear, Int8Linear, IsqType, PerTensorFP8Linear, QuantMethod, UnquantLinear,
+    Device, Int4Linear, Int8Linear, IsqType, Layer, PerTensorFP8Linear, QuantMethod, UnquantLinear,
 };
 use crate::error::{QuantError, Result};
 
-/// Convert `src` to `dtype` (`None`: unquantized f32). `act_scale` is kept
-/// by an FP8 target (it describes the activations, which do not change).
-/// `imatrix_weight` (`[in]`, finite, >= 0) only applies to INT4 targets.
+/// Convert `layer` to `dtype` (`None`: unquantized f32). An FP8 source's
+/// activation scale is kept by an FP8 target (it describes the activations,
+/// which do not change). `imatrix_weight` (`[in]`, finite, >= 0) only
+/// applies to INT4 targets.
 pub(crate) fn convert(
-    src: &dyn QuantMethod,
-    act_scale: Option<f32>,
+    layer: &Layer,
     dtype: Option<IsqType>,
     device: Device,
     n_quantized: &AtomicUsize,
     imatrix_weight: Option<Vec<f32>>,
 ) -> Result<Arc<dyn QuantMethod>> {
+    let (src, act_scale): (&dyn QuantMethod, Option<f32>) = match layer {
+        Layer::Fp8(l) => (&**l, l.activation_scale()),
+        Layer::Unquant(l) => (&**l, None),
+        Layer::Int8(l) => (&**l, None),
+        Layer::Int4(l) => (&**l, None),
+    };
     device.require_cpu()?;
     let shape = src.weight_shape();
     let in_feat = src.in_features();

@@ -15,15 +15,16 @@
 
 use rayon::prelude::*;
 
-use crate::simd::{self, SimdLevel};
+use super::dispatch::Dots;
 
 /// A weight stored as rows; values are "unscaled" (the layer's multiplier per
 /// output row is applied after accumulation).
 pub(crate) trait RowSource: Sync {
     /// Decode columns `k0 .. k0 + out.len()` of row `r` into `out`.
     fn decode(&self, r: usize, k0: usize, out: &mut [f32]);
-    /// Dot product of the whole row `r` with `x` (`x.len()` = in).
-    fn dot(&self, level: SimdLevel, r: usize, x: &[f32]) -> f32;
+    /// Dot product of the whole row `r` with `x` (`x.len()` = in), with the
+    /// kernels `dots`.
+    fn dot(&self, dots: Dots, r: usize, x: &[f32]) -> f32;
 }
 
 /// Batch rows from which the tiled path is used.
@@ -43,7 +44,9 @@ unsafe impl Sync for OutPtr {}
 
 /// What is applied to each finished dot product: `v * scale(r) + bias[r]`.
 pub(crate) struct Epilogue<'a> {
+    /// The multiplier of output row `r`.
     pub scale: &'a (dyn Fn(usize) -> f32 + Sync),
+    /// The bias `[n]`, if any.
     pub bias: Option<&'a [f32]>,
 }
 
@@ -64,7 +67,7 @@ pub(crate) fn matmul_rows<S: RowSource>(
     if m == 0 || n == 0 {
         return;
     }
-    let level = simd::level();
+    let dots = Dots::current();
     let out = OutPtr(y.as_mut_ptr());
     let b_at = |r: usize| bias.map_or(0.0, |b| b[r]);
     if m < TILE_MIN_ROWS || k == 0 {
@@ -78,7 +81,7 @@ pub(crate) fn matmul_rows<S: RowSource>(
                     let v = if k == 0 {
                         0.0
                     } else {
-                        src.dot(level, r, &x[b * k..(b + 1) * k])
+                        src.dot(dots, r, &x[b * k..(b + 1) * k])
                     };
                     let o = out;
                     // SAFETY: element (b, r) is written by the task owning r only,
@@ -113,7 +116,7 @@ pub(crate) fn matmul_rows<S: RowSource>(
                         let ji = j + i.min(jm - 1);
                         &tile[ji * kc..(ji + 1) * kc]
                     });
-                    dot4x4(level, &xs, &ws, &mut part);
+                    dots.dot4x4(&xs, &ws, &mut part);
                     for (bi, row) in part.iter().enumerate().take(bm) {
                         for (ji, &p) in row.iter().enumerate().take(jm) {
                             acc[(b + bi) * rb + j + ji] += p;
@@ -136,145 +139,17 @@ pub(crate) fn matmul_rows<S: RowSource>(
     });
 }
 
-/// `part[i][j] = xs[i] . ws[j]` over equal-length slices.
-fn dot4x4(level: SimdLevel, xs: &[&[f32]; 4], ws: &[&[f32]; 4], part: &mut [[f32; 4]; 4]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if level == SimdLevel::Avx512 && simd::detected() >= SimdLevel::Avx512 {
-            // SAFETY: the CPU has AVX-512 F+BW+VL (checked by `simd::detected`).
-            unsafe { super::x86::dot4x4_avx512(xs, ws, part) };
-            return;
-        }
-        if level == SimdLevel::Avx2 && simd::detected() >= SimdLevel::Avx2 {
-            // SAFETY: the CPU has AVX2 and FMA (checked; the Avx2 level implies FMA).
-            unsafe { super::x86::dot4x4_avx2(xs, ws, part) };
-            return;
-        }
-    }
-    let _ = level;
-    for i in 0..4 {
-        for j in 0..4 {
-            part[i][j] = dot_f32_scalar(xs[i], ws[j]);
-        }
-    }
-}
-
-/// Scalar f32 dot product (the reference; 4 partial sums like the SIMD ones).
-pub(crate) fn dot_f32_scalar(a: &[f32], b: &[f32]) -> f32 {
-    let mut s = [0f32; 4];
-    let n = a.len() / 4 * 4;
-    for i in (0..n).step_by(4) {
-        for l in 0..4 {
-            s[l] = a[i + l].mul_add(b[i + l], s[l]);
-        }
-    }
-    let mut t = (s[0] + s[1]) + (s[2] + s[3]);
-    for i in n..a.len() {
-        t = a[i].mul_add(b[i], t);
-    }
-    t
-}
-
-/// f32 dot product at `level`.
-pub(crate) fn dot_f32(level: SimdLevel, a: &[f32], b: &[f32]) -> f32 {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if level == SimdLevel::Avx512 && simd::detected() >= SimdLevel::Avx512 {
-            // SAFETY: the CPU has AVX-512 F+BW+VL (checked by `simd::detected`).
-            return unsafe { super::x86::dot_f32_avx512(a, b) };
-        }
-        if level == SimdLevel::Avx2 && simd::detected() >= SimdLevel::Avx2 {
-            // SAFETY: the CPU has AVX2 and FMA (checked; the Avx2 level implies FMA).
-            return unsafe { super::x86::dot_f32_avx2(a, b) };
-        }
-    }
-    let _ = level;
-    dot_f32_scalar(a, b)
-}
-
-/// Dot product of E4M3 codes (decoded exactly) with `x`, at `level`.
-pub(crate) fn dot_e4m3(level: SimdLevel, codes: &[u8], x: &[f32]) -> f32 {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if level == SimdLevel::Avx512 && simd::detected() >= SimdLevel::Avx512 {
-            // SAFETY: the CPU has AVX-512 F+BW+VL (checked); AVX-512F includes
-            // the zmm half-to-single conversion.
-            return unsafe { super::x86::dot_e4m3_avx512(codes, x) };
-        }
-        if level == SimdLevel::Avx2 && simd::detected() >= SimdLevel::Avx2 && super::x86::has_f16c()
-        {
-            // SAFETY: AVX2 + FMA and F16C are present (both checked).
-            return unsafe { super::x86::dot_e4m3_avx2(codes, x) };
-        }
-    }
-    let _ = level;
-    dot_e4m3_scalar(codes, x)
-}
-
-/// Scalar E4M3 dot product (table decode).
-pub(crate) fn dot_e4m3_scalar(codes: &[u8], x: &[f32]) -> f32 {
-    let t = crate::fp8::decode_table(crate::fp8::Fp8Format::E4M3);
-    let mut s = [0f32; 4];
-    let n = codes.len() / 4 * 4;
-    for i in (0..n).step_by(4) {
-        for l in 0..4 {
-            s[l] = t[codes[i + l] as usize].mul_add(x[i + l], s[l]);
-        }
-    }
-    let mut r = (s[0] + s[1]) + (s[2] + s[3]);
-    for i in n..codes.len() {
-        r = t[codes[i] as usize].mul_add(x[i], r);
-    }
-    r
-}
-
-/// Dot product of int8 codes with `x`, at `level`.
-pub(crate) fn dot_i8(level: SimdLevel, q: &[i8], x: &[f32]) -> f32 {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if level == SimdLevel::Avx512 && simd::detected() >= SimdLevel::Avx512 {
-            // SAFETY: the CPU has AVX-512 F+BW+VL (checked by `simd::detected`).
-            return unsafe { super::x86::dot_i8_avx512(q, x) };
-        }
-        if level == SimdLevel::Avx2 && simd::detected() >= SimdLevel::Avx2 {
-            // SAFETY: the CPU has AVX2 and FMA (checked; the Avx2 level implies FMA).
-            return unsafe { super::x86::dot_i8_avx2(q, x) };
-        }
-    }
-    let _ = level;
-    dot_i8_scalar(q, x)
-}
-
-/// Scalar int8 dot product.
-pub(crate) fn dot_i8_scalar(q: &[i8], x: &[f32]) -> f32 {
-    let mut s = [0f32; 4];
-    let n = q.len() / 4 * 4;
-    for i in (0..n).step_by(4) {
-        for l in 0..4 {
-            s[l] = (q[i + l] as f32).mul_add(x[i + l], s[l]);
-        }
-    }
-    let mut r = (s[0] + s[1]) + (s[2] + s[3]);
-    for i in n..q.len() {
-        r = (q[i] as f32).mul_add(x[i], r);
-    }
-    r
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::linear::format::{dot_e4m3_scalar, dot_f32_scalar, dot_i8_scalar};
+    use crate::simd::{available_levels, SimdLevel};
 
+    /// Values in [-2, 2).
     fn rng_vals(n: usize, seed: u64) -> Vec<f32> {
-        // xorshift, values in [-2, 2)
-        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                ((s >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
-            })
+        crate::testutil::rand_vec(n, seed)
+            .iter()
+            .map(|v| v * 2.0)
             .collect()
     }
 
@@ -298,6 +173,10 @@ mod tests {
 
     #[test]
     fn every_level_dot_matches_scalar() {
+        if available_levels() == [SimdLevel::Scalar] {
+            eprintln!("skipped: no SIMD level in force here (CPU or QUANTRS_SIMD)");
+            return;
+        }
         let t = crate::fp8::decode_table(crate::fp8::Fp8Format::E4M3);
         for n in [0, 1, 7, 16, 31, 33, 64, 100, 1027] {
             let x = rng_vals(n, n as u64 + 1);
@@ -310,22 +189,23 @@ mod tests {
                 mag(&|i| q[i] as f32),
                 mag(&|i| w[i]),
             );
-            for level in crate::simd::available_levels() {
+            for level in available_levels() {
+                let dots = Dots::at(level).unwrap();
                 assert!(
-                    close(dot_e4m3(level, &c, &x), dot_e4m3_scalar(&c, &x), sc),
+                    close(dots.e4m3(&c, &x), dot_e4m3_scalar(&c, &x), sc),
                     "{level:?} e4m3 n={n}"
                 );
                 assert!(
-                    close(dot_i8(level, &q, &x), dot_i8_scalar(&q, &x), sq),
+                    close(dots.i8(&q, &x), dot_i8_scalar(&q, &x), sq),
                     "{level:?} i8 n={n}"
                 );
                 assert!(
-                    close(dot_f32(level, &w, &x), dot_f32_scalar(&w, &x), sw),
+                    close(dots.f32(&w, &x), dot_f32_scalar(&w, &x), sw),
                     "{level:?} f32 n={n}"
                 );
                 let xs = [&x[..], &w[..], &x[..], &w[..]];
                 let mut part = [[0f32; 4]; 4];
-                dot4x4(level, &xs, &xs, &mut part);
+                dots.dot4x4(&xs, &xs, &mut part);
                 for i in 0..4 {
                     for j in 0..4 {
                         let want = dot_f32_scalar(xs[i], xs[j]);
@@ -345,8 +225,8 @@ mod tests {
             let s = r * self.1 + k0;
             out.copy_from_slice(&self.0[s..s + out.len()]);
         }
-        fn dot(&self, level: SimdLevel, r: usize, x: &[f32]) -> f32 {
-            dot_f32(level, &self.0[r * self.1..(r + 1) * self.1], x)
+        fn dot(&self, dots: Dots, r: usize, x: &[f32]) -> f32 {
+            dots.f32(&self.0[r * self.1..(r + 1) * self.1], x)
         }
     }
 

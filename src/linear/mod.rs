@@ -1,3 +1,5 @@
+// Over 400 lines: the seed's trait with every item documented, and the
+// checks all layers share.
 //! Linear layers behind one trait, [`QuantMethod`] (seed 002), with their
 //! serialization trait [`QuantizedSerde`]:
 //!
@@ -18,16 +20,20 @@
 
 #[macro_use]
 mod common;
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+mod dispatch;
+mod format;
 mod fp8_linear;
 mod int4_linear;
 mod int8_linear;
 mod isq;
 mod kernels;
-pub mod serde;
+pub(crate) mod serde;
 mod stats;
 mod unquant;
-#[cfg(target_arch = "x86_64")]
-mod x86;
 
 use std::borrow::Cow;
 use std::sync::atomic::AtomicUsize;
@@ -44,7 +50,10 @@ use crate::error::{QuantError, Result};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IsqType {
     /// Packed INT4, groups of `group_size` along the input dimension.
-    Int4 { group_size: usize },
+    Int4 {
+        /// Input rows per scale.
+        group_size: usize,
+    },
     /// FP8 E4M3 with a fresh per-tensor scale.
     Fp8E4M3,
     /// int8 per-output-row symmetric absmax.
@@ -66,7 +75,9 @@ impl IsqType {
 /// Where a layer's weight lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Device {
+    /// Host memory (where every layer computes).
     Cpu,
+    /// A CUDA device by ordinal.
     Cuda(usize),
 }
 
@@ -84,6 +95,7 @@ impl Device {
         }
     }
 
+    /// `"cpu"` or `"cuda:N"`.
     pub fn name(&self) -> String {
         match self {
             Device::Cpu => "cpu".into(),
@@ -106,8 +118,11 @@ impl Device {
 /// Storage type of a layer's weight, as `dtype_and_device` reports it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WeightDType {
+    /// float32.
     F32,
+    /// FP8 E4M3 codes.
     F8E4M3,
+    /// int8 codes.
     I8,
     /// Packed INT4 (two per byte).
     I4,
@@ -128,8 +143,11 @@ impl WeightDType {
 /// Tensor-parallel kind (none of our layers is distributed).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DistributedKind {
+    /// Output columns split across ranks.
     ColumnParallel,
+    /// Input rows split across ranks.
     RowParallel,
+    /// The whole weight on every rank.
     Replicated,
 }
 
@@ -137,9 +155,13 @@ pub enum DistributedKind {
 /// (the Python bindings pick the class from it).
 #[derive(Clone, Debug)]
 pub enum Layer {
+    /// [`PerTensorFP8Linear`].
     Fp8(Arc<PerTensorFP8Linear>),
+    /// [`UnquantLinear`].
     Unquant(Arc<UnquantLinear>),
+    /// [`Int8Linear`].
     Int8(Arc<Int8Linear>),
+    /// [`Int4Linear`].
     Int4(Arc<Int4Linear>),
 }
 
@@ -215,13 +237,22 @@ pub trait QuantMethod: Send + Sync + std::fmt::Debug {
 
     /// A new layer of another quantization (`None`: unquantized f32).
     /// `n_quantized` is incremented once per layer that gets quantized.
+    /// Every layer converts the same way (`linear/isq.rs`).
     fn apply_isq(
         self: Arc<Self>,
         dtype: Option<IsqType>,
         device: Device,
         n_quantized: &AtomicUsize,
         imatrix_weight: Option<Vec<f32>>,
-    ) -> Result<Arc<dyn QuantMethod>>;
+    ) -> Result<Arc<dyn QuantMethod>> {
+        isq::convert(
+            &self.into_layer(),
+            dtype,
+            device,
+            n_quantized,
+            imatrix_weight,
+        )
+    }
 
     /// `(W, bias)` dequantized.
     fn unquant_weight_bias(&self) -> Option<(Vec<f32>, Option<Vec<f32>>)> {
@@ -239,6 +270,7 @@ pub trait QuantMethod: Send + Sync + std::fmt::Debug {
     /// The imatrix `[in]` since `begin_track_stats`; tracking stops.
     fn end_track_stats(&self) -> Result<Vec<f32>>;
 
+    /// How the weight is split across ranks (never, here).
     fn is_distributed(&self) -> Option<DistributedKind> {
         None
     }
@@ -257,10 +289,12 @@ pub trait QuantMethod: Send + Sync + std::fmt::Debug {
 pub type LayerAndBias = (Arc<dyn QuantMethod>, Option<Vec<f32>>);
 
 /// Serialization of a layer (seed 002's `QuantizedSerde`); the byte format
-/// is in [`serde`].
+/// is described in `linear/serde.rs`.
 pub trait QuantizedSerde {
+    /// The layer type's serialized name.
     fn name(&self) -> &'static str;
 
+    /// Whether a layer made by ISQ can be serialized (always, here).
     fn isq_serde_supported(&self) -> bool {
         true
     }
@@ -271,6 +305,7 @@ pub trait QuantizedSerde {
     /// The layer with `bias` in place of its own.
     fn serialize_with_bias(&self, bias: Option<Vec<f32>>) -> Result<Cow<'_, [u8]>>;
 
+    /// The layer (with its bias) from bytes written by `serialize`.
     fn deserialize(data: Cow<'_, [u8]>, device: &Device) -> Result<Arc<dyn QuantMethod>>
     where
         Self: Sized;

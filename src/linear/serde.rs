@@ -1,4 +1,4 @@
-//! The byte format of every layer's `serialize` (SPEC section 5).
+//! The byte format of every layer's `serialize` (docs/linear.md).
 //!
 //! All integers little-endian:
 //!
@@ -100,7 +100,6 @@ impl Writer {
 pub struct Reader<'a> {
     buf: &'a [u8],
     pos: usize,
-    pub tag: Tag,
     pub flags: u8,
 }
 
@@ -148,7 +147,6 @@ impl<'a> Reader<'a> {
         Ok(Reader {
             buf: body,
             pos: 6,
-            tag,
             flags,
         })
     }

@@ -1,17 +1,12 @@
 //! `UnquantLinear`: a plain float32 linear, `y = x . W^T + bias`, the
 //! `apply_isq(None)` target.
 
-use std::sync::atomic::AtomicUsize;
-use std::sync::Arc;
-
-use super::kernels::{dot_f32, matmul_rows, Epilogue, RowSource};
+use super::dispatch::Dots;
+use super::kernels::{matmul_rows, Epilogue, RowSource};
 use super::serde::{self as ser, Reader, Tag, Writer, FLAG_BIAS};
 use super::stats::Stats;
-use super::{
-    check_bias, check_float_weight, isq, merged, rows_of, Device, IsqType, QuantMethod, WeightDType,
-};
+use super::{check_bias, check_float_weight, rows_of, Device, QuantMethod, WeightDType};
 use crate::error::{QuantError, Result};
-use crate::simd::SimdLevel;
 
 /// Float32 linear layer, weight `[out, in]`.
 #[derive(Clone, Debug)]
@@ -34,8 +29,8 @@ impl RowSource for Rows<'_> {
         let s = r * self.k + k0;
         out.copy_from_slice(&self.w[s..s + out.len()]);
     }
-    fn dot(&self, level: SimdLevel, r: usize, x: &[f32]) -> f32 {
-        dot_f32(level, &self.w[r * self.k..(r + 1) * self.k], x)
+    fn dot(&self, dots: Dots, r: usize, x: &[f32]) -> f32 {
+        dots.f32(&self.w[r * self.k..(r + 1) * self.k], x)
     }
 }
 
@@ -59,8 +54,14 @@ impl UnquantLinear {
         })
     }
 
+    /// The f32 weight `[out, in]`.
     pub fn weight(&self) -> &[f32] {
         &self.weight
+    }
+
+    /// The same kind of layer (shape, bias) for `w`.
+    fn rebuilt(&self, w: &[f32]) -> Result<Self> {
+        Self::new(w.to_vec(), self.out_feat, self.in_feat, self.bias.clone())
     }
 
     fn write(&self, bias: Option<&[f32]>) -> Vec<u8> {
@@ -116,25 +117,8 @@ impl QuantMethod for UnquantLinear {
         Ok(self.weight.clone())
     }
 
-    fn add_delta_w(&self, delta: &[f32]) -> Result<Arc<dyn QuantMethod>> {
-        let w = merged(&self.weight, delta, &self.weight_shape())?;
-        let mut layer = Self::new(w, self.out_feat, self.in_feat, self.bias.clone())?;
-        layer.merge_error = Some(0.0);
-        Ok(Arc::new(layer))
-    }
-
     fn dtype_and_device(&self) -> (WeightDType, Device) {
         (WeightDType::F32, Device::Cpu)
-    }
-
-    fn apply_isq(
-        self: Arc<Self>,
-        dtype: Option<IsqType>,
-        device: Device,
-        n_quantized: &AtomicUsize,
-        imatrix_weight: Option<Vec<f32>>,
-    ) -> Result<Arc<dyn QuantMethod>> {
-        isq::convert(&*self, None, dtype, device, n_quantized, imatrix_weight)
     }
 
     shared_quant_method_items!(Unquant, s => s.in_feat);

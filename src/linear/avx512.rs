@@ -1,0 +1,139 @@
+//! AVX-512 dot-product kernels of the linear layers' forward engine,
+//! callable only with an [`Avx512`] token.
+//!
+//! E4M3 rows are decoded in registers with an exact trick: the E4M3 bit
+//! pattern shifted into a float16 (`sign << 8 | magnitude << 7`) is the same
+//! value times 2^-8, normals and subnormals alike (both formats have a
+//! hidden bit; the exponent biases differ by 8), and `vcvtph2ps` widens it
+//! exactly. The sum is multiplied by 2^8 at the end (exact). The float16 is
+//! built with one sign-extending widen, one shift and one mask. NaN codes are
+//! rejected when a layer is built, so they never reach this path.
+
+use std::arch::x86_64::*;
+
+use super::format::{dot_e4m3_scalar, dot_i8_scalar};
+use crate::simd::Avx512;
+
+#[target_feature(enable = "avx512f")]
+fn hsum512(v: __m512) -> f32 {
+    _mm512_reduce_add_ps(v)
+}
+
+/// # Safety
+/// None beyond the token: it proves AVX-512 F/BW/VL.
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn dot_f32(_: Avx512, a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    let n = a.len() / 32 * 32;
+    let (pa, pb) = (a.as_ptr(), b.as_ptr());
+    let mut s0 = _mm512_setzero_ps();
+    let mut s1 = _mm512_setzero_ps();
+    let mut i = 0;
+    while i < n {
+        // SAFETY: i + 32 <= n <= a.len() == b.len().
+        unsafe {
+            s0 = _mm512_fmadd_ps(_mm512_loadu_ps(pa.add(i)), _mm512_loadu_ps(pb.add(i)), s0);
+            s1 = _mm512_fmadd_ps(
+                _mm512_loadu_ps(pa.add(i + 16)),
+                _mm512_loadu_ps(pb.add(i + 16)),
+                s1,
+            );
+        }
+        i += 32;
+    }
+    let mut t = hsum512(_mm512_add_ps(s0, s1));
+    for j in n..a.len() {
+        t = a[j].mul_add(b[j], t);
+    }
+    t
+}
+
+/// # Safety
+/// None beyond the token: it proves AVX-512 F/BW/VL. NaN codes give a meaningless sum (layers reject them).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+pub(super) unsafe fn dot_e4m3(_: Avx512, codes: &[u8], x: &[f32]) -> f32 {
+    assert_eq!(codes.len(), x.len());
+    // Sign-extending the byte to 16 bits and shifting left by 7 puts the
+    // magnitude in bits 7..13 and the sign in bits 14 and 15; clearing bit 14
+    // leaves the float16 `sign << 15 | magnitude << 7`.
+    let mask = _mm512_set1_epi16(0xBF80u16 as i16);
+    let n = codes.len() / 32 * 32;
+    let (pc, px) = (codes.as_ptr(), x.as_ptr());
+    let mut s0 = _mm512_setzero_ps();
+    let mut s1 = _mm512_setzero_ps();
+    let mut i = 0;
+    while i < n {
+        // SAFETY: i + 32 <= n <= codes.len() == x.len().
+        unsafe {
+            let c = _mm512_cvtepi8_epi16(_mm256_loadu_si256(pc.add(i).cast()));
+            let h = _mm512_and_si512(_mm512_slli_epi16::<7>(c), mask);
+            let w0 = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+            let w1 = _mm512_cvtph_ps(_mm512_extracti64x4_epi64::<1>(h));
+            s0 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(px.add(i)), s0);
+            s1 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(px.add(i + 16)), s1);
+        }
+        i += 32;
+    }
+    let t = hsum512(_mm512_add_ps(s0, s1)) * 256.0;
+    t + dot_e4m3_scalar(&codes[n..], &x[n..])
+}
+
+/// # Safety
+/// None beyond the token: it proves AVX-512 F/BW/VL.
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn dot_i8(_: Avx512, q: &[i8], x: &[f32]) -> f32 {
+    assert_eq!(q.len(), x.len());
+    let n = q.len() / 16 * 16;
+    let (pq, px) = (q.as_ptr(), x.as_ptr());
+    let mut s = _mm512_setzero_ps();
+    let mut i = 0;
+    while i < n {
+        // SAFETY: i + 16 <= n <= q.len() == x.len().
+        unsafe {
+            let w = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(pq.add(i).cast())));
+            s = _mm512_fmadd_ps(w, _mm512_loadu_ps(px.add(i)), s);
+        }
+        i += 16;
+    }
+    hsum512(s) + dot_i8_scalar(&q[n..], &x[n..])
+}
+
+/// `part[i][j] = xs[i] . ws[j]`, 16 zmm accumulators.
+///
+/// # Safety
+/// None beyond the token: it proves AVX-512 F/BW/VL.
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn dot4x4(
+    _: Avx512,
+    xs: &[&[f32]; 4],
+    ws: &[&[f32]; 4],
+    part: &mut [[f32; 4]; 4],
+) {
+    assert!(xs.iter().chain(ws).all(|s| s.len() == xs[0].len()));
+    let len = xs[0].len();
+    let n = len / 16 * 16;
+    let mut acc = [[_mm512_setzero_ps(); 4]; 4];
+    let mut i = 0;
+    while i < n {
+        // SAFETY: i + 16 <= n <= len, the length of all eight slices (asserted).
+        unsafe {
+            let xv: [__m512; 4] = std::array::from_fn(|r| _mm512_loadu_ps(xs[r].as_ptr().add(i)));
+            let wv: [__m512; 4] = std::array::from_fn(|c| _mm512_loadu_ps(ws[c].as_ptr().add(i)));
+            for r in 0..4 {
+                for c in 0..4 {
+                    acc[r][c] = _mm512_fmadd_ps(xv[r], wv[c], acc[r][c]);
+                }
+            }
+        }
+        i += 16;
+    }
+    for r in 0..4 {
+        for c in 0..4 {
+            let mut t = hsum512(acc[r][c]);
+            for j in n..len {
+                t = xs[r][j].mul_add(ws[c][j], t);
+            }
+            part[r][c] = t;
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! Which dot-product kernels the linear layers run: the one place that
+//! turns the level in force into proof tokens of `crate::simd`, and the
+//! only caller of the per-ISA files.
+
+use super::format::{dot4x4_scalar, dot_e4m3_scalar, dot_f32_scalar, dot_i8_scalar};
+#[cfg(target_arch = "x86_64")]
+use super::{avx2, avx512};
+#[cfg(test)]
+use crate::error::Result;
+use crate::simd::{self, SimdLevel};
+#[cfg(target_arch = "x86_64")]
+use crate::simd::{Avx2, Avx2F16c, Avx512};
+
+/// The dot kernels of one level, with the tokens that let them run.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Dots {
+    Scalar,
+    /// AVX2 + FMA; the E4M3 dot also needs F16C (else its scalar twin runs).
+    #[cfg(target_arch = "x86_64")]
+    Avx2(Avx2, Option<Avx2F16c>),
+    #[cfg(target_arch = "x86_64")]
+    Avx512(Avx512),
+}
+
+impl Dots {
+    /// The kernels of the level in force.
+    pub(crate) fn current() -> Dots {
+        Self::pick(simd::level())
+    }
+
+    /// The kernels of `level` (tests), refused above the level in force.
+    #[cfg(test)]
+    pub(crate) fn at(level: SimdLevel) -> Result<Dots> {
+        simd::require(level)?;
+        Ok(Self::pick(level))
+    }
+
+    fn pick(level: SimdLevel) -> Dots {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if let Some(t) = Avx512::at(level) {
+                return Dots::Avx512(t);
+            }
+            if let Some(t) = Avx2::at(level) {
+                return Dots::Avx2(t, t.f16c());
+            }
+        }
+        let _ = level;
+        Dots::Scalar
+    }
+
+    /// `a . b` (equal lengths).
+    pub(crate) fn f32(self, a: &[f32], b: &[f32]) -> f32 {
+        match self {
+            // SAFETY: the token proves the CPU features.
+            #[cfg(target_arch = "x86_64")]
+            Dots::Avx512(t) => unsafe { avx512::dot_f32(t, a, b) },
+            // SAFETY: the token proves the CPU features.
+            #[cfg(target_arch = "x86_64")]
+            Dots::Avx2(t, _) => unsafe { avx2::dot_f32(t, a, b) },
+            Dots::Scalar => dot_f32_scalar(a, b),
+        }
+    }
+
+    /// E4M3 `codes` (decoded exactly, no NaN codes) `. x`.
+    pub(crate) fn e4m3(self, codes: &[u8], x: &[f32]) -> f32 {
+        match self {
+            // SAFETY: the token proves the CPU features.
+            #[cfg(target_arch = "x86_64")]
+            Dots::Avx512(t) => unsafe { avx512::dot_e4m3(t, codes, x) },
+            // SAFETY: the token proves the CPU features.
+            #[cfg(target_arch = "x86_64")]
+            Dots::Avx2(_, Some(t)) => unsafe { avx2::dot_e4m3(t, codes, x) },
+            _ => dot_e4m3_scalar(codes, x),
+        }
+    }
+
+    /// int8 `q . x`.
+    pub(crate) fn i8(self, q: &[i8], x: &[f32]) -> f32 {
+        match self {
+            // SAFETY: the token proves the CPU features.
+            #[cfg(target_arch = "x86_64")]
+            Dots::Avx512(t) => unsafe { avx512::dot_i8(t, q, x) },
+            // SAFETY: the token proves the CPU features.
+            #[cfg(target_arch = "x86_64")]
+            Dots::Avx2(t, _) => unsafe { avx2::dot_i8(t, q, x) },
+            Dots::Scalar => dot_i8_scalar(q, x),
+        }
+    }
+
+    /// `part[i][j] = xs[i] . ws[j]` over equal-length slices.
+    pub(crate) fn dot4x4(self, xs: &[&[f32]; 4], ws: &[&[f32]; 4], part: &mut [[f32; 4]; 4]) {
+        match self {
+            // SAFETY: the token proves the CPU features.
+            #[cfg(target_arch = "x86_64")]
+            Dots::Avx512(t) => unsafe { avx512::dot4x4(t, xs, ws, part) },
+            // SAFETY: the token proves the CPU features.
+            #[cfg(target_arch = "x86_64")]
+            Dots::Avx2(t, _) => unsafe { avx2::dot4x4(t, xs, ws, part) },
+            Dots::Scalar => dot4x4_scalar(xs, ws, part),
+        }
+    }
+}
