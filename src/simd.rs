@@ -148,8 +148,6 @@ fn detect_cpu() -> SimdLevel {
 #[derive(Clone, Copy, Debug, Default)]
 struct Extras {
     vnni: bool,
-    // Read by `Avx512::dq`, which only QAT uses.
-    #[allow(dead_code)]
     dq: bool,
     f16c: bool,
 }
@@ -235,8 +233,6 @@ impl Avx512 {
     }
 
     /// AVX-512 plus DQ (64-bit integer <-> double conversions in QAT).
-    // Only QAT uses it (src/qat, migrated onto the tokens in its own branch).
-    #[allow(dead_code)]
     pub(crate) fn dq(self) -> Option<Avx512Dq> {
         extras().dq.then_some(Avx512Dq { _proof: () })
     }
@@ -261,8 +257,6 @@ impl Avx512Vnni {
 }
 
 /// Proof that AVX-512 F/BW/VL and DQ may run.
-// Only QAT uses it (src/qat, migrated onto the tokens in its own branch).
-#[allow(dead_code)]
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Avx512Dq {
     _proof: (),

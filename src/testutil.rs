@@ -35,3 +35,9 @@ pub(crate) fn rand_vec(n: usize, seed: u64) -> Vec<f32> {
     let mut r = Xorshift::new(seed);
     (0..n).map(|_| r.next_f32()).collect()
 }
+
+/// `n` uniform f32 in [-scale, scale) from `seed`.
+pub(crate) fn xorshift_f32(seed: u64, n: usize, scale: f32) -> Vec<f32> {
+    let mut r = Xorshift::new(seed);
+    (0..n).map(|_| r.next_f32() * scale).collect()
+}

@@ -14,10 +14,6 @@ mod format;
 mod slice;
 
 pub use format::{decode_scalar, decode_table, encode_scalar, round_to_grid_scalar, Fp8Format};
-#[cfg_attr(
-    not(test),
-    expect(unused_imports, reason = "see slice::round_to_grid_into")
-)]
 pub(crate) use slice::round_to_grid_into;
 pub use slice::{
     decode_slice, decode_slice_level, encode_slice, encode_slice_level, round_to_grid_slice,

@@ -96,13 +96,6 @@ pub fn decode_slice(codes: &[u8], out: &mut [f32], fmt: Fp8Format) {
 ///
 /// # Panics
 /// If `src.len() != dst.len()`.
-#[cfg_attr(
-    not(test),
-    expect(
-        dead_code,
-        reason = "for qat::element::fp8_round_slice, which calls the level entry points today"
-    )
-)]
 pub(crate) fn round_to_grid_into(src: &[f32], dst: &mut [f32], fmt: Fp8Format, saturate: bool) {
     check_len("round", src.len(), dst.len());
     let codec = Codec::current();

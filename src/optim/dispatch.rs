@@ -106,8 +106,8 @@ mod tests {
     use super::*;
     use crate::optim::codebook::{Codebook16, NF4};
     use crate::optim::format::{MCodec, VScale};
-    use crate::optim::test_util::xorshift_f32;
     use crate::optim::VarianceMap;
+    use crate::testutil::xorshift_f32;
 
     /// The SIMD kernels, or `None` (with the reason printed) when the CPU or
     /// `QUANTRS_SIMD` leaves only the scalar twin to compare with itself.

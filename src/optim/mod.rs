@@ -34,8 +34,6 @@ mod format;
 mod scale_format;
 mod state;
 #[cfg(test)]
-mod test_util;
-#[cfg(test)]
 mod tests;
 mod traits;
 

@@ -4,12 +4,12 @@
 
 use proptest::prelude::*;
 
-use super::test_util::xorshift_f32;
 use super::{
     Adam4bitOptimizerConfig, AdamW4bit, AdvancedQuantizationConfig, Optimizer, ParamMut,
     QuantizationMethod, StatefulOptimizer, VarianceMap,
 };
 use crate::simd::{self, SimdLevel};
+use crate::testutil::xorshift_f32;
 
 fn opt(q: AdvancedQuantizationConfig, wd: f32, level: SimdLevel) -> AdamW4bit {
     let o = Adam4bitOptimizerConfig {

@@ -3,7 +3,7 @@
 use std::fmt::Debug;
 use std::ops::{Add, Div, Mul, Sub};
 
-use crate::fp8::{decode_slice_level, encode_slice_level, Fp8Format};
+use crate::fp8::Fp8Format;
 
 /// A master-weight element type.
 pub trait Master:
@@ -58,15 +58,9 @@ pub(crate) fn zero_if_finite<T: Master>(x: T) -> T {
 /// The one place the QAT code calls the FP8 codec (the SIMD slice codec of
 /// `crate::fp8`, bit-identical to its scalar reference).
 pub fn fp8_round_slice(src: &[f32], dst: &mut [f32], fmt: Fp8Format) {
-    // Saturating encode then decode, through the SIMD codec in L1-sized
+    // Saturating encode then decode through the SIMD codec, in L1-sized
     // blocks (the caller already runs this per rayon chunk).
-    let level = crate::simd::level();
-    let mut codes = [0u8; 512];
-    for (s, d) in src.chunks(512).zip(dst.chunks_mut(512)) {
-        let c = &mut codes[..s.len()];
-        encode_slice_level(level, s, c, fmt, true);
-        decode_slice_level(level, c, &mut d[..s.len()], fmt);
-    }
+    crate::fp8::round_to_grid_into(src, dst, fmt, true);
 }
 
 /// `x` as f32 rounded to odd (truncate, then set the last bit if inexact).
