@@ -7,6 +7,7 @@
 mod arrays;
 mod errors;
 mod fp8;
+mod gpu;
 mod int4;
 mod linear;
 mod optim;
@@ -78,6 +79,7 @@ mod core_module {
         super::linear::register(m)?;
         super::optim::register(m)?;
         super::qat::register(m)?;
+        super::gpu::register(m)?;
         Ok(())
     }
 }
