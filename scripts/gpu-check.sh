@@ -7,6 +7,8 @@
 # benches/bench_gpu.py, which prints the table. Each part has its own time
 # limit (the whole script stays under 8 minutes); a failing part does not
 # stop the next one, and the exit status is the first failure's.
+# GPU_CHECK_TEST_S / GPU_CHECK_BENCH_S shorten the limits (seconds) for a
+# quick smoke run; arguments go to bench_gpu.py (e.g. --quick).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,13 +34,13 @@ PY
 
 status=0
 echo "== pytest -m gpu"
-timeout 240 "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/python \
+timeout "${GPU_CHECK_TEST_S:-240}" "$PY" -m pytest -q -p no:cacheprovider --tb=short -m gpu tests/python \
     || { rc=$?; [ $status -eq 0 ] && status=$rc; }
 echo "== pytest tests/python/test_gpu_nocuda.py (NVRTC from the installed wheels)"
 timeout 60 "$PY" -m pytest -q -p no:cacheprovider tests/python/test_gpu_nocuda.py \
     || { rc=$?; [ $status -eq 0 ] && status=$rc; }
 echo "== benches/bench_gpu.py"
-timeout 150 "$PY" benches/bench_gpu.py "$@" \
+timeout "${GPU_CHECK_BENCH_S:-150}" "$PY" benches/bench_gpu.py "$@" \
     || { rc=$?; [ $status -eq 0 ] && status=$rc; }
 echo "== gpu-check: exit $status"
 exit $status

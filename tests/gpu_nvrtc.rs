@@ -21,7 +21,7 @@ fn venv_nvrtc() -> Option<PathBuf> {
 }
 
 fn point_at_nvrtc() {
-    if std::env::var_os("QUANTRS_NVRTC").is_none() {
+    if std::env::var_os("QUANTRS_NVRTC").is_none_or(|p| p.is_empty()) {
         let dir = venv_nvrtc().expect(
             "NVRTC not found: set QUANTRS_NVRTC or run scripts/test.sh (it installs \
              nvidia-cuda-nvrtc into .venv)",
@@ -44,7 +44,11 @@ fn every_kernel_compiles_for_sm80_and_sm90() {
                 .unwrap_or_else(|e| panic!("{} for {arch}: {e}", src.name));
             let text = String::from_utf8_lossy(&ptx);
             let target = format!(".target {arch}");
-            assert!(text.contains(&target), "{}: PTX for {arch} lacks {target:?}", src.name);
+            assert!(
+                text.contains(&target),
+                "{}: PTX for {arch} lacks {target:?}",
+                src.name
+            );
             for k in src.kernels {
                 assert!(
                     text.contains(&format!(".entry {k}(")),
@@ -64,7 +68,9 @@ fn a_broken_kernel_is_reported_with_nvrtc_log() {
         code: "extern \"C\" __global__ void k(float* y) { y[0] = undefined_name; }",
         kernels: &["k"],
     };
-    let err = nvrtc::compile(&broken, "sm_90", Output::Ptx).unwrap_err().to_string();
+    let err = nvrtc::compile(&broken, "sm_90", Output::Ptx)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("undefined_name"), "{err}");
 }
 

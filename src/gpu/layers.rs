@@ -174,7 +174,9 @@ impl DeviceLinear {
             .transpose()?;
         let (o, i) = (self.out_feat, self.in_feat);
         Ok(match &self.weight {
-            DeviceWeight::F32(w) => Arc::new(UnquantLinear::new(to_host(g, w.ptr(), o * i)?, o, i, bias)?),
+            DeviceWeight::F32(w) => {
+                Arc::new(UnquantLinear::new(to_host(g, w.ptr(), o * i)?, o, i, bias)?)
+            }
             DeviceWeight::Int8 { q, scales } => Arc::new(Int8Linear::new(
                 to_host(g, q.ptr(), o * i)?,
                 to_host(g, scales.ptr(), o)?,
@@ -232,7 +234,14 @@ impl DeviceLinear {
             in_feat: self.in_feat,
         };
         match &self.weight {
-            DeviceWeight::F32(w) => ops::linear_forward(&self.gpu, &args(LinearKind::F32, w.ptr(), 0, 1.0, None), x, rows, y, wait),
+            DeviceWeight::F32(w) => ops::linear_forward(
+                &self.gpu,
+                &args(LinearKind::F32, w.ptr(), 0, 1.0, None),
+                x,
+                rows,
+                y,
+                wait,
+            ),
             DeviceWeight::Int8 { q, scales } => ops::linear_forward(
                 &self.gpu,
                 &args(LinearKind::I8, q.ptr(), scales.ptr(), 1.0, None),

@@ -20,7 +20,11 @@ pub struct DeviceBuffer {
 
 impl std::fmt::Debug for DeviceBuffer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "DeviceBuffer(cuda:{}, {} bytes)", self.gpu.ordinal, self.bytes)
+        write!(
+            f,
+            "DeviceBuffer(cuda:{}, {} bytes)",
+            self.gpu.ordinal, self.bytes
+        )
     }
 }
 
@@ -32,8 +36,12 @@ impl DeviceBuffer {
             0
         } else {
             // SAFETY: a plain allocation in the bound context.
-            unsafe { result::malloc_sync(bytes) }
-                .map_err(|e| gpu_err(&format!("allocating {bytes} bytes on cuda:{}", gpu.ordinal), e))?
+            unsafe { result::malloc_sync(bytes) }.map_err(|e| {
+                gpu_err(
+                    &format!("allocating {bytes} bytes on cuda:{}", gpu.ordinal),
+                    e,
+                )
+            })?
         };
         Ok(DeviceBuffer {
             gpu: gpu.clone(),

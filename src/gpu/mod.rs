@@ -10,6 +10,7 @@
 //! - [`nvrtc`]: the kernel sources and their compilation (CUBIN for the
 //!   device's architecture, PTX for the CI check).
 //! - [`memory`]: owned device buffers and host <-> device copies.
+//! - [`cublaslt`]: the FP8 tensor-core GEMM of the W8A8 forward.
 //! - [`ops`]: the launches (INT4, FP8 codecs, linear layers), each ending
 //!   when its result is ready.
 //! - [`layers`]: `QuantizedWeight` and the linear layers held on a device.
@@ -18,6 +19,8 @@ use crate::error::{QuantError, Result};
 
 #[cfg(feature = "gpu")]
 pub mod context;
+#[cfg(feature = "gpu")]
+pub mod cublaslt;
 #[cfg(feature = "gpu")]
 pub mod layers;
 #[cfg(feature = "gpu")]

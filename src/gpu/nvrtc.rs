@@ -38,7 +38,12 @@ pub const INT4: KernelSource = KernelSource {
 pub const FP8: KernelSource = KernelSource {
     name: "fp8",
     code: include_str!("kernels/fp8.cu"),
-    kernels: &["fp8_encode_kernel", "fp8_decode_kernel", "fp8_quantize_act"],
+    kernels: &[
+        "fp8_encode_kernel",
+        "fp8_decode_kernel",
+        "fp8_quantize_act",
+        "fp8_encode_act",
+    ],
 };
 
 pub const LINEAR: KernelSource = KernelSource {
@@ -51,6 +56,7 @@ pub const LINEAR: KernelSource = KernelSource {
         "linear_i8_gemm",
         "linear_fp8_dot",
         "linear_fp8_gemm",
+        "add_bias",
     ],
 };
 
@@ -68,21 +74,53 @@ pub enum Output {
     Ptx,
 }
 
+/// The files of `dir` whose names start with `prefix`, sorted.
+fn files_starting(dir: &Path, prefix: &str) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with(prefix))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    found.sort();
+    found
+}
+
+/// `path` itself, or the `libnvrtc.so*` in the folder `path`.
 fn library_file(path: &Path) -> Option<PathBuf> {
     if path.is_file() {
         return Some(path.to_path_buf());
     }
-    let mut found: Vec<PathBuf> = std::fs::read_dir(path)
-        .ok()?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("libnvrtc.so"))
-        })
-        .collect();
-    found.sort();
-    found.into_iter().next()
+    files_starting(path, "libnvrtc.so").into_iter().next()
+}
+
+/// The folder `QUANTRS_NVRTC` points into (PyPI's CUDA wheels put NVRTC,
+/// cuBLASLt and the rest in one `lib` folder).
+pub fn library_dir() -> Option<PathBuf> {
+    let p = PathBuf::from(std::env::var_os("QUANTRS_NVRTC").filter(|p| !p.is_empty())?);
+    if p.is_dir() {
+        Some(p)
+    } else {
+        p.parent().map(Path::to_path_buf)
+    }
+}
+
+/// Load (and keep loaded) every `prefix*` library in [`library_dir`], so
+/// that cudarc's load by soname finds them.
+pub fn preload_beside_nvrtc(prefix: &str) {
+    if let Some(dir) = library_dir() {
+        for f in files_starting(&dir, prefix) {
+            // SAFETY: loading a CUDA library runs only its initialisers.
+            if let Ok(lib) = unsafe { libloading::Library::new(&f) } {
+                std::mem::forget(lib);
+            }
+        }
+    }
 }
 
 /// Load NVRTC once (from `QUANTRS_NVRTC` if set, else by name).
@@ -91,10 +129,20 @@ pub fn ensure_loaded() -> Result<()> {
     LOADED
         .get_or_init(|| {
             let mut tried = String::new();
-            if let Some(p) = std::env::var_os("QUANTRS_NVRTC") {
+            if let Some(p) = std::env::var_os("QUANTRS_NVRTC").filter(|p| !p.is_empty()) {
                 let p = PathBuf::from(p);
                 match library_file(&p) {
                     Some(file) => {
+                        // NVRTC opens its builtins library by name at compile
+                        // time: load the one beside it first, by path.
+                        if let Some(dir) = file.parent() {
+                            for b in files_starting(dir, "libnvrtc-builtins.so") {
+                                // SAFETY: as below.
+                                if let Ok(lib) = unsafe { libloading::Library::new(&b) } {
+                                    std::mem::forget(lib);
+                                }
+                            }
+                        }
                         // SAFETY: loading NVRTC runs only its initialisers.
                         match unsafe { libloading::Library::new(&file) } {
                             // Kept loaded for the process: cudarc finds it by soname.
@@ -102,7 +150,9 @@ pub fn ensure_loaded() -> Result<()> {
                             Err(e) => tried = format!(" ({}: {e})", file.display()),
                         }
                     }
-                    None => tried = format!(" (QUANTRS_NVRTC={} holds no libnvrtc.so*)", p.display()),
+                    None => {
+                        tried = format!(" (QUANTRS_NVRTC={} holds no libnvrtc.so*)", p.display())
+                    }
                 }
             }
             // SAFETY: only tries to dlopen NVRTC's library names.
@@ -135,7 +185,9 @@ fn c_text(v: Vec<c_char>) -> String {
 /// or PTX for its virtual one. A compile error carries NVRTC's log.
 pub fn compile(source: &KernelSource, arch: &str, output: Output) -> Result<Vec<u8>> {
     ensure_loaded()?;
-    let digits = arch.trim_start_matches("sm_").trim_start_matches("compute_");
+    let digits = arch
+        .trim_start_matches("sm_")
+        .trim_start_matches("compute_");
     let target = match output {
         Output::Cubin => format!("--gpu-architecture=sm_{digits}"),
         Output::Ptx => format!("--gpu-architecture=compute_{digits}"),
@@ -143,7 +195,10 @@ pub fn compile(source: &KernelSource, arch: &str, output: Output) -> Result<Vec<
     let src = CString::new(full_source(source)).expect("kernel sources have no NUL");
     let name = CString::new(format!("{}.cu", source.name)).expect("no NUL");
     let nv = |what: &str, e: result::NvrtcError| {
-        QuantError::Gpu(format!("NVRTC {what} ({} kernels, {arch}): {e:?}", source.name))
+        QuantError::Gpu(format!(
+            "NVRTC {what} ({} kernels, {arch}): {e:?}",
+            source.name
+        ))
     };
     let prog = result::create_program(&src, Some(&name)).map_err(|e| nv("create", e))?;
     let opts = [target, "--std=c++17".to_string()];
@@ -153,7 +208,9 @@ pub fn compile(source: &KernelSource, arch: &str, output: Output) -> Result<Vec<
         let compiled = result::compile_program(prog, &opts);
         let out = match compiled {
             Err(e) => {
-                let log = result::get_program_log(prog).map(c_text).unwrap_or_default();
+                let log = result::get_program_log(prog)
+                    .map(c_text)
+                    .unwrap_or_default();
                 Err(QuantError::Gpu(format!(
                     "NVRTC could not compile the {} kernels for {arch} ({e:?}):\n{log}",
                     source.name

@@ -17,12 +17,16 @@ use crate::fp8::Fp8Format;
 /// fused decode-dot); larger ones the tiled GEMMs.
 pub const SMALL_BATCH_MAX: usize = 8;
 /// Blocks the split-K INT4 matvec aims for (enough to fill a large GPU).
-const MATVEC_TARGET_BLOCKS: usize = 1024;
+const MATVEC_TARGET_BLOCKS: usize = 2048;
 const MV_COLS: usize = 256;
 const GEMM_TILE: usize = 64;
 
 fn int(what: &str, v: usize) -> Result<i32> {
-    i32::try_from(v).map_err(|_| QuantError::arg(format!("{what}: {v} is larger than the GPU kernels take (2^31 - 1)")))
+    i32::try_from(v).map_err(|_| {
+        QuantError::arg(format!(
+            "{what}: {v} is larger than the GPU kernels take (2^31 - 1)"
+        ))
+    })
 }
 
 /// Queue `f` on the legacy default stream. `params` are pointers to the
@@ -119,7 +123,11 @@ pub fn int4_matmul(
         let gps = w.num_groups.div_ceil(want);
         let splits = w.num_groups.div_ceil(gps);
         let counter_bytes = (tiles * 4).next_multiple_of(256);
-        let partial_bytes = if splits > 1 { splits * batch * w.out_feat * 4 } else { 0 };
+        let partial_bytes = if splits > 1 {
+            splits * batch * w.out_feat * 4
+        } else {
+            0
+        };
         let need = counter_bytes + partial_bytes;
         // Held for the launch: the counters and partial sums are per call.
         let mut scratch = gpu.counters.lock().unwrap_or_else(|p| p.into_inner());
@@ -168,14 +176,27 @@ fn grid_1d(n: usize) -> usize {
 }
 
 /// `out[i] = encode(x[i])` for `n` f32 values into `n` codes.
-pub fn fp8_encode(gpu: &Gpu, x: u64, out: u64, n: usize, fmt: Fp8Format, saturate: bool) -> Result<()> {
+pub fn fp8_encode(
+    gpu: &Gpu,
+    x: u64,
+    out: u64,
+    n: usize,
+    fmt: Fp8Format,
+    saturate: bool,
+) -> Result<()> {
     if n == 0 {
         return Ok(());
     }
     let f = gpu.function(&FP8, "fp8_encode_kernel")?;
     let (mut xp, mut op, mut nn) = (x, out, n as u64);
     let (mut fm, mut sat) = (fmt_id(fmt), saturate as i32);
-    let r = launch(gpu, f, (grid_1d(n), 1), 256, &mut params!(xp, op, nn, fm, sat));
+    let r = launch(
+        gpu,
+        f,
+        (grid_1d(n), 1),
+        256,
+        &mut params!(xp, op, nn, fm, sat),
+    );
     finish(gpu, Wait::Yes, r)
 }
 
@@ -229,6 +250,15 @@ pub fn linear_forward(
     let mut m = int("rows", rows)?;
     let mut n = int("out_features", l.out_feat)?;
     let mut k = int("in_features", l.in_feat)?;
+    if let (LinearKind::Fp8E4M3, Some(a)) = (l.kind, l.act_scale) {
+        if rows > SMALL_BATCH_MAX
+            && gpu.compute_capability >= (8, 9)
+            && super::cublaslt::shape_ok(rows, l.out_feat, l.in_feat)
+            && fp8_gemm_cublaslt(gpu, l, a, x, rows, y)?
+        {
+            return finish(gpu, wait, Ok(()));
+        }
+    }
     // W8A8: the activations on the E4M3 grid, in a scratch buffer held
     // (with its lock) until the call has finished.
     let mut scratch = gpu.act_scratch.lock().unwrap_or_else(|p| p.into_inner());
@@ -243,7 +273,13 @@ pub fn linear_forward(
             let buf = scratch.as_ref().expect("allocated above").ptr();
             let f = gpu.function(&FP8, "fp8_quantize_act")?;
             let (mut src, mut dst, mut nn, mut sa) = (x, buf, count as u64, a);
-            launch(gpu, f, (grid_1d(count), 1), 256, &mut params!(src, dst, nn, sa))?;
+            launch(
+                gpu,
+                f,
+                (grid_1d(count), 1),
+                256,
+                &mut params!(src, dst, nn, sa),
+            )?;
             buf
         }
     };
@@ -261,8 +297,78 @@ pub fn linear_forward(
     let (grid, block) = if small {
         ((l.out_feat.div_ceil(4), 1), 128)
     } else {
-        ((l.out_feat.div_ceil(GEMM_TILE), rows.div_ceil(GEMM_TILE)), 256)
+        (
+            (l.out_feat.div_ceil(GEMM_TILE), rows.div_ceil(GEMM_TILE)),
+            256,
+        )
     };
-    let r = launch(gpu, f, grid, block, &mut params!(xp, wp, rs, mult, bp, yp, m, n, k));
+    let r = launch(
+        gpu,
+        f,
+        grid,
+        block,
+        &mut params!(xp, wp, rs, mult, bp, yp, m, n, k),
+    );
     finish(gpu, wait, r)
+}
+
+/// The W8A8 forward on cuBLASLt (src/gpu/cublaslt.rs). `Ok(false)` when the
+/// library cannot be used here (then the tiled kernel runs); the first
+/// library failure is kept in `gpu.lt` and reported by `fp8_gemm_path`.
+fn fp8_gemm_cublaslt(
+    gpu: &std::sync::Arc<Gpu>,
+    l: &LinearArgs,
+    act_scale: f32,
+    x: u64,
+    rows: usize,
+    y: u64,
+) -> Result<bool> {
+    use super::context::LtState;
+    let mut lt = gpu.lt.lock().unwrap_or_else(|p| p.into_inner());
+    if matches!(*lt, LtState::Untried) {
+        *lt = match super::cublaslt::Lt::new(gpu) {
+            Ok(h) => LtState::Ready(h),
+            Err(e) => LtState::Failed(e.to_string()),
+        };
+    }
+    let LtState::Ready(handle) = &*lt else {
+        return Ok(false);
+    };
+    let count = rows * l.in_feat;
+    let mut scratch = gpu.act_scratch.lock().unwrap_or_else(|p| p.into_inner());
+    if scratch.as_ref().is_none_or(|b| b.bytes() < count) {
+        *scratch = None;
+        *scratch = Some(DeviceBuffer::alloc(gpu, count.max(1 << 20))?);
+    }
+    let codes = scratch.as_ref().expect("allocated above").ptr();
+    let f = gpu.function(&FP8, "fp8_encode_act")?;
+    let (mut src, mut dst, mut nn, mut sa) = (x, codes, count as u64, act_scale);
+    launch(
+        gpu,
+        f,
+        (grid_1d(count), 1),
+        256,
+        &mut params!(src, dst, nn, sa),
+    )?;
+    gpu.bind()?;
+    let r = super::cublaslt::fp8_gemm(
+        handle, l.weight, codes, y, l.mult, rows, l.out_feat, l.in_feat,
+    );
+    if let Err(e) = r {
+        *lt = LtState::Failed(e.to_string());
+        return Ok(false);
+    }
+    if l.bias != 0 {
+        let f = gpu.function(&LINEAR, "add_bias")?;
+        let (mut yp, mut bp, mut rr, mut nn) =
+            (y, l.bias, rows as u64, int("out_features", l.out_feat)?);
+        launch(
+            gpu,
+            f,
+            (grid_1d(rows * l.out_feat), 1),
+            256,
+            &mut params!(yp, bp, rr, nn),
+        )?;
+    }
+    Ok(true)
 }

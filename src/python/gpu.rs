@@ -23,8 +23,12 @@ pub(crate) fn parse_device(device: &Bound<'_, PyAny>) -> PyResult<Device> {
         Ok(s) => s,
         Err(_) => device.str()?.to_string(),
     };
-    Device::parse(&s)
-        .ok_or_else(|| invalid("device", format!("expected 'cpu', 'cuda' or 'cuda:N', got {s:?}")))
+    Device::parse(&s).ok_or_else(|| {
+        invalid(
+            "device",
+            format!("expected 'cpu', 'cuda' or 'cuda:N', got {s:?}"),
+        )
+    })
 }
 
 #[cfg(not(feature = "gpu"))]

@@ -208,11 +208,28 @@ def test_every_layer_forward_matches_cpu(rows):
         w_abs = np.abs(layer.dequantize_w()).T
         if layer.quantized_act_type() is not None:  # W8A8: compare on the grid
             x_grid = fp8.decode(fp8.encode(x / 0.02, "e4m3", True)) * 0.02
-            w_abs = w_abs * 1.0
             bound_x = x_grid
         else:
             bound_x = x
         assert_close_dot(g.forward(x), layer.forward(x), bound_x, w_abs)
+
+
+@pytest.mark.parametrize("rows", [16, 64, 256])
+def test_fp8_w8a8_tensor_core_path_matches_cpu(rows):
+    """Shapes cuBLASLt takes (multiples of 16): on sm_89+ the E4M3 GEMM runs,
+    within its accumulation contract (1e-3 of sum |xq w|), bias exact."""
+    w = RNG.standard_normal((256, 512)).astype(np.float32)
+    b = RNG.standard_normal(256).astype(np.float32)
+    layer = quantrs.PerTensorFP8Linear.from_float(w, b, activation_scale=0.02)
+    g = layer.to("cuda")
+    x = RNG.standard_normal((rows, 512)).astype(np.float32)
+    got, want = g(x), layer(x)
+    x_grid = fp8.decode(fp8.encode(x / 0.02, "e4m3", True)) * 0.02
+    bound = 1e-3 * (np.abs(x_grid) @ np.abs(layer.dequantize_w()).T) + 1e-5
+    assert np.all(np.abs(got - want) <= bound)
+    path = qc.device_info(0)["fp8_gemm"]
+    if qc.device_info(0)["compute_capability"] >= (8, 9):
+        assert path == "cublaslt", path
 
 
 def test_forward_keeps_leading_dimensions():

@@ -35,3 +35,16 @@ extern "C" __global__ void fp8_quantize_act(const float* __restrict__ x, float* 
         out[i] = fp8_decode(fp8_encode(__fdiv_rn(x[i], act_scale), f, true), f);
     }
 }
+
+// CPU twin: the activation codes of PerTensorFP8Linear's W8A8 forward,
+// `encode(x / s_a, saturate)` (the codes whose decoded values
+// fp8_quantize_act produces), for the cuBLASLt E4M3 GEMM. Contract:
+// bit-identical codes.
+extern "C" __global__ void fp8_encode_act(const float* __restrict__ x, u8* __restrict__ out,
+                                          unsigned long long n, float act_scale) {
+    Fp8Fmt f = fmt_e4m3();
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+         i += (unsigned long long)gridDim.x * blockDim.x) {
+        out[i] = fp8_encode(__fdiv_rn(x[i], act_scale), f, true);
+    }
+}

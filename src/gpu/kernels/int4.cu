@@ -52,20 +52,27 @@ extern "C" __global__ void int4_matvec(const float* __restrict__ x, const u8* __
             for (int b = 0; b < MV_MAX_BATCH; ++b)
 #pragma unroll
                 for (int j = 0; j < 4; ++j) part[b][j] = 0.0f;
-            int p0 = g * pairs_per_group;
-#pragma unroll 4
-            for (int p = p0; p < p0 + pairs_per_group; ++p) {
-                u32 w = load_word(data, (long long)p * n, c, n);
-                int k = 2 * p;
+            int p0 = g * pairs_per_group, p1 = p0 + pairs_per_group;
+            // Eight 32-bit reads in flight per thread before any math: the
+            // loads, not the decode, bound this kernel.
+            for (int pc = p0; pc < p1; pc += 8) {
+                u32 wv[8];
 #pragma unroll
-                for (int b = 0; b < MV_MAX_BATCH; ++b) {
-                    if (b < batch) {
-                        float x0 = k < in_feat ? __ldg(x + (long long)b * in_feat + k) : 0.0f;
-                        float x1 = k + 1 < in_feat ? __ldg(x + (long long)b * in_feat + k + 1) : 0.0f;
+                for (int i = 0; i < 8; ++i)
+                    wv[i] = pc + i < p1 ? load_word(data, (long long)(pc + i) * n, c, n) : 0u;
 #pragma unroll
-                        for (int j = 0; j < 4; ++j) {
-                            part[b][j] = fmaf(x0, nib(w, 8 * j), part[b][j]);
-                            part[b][j] = fmaf(x1, nib(w, 8 * j + 4), part[b][j]);
+                for (int i = 0; i < 8; ++i) {
+                    int k = 2 * (pc + i);
+#pragma unroll
+                    for (int b = 0; b < MV_MAX_BATCH; ++b) {
+                        if (b < batch) {
+                            float x0 = k < in_feat ? __ldg(x + (long long)b * in_feat + k) : 0.0f;
+                            float x1 = k + 1 < in_feat ? __ldg(x + (long long)b * in_feat + k + 1) : 0.0f;
+#pragma unroll
+                            for (int j = 0; j < 4; ++j) {
+                                part[b][j] = fmaf(x0, nib(wv[i], 8 * j), part[b][j]);
+                                part[b][j] = fmaf(x1, nib(wv[i], 8 * j + 4), part[b][j]);
+                            }
                         }
                     }
                 }

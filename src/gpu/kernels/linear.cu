@@ -120,3 +120,14 @@ __device__ void linear_gemm(const float* __restrict__ x, const void* __restrict_
 LINEAR_ENTRY(linear_f32, KIND_F32)
 LINEAR_ENTRY(linear_i8, KIND_I8)
 LINEAR_ENTRY(linear_fp8, KIND_FP8)
+
+// y[r, o] += bias[o] for the cuBLASLt path (whose f32 output takes no f32
+// bias epilogue with E4M3 inputs). Exact: one f32 addition, as on the CPU.
+extern "C" __global__ void add_bias(float* __restrict__ y, const float* __restrict__ bias,
+                                    unsigned long long rows, int n) {
+    unsigned long long total = rows * (unsigned long long)n;
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < total;
+         i += (unsigned long long)gridDim.x * blockDim.x) {
+        y[i] += bias[i % n];
+    }
+}

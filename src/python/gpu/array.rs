@@ -45,11 +45,17 @@ impl DType {
             DType::U8 => (DL_UINT, 8),
             DType::I8 => (DL_INT, 8),
         };
-        DLDataType { code, bits, lanes: 1 }
+        DLDataType {
+            code,
+            bits,
+            lanes: 1,
+        }
     }
 
     fn from_dl(t: DLDataType) -> Option<DType> {
-        [DType::F32, DType::U8, DType::I8].into_iter().find(|d| d.dl() == t)
+        [DType::F32, DType::U8, DType::I8]
+            .into_iter()
+            .find(|d| d.dl() == t)
     }
 
     fn from_name(name: &str) -> Option<DType> {
@@ -83,20 +89,28 @@ fn describe_dl(t: DLDataType) -> String {
 fn point_at_nvrtc(py: Python<'_>) {
     static DONE: std::sync::Once = std::sync::Once::new();
     DONE.call_once(|| {
-        if std::env::var_os("QUANTRS_NVRTC").is_some() {
+        if std::env::var_os("QUANTRS_NVRTC").is_some_and(|p| !p.is_empty()) {
             return;
         }
         let found = (|| -> PyResult<Option<String>> {
             let Ok(nvidia) = py.import("nvidia") else {
                 return Ok(None);
             };
-            let paths: Vec<String> = nvidia.getattr("__path__")?.extract()?;
+            // A namespace package's _NamespacePath: list() it.
+            let path = nvidia.getattr("__path__")?;
+            let paths: Vec<String> = py
+                .import("builtins")?
+                .getattr("list")?
+                .call1((path,))?
+                .extract()?;
             for p in paths {
                 for sub in ["cu13/lib", "cuda_nvrtc/lib"] {
                     let dir = std::path::Path::new(&p).join(sub);
                     let has = std::fs::read_dir(&dir).is_ok_and(|mut d| {
                         d.any(|e| {
-                            e.is_ok_and(|e| e.file_name().to_string_lossy().starts_with("libnvrtc.so"))
+                            e.is_ok_and(|e| {
+                                e.file_name().to_string_lossy().starts_with("libnvrtc.so")
+                            })
                         })
                     });
                     if has {
@@ -204,7 +218,11 @@ impl DeviceArray {
     /// "cuda" or "cuda:N").
     #[staticmethod]
     #[pyo3(signature = (a, device = None))]
-    fn from_numpy(py: Python<'_>, a: &Bound<'_, PyAny>, device: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+    fn from_numpy(
+        py: Python<'_>,
+        a: &Bound<'_, PyAny>,
+        device: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
         let ordinal = device.map(ordinal_of).transpose()?.unwrap_or(0);
         let arr = numpy_module(py)?.call_method1("asarray", (a,))?;
         let name: String = arr.getattr("dtype")?.getattr("name")?.extract()?;
@@ -226,7 +244,10 @@ impl DeviceArray {
         copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyAny>> {
         if copy == Some(false) {
-            return Err(invalid("copy", "a DeviceArray cannot be viewed from the host without a copy"));
+            return Err(invalid(
+                "copy",
+                "a DeviceArray cannot be viewed from the host without a copy",
+            ));
         }
         let a = self.host_copy(py)?;
         match dtype {
@@ -396,7 +417,7 @@ pub fn device_input<'py>(
             return Ok(DevInput {
                 ptr: imp.ptr,
                 shape: imp.shape.clone(),
-                    from_host: false,
+                from_host: false,
                 _keep: Keep::Imported(imp),
             });
         }
@@ -408,7 +429,6 @@ pub fn device_input<'py>(
     Ok(DevInput {
         ptr: up.buf.ptr(),
         shape: up.shape.clone(),
-        ordinal: gpu.ordinal,
         from_host: true,
         _keep: Keep::Uploaded(up),
     })

@@ -75,7 +75,8 @@ unsafe extern "C" fn capsule_destructor(capsule: *mut ffi::PyObject) {
     // unconsumed "dltensor" capsule is deleted here.
     unsafe {
         if ffi::PyCapsule_IsValid(capsule, CAPSULE_NAME.as_ptr()) == 1 {
-            let m = ffi::PyCapsule_GetPointer(capsule, CAPSULE_NAME.as_ptr()) as *mut DLManagedTensor;
+            let m =
+                ffi::PyCapsule_GetPointer(capsule, CAPSULE_NAME.as_ptr()) as *mut DLManagedTensor;
             if let Some(d) = (*m).deleter {
                 d(m);
             }
@@ -123,7 +124,11 @@ pub fn export<'py>(
     // is attached before anyone else can see it.
     unsafe {
         (*m).manager_ctx = Box::into_raw(ctx) as *mut c_void;
-        let cap = ffi::PyCapsule_New(m as *mut c_void, CAPSULE_NAME.as_ptr(), Some(capsule_destructor));
+        let cap = ffi::PyCapsule_New(
+            m as *mut c_void,
+            CAPSULE_NAME.as_ptr(),
+            Some(capsule_destructor),
+        );
         if cap.is_null() {
             delete_export(m);
         }
@@ -150,7 +155,8 @@ pub fn import<'py>(capsule: Bound<'py, PyAny>) -> PyResult<Imported<'py>> {
     // name (else it sets an exception and returns NULL); the tensor it
     // points at stays valid while the capsule lives, which `Imported` keeps.
     unsafe {
-        let m = ffi::PyCapsule_GetPointer(capsule.as_ptr(), CAPSULE_NAME.as_ptr()) as *const DLManagedTensor;
+        let m = ffi::PyCapsule_GetPointer(capsule.as_ptr(), CAPSULE_NAME.as_ptr())
+            as *const DLManagedTensor;
         if m.is_null() {
             return Err(PyErr::fetch(capsule.py()));
         }
@@ -159,7 +165,10 @@ pub fn import<'py>(capsule: Bound<'py, PyAny>) -> PyResult<Imported<'py>> {
         let shape: Vec<usize> = if ndim == 0 {
             vec![]
         } else {
-            std::slice::from_raw_parts(t.shape, ndim).iter().map(|&d| d.max(0) as usize).collect()
+            std::slice::from_raw_parts(t.shape, ndim)
+                .iter()
+                .map(|&d| d.max(0) as usize)
+                .collect()
         };
         let contiguous = if t.strides.is_null() || ndim == 0 {
             true
@@ -177,7 +186,11 @@ pub fn import<'py>(capsule: Bound<'py, PyAny>) -> PyResult<Imported<'py>> {
         };
         Ok(Imported {
             ptr: t.data as u64 + t.byte_offset,
-            device_id: if t.device.device_type == DL_CUDA { t.device.device_id } else { -1 },
+            device_id: if t.device.device_type == DL_CUDA {
+                t.device.device_id
+            } else {
+                -1
+            },
             dtype: t.dtype,
             shape,
             contiguous,

@@ -58,12 +58,22 @@ impl CudaQuantizedWeight {
         let xi = device_input(w.gpu(), x, "x", DType::F32, "the weight")?;
         let (batch, out_shape) = if vector {
             if xi.shape != [w.in_feat] {
-                return Err(QuantError::dims("x", format!("[{}]", w.in_feat), format!("{:?}", xi.shape)).into());
+                return Err(QuantError::dims(
+                    "x",
+                    format!("[{}]", w.in_feat),
+                    format!("{:?}", xi.shape),
+                )
+                .into());
             }
             (1, vec![w.out_feat])
         } else {
             if xi.shape.len() != 2 || xi.shape[1] != w.in_feat {
-                return Err(QuantError::dims("x", format!("[batch, {}]", w.in_feat), format!("{:?}", xi.shape)).into());
+                return Err(QuantError::dims(
+                    "x",
+                    format!("[batch, {}]", w.in_feat),
+                    format!("{:?}", xi.shape),
+                )
+                .into());
             }
             (xi.shape[0], vec![xi.shape[0], w.out_feat])
         };
@@ -189,7 +199,9 @@ fn layer_from_bytes(class: &str, bytes: &[u8]) -> crate::Result<Arc<dyn QuantMet
         "UnquantLinear" => UnquantLinear::deserialize(d, &Device::Cpu),
         "Int8Linear" => Int8Linear::deserialize(d, &Device::Cpu),
         "Int4Linear" => Int4Linear::deserialize(d, &Device::Cpu),
-        other => Err(QuantError::UnsupportedOperation(format!("{other} on a GPU"))),
+        other => Err(QuantError::UnsupportedOperation(format!(
+            "{other} on a GPU"
+        ))),
     }
 }
 
@@ -230,7 +242,12 @@ impl CudaLinear {
         let l = &self.inner;
         let xi = device_input(&l.gpu, x, "x", DType::F32, "the layer")?;
         if xi.shape.last() != Some(&l.in_feat) {
-            return Err(QuantError::dims("x", format!("[..., {}]", l.in_feat), format!("{:?}", xi.shape)).into());
+            return Err(QuantError::dims(
+                "x",
+                format!("[..., {}]", l.in_feat),
+                format!("{:?}", xi.shape),
+            )
+            .into());
         }
         let rows = xi.shape[..xi.shape.len() - 1].iter().product();
         let mut out_shape = xi.shape.clone();
@@ -247,7 +264,10 @@ impl CudaLinear {
 
     /// `(weight dtype, "cuda:N")`.
     fn dtype_and_device(&self) -> (&'static str, String) {
-        (self.inner.dtype().name(), format!("cuda:{}", self.inner.gpu.ordinal))
+        (
+            self.inner.dtype().name(),
+            format!("cuda:{}", self.inner.gpu.ordinal),
+        )
     }
 
     /// `"float8_e4m3fn"` when activations are quantized (W8A8), else None.
@@ -325,7 +345,8 @@ impl CudaLinear {
 }
 
 fn fmt_of(fmt: &str) -> PyResult<Fp8Format> {
-    Fp8Format::parse(fmt).ok_or_else(|| invalid("fmt", format!("expected 'e4m3' or 'e5m2', got {fmt:?}")))
+    Fp8Format::parse(fmt)
+        .ok_or_else(|| invalid("fmt", format!("expected 'e4m3' or 'e5m2', got {fmt:?}")))
 }
 
 fn ordinal_of_array(x: &Bound<'_, PyAny>) -> PyResult<usize> {
@@ -340,7 +361,10 @@ fn fp8_encode(x: &Bound<'_, PyAny>, fmt: &str, saturate: bool) -> PyResult<Py<Py
     let py = x.py();
     let f = fmt_of(fmt)?;
     if !is_cuda_array(x)? {
-        return Err(invalid("x", "expected a CUDA array (DeviceArray, torch.cuda tensor, CuPy array)"));
+        return Err(invalid(
+            "x",
+            "expected a CUDA array (DeviceArray, torch.cuda tensor, CuPy array)",
+        ));
     }
     let g = gpu(py, ordinal_of_array(x)?)?;
     let xi = device_input(&g, x, "x", DType::F32, "the call")?;
@@ -358,7 +382,10 @@ fn fp8_decode(codes: &Bound<'_, PyAny>, fmt: &str) -> PyResult<Py<PyAny>> {
     let py = codes.py();
     let f = fmt_of(fmt)?;
     if !is_cuda_array(codes)? {
-        return Err(invalid("codes", "expected a CUDA array (DeviceArray, torch.cuda tensor, CuPy array)"));
+        return Err(invalid(
+            "codes",
+            "expected a CUDA array (DeviceArray, torch.cuda tensor, CuPy array)",
+        ));
     }
     let g = gpu(py, ordinal_of_array(codes)?)?;
     let ci = device_input(&g, codes, "codes", DType::U8, "the call")?;
@@ -396,6 +423,7 @@ fn device_info<'py>(py: Python<'py>, device: usize) -> PyResult<Bound<'py, PyDic
     d.set_item("total_memory", total)?;
     d.set_item("free_memory", free)?;
     d.set_item("nvrtc_version", crate::gpu::nvrtc::version().ok())?;
+    d.set_item("fp8_gemm", g.fp8_gemm_path())?;
     Ok(d)
 }
 
@@ -407,7 +435,8 @@ fn compile_all<'py>(py: Python<'py>, arch: &str) -> PyResult<Bound<'py, PyDict>>
     let _ = gpu(py, 0); // only to point at a pip-installed NVRTC
     let d = PyDict::new(py);
     for s in crate::gpu::nvrtc::SOURCES {
-        let ptx = py.detach(|| crate::gpu::nvrtc::compile(s, arch, crate::gpu::nvrtc::Output::Ptx))?;
+        let ptx =
+            py.detach(|| crate::gpu::nvrtc::compile(s, arch, crate::gpu::nvrtc::Output::Ptx))?;
         d.set_item(s.name, ptx.len())?;
     }
     Ok(d)
@@ -433,7 +462,9 @@ fn bench_calls(obj: &Bound<'_, PyAny>, x: &Bound<'_, PyAny>, iters: usize) -> Py
     };
     let xi = device_input(&g, x, "x", DType::F32, "the object")?;
     if xi.shape.len() != 2 || xi.shape[1] != in_feat {
-        return Err(QuantError::dims("x", format!("[rows, {in_feat}]"), format!("{:?}", xi.shape)).into());
+        return Err(
+            QuantError::dims("x", format!("[rows, {in_feat}]"), format!("{:?}", xi.shape)).into(),
+        );
     }
     let rows = xi.shape[0];
     let y = DeviceArray::empty(&g, vec![rows, out_feat], DType::F32)?;
@@ -442,7 +473,11 @@ fn bench_calls(obj: &Bound<'_, PyAny>, x: &Bound<'_, PyAny>, iters: usize) -> Py
         if let Ok(w) = obj.cast::<CudaQuantizedWeight>() {
             w.get().inner.matmul(xp, rows, 0, yp, wait)
         } else {
-            obj.cast::<CudaLinear>().expect("checked above").get().inner.forward(xp, rows, yp, wait)
+            obj.cast::<CudaLinear>()
+                .expect("checked above")
+                .get()
+                .inner
+                .forward(xp, rows, yp, wait)
         }
     };
     call(Wait::Yes)?;
@@ -456,11 +491,13 @@ fn bench_calls(obj: &Bound<'_, PyAny>, x: &Bound<'_, PyAny>, iters: usize) -> Py
         // SAFETY: fresh events of the bound context, recorded on the null
         // stream around the queued calls, destroyed below.
         unsafe {
-            cu::event::record(start, cu::stream::null()).map_err(|e| crate::gpu::context::gpu_err("event", e))?;
+            cu::event::record(start, cu::stream::null())
+                .map_err(|e| crate::gpu::context::gpu_err("event", e))?;
             for _ in 0..iters {
                 call(Wait::No)?;
             }
-            cu::event::record(end, cu::stream::null()).map_err(|e| crate::gpu::context::gpu_err("event", e))?;
+            cu::event::record(end, cu::stream::null())
+                .map_err(|e| crate::gpu::context::gpu_err("event", e))?;
             cu::event::synchronize(end).map_err(|e| crate::gpu::context::gpu_err("event", e))?;
             cu::event::elapsed(start, end).map_err(|e| crate::gpu::context::gpu_err("event", e))
         }
