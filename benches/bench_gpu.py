@@ -111,7 +111,7 @@ def matmul_rows(torch, quantrs, quick: bool) -> list[dict]:
 
         row = {"bench": f"matmul {k}->{n} b={b}"}
         try:
-            row["bf16_tflops"] = tf(_events_ms(torch, lambda: xb @ w_bf16, iters))
+            row["bf16_tflops"] = tf(_events_ms(torch, lambda xb=xb: xb @ w_bf16, iters))
         except Exception as e:
             row["bf16_tflops"] = repr(e)
         try:
@@ -148,11 +148,11 @@ def main() -> int:
     import torch
 
     import quantrs
+    import quantrs.cuda
 
     if not quantrs.cuda_available() or not torch.cuda.is_available():
         print("bench_gpu: no CUDA device:", quantrs.cuda.unavailable_reason())
         return 0
-    import quantrs.cuda
 
     info = quantrs.cuda.device_info(0)
     print(f"device: {info['name']} ({info['arch']}), NVRTC {info['nvrtc_version']}")
@@ -190,6 +190,7 @@ def main() -> int:
         print(
             f"{r['bench']:28} {vals[0]:>11} {vals[1]:>13} {vals[2]:>11} {vals[3]:>12} {ratio:>11}"
         )
+    print(f"\nquantrs FP8 W8A8 GEMM path: {quantrs.cuda.device_info(0)['fp8_gemm']}")
     return 0
 
 

@@ -68,7 +68,7 @@ impl Lt {
 
 /// Whether the shape suits cuBLASLt's FP8 GEMM.
 pub fn shape_ok(m: usize, n: usize, k: usize) -> bool {
-    m % 16 == 0 && n % 16 == 0 && k % 16 == 0
+    m.is_multiple_of(16) && n.is_multiple_of(16) && k.is_multiple_of(16)
 }
 
 struct Guard<T: Copy>(T, unsafe fn(T) -> std::result::Result<(), lt::CublasError>);

@@ -2,9 +2,13 @@
 // rows 2*pair (low nibble) and 2*pair + 1 (high nibble) of column o as 4-bit
 // two's complement; scales[g * N + o] for groups of `pairs_per_group` pairs.
 
-// Sign-extended nibble `shift / 4` of a 32-bit word.
+// The 4-bit two's complement nibble at bit `shift` of `w` as an exact f32,
+// without an int-to-float conversion (a quarter-rate instruction): with
+// u = nibble ^ 8 (0..15), 2^23 + u is the float with u in its low mantissa
+// bits, and subtracting 2^23 + 8 leaves u - 8, the signed value.
 __device__ __forceinline__ float nib(u32 w, int shift) {
-    return (float)(((int)(w << (28 - shift))) >> 28);
+    u32 u = ((w >> shift) & 0xFu) ^ 0x8u;
+    return __uint_as_float(0x4B000000u | u) - 8388616.0f;
 }
 
 // Four bytes of column block `c` in pair row `p`; byte loads where the row
@@ -45,6 +49,8 @@ extern "C" __global__ void int4_matvec(const float* __restrict__ x, const u8* __
     for (int b = 0; b < MV_MAX_BATCH; ++b)
 #pragma unroll
         for (int j = 0; j < 4; ++j) acc[b][j] = 0.0f;
+    // Whole 32-bit words (rows 4-byte aligned, all 4 columns inside).
+    const bool aligned = (n & 3) == 0 && c + 3 < n;
     if (c < n) {
         for (int g = g0; g < g1; ++g) {
             float part[MV_MAX_BATCH][4];
@@ -57,9 +63,15 @@ extern "C" __global__ void int4_matvec(const float* __restrict__ x, const u8* __
             // loads, not the decode, bound this kernel.
             for (int pc = p0; pc < p1; pc += 8) {
                 u32 wv[8];
+                if (aligned) {  // branch-free predicated reads, all issued before use
 #pragma unroll
-                for (int i = 0; i < 8; ++i)
-                    wv[i] = pc + i < p1 ? load_word(data, (long long)(pc + i) * n, c, n) : 0u;
+                    for (int i = 0; i < 8; ++i)
+                        wv[i] = pc + i < p1 ? __ldg((const u32*)(data + (long long)(pc + i) * n + c)) : 0u;
+                } else {
+#pragma unroll
+                    for (int i = 0; i < 8; ++i)
+                        wv[i] = pc + i < p1 ? load_word(data, (long long)(pc + i) * n, c, n) : 0u;
+                }
 #pragma unroll
                 for (int i = 0; i < 8; ++i) {
                     int k = 2 * (pc + i);

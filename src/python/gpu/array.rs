@@ -237,6 +237,7 @@ impl DeviceArray {
         self.host_copy(py)
     }
 
+    #[pyo3(signature = (dtype = None, copy = None))]
     fn __array__<'py>(
         &self,
         py: Python<'py>,
