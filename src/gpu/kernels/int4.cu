@@ -25,8 +25,44 @@ __device__ __forceinline__ u32 load_word(const u8* __restrict__ data, long long 
 }
 
 #define MV_THREADS 64
-#define MV_COLS (MV_THREADS * 4)
 #define MV_MAX_BATCH 8
+
+// Eight pair rows [pc, pc + 8) of 4 columns into `part`. FULL: the rows
+// are whole aligned words inside the weight and x, so the eight 32-bit reads
+// (and the x reads) are unconditional and all issued before any math: the
+// reads, not the decode, bound the matvec. Otherwise every read is guarded.
+template <bool FULL>
+__device__ __forceinline__ void matvec_chunk(const float* __restrict__ x,
+                                             const u8* __restrict__ data,
+                                             float (&part)[MV_MAX_BATCH][4], int pc, int p1,
+                                             int c, int n, int in_feat, int batch) {
+    u32 wv[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        if (FULL)
+            wv[i] = __ldg((const u32*)(data + (long long)(pc + i) * n + c));
+        else
+            wv[i] = pc + i < p1 ? load_word(data, (long long)(pc + i) * n, c, n) : 0u;
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        int k = 2 * (pc + i);
+#pragma unroll
+        for (int b = 0; b < MV_MAX_BATCH; ++b) {
+            if (b < batch) {
+                const float* xb = x + (long long)b * in_feat;
+                float x0 = FULL || k < in_feat ? __ldg(xb + k) : 0.0f;
+                float x1 = FULL || k + 1 < in_feat ? __ldg(xb + k + 1) : 0.0f;
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    part[b][j] = fmaf(x0, nib(wv[i], 8 * j), part[b][j]);
+                    part[b][j] = fmaf(x1, nib(wv[i], 8 * j + 4), part[b][j]);
+                }
+            }
+        }
+    }
+}
+#define MV_COLS (MV_THREADS * 4)
 
 // CPU twin: QuantizedWeight::matmul for batch 1-8 (src/int4/matvec.rs).
 // y[b, o] = sum_g scale[g, o] * sum_{k in g} x[b, k] * q[k, o] (+ bias[o]).
@@ -62,32 +98,10 @@ extern "C" __global__ void int4_matvec(const float* __restrict__ x, const u8* __
             // Eight 32-bit reads in flight per thread before any math: the
             // loads, not the decode, bound this kernel.
             for (int pc = p0; pc < p1; pc += 8) {
-                u32 wv[8];
-                if (aligned) {  // branch-free predicated reads, all issued before use
-#pragma unroll
-                    for (int i = 0; i < 8; ++i)
-                        wv[i] = pc + i < p1 ? __ldg((const u32*)(data + (long long)(pc + i) * n + c)) : 0u;
-                } else {
-#pragma unroll
-                    for (int i = 0; i < 8; ++i)
-                        wv[i] = pc + i < p1 ? load_word(data, (long long)(pc + i) * n, c, n) : 0u;
-                }
-#pragma unroll
-                for (int i = 0; i < 8; ++i) {
-                    int k = 2 * (pc + i);
-#pragma unroll
-                    for (int b = 0; b < MV_MAX_BATCH; ++b) {
-                        if (b < batch) {
-                            float x0 = k < in_feat ? __ldg(x + (long long)b * in_feat + k) : 0.0f;
-                            float x1 = k + 1 < in_feat ? __ldg(x + (long long)b * in_feat + k + 1) : 0.0f;
-#pragma unroll
-                            for (int j = 0; j < 4; ++j) {
-                                part[b][j] = fmaf(x0, nib(wv[i], 8 * j), part[b][j]);
-                                part[b][j] = fmaf(x1, nib(wv[i], 8 * j + 4), part[b][j]);
-                            }
-                        }
-                    }
-                }
+                if (aligned && pc + 8 <= p1 && 2 * (pc + 8) <= in_feat)
+                    matvec_chunk<true>(x, data, part, pc, p1, c, n, in_feat, batch);
+                else
+                    matvec_chunk<false>(x, data, part, pc, p1, c, n, in_feat, batch);
             }
             float s[4];
 #pragma unroll
@@ -114,14 +128,21 @@ extern "C" __global__ void int4_matvec(const float* __restrict__ x, const u8* __
     __syncthreads();
     if (!last) return;
     __threadfence();
-    for (int b = 0; b < batch; ++b)
-        for (int j = 0; j < 4; ++j) {
-            if (c + j >= n) continue;
-            float v = 0.0f;
-            for (int sp = 0; sp < (int)gridDim.y; ++sp)
-                v += __ldcg(partial + ((long long)sp * batch + b) * n + c + j);
-            y[(long long)b * n + c + j] = v + (bias ? bias[c + j] : 0.0f);
+    // Split order is fixed (deterministic); the unrolled loop keeps many
+    // independent L2 reads in flight (the splits' partials are in L2).
+    for (int b = 0; b < batch; ++b) {
+        float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 8
+        for (int sp = 0; sp < (int)gridDim.y; ++sp) {
+            const float* row = partial + ((long long)sp * batch + b) * n + c;
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+                if (c + j < n) v[j] += __ldcg(row + j);
         }
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+            if (c + j < n) y[(long long)b * n + c + j] = v[j] + (bias ? bias[c + j] : 0.0f);
+    }
     if (threadIdx.x == 0) counters[blockIdx.x] = 0;  // ready for the next call
 }
 
