@@ -17,10 +17,10 @@ echo "== cargo fmt / clippy"
 cargo fmt --all -- --check
 cargo clippy --all-targets -- -D warnings
 cargo clippy --all-targets --features python -- -D warnings
-cargo check --all-targets --features gpu
+cargo clippy --all-targets --features python,gpu -- -D warnings
 
-echo "== cargo test"
-cargo test --all-targets
+echo "== cargo test (with the gpu feature: tests/gpu_nvrtc.rs compiles every kernel with the venv's NVRTC)"
+cargo test --all-targets --features gpu
 
 echo "== build the extension (release) and install it into .venv"
 maturin develop --release --quiet

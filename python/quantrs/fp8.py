@@ -70,9 +70,19 @@ def _float8_format(arr: Any) -> str | None:
     return None
 
 
+def _on_cuda(x: Any) -> bool:
+    """A CUDA DLPack producer (DeviceArray, torch.cuda tensor, CuPy array)."""
+    dev = getattr(x, "__dlpack_device__", None)
+    return dev is not None and not isinstance(x, np.ndarray) and int(dev()[0]) == 2
+
+
 def encode(x: Any, fmt: str = "e4m3", saturate: bool = False, *, as_ml_dtypes: bool = False):
     """Encode ``x`` to FP8 codes (uint8, or an ml_dtypes float8 view)."""
     f = _fmt(fmt)
+    if _on_cuda(x):  # device arrays: the GPU codec (docs/gpu.md)
+        from . import cuda
+
+        return cuda.encode(x, f, bool(saturate))
     # NumPy's conversion turns 0-d inputs into 1-d: keep the caller's shape.
     out = _encode(x, f, bool(saturate)).reshape(np.shape(x))
     return out.view(ml_dtype(f)) if as_ml_dtypes else out
@@ -80,6 +90,10 @@ def encode(x: Any, fmt: str = "e4m3", saturate: bool = False, *, as_ml_dtypes: b
 
 def decode(codes: Any, fmt: str | None = None) -> np.ndarray:
     """Decode FP8 codes (uint8, or an ml_dtypes float8 array) to float32."""
+    if _on_cuda(codes):  # device arrays: the GPU codec (docs/gpu.md)
+        from . import cuda
+
+        return cuda.decode(codes, _fmt(fmt if fmt is not None else "e4m3"))
     from_dtype = _float8_format(codes)
     if from_dtype is not None:
         if fmt is not None and _fmt(fmt) != from_dtype:

@@ -248,19 +248,10 @@ pymethods_with_getters!(PyQuantizedWeight, {
         })
     }
 
-    /// Move to a device: `"cpu"` returns the same object; `"cuda"` needs a GPU build.
-    fn to<'py>(slf: &Bound<'py, Self>, device: &str) -> PyResult<Bound<'py, Self>> {
-        match device {
-            "cpu" => Ok(slf.clone()),
-            d if d.starts_with("cuda") => {
-                crate::gpu::require_cuda()?;
-                Ok(slf.clone())
-            }
-            other => Err(invalid(
-                "device",
-                format!("expected \"cpu\" or \"cuda\", got {other:?}"),
-            )),
-        }
+    /// A copy on a device ("cuda", "cuda:N": a `quantrs.cuda.CudaQuantizedWeight`);
+    /// "cpu" returns this object.
+    fn to<'py>(slf: &Bound<'py, Self>, device: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        super::gpu::quantized_weight_to(slf.as_any(), device)
     }
 
     fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTuple>> {

@@ -8,6 +8,7 @@ mod arrays;
 mod errors;
 mod fields;
 mod fp8;
+mod gpu;
 mod int4;
 mod linear;
 mod optim;
@@ -82,6 +83,7 @@ mod core_module {
         super::linear::register(m)?;
         super::optim::register(m)?;
         super::qat::register(m)?;
+        super::gpu::register(m)?;
         Ok(())
     }
 }

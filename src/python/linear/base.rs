@@ -179,8 +179,16 @@ pub(super) fn apply_isq(
     let device = parse_device(device)?;
     let im = opt_f32_vec(imatrix_weight, "imatrix_weight")?;
     let counter = AtomicUsize::new(0);
-    let out = py.detach(|| layer.apply_isq(target, device, &counter, im))?;
-    wrap(py, out)
+    // Quantized on the CPU, then copied to the device (src/python/gpu.rs).
+    let out = py.detach(|| layer.apply_isq(target, Device::Cpu, &counter, im))?;
+    let cpu = wrap(py, out)?;
+    match device {
+        Device::Cpu => Ok(cpu),
+        Device::Cuda(_) => {
+            let name = pyo3::types::PyString::new(py, &device.name());
+            Ok(crate::python::gpu::layer_to(cpu.bind(py), name.as_any())?.unbind())
+        }
+    }
 }
 
 /// `end_track_stats()`.

@@ -50,7 +50,7 @@ pub struct PyInt4Linear {
 }
 
 /// The Python object for a layer, by concrete type.
-fn wrap(py: Python<'_>, layer: Arc<dyn QuantMethod>) -> PyResult<Py<PyAny>> {
+pub(crate) fn wrap(py: Python<'_>, layer: Arc<dyn QuantMethod>) -> PyResult<Py<PyAny>> {
     Ok(match layer.into_layer() {
         Layer::Fp8(inner) => Py::new(py, PyFp8Linear { inner })?.into_any(),
         Layer::Unquant(inner) => Py::new(py, PyUnquantLinear { inner })?.into_any(),

@@ -1,0 +1,71 @@
+// Shared device helpers, prepended to every kernel source before NVRTC
+// compiles it (src/gpu/nvrtc.rs). No headers: NVRTC needs none of the
+// toolkit for these kernels.
+
+typedef unsigned char u8;
+typedef unsigned int u32;
+
+// One FP8 format, as the CPU codec describes it (src/fp8/mod.rs, Fp8Format).
+struct Fp8Fmt {
+    int m;             // mantissa bits
+    int bias;          // exponent bias
+    u32 max_code;      // largest finite magnitude code
+    u32 nan_code;      // NaN magnitude code
+    u32 overflow_code; // magnitude code of an overflow without saturation
+};
+
+__device__ __forceinline__ Fp8Fmt fmt_e4m3() { Fp8Fmt f = {3, 7, 0x7E, 0x7F, 0x7F}; return f; }
+__device__ __forceinline__ Fp8Fmt fmt_e5m2() { Fp8Fmt f = {2, 15, 0x7B, 0x7E, 0x7C}; return f; }
+
+// CPU twin: fp8::encode_scalar. The same integer operations on the f32 bit
+// pattern (round to nearest even on the dropped mantissa bits), so every
+// input gives the same code as the CPU.
+__device__ __forceinline__ u8 fp8_encode(float x, Fp8Fmt f, bool saturate) {
+    u32 bits = __float_as_uint(x);
+    u32 sign = (bits >> 24) & 0x80u;
+    u32 a = bits & 0x7FFFFFFFu;
+    if (a > 0x7F800000u) return (u8)(sign | f.nan_code);
+    u32 overflow = saturate ? f.max_code : f.overflow_code;
+    if (a == 0x7F800000u) return (u8)(sign | overflow);
+    int exp = (int)(a >> 23);
+    if (exp == 0) return (u8)sign;
+    int emin = 1 - f.bias;
+    int e = exp - 127;
+    u32 full = (a & 0x7FFFFFu) | 0x800000u;
+    u32 shift = e >= emin ? (u32)(23 - f.m) : (u32)(23 - f.m + (emin - e));
+    if (shift >= 25) return (u8)sign;
+    u32 q = full >> shift;
+    u32 rem = full & ((1u << shift) - 1u);
+    u32 half = 1u << (shift - 1u);
+    if (rem > half || (rem == half && (q & 1u))) q += 1u;
+    u32 code = e >= emin ? (((u32)(e + f.bias)) << f.m) + q - (1u << f.m) : q;
+    if (code > f.max_code) return (u8)(sign | overflow);
+    return (u8)(sign | code);
+}
+
+// CPU twin: fp8::decode_scalar. Every finite code is an exact f32 product
+// of a small integer and a power of two, so the result is bit-identical.
+__device__ __forceinline__ float fp8_decode(u8 code, Fp8Fmt f) {
+    float sign = (code & 0x80u) ? -1.0f : 1.0f;
+    u32 mag = code & 0x7Fu;
+    u32 exp_field = mag >> f.m;
+    u32 man = mag & ((1u << f.m) - 1u);
+    u32 all_ones = (1u << (7 - f.m)) - 1u;
+    if (f.m == 3 && mag == 0x7Fu) return copysignf(__int_as_float(0x7FC00000), sign);
+    if (f.m == 2 && exp_field == all_ones) {
+        return man == 0 ? sign * __int_as_float(0x7F800000)
+                        : copysignf(__int_as_float(0x7FC00000), sign);
+    }
+    float v;
+    if (exp_field == 0) {
+        v = (float)man * __int_as_float((1 - f.bias - f.m + 127) << 23);
+    } else {
+        v = (float)((1u << f.m) | man) * __int_as_float(((int)exp_field - f.bias - f.m + 127) << 23);
+    }
+    return sign * v;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+    return v;
+}
