@@ -240,9 +240,17 @@ def _continue(model, opt, x, steps=5):
     return [p.detach().clone() for p in model.parameters()]
 
 
-@pytest.mark.parametrize("cls", [qt.AdamW4bit, qt.Adam4bit])
-def test_resume_from_torch_save_is_bit_identical(cls):
-    model, opt, x = _trained(cls)
+@pytest.mark.parametrize(
+    "cls,kw",
+    [
+        (qt.AdamW4bit, {}),
+        (qt.Adam4bit, {"weight_decay": 0.1}),
+        (qt.AdamW4bit, {"double_quantization": False, "variance_map": "log"}),
+        (qt.AdamW4bit, {"rank1_normalization": True, "method": "int8", "block_size": 128}),
+    ],
+)
+def test_resume_from_torch_save_is_bit_identical(cls, kw):
+    model, opt, x = _trained(cls, **kw)
     buf = io.BytesIO()
     torch.save({"model": model.state_dict(), "optim": opt.state_dict()}, buf)
     want = _continue(model, opt, x)
@@ -251,7 +259,7 @@ def test_resume_from_torch_save_is_bit_identical(cls):
     ck = torch.load(buf, weights_only=True)
     torch.manual_seed(1)  # other initial weights: everything must come from the checkpoint
     model2 = torch.nn.Sequential(torch.nn.Linear(70, 33), torch.nn.Linear(33, 5))
-    opt2 = cls(model2.parameters(), lr=123.0)
+    opt2 = cls(model2.parameters(), lr=123.0, **kw)
     model2.load_state_dict(ck["model"])
     opt2.load_state_dict(ck["optim"])
     assert opt2.param_groups[0]["lr"] == 1e-2

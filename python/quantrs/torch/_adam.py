@@ -145,13 +145,8 @@ class _Adam4bitBase(Optimizer):
 
     def _quant_config(self, gi: int, group: dict) -> Any:
         kw = {k: group[k] for k in _QUANT_KEYS[2:] if group.get(k) is not None}
-        pos = {k: group[k] for k in ("min_scale", "max_scale", "adaptation_rate") if k in kw}
-        for k in pos:
-            kw.pop(k)
         try:
-            return _core.AdvancedQuantizationConfig(
-                group["method"], group["block_size"], **pos, **kw
-            )
+            return _core.AdvancedQuantizationConfig(group["method"], group["block_size"], **kw)
         except (TypeError, ValueError) as e:
             raise type(e)(f"{self._name}: param_groups[{gi}]: {e}") from None
 
