@@ -81,17 +81,26 @@ def _importable(name):
         return False
 
 
+def _tensor_bytes(t):
+    """Bytes a tensor holds; a tensor subclass (torchao's quantized state) by its inner
+    tensors, not by its logical float32 shape."""
+    if hasattr(t, "__tensor_flatten__"):
+        names, _ = t.__tensor_flatten__()
+        return sum(_tensor_bytes(getattr(t, n)) for n in names)
+    return t.numel() * t.element_size()
+
+
 def _state_bytes(opt):
     if hasattr(opt, "state_bytes"):
         return opt.state_bytes()
-    total = 0
-    for st in opt.state.values():
-        for v in st.values():
-            if hasattr(v, "numel") and v.dim() > 0:
-                total += v.numel() * v.element_size()
-            elif hasattr(v, "numel"):
-                total += v.element_size()
-    return total
+    import torch
+
+    return sum(
+        _tensor_bytes(v)
+        for st in opt.state.values()
+        for v in st.values()
+        if isinstance(v, torch.Tensor)
+    )
 
 
 def step_rows(quick):
