@@ -159,8 +159,7 @@ def step_rows(quick):
     for name in opts:
         ms = statistics.median(times[name])
         row = {
-            "bench": f"step {len(params)} tensors {n / 1e6:.1f}M params",
-            "optimizer": name,
+            "bench": f"{name} step, {len(params)} tensors {n / 1e6:.1f}M params",
             "ours_ms": ms,
             "baseline": BASELINE,
             "baseline_ms": base,
@@ -170,7 +169,7 @@ def step_rows(quick):
         }
         rows.append(row)
     for name, note in notes.items():
-        rows.append({"bench": "step", "optimizer": name, "ours_ms": None, "note": note})
+        rows.append({"bench": f"{name} step", "ours_ms": None, "note": note})
     return rows
 
 
@@ -250,8 +249,7 @@ def _digits_rows(quick):
         ref = train if ref is None else ref
         rows.append(
             {
-                "bench": f"digits MLP {epochs} epochs",
-                "optimizer": name,
+                "bench": f"{name} digits MLP {epochs} epochs",
                 "train_loss": train,
                 "vs_torch_AdamW": f"{100 * (train / ref - 1):+.1f} %",
                 "test_loss": test,
@@ -290,8 +288,7 @@ def _regression_rows(quick):
         ref = final if ref is None else ref
         rows.append(
             {
-                "bench": f"full-batch MLP regression {steps} steps",
-                "optimizer": name,
+                "bench": f"{name} full-batch MLP regression {steps} steps",
                 "train_loss": final,
                 "vs_torch_AdamW": f"{100 * (final / ref - 1):+.1f} %",
             }

@@ -124,6 +124,10 @@ def test_bad_inputs_raise_before_anything_changes():
         qt.QatAdamW([torch.nn.Parameter(torch.ones(3))], target="int3")
     with pytest.raises(TypeError, match="parameter 1"):
         qt.QatAdamW([torch.nn.Parameter(torch.ones(3)), torch.nn.Parameter(torch.ones(3).double())])
+    zero = torch.nn.Parameter(torch.zeros(3))  # an int grid needs a nonzero absmax
+    with pytest.raises(quantrs.InvalidState, match="parameter 1"):
+        qt.QatAdamW([torch.nn.Parameter(torch.ones(3)), zero], target="int8")
+    assert torch.equal(zero, torch.zeros(3))
     a, b = torch.nn.Parameter(torch.randn(4)), torch.nn.Parameter(torch.randn(4))
     opt = qt.QatAdamW([a, b], target="int8")
     wa = a.detach().clone()
