@@ -1,0 +1,30 @@
+"""quantrs inside PyTorch: ``torch.optim`` optimizers with 4-bit or QAT state, and
+quantized inference modules (docs/torch.md).
+
+``import quantrs`` never imports torch; this subpackage does (``pip install
+'quantrs[torch]'``). Everything runs on the CPU through zero-copy NumPy views of
+contiguous float32 tensors; CUDA tensors raise ``quantrs.CudaNotAvailable``.
+
+- :class:`AdamW4bit`, :class:`Adam4bit`: ``torch.optim.Optimizer`` subclasses with packed
+  4-bit moments (about 1 byte of state per parameter);
+- :class:`QatAdamW`: quantization-aware training (float32 masters, fake-quantized
+  parameters);
+- :class:`Int4Linear`, :class:`FP8Linear`, :func:`quantize_`: inference modules replacing
+  ``nn.Linear``.
+"""
+
+from __future__ import annotations
+
+from ._adam import Adam4bit, AdamW4bit
+from ._modules import FP8Linear, Int4Linear, default_filter, quantize_
+from ._qat import QatAdamW
+
+__all__ = [
+    "Adam4bit",
+    "AdamW4bit",
+    "FP8Linear",
+    "Int4Linear",
+    "QatAdamW",
+    "default_filter",
+    "quantize_",
+]

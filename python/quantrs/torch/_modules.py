@@ -1,0 +1,258 @@
+"""Inference modules: ``Int4Linear``, ``FP8Linear`` and ``quantize_``.
+
+The packed weights are buffers (``module.state_dict()``, ``load_state_dict`` and
+``torch.save`` see them); the Rust layer that runs the kernel is built from the buffers on
+the first forward and rebuilt whenever a buffer changes (``load_state_dict``, an in-place
+write): it keeps its own copy of the packed bytes, so a module holds them twice (int4:
+1 byte per weight in all, still a quarter of float32). ``forward`` runs under
+``torch.no_grad`` on any leading batch shape and returns a float32 tensor sharing memory
+with the kernel's output; no gradient flows through these modules.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+from .. import _core
+
+_F32 = torch.float32
+
+
+def _check_input(owner: str, x: torch.Tensor, in_features: int) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{owner}: expected a torch.Tensor input, got {type(x).__name__}")
+    if x.device.type == "cuda":
+        raise _core.CudaNotAvailable(f"{owner}: the input is on {x.device}; CPU only for now")
+    if x.device.type != "cpu":
+        raise ValueError(f"{owner}: expected a CPU input, got device {x.device}")
+    if not x.is_floating_point():
+        raise TypeError(f"{owner}: expected a floating-point input, got {x.dtype}")
+    if x.dim() == 0 or x.shape[-1] != in_features:
+        raise ValueError(
+            f"{owner}: expected an input whose last dimension is in_features={in_features}, "
+            f"got shape {tuple(x.shape)}"
+        )
+    return x.detach().reshape(-1, in_features).to(_F32).contiguous()
+
+
+def _weight_of(owner: str, linear: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
+    if not isinstance(linear, nn.Linear):
+        raise TypeError(f"{owner}.from_linear: expected an nn.Linear, got {type(linear).__name__}")
+    w = linear.weight
+    if w.device.type == "cuda":
+        raise _core.CudaNotAvailable(f"{owner}.from_linear: the weight is on {w.device}")
+    if w.device.type != "cpu" or not w.is_floating_point():
+        raise TypeError(f"{owner}.from_linear: expected a floating-point CPU weight")
+    b = linear.bias
+    return w.detach().to(_F32), (None if b is None else b.detach().to(_F32).contiguous())
+
+
+class _Cached:
+    """The Rust layer for the current contents of a module's buffers."""
+
+    def __init__(self) -> None:
+        self.key: tuple = ()
+        self.layer = None
+
+    def get(self, buffers: list[torch.Tensor | None], build: Callable[[], object]):
+        key = tuple((None if b is None else (b.data_ptr(), b._version)) for b in buffers)
+        if key != self.key or self.layer is None:
+            self.layer, self.key = build(), key
+        return self.layer
+
+
+class Int4Linear(nn.Module):
+    """``y = x W^T + b`` with ``W`` packed to INT4, one float32 scale per ``group_size``
+    inputs of each output (``quantrs.QuantizedWeight``; docs/int4.md).
+
+    Buffers: ``qweight`` (uint8, two weights a byte), ``scales`` (float32), ``bias``."""
+
+    def __init__(
+        self, in_features: int, out_features: int, bias: bool = True, group_size: int = 32
+    ) -> None:
+        super().__init__()
+        self.in_features, self.out_features, self.group_size = in_features, out_features, group_size
+        shape = _core.QuantizedWeight.quantize(
+            np.zeros((in_features, out_features), np.float32), group_size=group_size
+        )
+        self.register_buffer("qweight", torch.from_numpy(np.array(shape.data)))
+        self.register_buffer("scales", torch.from_numpy(np.array(shape.scales)))
+        self.num_groups = shape.num_groups
+        self.register_buffer("bias", torch.zeros(out_features) if bias else None)
+        self._cache = _Cached()
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, group_size: int = 32) -> Int4Linear:
+        w, b = _weight_of("Int4Linear", linear)
+        qw = _core.QuantizedWeight.quantize(w.t().contiguous().numpy(), group_size=group_size)
+        m = cls.__new__(cls)
+        nn.Module.__init__(m)
+        m.in_features, m.out_features = linear.in_features, linear.out_features
+        m.group_size, m.num_groups = group_size, qw.num_groups
+        m.register_buffer("qweight", torch.from_numpy(np.array(qw.data)))
+        m.register_buffer("scales", torch.from_numpy(np.array(qw.scales)))
+        m.register_buffer("bias", b)
+        m._cache = _Cached()
+        return m
+
+    def quantized_weight(self) -> _core.QuantizedWeight:
+        """The ``quantrs.QuantizedWeight`` for the current buffers ([in, out] layout)."""
+
+        def build():
+            return _core.QuantizedWeight(
+                self.qweight.numpy(),
+                self.scales.numpy(),
+                self.in_features,
+                self.out_features,
+                self.num_groups,
+            )
+
+        return self._cache.get([self.qweight, self.scales], build)
+
+    def dequantize(self) -> torch.Tensor:
+        """The weight as the kernel sees it, float32 ``[out_features, in_features]``."""
+        return torch.from_numpy(self.quantized_weight().dequantize()).t().contiguous()
+
+    @torch.no_grad()
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x2 = _check_input("Int4Linear", x, self.in_features)
+        y = torch.from_numpy(self.quantized_weight().matmul(x2.numpy()))
+        if self.bias is not None:
+            y += self.bias
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, "
+            f"bias={self.bias is not None}, group_size={self.group_size}"
+        )
+
+
+class FP8Linear(nn.Module):
+    """``y = x W^T + b`` with ``W`` stored as FP8 E4M3 codes and one float32 scale
+    (``quantrs.PerTensorFP8Linear``; docs/fp8.md). With an ``activation_scale`` the
+    input is quantized onto the E4M3 grid too (W8A8); without, it stays float32.
+
+    Buffers: ``weight`` (uint8 E4M3 codes ``[out, in]``), ``weight_scale_inv`` (float32
+    scalar), ``activation_scale`` (float32 scalar or None), ``bias``."""
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        activation_scale: float | None = None,
+    ) -> None:
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.register_buffer("weight", torch.zeros(out_features, in_features, dtype=torch.uint8))
+        self.register_buffer("weight_scale_inv", torch.tensor(1.0))
+        a = None if activation_scale is None else torch.tensor(float(activation_scale))
+        self.register_buffer("activation_scale", a)
+        self.register_buffer("bias", torch.zeros(out_features) if bias else None)
+        self._cache = _Cached()
+
+    @classmethod
+    def from_linear(
+        cls,
+        linear: nn.Linear,
+        activation_scale: float | None = None,
+    ) -> FP8Linear:
+        w, b = _weight_of("FP8Linear", linear)
+        layer = _core.PerTensorFP8Linear.from_float(
+            w.contiguous().numpy(),
+            None if b is None else b.numpy(),
+            activation_scale=activation_scale,
+        )
+        m = cls(linear.in_features, linear.out_features, b is not None, activation_scale)
+        m.weight.copy_(torch.from_numpy(np.array(layer.weight)))
+        m.weight_scale_inv.fill_(layer.weight_scale_inv)
+        if b is not None:
+            m.bias.copy_(b)
+        return m
+
+    def layer(self) -> _core.PerTensorFP8Linear:
+        """The ``quantrs.PerTensorFP8Linear`` for the current buffers."""
+
+        def build():
+            a = self.activation_scale
+            return _core.PerTensorFP8Linear(
+                self.weight.numpy(),
+                float(self.weight_scale_inv),
+                activation_scale=None if a is None else float(a),
+                bias=None if self.bias is None else self.bias.numpy(),
+            )
+
+        bufs = [self.weight, self.weight_scale_inv, self.activation_scale, self.bias]
+        return self._cache.get(bufs, build)
+
+    def dequantize(self) -> torch.Tensor:
+        """The weight as the kernel sees it, float32 ``[out_features, in_features]``."""
+        return torch.from_numpy(np.asarray(self.layer().dequantize_w(), np.float32))
+
+    @torch.no_grad()
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x2 = _check_input("FP8Linear", x, self.in_features)
+        y = torch.from_numpy(self.layer().forward(x2.numpy()))
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        a = self.activation_scale
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, "
+            f"bias={self.bias is not None}, "
+            f"activation_scale={None if a is None else float(a)}"
+        )
+
+
+def default_filter(module: nn.Module, fqn: str) -> bool:
+    """``quantize_``'s default: exactly ``nn.Linear`` (not subclasses such as
+    ``MultiheadAttention.out_proj``, whose weight is read directly), with a floating-point
+    CPU weight, and not named ``lm_head`` (often tied to the embedding)."""
+    return (
+        type(module) is nn.Linear
+        and fqn.rsplit(".", 1)[-1] != "lm_head"
+        and module.weight.is_floating_point()
+        and module.weight.device.type == "cpu"
+    )
+
+
+def quantize_(
+    model: nn.Module,
+    method: str,
+    group_size: int = 32,
+    filter_fn: Callable[[nn.Module, str], bool] | None = None,
+    *,
+    activation_scale: float | None = None,
+) -> nn.Module:
+    """Replace ``nn.Linear`` modules of ``model`` in place by ``Int4Linear`` (``"int4"``,
+    ``group_size`` inputs per scale) or ``FP8Linear`` (``"fp8"``, E4M3, W8A8 when an
+    ``activation_scale`` is given). ``filter_fn(module, fqn)`` picks the modules
+    (default: :func:`default_filter`). Returns ``model``; a module shared by several
+    parents is quantized once."""
+    if method not in ("int4", "fp8"):
+        raise ValueError(f"quantize_: method: expected 'int4' or 'fp8', got {method!r}")
+    if method == "int4" and activation_scale is not None:
+        raise ValueError("quantize_: activation_scale applies to 'fp8' only")
+    pick = default_filter if filter_fn is None else filter_fn
+    if isinstance(model, nn.Linear) and pick(model, ""):
+        raise ValueError("quantize_: pass the model holding the nn.Linear, not the layer itself")
+    todo = []
+    for parent_name, parent in model.named_modules(remove_duplicate=False):
+        for name, child in parent._modules.items():  # named_children() skips repeats
+            fqn = f"{parent_name}.{name}" if parent_name else name
+            if isinstance(child, nn.Linear) and pick(child, fqn):
+                todo.append((parent, name, child))
+    done: dict[int, nn.Module] = {}
+    for parent, name, child in todo:
+        if id(child) not in done:
+            if method == "int4":
+                done[id(child)] = Int4Linear.from_linear(child, group_size=group_size)
+            else:
+                done[id(child)] = FP8Linear.from_linear(child, activation_scale=activation_scale)
+        setattr(parent, name, done[id(child)])
+    return model
