@@ -12,6 +12,7 @@
 
 pub mod error;
 pub mod fp8;
+pub mod fp8_dialect;
 pub mod gpu;
 pub mod int4;
 pub mod linear;

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._stfile import StReader, TensorInfo
+from ..formats._stfile import StReader, TensorInfo
 
 _CHUNK = 16 << 20  # bytes per streamed chunk (copies, transposition)
 _ERR_ELEMS = 1 << 20  # elements per chunk of the error report (a few float64 temporaries)
