@@ -44,11 +44,17 @@ pub fn f16_to_f32(h: u16) -> f32 {
 
 /// A float tensor (F32, F16 or BF16) as f32 values.
 pub fn float_values(name: &str, t: &OwnedTensor) -> Result<Vec<f32>> {
-    let pairs = || t.data.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]]));
+    let pairs = || {
+        t.data
+            .chunks_exact(2)
+            .map(|c| u16::from_le_bytes([c[0], c[1]]))
+    };
     match t.dtype {
         Dtype::F32 => crate::st::le_to_f32(&t.data),
         Dtype::F16 => Ok(pairs().map(f16_to_f32).collect()),
-        Dtype::BF16 => Ok(pairs().map(|b| f32::from_bits(u32::from(b) << 16)).collect()),
+        Dtype::BF16 => Ok(pairs()
+            .map(|b| f32::from_bits(u32::from(b) << 16))
+            .collect()),
         d => Err(QuantError::ser(format!(
             "tensor {name:?}: expected dtype F32, F16 or BF16, got {d}"
         ))),
@@ -149,5 +155,77 @@ mod tests {
         }
         assert!(f16_to_f32(0x7E00).is_nan());
         assert_eq!(f16_to_f32(0xFC00), f32::NEG_INFINITY);
+    }
+
+    fn file(tensors: &[(&str, Dtype, Vec<usize>, Vec<u8>)]) -> StFile {
+        let views: Vec<_> = tensors
+            .iter()
+            .map(|(n, d, s, b)| (*n, *d, s.clone(), b.as_slice()))
+            .collect();
+        crate::st::from_bytes(&crate::st::to_bytes(&views, Default::default()).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn reads_each_dialect_and_refuses_non_per_tensor_scales() {
+        let codes = vec![0x38u8; 6]; // E4M3 1.0
+        let w = ("l.weight", Dtype::F8_E4M3, vec![2, 3], codes);
+        let bf16 = |v: f32| ((v.to_bits() >> 16) as u16).to_le_bytes().to_vec();
+        let f32b = |v: f32| v.to_le_bytes().to_vec();
+        let cases = [
+            (
+                "compressed-tensors",
+                "weight_scale",
+                Dtype::BF16,
+                vec![1],
+                bf16(0.5),
+                "input_scale",
+            ),
+            (
+                "fp8",
+                "weight_scale",
+                Dtype::F32,
+                vec![],
+                f32b(0.5),
+                "input_scale",
+            ),
+            (
+                "mistralrs",
+                "weight_scale_inv",
+                Dtype::F32,
+                vec![],
+                f32b(0.5),
+                "activation_scale",
+            ),
+        ];
+        for (dialect, sname, dt, shape, bytes, aname) in cases {
+            let f = file(&[
+                w.clone(),
+                (&format!("l.{sname}"), dt, shape.clone(), bytes.clone()),
+                (&format!("l.{aname}"), dt, shape, bytes),
+            ]);
+            let p = read_per_tensor(&f, "l").unwrap();
+            assert_eq!(p.dialect, dialect);
+            assert_eq!((p.weight_scale, p.activation_scale), (0.5, Some(0.5)));
+            assert_eq!((p.shape, p.codes), (vec![2, 3], vec![0x38; 6]));
+        }
+        let per_channel = file(&[
+            w.clone(),
+            (
+                "l.weight_scale",
+                Dtype::F32,
+                vec![2, 1],
+                [f32b(1.0), f32b(2.0)].concat(),
+            ),
+        ]);
+        let e = read_per_tensor(&per_channel, "l").unwrap_err().to_string();
+        assert!(
+            e.contains("per-channel") && e.contains("requantize=True"),
+            "{e}"
+        );
+        let block = file(&[
+            w,
+            ("l.weight_scale_inv", Dtype::F32, vec![1, 1, 1], f32b(1.0)),
+        ]);
+        assert!(read_per_tensor(&block, "l").is_ok()); // one value is per-tensor
     }
 }

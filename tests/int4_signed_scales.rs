@@ -93,9 +93,20 @@ fn raw_constructor_takes_any_finite_scale() {
 
 #[test]
 fn every_kernel_handles_negative_and_zero_scales() {
-    for (k, n, gs, seed) in [(64, 9, 32, 3), (256, 33, 32, 4), (130, 17, 64, 5), (96, 70, 2, 6)] {
+    for (k, n, gs, seed) in [
+        (64, 9, 32, 3),
+        (256, 33, 32, 4),
+        (130, 17, 64, 5),
+        (96, 70, 2, 6),
+    ] {
         let qw = signed_weight(k, n, gs, seed);
-        assert_close(&qw, &vec![0.0; k], 1, &qw_matvec(&qw, &vec![0.0; k]), "zeros");
+        assert_close(
+            &qw,
+            &vec![0.0; k],
+            1,
+            &qw_matvec(&qw, &vec![0.0; k]),
+            "zeros",
+        );
         let dq = qw.dequantize();
         for i in 0..k {
             for o in 0..n {
@@ -104,12 +115,21 @@ fn every_kernel_handles_negative_and_zero_scales() {
             }
         }
         for batch in [1, 3, 9] {
-            let x: Vec<f32> = noise(batch * k, seed + 7).iter().map(|&v| v as f32).collect();
+            let x: Vec<f32> = noise(batch * k, seed + 7)
+                .iter()
+                .map(|&v| v as f32)
+                .collect();
             for level in available_levels() {
                 for gemm in [false, true] {
                     let mut y = vec![f32::NAN; batch * n];
                     qw.matmul_with(&x, batch, &mut y, level, gemm).unwrap();
-                    assert_close(&qw, &x, batch, &y, &format!("{level:?} gemm={gemm} {k}x{n}"));
+                    assert_close(
+                        &qw,
+                        &x,
+                        batch,
+                        &y,
+                        &format!("{level:?} gemm={gemm} {k}x{n}"),
+                    );
                 }
             }
             for kernel in MatvecKernel::available() {
