@@ -353,3 +353,32 @@ def test_folder_peak_memory(tmp_path, fmt):
     assert (out / "config.json").exists()
     assert peak - base < 2 * largest, (peak - base) / largest
     assert peak - base < total
+
+
+@pytest.mark.skipif(not hasattr(quantrs, "PerTensorFP8Linear"), reason="FP8 not built")
+def test_single_file_defaults(tmp_path, capsys):
+    """A file IN: linear weights only, FP8 as compressed-tensors (weight_scale F32 [1])."""
+    rng = np.random.default_rng(9)
+    t = {
+        "model.embed_tokens.weight": rng.standard_normal((20, 16)).astype(np.float32),
+        "model.layers.0.mlp.up_proj.weight": rng.standard_normal((24, 16)).astype(np.float32),
+        "model.layers.0.mlp.up_proj.bias": rng.standard_normal(24).astype(np.float32),
+        "lm_head.weight": rng.standard_normal((20, 16)).astype(np.float32),
+    }
+    src, dst = tmp_path / "in.safetensors", tmp_path / "out.safetensors"
+    save_file(t, str(src))
+    assert main(["quantize", str(src), str(dst), "--format", "fp8", "--no-progress"]) == 0
+    from quantrs.formats._stfile import StReader
+
+    with StReader(dst) as r:
+        entries = {x.name: (x.dtype, list(x.shape)) for x in r.tensors}
+    assert entries["model.layers.0.mlp.up_proj.weight"] == ("F8_E4M3", [24, 16])
+    assert entries["model.layers.0.mlp.up_proj.weight_scale"] == ("F32", [1])
+    assert entries["lm_head.weight"] == ("F32", [20, 16])
+    assert entries["model.embed_tokens.weight"] == ("F32", [20, 16])
+    layer = quantrs.PerTensorFP8Linear.from_safetensors(dst, "model.layers.0.mlp.up_proj")
+    want = quantrs.PerTensorFP8Linear.from_float(
+        t["model.layers.0.mlp.up_proj.weight"], t["model.layers.0.mlp.up_proj.bias"]
+    )
+    assert np.array_equal(layer.dequantize_w(), want.dequantize_w())
+    assert "copy (output head / embedding)" in capsys.readouterr().out

@@ -160,3 +160,35 @@ def test_missing_scale_and_wrong_dtype(tmp_path):
     )
     with pytest.raises(ValueError, match="F32, F16 or BF16"):
         quantrs.PerTensorFP8Linear.from_safetensors(path, "x")
+
+
+def test_inspect_names_each_dialect(tmp_path, capsys):
+    from quantrs.cli import main
+
+    codes = fp8_codes((200, 300)).tobytes()
+    f32 = np.float32(0.25).tobytes()
+    path = write_st(
+        tmp_path / "m.safetensors",
+        {
+            "ct.weight": ("F8_E4M3", [200, 300], codes),
+            "ct.weight_scale": ("BF16", [1], bf16_bytes([0.25])),
+            "ct.input_scale": ("BF16", [1], bf16_bytes([0.5])),
+            "auto.weight": ("F8_E4M3", [200, 300], codes),
+            "auto.weight_scale": ("F32", [], f32),
+            "mrs.weight": ("F8_E4M3", [200, 300], codes),
+            "mrs.weight_scale_inv": ("F32", [], f32),
+            "pc.weight": ("F8_E4M3", [200, 300], codes),
+            "pc.weight_scale": ("F32", [200, 1], f32 * 200),
+            "blk.weight": ("F8_E4M3", [200, 300], codes),
+            "blk.weight_scale_inv": ("F32", [2, 3], f32 * 6),
+        },
+    )
+    assert main(["inspect", str(path), "--json"]) == 0
+    kinds = {t["name"]: t["kind"] for t in json.loads(capsys.readouterr().out)["tensors"]}
+    assert kinds["ct.weight"] == "fp8 e4m3, per-tensor scale 0.25 (compressed-tensors)"
+    assert kinds["ct.input_scale"] == "fp8 activation scale of ct.weight"
+    assert kinds["auto.weight"] == "fp8 e4m3, per-tensor scale 0.25 (fp8)"
+    assert kinds["mrs.weight"] == "fp8 e4m3, per-tensor scale 0.25 (mistralrs)"
+    assert kinds["pc.weight"] == "fp8 e4m3, per-channel scales"
+    assert kinds["blk.weight"] == "fp8 e4m3, block-128 scales"
+    assert kinds["blk.weight_scale_inv"] == "fp8 scales of blk.weight"
