@@ -123,8 +123,10 @@ def read_gptq(ck: Checkpoint, prefix: str, requantize_ok: bool = False) -> Impor
 
     q = unpack_int32(np.ascontiguousarray(ck.array(names["qweight"]).T), bits).T  # [in, out]
     zeros = unpack_int32(ck.array(names["qzeros"]), bits).astype(np.int32)  # [groups, out]
-    if geo["version"] == 1:  # v1 stores zero - 1: the formula is s * (q - (z + 1))
-        zeros += 1
+    if geo["version"] == 1:
+        # v1 stores zero - 1 in the field (s * (q - (z + 1))); a zero point of 0 was
+        # stored as -1, i.e. all ones, so the + 1 wraps within the field
+        zeros = (zeros + 1) & ((1 << bits) - 1)
     scales = ck.float32(names["scales"])
 
     reasons = []
