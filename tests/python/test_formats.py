@@ -46,7 +46,7 @@ def pack_gptq(q: np.ndarray, zeros_stored: np.ndarray) -> tuple[np.ndarray, np.n
     g = zeros_stored.shape[0]
     qzeros = np.zeros((g, out // 8), np.uint32)
     for j in range(8):
-        qzeros |= zeros_stored[:, j::8].astype(np.uint32) << np.uint32(4 * j)
+        qzeros |= (zeros_stored[:, j::8] & 0xF).astype(np.uint32) << np.uint32(4 * j)
     return qweight.view(np.int32), qzeros.view(np.int32)
 
 
@@ -60,7 +60,7 @@ def gptq_dequant(qweight, qzeros, scales, g_idx, v1=True) -> np.ndarray:
         q = (u[i // 8] >> np.uint32(4 * (i % 8))) & 0xF
         g = g_idx[i]
         z = np.array([(uz[g, o // 8] >> (4 * (o % 8))) & 0xF for o in range(out)])
-        zero = z + 1 if v1 else z
+        zero = (z + 1) & 0xF if v1 else z  # v1: zero 0 is stored as -1 (all ones)
         w[i] = scales[g].astype(np.float32) * (q.astype(np.float32) - zero.astype(np.float32))
     return w
 
@@ -115,7 +115,9 @@ def gptq_layer(inf, out, gs, sym=True, seed=0):
     rng = np.random.default_rng(seed)
     q = rng.integers(0, 16, (inf, out), dtype=np.uint8)
     groups = -(-inf // gs)
-    zeros = np.full((groups, out), 8) if sym else rng.integers(1, 16, (groups, out))
+    zeros = np.full((groups, out), 8) if sym else rng.integers(0, 16, (groups, out))
+    if not sym:
+        zeros[0, 0] = 0  # stored as -1: all ones in the field
     qweight, qzeros = pack_gptq(q, zeros - 1)  # v1 stores zero - 1
     scales = (rng.standard_normal((groups, out)) * 0.02).astype(np.float16)
     g_idx = (np.arange(inf) // gs).astype(np.int32)
@@ -180,6 +182,7 @@ def test_gptq_v2_zero_points_are_not_shifted(tmp_path):
 
 def test_gptq_refusals_and_requantize(tmp_path):
     asym = gptq_layer(64, 16, 32, sym=False, seed=3)
+    assert np.asarray(asym["qzeros"]).view(np.uint32)[0, 0] & 0xF == 0xF  # zero point 0
     actorder = gptq_layer(64, 16, 32, seed=4)
     actorder["g_idx"] = np.random.default_rng(0).permutation(np.arange(64) // 32).astype(np.int32)
     tensors = {f"a.{k}": v for k, v in asym.items()} | {f"b.{k}": v for k, v in actorder.items()}
