@@ -20,7 +20,8 @@ from ._checkpoint import Checkpoint
 from ._errors import FormatError, RequantizedWarning
 from .awq import load_awq
 from .fp8 import load_fp8
-from .gguf import GgufFile, load_gguf, save_gguf
+from .gguf import GgufFile, load_gguf
+from .gguf_write import save_gguf
 from .gptq import load_gptq
 
 __all__ = [
