@@ -128,7 +128,7 @@ fn per_tensor_scale(name: &str, t: &OwnedTensor, wshape: &[usize]) -> Result<f32
             _ => "scales of an unknown layout",
         };
         return Err(QuantError::ser(format!(
-            "{name}: shape {:?} holds {kind}, not one per-tensor scale; \
+            "{name}: shape {:?} holds {kind}, expected a scalar (one per-tensor scale); \
              quantrs.formats.load_fp8(path, prefix, requantize=True) re-quantizes it per tensor",
             t.shape
         )));
