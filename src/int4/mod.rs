@@ -189,7 +189,7 @@ impl QuantizedWeight {
 
     /// Rebuild from raw buffers, validating every size and value: the group
     /// size is derived from `num_groups` and must give exactly that layout,
-    /// and every scale must be finite and > 0.
+    /// and every scale must be finite (negative and zero ones are valid).
     pub fn from_parts(
         data: Vec<u8>,
         scales: Vec<f32>,
@@ -233,9 +233,12 @@ impl QuantizedWeight {
         if scales.len() != n_scales {
             return Err(QuantError::dims("scales", n_scales, scales.len()));
         }
-        if let Some(i) = scales.iter().position(|s| !(s.is_finite() && *s > 0.0)) {
+        // Any finite scale: imported formats store negative ones (GGUF Q4_0 keeps
+        // the largest-magnitude element's sign in the scale) and zero ones
+        // (all-zero blocks); the kernels only multiply by it.
+        if let Some(i) = scales.iter().position(|s| !s.is_finite()) {
             return Err(QuantError::arg(format!(
-                "scales[{i}]: expected finite and > 0, got {}",
+                "scales[{i}]: expected a finite value, got {}",
                 scales[i]
             )));
         }

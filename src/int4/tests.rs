@@ -114,8 +114,12 @@ fn from_parts_validates() {
     let mut s = qw.scales.clone();
     s[0] = f32::NAN;
     assert!(bad(qw.data.clone(), s.clone(), 40, 3, 2));
+    s[0] = f32::INFINITY;
+    assert!(bad(qw.data.clone(), s.clone(), 40, 3, 2));
+    // zero and negative scales are valid (imported GGUF Q4_0 has both)
     s[0] = 0.0;
-    assert!(bad(qw.data.clone(), s, 40, 3, 2));
+    s[1] = -0.5;
+    assert!(!bad(qw.data.clone(), s, 40, 3, 2));
 }
 
 #[test]

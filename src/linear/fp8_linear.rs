@@ -21,7 +21,7 @@ use super::stats::Stats;
 use super::{check_bias, check_float_weight, rows_of, Device, QuantMethod, WeightDType};
 use crate::error::{QuantError, Result};
 use crate::fp8::{decode_slice, encode_slice, round_to_grid_slice, Fp8Format};
-use crate::st::{self, Dtype};
+use crate::st;
 
 const FMT: Fp8Format = Fp8Format::E4M3;
 
@@ -153,44 +153,13 @@ impl PerTensorFP8Linear {
         Self::new(codes, shape, scale, activation_scale, bias)
     }
 
-    /// Load `<prefix>.weight` (F8_E4M3, `[out, in]` or `[E, out, in]`),
-    /// `<prefix>.weight_scale_inv` (F32 scalar), and the optional
-    /// `<prefix>.activation_scale` (F32 scalar) and `<prefix>.bias` (F32) from
-    /// a safetensors file: the per-tensor layout (`weight_block_size = null`).
+    /// Load the per-tensor FP8 layer `prefix` from a safetensors file, in any
+    /// of the dialects of `fp8_dialect` (compressed-tensors, AutoFP8,
+    /// mistral.rs): `<prefix>.weight` F8_E4M3 `[out, in]` (or `[E, out, in]`),
+    /// its scale, the optional activation scale and bias.
     pub fn from_safetensors(path: &Path, prefix: &str) -> Result<Self> {
-        let f = st::load(path)?;
-        let key = |s: &str| {
-            if prefix.is_empty() {
-                s.to_string()
-            } else {
-                format!("{prefix}.{s}")
-            }
-        };
-        let w = f.get(&key("weight"), Dtype::F8_E4M3)?;
-        let scalar = |name: &str| -> Result<Option<f32>> {
-            let k = key(name);
-            if !f.tensors.contains_key(&k) {
-                return Ok(None);
-            }
-            let t = f.get(&k, Dtype::F32)?;
-            if t.shape.iter().product::<usize>() != 1 {
-                return Err(QuantError::ser(format!(
-                    "{k}: expected a scalar (per-tensor scale), got shape {:?}; block-wise FP8 \
-                     checkpoints are not per-tensor",
-                    t.shape
-                )));
-            }
-            Ok(Some(st::le_to_f32(&t.data)?[0]))
-        };
-        let s_w = scalar("weight_scale_inv")?.ok_or_else(|| {
-            QuantError::ser(format!("missing tensor {:?}", key("weight_scale_inv")))
-        })?;
-        let s_a = scalar("activation_scale")?;
-        let bias = match f.tensors.contains_key(&key("bias")) {
-            true => Some(st::le_to_f32(&f.get(&key("bias"), Dtype::F32)?.data)?),
-            false => None,
-        };
-        Self::new(w.data.clone(), w.shape.clone(), s_w, s_a, bias)
+        let p = super::fp8_dialect::read_per_tensor(&st::load(path)?, prefix)?;
+        Self::new(p.codes, p.shape, p.weight_scale, p.activation_scale, p.bias)
     }
 
     /// The E4M3 codes.

@@ -26,6 +26,7 @@ mod avx2;
 mod avx512;
 mod dispatch;
 mod format;
+mod fp8_dialect;
 mod fp8_linear;
 mod int4_linear;
 mod int8_linear;

@@ -53,7 +53,9 @@ def ckpt(tmp_path):
 
 
 def quantize(src, dst, *extra) -> int:
-    return main(["quantize", str(src), str(dst), "--no-progress", *extra])
+    # every 2-D float tensor, FP8 as weight_scale_inv (docs/checkpoints.md has the defaults)
+    opts = ["--include", "*", "--layout", "mistralrs"]
+    return main(["quantize", str(src), str(dst), "--no-progress", *opts, *extra])
 
 
 def weights_2d(tensors):
@@ -290,9 +292,10 @@ def test_bad_inputs_one_line_and_no_output(ckpt, tmp_path, capsys, fmt):
 def test_missing_input_and_bad_arguments(ckpt, tmp_path, capsys):
     src, _ = ckpt
     dst = tmp_path / "out.safetensors"
+    (tmp_path / "no_model").mkdir()  # a folder IN must hold a model
     cases = [
         ([str(tmp_path / "nope.safetensors"), str(dst), "--format", "int4"], "no such file"),
-        ([str(tmp_path), str(dst), "--format", "int4"], "is a directory"),
+        ([str(tmp_path / "no_model"), str(dst), "--format", "int4"], "no .safetensors file"),
         ([str(src), str(tmp_path / "no" / "dir.st"), "--format", "fp8"], "does not exist"),
         ([str(src), str(dst), "--format", "int4", "--group-size", "3"], "even"),
         ([str(src), str(src), "--format", "int4"], "differ"),
@@ -445,7 +448,7 @@ def test_inspect_quantized_weight_save_file(tmp_path, capsys):
 @given(data=st.data())
 def test_reader_fuzz_never_crashes(data, tmp_path_factory):
     """Any truncation or byte flip of a valid file either reads or raises StFormatError."""
-    from quantrs.cli._stfile import StFormatError, StReader
+    from quantrs.formats._stfile import StFormatError, StReader
 
     path = tmp_path_factory.mktemp("fuzz") / "f.safetensors"
     save_file(

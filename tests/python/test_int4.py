@@ -241,7 +241,7 @@ def test_raw_constructor_validates():
         dict(num_groups=0),
         dict(num_groups=3),
         dict(scales=np.where(np.arange(6) == 2, np.nan, qw.scales).astype(np.float32)),
-        dict(scales=np.zeros(6, np.float32)),
+        dict(scales=np.where(np.arange(6) == 4, np.inf, qw.scales).astype(np.float32)),
     ]
     for change in bad:
         with pytest.raises(ValueError):

@@ -1,6 +1,7 @@
 """The ``quantrs`` command line (also ``python -m quantrs``).
 
-Subcommands: ``demo``, ``quantize``, ``inspect``, ``bench``; each has ``--help``.
+Subcommands: ``demo``, ``quantize``, ``convert``, ``inspect``, ``bench``; each has
+``--help``.
 A user mistake (bad argument, missing, corrupt or truncated file) prints one line,
 ``quantrs <command>: error: ...``, on stderr and exits with status 1 (2 for
 argument-syntax errors, as argparse does); tracebacks are for bugs only.
@@ -14,6 +15,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from ..formats import FormatError
 from ._demo import EPOCHS
 from ._errors import CliError
 from ._layout import load_int4
@@ -53,23 +55,63 @@ def _parser() -> argparse.ArgumentParser:
 
     q = sub.add_parser(
         "quantize",
-        help="quantize every 2-D float tensor of a safetensors checkpoint",
-        description="Quantize every 2-D floating tensor (read as [out, in]) of IN to INT4 or "
-        "FP8 E4M3, copy the others, write OUT atomically. See docs/cli.md for the layout.",
+        help="quantize the linear weights of a safetensors file or Hugging Face model folder",
+        description="Quantize the 2-D weights of linear layers (or the tensors --include picks) "
+        "of IN, a .safetensors file or a model folder (sharded or not), to INT4 or FP8 E4M3; "
+        "copy everything else; write OUT (a file, or a folder with its index, config.json "
+        "quantization_config and the other files) atomically. See docs/cli.md and "
+        "docs/checkpoints.md.",
     )
-    q.add_argument("input", metavar="IN", help="input .safetensors file")
-    q.add_argument("output", metavar="OUT", help="output .safetensors file")
+    q.add_argument("input", metavar="IN", help="input .safetensors file or model folder")
+    q.add_argument("output", metavar="OUT", help="output file (or folder, for a folder IN)")
     q.add_argument("--format", required=True, choices=["int4", "fp8"], help="target format")
     q.add_argument("--group-size", type=_positive, default=32, help="INT4 group size, even (32)")
+    q.add_argument(
+        "--layout",
+        choices=["compressed-tensors", "mistralrs"],
+        default="compressed-tensors",
+        help="FP8 tensor names: weight_scale [1] (compressed-tensors, vLLM) or "
+        "weight_scale_inv (mistralrs) (compressed-tensors)",
+    )
+    q.add_argument(
+        "--include",
+        action="append",
+        metavar="GLOB",
+        help="quantize the tensors whose name matches (repeatable; replaces the default "
+        "linear-weights rule; '*' = every 2-D float tensor)",
+    )
+    q.add_argument(
+        "--exclude", action="append", metavar="GLOB", help="keep matching tensors (repeatable)"
+    )
     q.add_argument("--no-progress", action="store_true", help="no progress bar")
     q.add_argument("--json", action="store_true", help="print the report as JSON")
 
+    c = sub.add_parser(
+        "convert",
+        help="convert a GPTQ, AWQ or GGUF INT4 checkpoint to the quantrs INT4 layout",
+        description="Read a GPTQ or AWQ (GEMM) safetensors file / model folder, or a GGUF "
+        "file, and write its INT4 layers in the quantrs INT4 safetensors layout "
+        "(quantrs.cli.load_int4 reads it); other tensors are copied. Exact where the format "
+        "allows, refused otherwise unless --requantize. See docs/checkpoints.md.",
+    )
+    c.add_argument("input", metavar="IN", help="input file or model folder")
+    c.add_argument("output", metavar="OUT", help="output .safetensors file")
+    c.add_argument("--from", dest="source", required=True, choices=["gptq", "awq", "gguf"])
+    c.add_argument(
+        "--requantize",
+        action="store_true",
+        help="dequantize and re-quantize what is not exactly representable (error reported)",
+    )
+    c.add_argument("--no-progress", action="store_true", help="no progress bar")
+    c.add_argument("--json", action="store_true", help="print the report as JSON")
+
     i = sub.add_parser(
         "inspect",
-        help="list the tensors of a safetensors file and how each is quantized",
-        description="List tensors, dtypes, shapes, bytes and quantization kind.",
+        help="list the tensors of a safetensors file or model folder and how each is quantized",
+        description="List tensors, dtypes, shapes, bytes and quantization kind (naming the "
+        "dialect of every FP8 tensor).",
     )
-    i.add_argument("file", metavar="FILE", help=".safetensors file")
+    i.add_argument("file", metavar="PATH", help=".safetensors file or model folder")
     i.add_argument("--json", action="store_true", help="print JSON instead of the table")
 
     b = sub.add_parser(
@@ -108,23 +150,46 @@ def _cmd_demo(args) -> int:
 
 
 def _cmd_quantize(args) -> int:
+    from ._folder import quantize_folder
     from ._quantize import format_report, quantize_file
+    from ._select import Selector
 
-    rows = quantize_file(
-        args.input,
-        args.output,
-        args.format,
+    selector = Selector(args.include, args.exclude)
+    opts = dict(
         group_size=args.group_size,
         progress=not args.no_progress,
+        layout=args.layout,
+        selector=selector,
+    )
+    if os.path.isdir(args.input):
+        rows, summary = quantize_folder(args.input, args.output, args.format, **opts)
+    else:
+        rows, summary = quantize_file(args.input, args.output, args.format, **opts), None
+    if args.json:
+        print(json.dumps(rows if summary is None else {**summary, "tensors": rows}, indent=1))
+    else:
+        print(format_report(rows))
+        if summary is not None:
+            print(f"wrote {summary['output']}: {len(summary['shards'])} shard(s), copied "
+                  f"{', '.join(summary['files_copied']) or 'no other files'}")  # fmt: skip
+    return 0
+
+
+def _cmd_convert(args) -> int:
+    from ._import import convert
+    from ._quantize import format_report
+
+    rows = convert(
+        args.input, args.output, args.source, args.requantize, progress=not args.no_progress
     )
     print(json.dumps(rows, indent=1) if args.json else format_report(rows))
     return 0
 
 
 def _cmd_inspect(args) -> int:
-    from ._inspect import format_inspect, inspect_file
+    from ._inspect import format_inspect, inspect_path
 
-    info = inspect_file(args.file)
+    info = inspect_path(args.file)
     print(json.dumps(info, indent=1) if args.json else format_inspect(info))
     return 0
 
@@ -144,6 +209,7 @@ def _cmd_bench(args) -> int:
 _COMMANDS = {
     "demo": _cmd_demo,
     "quantize": _cmd_quantize,
+    "convert": _cmd_convert,
     "inspect": _cmd_inspect,
     "bench": _cmd_bench,
 }
@@ -163,7 +229,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return _COMMANDS[args.command](args)
-    except CliError as e:
+    except (CliError, FormatError) as e:
         msg = str(e)
     except BrokenPipeError:  # `quantrs inspect big.safetensors | head`: not an error
         devnull = os.open(os.devnull, os.O_WRONLY)

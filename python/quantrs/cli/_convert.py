@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._stfile import StReader, TensorInfo
+from ..formats._stfile import StReader, TensorInfo
 
 _CHUNK = 16 << 20  # bytes per streamed chunk (copies, transposition)
 _ERR_ELEMS = 1 << 20  # elements per chunk of the error report (a few float64 temporaries)
@@ -71,40 +71,61 @@ def _int4_error(wt: np.ndarray, data: np.ndarray, scales: np.ndarray, gs: int):
 
 
 def fp8_tensor(reader: StReader, t: TensorInfo):
-    """``[codes [out, in] u8, weight_scale_inv f32 scalar]`` and the error."""
+    """``[codes [out, in] u8, weight_scale_inv f32 scalar]`` and the error.
+
+    Every pass (absmax, encode, error) reads the memory map in row blocks, converts a
+    block to float32 and drops its pages once used: the peak is the 1-byte codes plus
+    one block, not a float32 copy of the tensor (which an F16 / BF16 weight would need)."""
     from .. import fp8
 
-    w = reader.as_float32(t)
-    codes, scale = fp8_quantize(fp8, w)
+    src = reader.array(t)
+    row_bytes = t.nbytes // t.shape[0]
+
+    def release(r0: int, r1: int) -> None:
+        reader.release(t, r0 * row_bytes, (r1 - r0) * row_bytes)
+
+    def to32(block: np.ndarray) -> np.ndarray:
+        if t.dtype == "BF16":  # bfloat16 is the top half of a float32
+            return (block.astype(np.uint32) << 16).view(np.float32)
+        return np.asarray(block, np.float32)
+
+    codes, scale = fp8_quantize(fp8, src, to32, release)
     acc = _ErrAcc()
     step = max(1, _ERR_ELEMS // t.shape[1])
     for r0 in range(0, t.shape[0], step):
-        deq = fp8.decode(codes[r0 : r0 + step], "e4m3") * scale
-        acc.add(w[r0 : r0 + step], deq)
-    del w
-    reader.release(t)
+        r1 = min(t.shape[0], r0 + step)
+        deq = fp8.decode(codes[r0:r1], "e4m3") * scale
+        acc.add(to32(src[r0:r1]), deq)
+        release(r0, r1)
     return [codes, np.asarray(scale, np.float32)], acc.result()
 
 
-def fp8_quantize(fp8, w: np.ndarray) -> tuple[np.ndarray, np.float32]:
-    """E4M3 codes ``[out, in]`` and ``weight_scale_inv`` of a 2-D float32 ``w``, exactly
+def fp8_quantize(fp8, w: np.ndarray, to32=None, release=None) -> tuple[np.ndarray, np.float32]:
+    """E4M3 codes ``[out, in]`` and ``weight_scale_inv`` of a 2-D weight ``w``, exactly
     as ``PerTensorFP8Linear.from_float(w)`` computes them (scale ``absmax / 448``, 1 for an
     all-zero tensor; ``encode(w / scale, saturate=True)``; the tests check the two agree
     bit for bit), but row block by row block: ``from_float`` takes a full float32 copy of
-    its input first, which would double the peak memory of ``quantize``."""
+    its input first, which would double the peak memory of ``quantize``. ``to32(block)``
+    converts a row block of ``w`` to float32 (default: ``w`` is float32 already);
+    ``release(r0, r1)`` is called once each pass is done with rows ``r0:r1``."""
+    to32 = to32 or (lambda b: b)
     rows = max(1, _CHUNK // (4 * w.shape[1]))
     absmax = np.float32(0)
     for r0 in range(0, w.shape[0], rows):
-        block = w[r0 : r0 + rows]
+        block = to32(w[r0 : r0 + rows])
         bad = np.flatnonzero(~np.isfinite(block))
         if bad.size:  # NaN would stay NaN and inf would poison the per-tensor scale
             r, c = divmod(int(bad[0]), w.shape[1])
             raise ValueError(f"non-finite value {block[r, c]} at index [{r0 + r}, {c}]")
         absmax = max(absmax, np.abs(block).max(initial=np.float32(0)))
+        if release:
+            release(r0, min(w.shape[0], r0 + rows))
     scale = absmax / np.float32(448) if absmax > 0 else np.float32(1)
     codes = np.empty(w.shape, np.uint8)
     for r0 in range(0, w.shape[0], rows):
-        codes[r0 : r0 + rows] = fp8.encode(w[r0 : r0 + rows] / scale, "e4m3", saturate=True)
+        codes[r0 : r0 + rows] = fp8.encode(to32(w[r0 : r0 + rows]) / scale, "e4m3", saturate=True)
+        if release:
+            release(r0, min(w.shape[0], r0 + rows))
     return codes, np.float32(scale)
 
 

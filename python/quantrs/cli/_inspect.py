@@ -1,6 +1,7 @@
-"""``quantrs inspect FILE``: list a safetensors file's tensors and how each is quantized.
+"""``quantrs inspect PATH``: list the tensors of a safetensors file or model folder and
+how each is quantized, naming the dialect of every FP8 tensor (docs/checkpoints.md).
 
-Reads only the header (and the 4-byte FP8 scales), never the tensor data.
+Reads only the headers (and the one-value FP8 scales), never the tensor data.
 """
 
 from __future__ import annotations
@@ -10,10 +11,66 @@ import os
 
 import numpy as np
 
+from ..formats import Checkpoint, FormatError
+from ..formats._stfile import StFormatError, StReader
+from ..formats.fp8 import classify
 from ._errors import CliError
 from ._layout import FORMAT_KEY, TENSORS_KEY
-from ._stfile import StFormatError, StReader
 from ._table import table
+
+
+def inspect_path(path: str | os.PathLike) -> dict:
+    """:func:`inspect_file` for a file; for a model folder, every shard's tensors (each
+    row with its ``file``), the folder's ``quantization_config`` and FP8 dialects
+    resolved across shards."""
+    if not os.path.isdir(path):
+        return inspect_file(path)
+    try:
+        ck = Checkpoint(path)
+    except FormatError as e:
+        raise CliError(str(e)) from None
+    with ck:
+        qcfg = ck.quant_settings()
+        kinds: dict[str, str] = {}
+        for r in ck.readers.values():
+            kinds.update(_kinds(r, _qmeta(r)))
+        kinds.update(_fp8_kinds(ck, str(qcfg.get("quant_method", "")) or None))
+        tensors = []
+        for shard, r in ck.readers.items():
+            for t in r.in_file_order():
+                row = _row(t, kinds)
+                row["file"] = shard.name
+                tensors.append(row)
+        first = next(iter(ck.readers.values()))
+        meta = {k: v for k, v in first.metadata.items() if k != TENSORS_KEY}
+        fmt = first.metadata.get(FORMAT_KEY)
+    return {
+        "path": str(path),
+        "file_bytes": sum(os.path.getsize(s) for s in ck.shards),
+        "files": [s.name for s in ck.shards],
+        "quantrs_format": fmt,
+        "quantization_config": qcfg or None,
+        "metadata": meta,
+        "tensors": tensors,
+    }
+
+
+def _qmeta(reader: StReader) -> dict:
+    try:
+        qmeta = json.loads(reader.metadata.get(TENSORS_KEY, "{}"))
+    except ValueError:
+        qmeta = {}
+    return qmeta if isinstance(qmeta, dict) else {}
+
+
+def _row(t, kinds: dict) -> dict:
+    return {
+        "name": t.name,
+        "dtype": t.dtype,
+        "shape": list(t.shape),
+        "bytes": t.nbytes,
+        "kind": kinds.get(t.name, "-"),
+    }
 
 
 def inspect_file(path: str | os.PathLike) -> dict:
@@ -23,23 +80,9 @@ def inspect_file(path: str | os.PathLike) -> dict:
     except StFormatError as e:
         raise CliError(f"{path}: not a valid safetensors file: {e}") from None
     with reader:
-        try:
-            qmeta = json.loads(reader.metadata.get(TENSORS_KEY, "{}"))
-        except ValueError:
-            qmeta = {}
-        if not isinstance(qmeta, dict):
-            qmeta = {}
-        kinds = _kinds(reader, qmeta)
-        tensors = [
-            {
-                "name": t.name,
-                "dtype": t.dtype,
-                "shape": list(t.shape),
-                "bytes": t.nbytes,
-                "kind": kinds.get(t.name, "-"),
-            }
-            for t in reader.in_file_order()
-        ]
+        kinds = _kinds(reader, _qmeta(reader))
+        kinds.update(_fp8_kinds(reader, None))
+        tensors = [_row(t, kinds) for t in reader.in_file_order()]
         meta = {k: v for k, v in reader.metadata.items() if k != TENSORS_KEY}
     return {
         "path": str(path),
@@ -63,21 +106,56 @@ def _kinds(reader: StReader, qmeta: dict) -> dict[str, str]:
             what += f", group {m.get('group_size')}"
             kinds[name + ".qweight"] = f"{what}: packed codes"
             kinds[name + ".scales"] = f"{what}: scales"
-    for t in reader.tensors:
+    return kinds
+
+
+def _fp8_kinds(src, quant_method: str | None) -> dict[str, str]:
+    """Kinds of every FP8 tensor of ``src`` (a :class:`StReader` or a
+    :class:`Checkpoint`) and of its scales, naming the dialect."""
+    if isinstance(src, StReader):
+        names = src.by_name
+
+        def info(n):
+            return names.get(n)
+
+        def reader(n):
+            return src
+    else:
+        names = set(src.names())
+
+        def info(n):
+            return src.info(n) if n in src else None
+
+        reader = src.reader
+    kinds: dict[str, str] = {}
+    for n in list(names):
+        t = info(n)
         if t.dtype not in ("F8_E4M3", "F8_E5M2"):
             continue
         fmt = t.dtype[3:].lower()
-        scale = reader.by_name.get(t.name + "_scale_inv")
-        if scale is not None and scale.dtype == "F32" and scale.nbytes == 4:
-            value = float(np.array(reader.array(scale)).reshape(-1)[0])
-            kinds[t.name] = f"fp8 {fmt}, per-tensor scale {value:.4g}"
-            kinds[scale.name] = f"fp8 scale of {t.name}"
-        elif scale is not None:
-            kinds[t.name] = f"fp8 {fmt}, block scales"
-            kinds[scale.name] = f"fp8 scales of {t.name}"
+        layer = classify(n, info, quant_method)
+        d = layer.dialect
+        if layer.scale is None:
+            kinds[n] = f"fp8 {fmt}, no scale"
+            continue
+        st = info(layer.scale)
+        if d in ("compressed-tensors", "fp8", "mistralrs") and st.dtype in ("F32", "F16", "BF16"):
+            a = np.array(reader(st.name).array(st)).reshape(-1)
+            value = float(a.view(np.float32)[0] if st.dtype == "F32" else _half(a, st.dtype))
+            kinds[n] = f"fp8 {fmt}, per-tensor scale {value:.4g} ({d})"
+            kinds[st.name] = f"fp8 scale of {n}"
         else:
-            kinds[t.name] = f"fp8 {fmt}, no scale"
+            kinds[n] = f"fp8 {fmt}, {d} scales"
+            kinds[st.name] = f"fp8 scales of {n}"
+        if layer.act_scale:
+            kinds[layer.act_scale] = f"fp8 activation scale of {n}"
     return kinds
+
+
+def _half(a: np.ndarray, dtype: str) -> float:
+    if dtype == "BF16":
+        return float((a.astype(np.uint32) << 16).view(np.float32)[0])
+    return float(a.view(np.float16)[0])
 
 
 def format_inspect(info: dict) -> str:
@@ -88,11 +166,19 @@ def format_inspect(info: dict) -> str:
     out = [table(["tensor", "dtype", "shape", "bytes", "quantization"], rows)]
     n_q = sum(t["kind"] != "-" for t in info["tensors"])
     tb = sum(t["bytes"] for t in info["tensors"])
-    fmt = info["quantrs_format"] or info["metadata"].get("format") or "not quantrs"
+    qcfg = info.get("quantization_config") or {}
+    fmt = (
+        info["quantrs_format"]
+        or info["metadata"].get("format")
+        or qcfg.get("quant_method")
+        or "not quantrs"
+    )
     out.append(
         f"{len(rows)} tensors ({n_q} quantized), {tb:,} tensor bytes, "
         f"{info['file_bytes']:,} file bytes; format: {fmt}"
     )
+    if info.get("files"):
+        out.append(f"files: {', '.join(info['files'])}")
     extra = {k: v for k, v in info["metadata"].items() if not k.startswith("quantrs.")}
     if extra:
         shown = ", ".join(f"{k}={v[:40]!r}" for k, v in sorted(extra.items()))

@@ -10,26 +10,26 @@ import os
 
 import numpy as np
 
-from ._stfile import StReader
+from ..formats._int4 import int4_layout
+
+__all__ = ["FORMAT_KEY", "FORMAT_VERSION", "TENSORS_KEY", "int4_layout", "load_int4"]
 
 FORMAT_KEY = "quantrs.format"
 TENSORS_KEY = "quantrs.tensors"
 FORMAT_VERSION = "1"
 
 
-def int4_layout(in_feat: int, group_size: int) -> tuple[int, int, int]:
-    """``(effective group size, num_pairs, num_groups)`` of ``QuantizedWeight`` (docs/int4.md)."""
-    gs = min(group_size, in_feat + in_feat % 2)
-    in_padded = -(-in_feat // gs) * gs
-    return gs, in_padded // 2, in_padded // gs
-
-
 def load_int4(path: str | os.PathLike, name: str):
-    """Rebuild the ``QuantizedWeight`` that ``quantize --format int4`` wrote for
-    tensor ``name`` (its ``matmul(x)`` computes ``x @ W.T`` for the original ``W``)."""
+    """Rebuild the ``QuantizedWeight`` that ``quantize --format int4`` (or ``convert``)
+    wrote for tensor ``name`` (its ``matmul(x)`` computes ``x @ W.T`` for the original
+    ``W``). ``path``: the output file, or the output model folder (any shard)."""
     from .. import QuantizedWeight
+    from ..formats import Checkpoint
 
-    with StReader(path) as r:
+    with Checkpoint(path) as ck:
+        if name + ".qweight" not in ck:
+            raise KeyError(f"{path} holds no quantrs INT4 tensor {name!r}")
+        r = ck.reader(name + ".qweight")
         meta = json.loads(r.metadata.get(TENSORS_KEY, "{}")).get(name)
         if meta is None or meta.get("format") != "int4":
             raise KeyError(f"{path} holds no quantrs INT4 tensor {name!r}")

@@ -1,15 +1,17 @@
-"""``quantrs quantize IN OUT --format int4|fp8``: quantize a safetensors checkpoint.
+"""``quantrs quantize IN OUT --format int4|fp8``: quantize one safetensors file (a model
+folder goes through :mod:`._folder`, shard by shard, with this function).
 
-Every 2-D floating tensor (F32, F16, BF16, F64) with no zero dimension is
+The tensors chosen by :mod:`._select` (by default the 2-D weights of linear layers) are
 quantized; everything else is copied byte for byte. 2-D tensors are read in the
 PyTorch ``nn.Linear`` convention, ``weight[out_features, in_features]``.
 
-Output layouts (also in docs/cli.md):
+Output layouts (also in docs/cli.md and docs/checkpoints.md):
 
-- ``fp8``: ``<name>`` becomes F8_E4M3 ``[out, in]`` and ``<name>_scale_inv`` a
-  F32 scalar, so ``x.weight`` gives ``x.weight`` + ``x.weight_scale_inv``: the
-  per-tensor FP8 checkpoint layout that ``PerTensorFP8Linear.from_safetensors(path,
-  "x")`` reads. Codes and scale are exactly those of ``PerTensorFP8Linear.from_float``.
+- ``fp8``: ``<name>`` becomes F8_E4M3 ``[out, in]`` with, for ``--layout
+  compressed-tensors`` (the default), ``<name>_scale`` F32 ``[1]`` (so ``x.weight`` gives
+  ``x.weight_scale``, what llm-compressor and vLLM use), or for ``--layout mistralrs``
+  ``<name>_scale_inv`` a F32 scalar. ``PerTensorFP8Linear.from_safetensors(path, "x")``
+  reads both. Codes and scale are exactly those of ``PerTensorFP8Linear.from_float``.
 - ``int4``: ``<name>.qweight`` U8 ``[num_pairs, out]`` and ``<name>.scales`` F32
   ``[num_groups, out]``: ``QuantizedWeight.quantize(W.T, group_size)``'s ``data`` and
   ``scales`` (groups run along the input dimension). The metadata key
@@ -29,10 +31,12 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..formats._stfile import OutSpec, StFormatError, StReader, StWriter, TensorInfo
+from ..formats.fp8 import LAYOUTS, scale_name
 from ._convert import fp8_tensor, int4_tensor
 from ._errors import CliError
 from ._layout import FORMAT_KEY, FORMAT_VERSION, TENSORS_KEY, int4_layout
-from ._stfile import FLOAT_DTYPES, OutSpec, StFormatError, StReader, StWriter, TensorInfo
+from ._select import Selector
 
 _CHUNK = 16 << 20  # bytes per streamed chunk of a copied tensor
 
@@ -43,18 +47,26 @@ class Job:
     kind: str  # "int4" | "fp8" | "copy"
     outs: list[OutSpec]
     meta: dict = field(default_factory=dict)
+    reason: str = ""  # why a tensor is copied
 
 
-def _plan(reader: StReader, fmt: str, group_size: int) -> list[Job]:
+def _plan(
+    reader: StReader, fmt: str, group_size: int, layout: str, selector: Selector
+) -> list[Job]:
     jobs = []
     for t in reader.in_file_order():
-        quantize = t.dtype in FLOAT_DTYPES and len(t.shape) == 2 and min(t.shape) > 0
+        quantize, reason = selector.choose(t)
         out_feat, in_feat = t.shape if quantize else (0, 0)
         if not quantize:
-            jobs.append(Job(t, "copy", [OutSpec(t.name, t.dtype, t.shape)]))
+            jobs.append(Job(t, "copy", [OutSpec(t.name, t.dtype, t.shape)], reason=reason))
         elif fmt == "fp8":
-            outs = [OutSpec(t.name, "F8_E4M3", t.shape), OutSpec(t.name + "_scale_inv", "F32", ())]
-            jobs.append(Job(t, "fp8", outs, {"format": "fp8_e4m3", "dtype": t.dtype}))
+            sshape = (1,) if layout == "compressed-tensors" else ()
+            outs = [
+                OutSpec(t.name, "F8_E4M3", t.shape),
+                OutSpec(scale_name(t.name, layout), "F32", sshape),
+            ]
+            meta = {"format": "fp8_e4m3", "dtype": t.dtype, "layout": layout}
+            jobs.append(Job(t, "fp8", outs, meta))
         else:
             gs, pairs, groups = int4_layout(in_feat, group_size)
             outs = [
@@ -98,12 +110,13 @@ def quantize_file(
     fmt: str,
     group_size: int = 32,
     progress: bool = True,
+    layout: str = "compressed-tensors",
+    selector: Selector | None = None,
 ) -> list[dict]:
-    """Quantize ``src`` into ``dst`` (atomically); return one report row per tensor."""
-    if fmt not in ("int4", "fp8"):
-        raise CliError(f"--format must be int4 or fp8, got {fmt!r}")
-    if group_size < 2 or group_size % 2:
-        raise CliError(f"--group-size must be even and >= 2, got {group_size}")
+    """Quantize the file ``src`` into ``dst`` (atomically); return one report row per
+    tensor. ``selector`` (default: linear weights only) picks the tensors."""
+    check_options(fmt, group_size, layout)
+    selector = selector or Selector()
     src, dst = Path(src), Path(dst)
     if dst.exists() and src.exists() and dst.samefile(src):
         raise CliError("OUT must differ from IN")
@@ -118,7 +131,7 @@ def quantize_file(
     with reader:
         if FORMAT_KEY in reader.metadata:
             raise CliError(f"{src} is already quantized by quantrs ({reader.metadata[FORMAT_KEY]})")
-        jobs = _plan(reader, fmt, group_size)
+        jobs = _plan(reader, fmt, group_size, layout, selector)
         metadata = dict(reader.metadata)
         metadata[FORMAT_KEY] = fmt
         metadata["quantrs.version"] = FORMAT_VERSION
@@ -131,7 +144,7 @@ def quantize_file(
             writer = StWriter(dst, specs, metadata)
         except OSError as e:  # name the destination, not the temporary file
             raise CliError(f"cannot write {dst}: {e.strerror or e}") from None
-        with writer, _progress(jobs, progress) as bar:
+        with writer, progress_bar(sum(j.info.nbytes for j in jobs), progress) as bar:
             for j in jobs:
                 t = j.info
                 bar.set_postfix_str(t.name[-40:], refresh=False)
@@ -156,6 +169,15 @@ def quantize_file(
     return rows
 
 
+def check_options(fmt: str, group_size: int, layout: str) -> None:
+    if fmt not in ("int4", "fp8"):
+        raise CliError(f"--format must be int4 or fp8, got {fmt!r}")
+    if group_size < 2 or group_size % 2:
+        raise CliError(f"--group-size must be even and >= 2, got {group_size}")
+    if layout not in LAYOUTS:
+        raise CliError(f"--layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+
+
 def _row(j: Job, err) -> dict:
     t = j.info
     return {
@@ -167,6 +189,8 @@ def _row(j: Job, err) -> dict:
         "bytes_out": sum(o.nbytes for o in j.outs),
         "rel_err": None if err is None else err[0],
         "max_abs_err": None if err is None else err[1],
+        "reason": j.reason or None,
+        "outputs": {o.name: o.nbytes for o in j.outs},
     }
 
 
@@ -184,8 +208,9 @@ class _NoBar:
         pass
 
 
-def _progress(jobs: list[Job], enabled: bool):
-    total = sum(j.info.nbytes for j in jobs)
+def progress_bar(total: int, enabled: bool, desc: str = "quantize"):
+    """A tqdm byte counter on stderr (nothing when disabled, without tqdm, or when
+    stderr is not a terminal)."""
     if not enabled:
         return _NoBar()
     try:
@@ -193,9 +218,7 @@ def _progress(jobs: list[Job], enabled: bool):
     except ImportError:
         return _NoBar()
     # disable=None: no bar when stderr is not a terminal (logs, CI)
-    return tqdm(
-        total=total, unit="B", unit_scale=True, file=sys.stderr, desc="quantize", disable=None
-    )
+    return tqdm(total=total, unit="B", unit_scale=True, file=sys.stderr, desc=desc, disable=None)
 
 
 def format_report(rows: list[dict]) -> str:
@@ -206,9 +229,8 @@ def format_report(rows: list[dict]) -> str:
         err = "-" if r["rel_err"] is None else f"{r['rel_err']:.3e}"
         mx = "-" if r["max_abs_err"] is None else f"{r['max_abs_err']:.3e}"
         shape = "x".join(map(str, r["shape"])) or "scalar"
-        body.append(
-            [r["name"], r["dtype"], shape, r["kind"], r["bytes_in"], r["bytes_out"], err, mx]
-        )
+        kind = r["kind"] + (f" ({r['reason']})" if r.get("reason") else "")
+        body.append([r["name"], r["dtype"], shape, kind, r["bytes_in"], r["bytes_out"], err, mx])
     tin = sum(r["bytes_in"] for r in rows)
     tout = sum(r["bytes_out"] for r in rows)
     head = ["tensor", "dtype", "shape", "action", "bytes in", "bytes out", "rel err", "max |err|"]

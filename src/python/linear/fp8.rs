@@ -81,8 +81,9 @@ py_layer!(PyFp8Linear, PerTensorFP8Linear, {
         })
     }
 
-    /// Load `<prefix>.weight` (F8_E4M3), `<prefix>.weight_scale_inv`, and the
-    /// optional `<prefix>.activation_scale` / `<prefix>.bias`.
+    /// Load `<prefix>.weight` (F8_E4M3) with its per-tensor scale in any dialect
+    /// (compressed-tensors, AutoFP8, mistral.rs; docs/checkpoints.md), and the
+    /// optional activation scale and `<prefix>.bias`.
     #[staticmethod]
     #[pyo3(signature = (path, prefix = ""))]
     fn from_safetensors(py: Python<'_>, path: PathBuf, prefix: &str) -> PyResult<Self> {

@@ -1,0 +1,116 @@
+"""AWQ checkpoints (AutoAWQ ``GEMM`` packing), read into quantrs INT4.
+
+Per layer ``prefix`` (docs/checkpoints.md):
+
+- ``qweight`` int32 ``[in, out / 8]``: eight 4-bit codes per word along the *output*
+  dimension, field ``j`` (bits ``4j..4j+3``) holding column ``8 c + ORDER[j]`` with
+  ``ORDER = [0, 2, 4, 6, 1, 3, 5, 7]``;
+- ``qzeros`` int32 ``[groups, out / 8]``, packed the same way; ``scales`` F16
+  ``[groups, out]``; ``bias`` (optional).
+
+The weight is ``scales[g, o] * (q[i, o] - zeros[g, o])`` with ``g = i // group_size``:
+quantrs INT4 exactly when every zero point is 8. Anything else (other zero points,
+``GEMV`` packing, other bit widths) is refused, or with ``requantize=True``
+dequantized and re-quantized with the error reported (zero points only).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ._checkpoint import Checkpoint
+from ._errors import FormatError
+from ._int4 import Imported, from_offset8, requantize, unpack_int32
+
+ORDER = [0, 2, 4, 6, 1, 3, 5, 7]
+
+
+def awq_settings(ck: Checkpoint) -> dict:
+    q = ck.quant_settings()
+    method = str(q.get("quant_method", "awq")).lower()
+    if method != "awq":
+        raise FormatError(f"{ck.path}: quant_method is {method!r}, not awq")
+    version = str(q.get("version", "gemm")).lower()
+    if version != "gemm":
+        raise FormatError(f"{ck.path}: AWQ version {version!r}: only the GEMM packing is read")
+    bits = int(q.get("bits", q.get("w_bit", 4)))
+    if bits != 4:
+        raise FormatError(f"{ck.path}: {bits}-bit AWQ is not supported (4-bit is)")
+    return {"group_size": int(q.get("group_size", q.get("q_group_size", 0)) or 0)}
+
+
+def awq_layers(ck: Checkpoint) -> list[str]:
+    return [n[: -len(".qweight")] for n in ck.names() if n.endswith(".qweight")]
+
+
+def awq_geometry(ck: Checkpoint, prefix: str) -> dict:
+    """Sizes of layer ``prefix`` from the headers alone: ``in_feat``, ``out_feat``,
+    ``groups``, ``group_size``."""
+    cfg = awq_settings(ck)
+    what = f"AWQ layer {prefix!r}"
+    for k in ("qweight", "qzeros", "scales"):
+        if f"{prefix}.{k}" not in ck:
+            raise FormatError(f"{what}: missing tensor {prefix + '.' + k!r}")
+    tq, tz, ts = (ck.info(f"{prefix}.{k}") for k in ("qweight", "qzeros", "scales"))
+    for t, dts in ((tq, ("I32",)), (tz, ("I32",)), (ts, ("F16", "F32", "BF16"))):
+        if t.dtype not in dts or len(t.shape) != 2:
+            raise FormatError(
+                f"tensor {t.name!r}: expected a 2-D {' or '.join(dts)} tensor, "
+                f"got {t.dtype} {list(t.shape)}"
+            )
+    in_feat, out_feat = tq.shape[0], tq.shape[1] * 8
+    groups = ts.shape[0]
+    if ts.shape[1] != out_feat or tz.shape != (groups, tq.shape[1]):
+        raise FormatError(
+            f"{what}: inconsistent shapes qweight {list(tq.shape)}, qzeros {list(tz.shape)}, "
+            f"scales {list(ts.shape)} (expected scales [groups, {out_feat}], qzeros "
+            f"[groups, {tq.shape[1]}])"
+        )
+    if groups < 1 or groups > in_feat:
+        raise FormatError(f"{what}: {groups} groups for {in_feat} inputs")
+    gs = cfg["group_size"]
+    if gs <= 0:
+        gs = in_feat if groups == 1 else -(-in_feat // groups)
+    if -(-in_feat // gs) != groups:
+        raise FormatError(f"{what}: {groups} groups do not fit {in_feat} inputs in groups of {gs}")
+    return {"in_feat": in_feat, "out_feat": out_feat, "groups": groups, "group_size": gs}
+
+
+def read_awq(ck: Checkpoint, prefix: str, requantize_ok: bool = False) -> Imported:
+    """The layer ``prefix`` of an open checkpoint, as quantrs INT4 (see the module doc)."""
+    geo = awq_geometry(ck, prefix)
+    in_feat, out_feat, gs = geo["in_feat"], geo["out_feat"], geo["group_size"]
+    what = f"AWQ layer {prefix!r}"
+    names = {k: f"{prefix}.{k}" for k in ("qweight", "qzeros", "scales", "bias")}
+    bias = ck.float32(names["bias"]) if names["bias"] in ck else None
+    if bias is not None and bias.shape != (out_feat,):
+        raise FormatError(
+            f"tensor {names['bias']!r}: expected [{out_feat}], got {list(bias.shape)}"
+        )
+
+    q = unpack_int32(ck.array(names["qweight"]), 4, ORDER)  # [in, out]
+    zeros = unpack_int32(ck.array(names["qzeros"]), 4, ORDER)  # [groups, out]
+    scales = ck.float32(names["scales"])
+    if (zeros == 8).all():
+        return Imported(from_offset8(q, scales, gs, what), bias)
+    reason = "zero points other than 8 (asymmetric)"
+    if not requantize_ok:
+        raise FormatError(
+            f"{what}: {reason}: not representable in quantrs INT4 (pass requantize=True / "
+            "--requantize to dequantize and re-quantize it)"
+        )
+    g = np.arange(in_feat) // gs
+    w = scales[g] * (q.astype(np.float32) - zeros[g].astype(np.float32))
+    qw, err = requantize(w, gs, what, reason)
+    return Imported(qw, bias, err, reason)
+
+
+def load_awq(path: str | os.PathLike, prefix: str, requantize: bool = False):
+    """The AWQ (GEMM) layer ``prefix`` of a safetensors file or model folder as an
+    ``Int4Linear`` (bias kept). Exact when every zero point is 8; otherwise a
+    :class:`FormatError`, or with ``requantize=True`` a re-quantized layer and a
+    :class:`RequantizedWarning`."""
+    with Checkpoint(path) as ck:
+        return read_awq(ck, prefix, requantize).linear()
