@@ -86,6 +86,7 @@ class SimAdamW4bit:
         min_scale=1e-8,
         max_scale=1e8,
         seed=0,
+        exact=(),
     ):
         self.lr, self.wd, self.b1, self.b2, self.eps = lr, weight_decay, *betas, eps
         self.mt = M_TABLES[method]
@@ -94,6 +95,9 @@ class SimAdamW4bit:
         rng = np.random.default_rng(seed)
         self.m_store, self.v_store = ScaleStore(m_scales, rng), ScaleStore(v_scales, rng)
         self.clamp = (min_scale, max_scale)
+        #: moments kept in float32 instead ("m", "v"): isolates the other one's error.
+        self.exact = set(exact)
+        self.f32: dict[str, list] = {}
         self.t = 0
         self.state: dict[str, list] = {}
         #: per parameter, the float32 v of the same gradients without quantization
@@ -117,11 +121,16 @@ class SimAdamW4bit:
             zc = np.zeros(nb * bs, np.uint8)
             self.state[name] = [zc.copy(), zc.copy(), np.zeros(nb, F), np.zeros(nb, F)]
             self.shadow_v[name] = np.zeros(n, F)
+            self.f32[name] = [np.zeros(n, F), np.zeros(n, F)]
         mc, vc, ms, vs = self.state[name]
         w, g = param.reshape(-1), grad.reshape(-1).astype(F)
         m_hat = (self.mt[mc] * np.repeat(ms, bs))[:n]
         u_hat = (self.vt[vc] * np.repeat(vs, bs))[:n]
         v_hat = u_hat * u_hat if self.sqrt else u_hat
+        if "m" in self.exact:
+            m_hat = self.f32[name][0]
+        if "v" in self.exact:
+            v_hat = self.f32[name][1]
         t = self.t + 1
         b1, b2 = F(self.b1), F(self.b2)
         m = b1 * m_hat + (F(1) - b1) * g
@@ -135,6 +144,7 @@ class SimAdamW4bit:
         w -= F(self.lr * self.wd) * w
         w -= step_size * m / denom
         u = r if self.sqrt else v
+        self.f32[name] = [m, v]
         lo, hi = self.clamp
         ulo, uhi = (lo, hi) if self.sqrt else (lo * lo, hi * hi)
         am = np.abs(self._blocks(m, n)).max(1)

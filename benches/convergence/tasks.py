@@ -122,7 +122,7 @@ class IssueMLP(_MLPClassifier):
     steps, lr, schedule, weight_decay, batch = 1500, 1e-3, "constant", 0.01, 128
 
     def __init__(self):
-        super().__init__([256, 512, 10], n_train=4096, n_test=2048, spread=0.12)
+        super().__init__([256, 512, 10], n_train=24576, n_test=2048, spread=0.19)
 
 
 class DeepClassifier(_MLPClassifier):

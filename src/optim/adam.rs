@@ -157,6 +157,7 @@ impl Adam4bitCore {
         };
         StepCtx {
             level: self.level,
+            t: self.state.step + 1,
             k: StepConsts::new(
                 o.learning_rate,
                 o.beta1,

@@ -7,8 +7,9 @@
 //! - v: an unsigned map with no zero ([`VarianceMap`]); a v that decodes to
 //!   0 makes `m / (sqrt(v) + eps)` explode (the "zero-point problem" of Li
 //!   et al., "Memory Efficient Optimizers with 4-bit States", 2023, lpmm).
-//! - block scales optionally double-quantized ([`scales`]); lpmm's rank-1
-//!   normalization of v for 2-D parameters as an option.
+//! - block scales optionally double-quantized ([`scales`]), v's rounded
+//!   without bias ([`dither`]); lpmm's rank-1 normalization of v for 2-D
+//!   parameters as an option.
 //! - the step is fused per group of 256 blocks ([`kernel`]): decode, update,
 //!   encode, with AVX-512 for the look-up and the nearest-code search and
 //!   rayon over groups; each group's arithmetic is independent of the thread
@@ -18,6 +19,7 @@ pub mod adam;
 pub mod checkpoint;
 pub mod codebook;
 pub mod config;
+pub mod dither;
 pub mod kernel;
 #[cfg(target_arch = "x86_64")]
 mod kernel_avx512;

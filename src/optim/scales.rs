@@ -76,7 +76,7 @@ pub(crate) const EXP2_C: [f32; 6] = [
 /// The 256 decoded scales of a group: `t[0] = max`, `t[c] = max * 2^(c *
 /// step)` made non-increasing (a running minimum, so the search below is
 /// exact whatever the polynomial's rounding), `t[255] = 0`.
-fn table(level: SimdLevel, max: f32, step: f32, t: &mut [f32; 256]) {
+pub(crate) fn table(level: SimdLevel, max: f32, step: f32, t: &mut [f32; 256]) {
     let mut done = false;
     #[cfg(target_arch = "x86_64")]
     if level == SimdLevel::Avx512 {
@@ -131,6 +131,18 @@ pub fn search_from(x: f32, guess: usize, t: &[f32; 256]) -> usize {
 /// Each code is the largest `c <= 254` with `t[c] >= s`, so every decoded
 /// scale is at least its block's absmax; every `level` gives the same codes.
 pub fn dq_encode(level: SimdLevel, s: &mut [f32], codes: &mut [u8]) -> (f32, f32) {
+    let mut t = [0f32; 256];
+    dq_encode_table(level, s, codes, &mut t)
+}
+
+/// [`dq_encode`], also returning the group's decoded table in `t` (all
+/// zeros for an all-zero group).
+pub(crate) fn dq_encode_table(
+    level: SimdLevel,
+    s: &mut [f32],
+    codes: &mut [u8],
+    t: &mut [f32; 256],
+) -> (f32, f32) {
     let max = s.iter().fold(0f32, |a, &x| a.max(x));
     let min = s
         .iter()
@@ -139,12 +151,12 @@ pub fn dq_encode(level: SimdLevel, s: &mut [f32], codes: &mut [u8]) -> (f32, f32
     if max == 0.0 {
         codes.fill(ZERO_CODE);
         s.fill(0.0);
+        t.fill(0.0);
         return (0.0, 0.0);
     }
     let step = log2_step(max, min);
     let inv_step = if step < 0.0 { 1.0 / step } else { 0.0 };
-    let mut t = [0f32; 256];
-    table(level, max, step, &mut t);
+    table(level, max, step, t);
     // The fast logarithm is good to ~1e-5: with code steps below 1e-3
     // (max/min < 1.2) the exact one keeps the walk short.
     let fast = step < -1e-3;
@@ -152,7 +164,7 @@ pub fn dq_encode(level: SimdLevel, s: &mut [f32], codes: &mut [u8]) -> (f32, f32
     #[cfg(target_arch = "x86_64")]
     if fast && level == SimdLevel::Avx512 {
         // SAFETY: `level == Avx512` only when the CPU has AVX-512 F/BW/VL.
-        done = unsafe { super::kernel_avx512::dq_search(s, codes, max, inv_step, &t) };
+        done = unsafe { super::kernel_avx512::dq_search(s, codes, max, inv_step, t) };
     }
     let _ = level;
     for (x, c) in s[done..].iter_mut().zip(codes[done..].iter_mut()) {
@@ -170,7 +182,7 @@ pub fn dq_encode(level: SimdLevel, s: &mut [f32], codes: &mut [u8]) -> (f32, f32
             };
             (l * inv_step).clamp(0.0, STEPS) as usize
         };
-        let idx = search_from(*x, guess, &t);
+        let idx = search_from(*x, guess, t);
         *c = idx as u8;
         *x = t[idx];
     }

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use rayon::prelude::*;
 
 use super::config::AdvancedQuantizationConfig;
+use super::dither::{dq_encode_dithered, Dither};
 use super::kernel::{self, inv, Codecs, Pass1, Pass2, StepConsts, VScale};
 use super::scales::{dq_decode, dq_encode, GROUP_BLOCKS, ZERO_CODE};
 use crate::simd::SimdLevel;
@@ -62,12 +63,16 @@ impl ScalesChunk<'_> {
         }
     }
 
-    /// Store the clamped scales `s` (decoded values written back to `s`).
-    fn encode(&mut self, level: SimdLevel, s: &mut [f32]) {
+    /// Store the clamped scales `s` (decoded values written back to `s`);
+    /// double-quantized codes are rounded up, or without bias with `dither`.
+    fn encode(&mut self, level: SimdLevel, s: &mut [f32], dither: Option<Dither>) {
         match self {
             ScalesChunk::F32(out) => out.copy_from_slice(s),
             ScalesChunk::Double(c, g) => {
-                let (max, step) = dq_encode(level, s, c);
+                let (max, step) = match dither {
+                    Some(d) => dq_encode_dithered(level, s, c, d),
+                    None => dq_encode(level, s, c),
+                };
                 g[0] = max;
                 g[1] = step;
             }
@@ -160,6 +165,8 @@ impl ParamState {
 /// Everything the step of one parameter needs besides its buffers.
 pub struct StepCtx<'a> {
     pub level: SimdLevel,
+    /// The step being taken (1-based): seeds v's scale rounding.
+    pub t: u64,
     pub k: StepConsts,
     pub codecs: &'a Codecs,
     pub block_size: usize,
@@ -260,6 +267,7 @@ fn rank1_stats(
 pub fn step_param(ctx: &StepCtx<'_>, st: &mut ParamState, w: &mut [f32], g: &[f32]) {
     let bs = ctx.block_size;
     let ge = GROUP_BLOCKS * bs;
+    let numel = w.len();
     let m_bytes_per_group = if matches!(ctx.codecs.m, kernel::MCodec::Eight(_)) {
         ge
     } else {
@@ -330,7 +338,7 @@ pub fn step_param(ctx: &StepCtx<'_>, st: &mut ParamState, w: &mut [f32], g: &[f3
                 for x in &mut s.m_absmax[..nb] {
                     *x = ctx.m_clamp.apply(*x);
                 }
-                msc.encode(ctx.level, &mut s.m_absmax[..nb]);
+                msc.encode(ctx.level, &mut s.m_absmax[..nb], None);
                 for x in &mut s.m_absmax[..nb] {
                     *x = inv(*x);
                 }
@@ -339,7 +347,8 @@ pub fn step_param(ctx: &StepCtx<'_>, st: &mut ParamState, w: &mut [f32], g: &[f3
                         for x in &mut s.u_max[..nb] {
                             *x = ctx.u_clamp.apply(*x);
                         }
-                        chunk.encode(ctx.level, &mut s.u_max[..nb]);
+                        let d = Dither::new(ctx.t, numel as u64, gi as u64);
+                        chunk.encode(ctx.level, &mut s.u_max[..nb], Some(d));
                         for x in &mut s.u_max[..nb] {
                             *x = inv(*x);
                         }
