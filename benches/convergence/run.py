@@ -7,7 +7,7 @@ its gap to float32 AdamW's, the worst gap over the run (means of 100-step window
 the task's test metric. The bar (docs/optim-convergence.md): the default ``AdamW4bit``
 within 3 % of float32 AdamW's final loss on every task (lower is fine).
 
-Run: python benches/convergence/run.py [--quick] [--variants] [--tasks a,b] [--json]
+Run: python benches/convergence/run.py [--quick] [--variants] [--tasks a,b] [--steps N] [--json]
 --quick: a fifth of the steps (the tests' size); --variants: also the state variants of
 the diagnosis (no double quantization, rank-1 v, int8 m, block 128, other v maps).
 """
@@ -79,6 +79,7 @@ def main(argv=None):
     ap.add_argument("--variants", action="store_true", help="also the diagnosis variants")
     ap.add_argument("--tasks", default=None, help="comma-separated subset of " + ",".join(TASKS))
     ap.add_argument("--json", action="store_true", help="print only a JSON list of rows")
+    ap.add_argument("--steps", type=int, default=None, help="train every task this many steps")
     a = ap.parse_args(argv)
     names = a.tasks.split(",") if a.tasks else list(TASKS)
     unknown = [n for n in names if n not in TASKS]
@@ -93,7 +94,7 @@ def main(argv=None):
     rows = []
     for name in names:
         task = TASKS[name]()
-        steps = max(200, task.steps // 5) if a.quick else None
+        steps = max(200, task.steps // 5) if a.quick else a.steps
         task_rows = run_task(task, variants, steps, torch)
         rows += task_rows
         if not a.json:

@@ -33,6 +33,15 @@ def _nearest(table, x):
     return np.searchsorted(mids, x, side="left").astype(np.uint8)
 
 
+def _stochastic(table, x, rng):
+    """One of the two codes around ``x``, the upper with probability proportional to the
+    distance from the lower (unbiased inside the table's range; saturates outside)."""
+    lo = np.clip(np.searchsorted(table, x, side="right") - 1, 0, len(table) - 2)
+    t0, t1 = table[lo], table[lo + 1]
+    p = np.clip((x - t0) / (t1 - t0), 0, 1)
+    return (lo + (rng.random(len(x)) < p)).astype(np.uint8)
+
+
 class ScaleStore:
     def __init__(self, fmt: str, rng: np.random.Generator):
         if fmt not in ("f32", "dq_up", "dq_nearest", "dq_stochastic"):
@@ -87,6 +96,7 @@ class SimAdamW4bit:
         max_scale=1e8,
         seed=0,
         exact=(),
+        m_elements="nearest",
     ):
         self.lr, self.wd, self.b1, self.b2, self.eps = lr, weight_decay, *betas, eps
         self.mt = M_TABLES[method]
@@ -97,6 +107,7 @@ class SimAdamW4bit:
         self.clamp = (min_scale, max_scale)
         #: moments kept in float32 instead ("m", "v"): isolates the other one's error.
         self.exact = set(exact)
+        self.m_elements, self.rng = m_elements, rng
         self.f32: dict[str, list] = {}
         self.t = 0
         self.state: dict[str, list] = {}
@@ -155,7 +166,11 @@ class SimAdamW4bit:
         vs[:] = self.v_store(au)
         inv_m = np.where(ms > 0, 1 / np.where(ms > 0, ms, 1), 0).astype(F)
         inv_v = np.where(vs > 0, 1 / np.where(vs > 0, vs, 1), 0).astype(F)
-        mc[:] = _nearest(self.mt, (self._blocks(m, n) * inv_m[:, None]).reshape(-1))
+        xm = (self._blocks(m, n) * inv_m[:, None]).reshape(-1)
+        if self.m_elements == "stochastic":
+            mc[:] = _stochastic(self.mt, xm, self.rng)
+        else:
+            mc[:] = _nearest(self.mt, xm)
         vc[:] = _nearest(self.vt, (self._blocks(u, n) * inv_v[:, None]).reshape(-1))
         param.reshape(-1)[:] = w
 
