@@ -99,7 +99,7 @@ mod tests {
     fn spread_scales(n: usize, seed: u32) -> Vec<f32> {
         (0..n)
             .map(|i| {
-                if (i as u32 + seed) % 29 == 0 {
+                if (i as u32 + seed).is_multiple_of(29) {
                     0.0
                 } else {
                     1e-5 * 1.0713f32.powi(((i as u32 * 37 + seed) % 200) as i32)
