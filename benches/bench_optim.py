@@ -214,7 +214,7 @@ def bench_convergence(methods, vmaps, verbose: bool = True) -> list[dict]:
 
     Prints the table as it goes when ``verbose``; returns information rows (no times).
     """
-    from quantrs.reference import optim as R
+    from convergence import quick as R
 
     if verbose:
         print("\n## Convergence vs float32 AdamW (final full loss, relative; cosine schedule)\n")

@@ -33,7 +33,13 @@ use crate::st::{self, Dtype, OwnedTensor};
 pub(crate) use super::traits::Tensors;
 
 pub(crate) const FORMAT: &str = "quantrs.adam4bit";
-pub(crate) const VERSION: u64 = 1;
+/// Version 2: v's double-quantized block scales are rounded without bias
+/// (`dither.rs`), so a decoded v scale may lie below its block's maximum.
+/// The tensors are laid out as in version 1, which still loads (and then
+/// continues with the version-2 rounding).
+pub(crate) const VERSION: u64 = 2;
+/// Versions this reader accepts.
+const READS: [u64; 2] = [1, 2];
 
 fn kind(core: &Adam4bitCore) -> &'static str {
     if core.decoupled() {
@@ -243,8 +249,10 @@ pub(crate) fn parse(t: Tensors, expect_kind: &str) -> Result<(Adam4bitConfig, Op
     }
     let meta: Value = serde_json::from_slice(&meta_t.data)
         .map_err(|e| bad(format!("meta is not valid JSON: {e}")))?;
-    if meta_str(&meta, "format")? != FORMAT || meta_u64(&meta, "version")? != VERSION {
-        return Err(bad(format!("expected format {FORMAT} version {VERSION}")));
+    if meta_str(&meta, "format")? != FORMAT || !READS.contains(&meta_u64(&meta, "version")?) {
+        return Err(bad(format!(
+            "expected format {FORMAT} version 1 or {VERSION}"
+        )));
     }
     if meta_u64(&meta, "checksum")? != checksum(&t) as u64 {
         return Err(bad("checksum mismatch: the state is corrupted"));

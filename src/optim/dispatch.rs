@@ -83,20 +83,32 @@ impl Kernels {
         scale_format::decode_with_table(codes, &t, out);
     }
 
-    /// Encode the block scales of one group; see `scale_format::encode_with`.
+    /// Encode the block scales of one group; see `scale_format::encode_with_table`.
     pub(crate) fn dq_encode(&self, s: &mut [f32], codes: &mut [u8]) -> (f32, f32) {
+        let mut t = [0f32; 256];
+        self.dq_encode_table(s, codes, &mut t)
+    }
+
+    /// [`Self::dq_encode`], also leaving the group's decoded table in `t`.
+    pub(crate) fn dq_encode_table(
+        &self,
+        s: &mut [f32],
+        codes: &mut [u8],
+        t: &mut [f32; 256],
+    ) -> (f32, f32) {
         #[cfg(target_arch = "x86_64")]
         if let Some(tok) = self.avx512 {
             let search: PrefixSearch<'_> =
                 &|s, c, max, inv_step, t| avx512_scales::dq_search(tok, s, c, max, inv_step, t);
-            return scale_format::encode_with(
+            return scale_format::encode_with_table(
                 s,
                 codes,
                 |m, st, t| avx512_scales::exp2_table(tok, m, st, t),
                 Some(search),
+                t,
             );
         }
-        scale_format::encode_with(s, codes, scale_format::fill_table, None)
+        scale_format::encode_with_table(s, codes, scale_format::fill_table, None, t)
     }
 }
 

@@ -159,6 +159,7 @@ impl Adam4bitCore {
         };
         StepCtx {
             kernels: self.kernels,
+            t: self.state.step + 1,
             k: StepConsts::new(
                 o.learning_rate,
                 o.beta1,

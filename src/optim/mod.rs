@@ -7,15 +7,16 @@
 //! - v: an unsigned map with no zero ([`VarianceMap`]); a v that decodes to
 //!   0 makes `m / (sqrt(v) + eps)` explode (the "zero-point problem" of Li
 //!   et al., "Memory Efficient Optimizers with 4-bit States", 2023, lpmm).
-//! - block scales optionally double-quantized (`scale_format.rs`); lpmm's
-//!   rank-1 normalization of v for 2-D parameters as an option.
+//! - block scales optionally double-quantized (`scale_format.rs`), v's
+//!   rounded without bias (`dither.rs`); lpmm's rank-1 normalization of v
+//!   for 2-D parameters as an option.
 //! - the step is fused per group of 256 blocks (`format.rs`): decode,
 //!   update, encode, with AVX-512 for the look-up and the nearest-code
 //!   search (`avx512.rs`) and rayon over groups (`state.rs`); each group's
 //!   arithmetic is independent of the thread count, so results are too.
 //!
 //! Modules import one way: `adam` (public types) -> `engine` (validation,
-//! keys, accumulation) -> `state` (parallel step) -> `dispatch` (kernels
+//! keys, accumulation) -> `state` (parallel step) -> `dither` -> `dispatch` (kernels
 //! chosen once per optimizer from proof tokens) -> `avx512*` -> the leaves
 //! `format`, `scale_format`, `codebook`; `checkpoint` reads and writes the
 //! engine's state; `traits` and `config` are leaves.
@@ -29,6 +30,7 @@ pub(crate) mod checkpoint;
 mod codebook;
 pub(crate) mod config;
 mod dispatch;
+mod dither;
 mod engine;
 mod format;
 mod scale_format;

@@ -153,11 +153,15 @@ pub(crate) type PrefixSearch<'a> =
 /// scale is at least its block's absmax. `fill` builds the table (see
 /// [`table_with`]); `prefix`, when given, encodes a leading run first (it
 /// must give exactly these codes).
-pub(crate) fn encode_with(
+/// The group's decoded table is left in `t` (all zeros for an all-zero
+/// group): the unbiased rounding of v's scales (`dither.rs`) needs each
+/// code's neighbour.
+pub(crate) fn encode_with_table(
     s: &mut [f32],
     codes: &mut [u8],
     fill: impl FnOnce(f32, f32, &mut [f32; 256]),
     prefix: Option<PrefixSearch<'_>>,
+    t: &mut [f32; 256],
 ) -> (f32, f32) {
     let max = s.iter().fold(0f32, |a, &x| a.max(x));
     let min = s
@@ -167,17 +171,17 @@ pub(crate) fn encode_with(
     if max == 0.0 {
         codes.fill(ZERO_CODE);
         s.fill(0.0);
+        t.fill(0.0);
         return (0.0, 0.0);
     }
     let step = log2_step(max, min);
     let inv_step = if step < 0.0 { 1.0 / step } else { 0.0 };
-    let mut t = [0f32; 256];
-    table_with(max, step, &mut t, fill);
+    table_with(max, step, t, fill);
     // The fast logarithm is good to ~1e-5: with code steps below 1e-3
     // (max/min < 1.2) the exact one keeps the walk short.
     let fast = step < -1e-3;
     let done = match prefix {
-        Some(search) if fast => search(s, codes, max, inv_step, &t),
+        Some(search) if fast => search(s, codes, max, inv_step, t),
         _ => 0,
     };
     for (x, c) in s[done..].iter_mut().zip(codes[done..].iter_mut()) {
@@ -191,15 +195,16 @@ pub(crate) fn encode_with(
             };
             (l * inv_step).clamp(0.0, STEPS) as usize
         };
-        encode_one(x, c, guess, &t);
+        encode_one(x, c, guess, t);
     }
     (max, step)
 }
 
-/// [`encode_with`] on the scalar table, no SIMD prefix: the scalar twin.
+/// [`encode_with_table`] on the scalar table, no SIMD prefix: the scalar twin.
 #[cfg(test)]
 pub(crate) fn encode(s: &mut [f32], codes: &mut [u8]) -> (f32, f32) {
-    encode_with(s, codes, fill_table, None)
+    let mut t = [0f32; 256];
+    encode_with_table(s, codes, fill_table, None, &mut t)
 }
 
 /// Decode one group with the scalar table: the scalar twin.

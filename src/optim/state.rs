@@ -2,6 +2,7 @@
 //! (Over 400 lines: the state types and the one step that walks them stay
 //! together.)
 
+use super::dither::{dq_encode_dithered, Dither};
 use std::collections::BTreeMap;
 
 use rayon::prelude::*;
@@ -70,12 +71,16 @@ impl ScalesChunk<'_> {
         }
     }
 
-    /// Store the clamped scales `s` (decoded values written back to `s`).
-    fn encode(&mut self, kernels: &Kernels, s: &mut [f32]) {
+    /// Store the clamped scales `s` (decoded values written back to `s`);
+    /// double-quantized codes are rounded up, or without bias with `dither`.
+    fn encode(&mut self, kernels: &Kernels, s: &mut [f32], dither: Option<Dither>) {
         match self {
             ScalesChunk::F32(out) => out.copy_from_slice(s),
             ScalesChunk::Double(c, g) => {
-                let (max, step) = kernels.dq_encode(s, c);
+                let (max, step) = match dither {
+                    Some(d) => dq_encode_dithered(kernels, s, c, d),
+                    None => kernels.dq_encode(s, c),
+                };
                 g[0] = max;
                 g[1] = step;
             }
@@ -177,6 +182,8 @@ impl ParamState {
 /// Everything the step of one parameter needs besides its buffers.
 pub(crate) struct StepCtx<'a> {
     pub kernels: Kernels,
+    /// The step being taken (1-based): seeds v's scale rounding.
+    pub t: u64,
     pub k: StepConsts,
     pub codecs: &'a Codecs,
     pub block_size: usize,
@@ -277,6 +284,7 @@ fn rank1_stats(
 pub(crate) fn step_param(ctx: &StepCtx<'_>, st: &mut ParamState, w: &mut [f32], g: &[f32]) {
     let bs = ctx.block_size;
     let ge = GROUP_BLOCKS * bs;
+    let numel = w.len();
     let m_bytes_per_group = if matches!(ctx.codecs.m, MCodec::Eight(_)) {
         ge
     } else {
@@ -346,7 +354,7 @@ pub(crate) fn step_param(ctx: &StepCtx<'_>, st: &mut ParamState, w: &mut [f32], 
                 for x in &mut s.m_absmax[..nb] {
                     *x = ctx.m_clamp.apply(*x);
                 }
-                msc.encode(&ctx.kernels, &mut s.m_absmax[..nb]);
+                msc.encode(&ctx.kernels, &mut s.m_absmax[..nb], None);
                 for x in &mut s.m_absmax[..nb] {
                     *x = inv(*x);
                 }
@@ -355,7 +363,8 @@ pub(crate) fn step_param(ctx: &StepCtx<'_>, st: &mut ParamState, w: &mut [f32], 
                         for x in &mut s.u_max[..nb] {
                             *x = ctx.u_clamp.apply(*x);
                         }
-                        chunk.encode(&ctx.kernels, &mut s.u_max[..nb]);
+                        let d = Dither::new(ctx.t, numel as u64, gi as u64);
+                        chunk.encode(&ctx.kernels, &mut s.u_max[..nb], Some(d));
                         for x in &mut s.u_max[..nb] {
                             *x = inv(*x);
                         }

@@ -70,7 +70,7 @@ def test_decoded_moments_within_codebook_error(dq):
     n = 64 * 300 + 10  # more than one group of 256 blocks, with a tail
     w = rng.standard_normal(n).astype(np.float32)
     g = (rng.standard_normal(n) * np.exp(rng.uniform(-6, 0, n))).astype(np.float32)
-    opt = make(double_quantization=dq)
+    opt = make(double_quantization=dq, variance_map="sqrt_linear")
     opt.update(w, g, name="w")
     sd = opt.state_dict()
     md, vd = decode_moments(sd, "n:w")
@@ -218,7 +218,7 @@ def test_lr_property_and_config():
     assert opt.lr == 0.25
     c = opt.config()
     assert c["method"] == "nf4" and c["block_size"] == 64 and c["double_quantization"] is True
-    assert c["variance_map"] == "sqrt_linear"
+    assert c["variance_map"] == "sqrt_log"
 
 
 def test_repr_reads_like_the_constructor():

@@ -9,6 +9,10 @@ subtracts ``lr * wd * w`` (weight before the step, as PyTorch), Adam adds
 ``decode_moments`` reads the 4-bit state back out of a ``state_dict`` (codes,
 block scales, double-quantized scales, rank-1 statistics) independently of the
 Rust code, so tests can compare the quantized moments with float32 ones.
+``dq_round_v_scales`` models how state format 2 rounds v's double-quantized
+block scales (without bias, from a hash of the step and the block).
+
+The convergence suite that used to live here is in ``benches/convergence/``.
 """
 
 from __future__ import annotations
@@ -18,14 +22,13 @@ import json
 import numpy as np
 
 __all__ = [
-    "CONVERGENCE_SETTINGS",
-    "CONVERGENCE_TASKS",
     "NF4_VALUES",
     "AdamWReference",
     "adam_step",
-    "cosine_lr",
     "decode_moments",
-    "train",
+    "dither_uniform",
+    "dq_round_v_scales",
+    "splitmix64",
     "variance_table",
 ]
 
@@ -198,131 +201,41 @@ def decode_moments(state_dict, key):
     return m.astype(np.float32), v.astype(np.float32)
 
 
-# --- the convergence suite (SPEC section 6): small NumPy tasks with exact gradients ---------
+# --- state format 2: unbiased rounding of v's double-quantized block scales ---------------
+
+_M64 = (1 << 64) - 1
 
 
-class _Task:
-    """A model with float32 parameters, a loss and its gradients."""
-
-    name = ""
-
-    def init(self) -> dict[str, np.ndarray]:
-        raise NotImplementedError
-
-    def loss_grad(self, p, idx=None):
-        raise NotImplementedError
-
-    def batches(self, steps, seed=2):
-        return [None] * steps
+def splitmix64(z):
+    """splitmix64's finalizer on Python ints or a uint64 array (wrapping arithmetic)."""
+    z = np.asarray(z, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        z = z + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
 
 
-class LeastSquares(_Task):
-    name = "least_squares"
-
-    def __init__(self, n=512, d=48, seed=0):
-        rng = np.random.default_rng(seed)
-        self.X = rng.standard_normal((n, d)).astype(np.float32)
-        w = rng.standard_normal(d).astype(np.float32)
-        self.y = (self.X @ w + 0.1 * rng.standard_normal(n)).astype(np.float32)
-
-    def init(self):
-        d = self.X.shape[1]
-        return {"w": np.zeros(d, np.float32), "b": np.zeros(1, np.float32)}
-
-    def loss_grad(self, p, idx=None):
-        r = self.X @ p["w"] + p["b"] - self.y
-        n = np.float32(len(r))
-        return float(np.mean(r * r)), {"w": 2 * self.X.T @ r / n, "b": np.array([2 * r.sum() / n])}
+def dither_uniform(t: int, numel: int, blocks) -> np.ndarray:
+    """The uniform numbers in [0, 1) (24 bits, float32) with which step ``t`` (1-based)
+    rounds the v scales of ``blocks`` (indices within the parameter) of a parameter of
+    ``numel`` elements."""
+    key = splitmix64(((t * 0x9E3779B97F4A7C15) & _M64) ^ numel)
+    z = splitmix64(key ^ np.asarray(blocks, np.uint64))
+    return ((z >> np.uint64(40)).astype(np.float64) / 16777216.0).astype(np.float32)
 
 
-class LogisticRegression(_Task):
-    name = "logistic_regression"
-
-    def __init__(self, n=1024, d=32, seed=0):
-        rng = np.random.default_rng(seed)
-        self.X = rng.standard_normal((n, d)).astype(np.float32)
-        w = rng.standard_normal(d) * 0.7
-        self.y = (self.X @ w + 2.0 * rng.standard_normal(n) > 0).astype(np.float32)
-
-    def init(self):
-        d = self.X.shape[1]
-        return {"w": np.zeros(d, np.float32), "b": np.zeros(1, np.float32)}
-
-    def loss_grad(self, p, idx=None):
-        z = self.X @ p["w"] + p["b"]
-        pr = 1 / (1 + np.exp(-z))
-        loss = np.mean(np.logaddexp(0, z) - self.y * z)
-        dz = (pr - self.y) / np.float32(len(z))
-        return float(loss), {"w": self.X.T @ dz, "b": np.array([dz.sum()])}
-
-
-class MLP(_Task):
-    """Two-layer ReLU classifier on Gaussian clusters, mini-batches of 64."""
-
-    name = "mlp"
-
-    def __init__(self, n=2048, d=16, h=64, k=4, seed=0):
-        rng = np.random.default_rng(seed)
-        centers = rng.standard_normal((k, d)) * 0.6
-        self.y = rng.integers(0, k, n)
-        self.X = (centers[self.y] + rng.standard_normal((n, d))).astype(np.float32)
-        self.d, self.h, self.k = d, h, k
-
-    def init(self):
-        rng = np.random.default_rng(1)
-        d, h, k = self.d, self.h, self.k
-        return {
-            "W1": (rng.standard_normal((d, h)) / np.sqrt(d)).astype(np.float32),
-            "b1": np.zeros(h, np.float32),
-            "W2": (rng.standard_normal((h, k)) / np.sqrt(h)).astype(np.float32),
-            "b2": np.zeros(k, np.float32),
-        }
-
-    def batches(self, steps, seed=2):
-        rng = np.random.default_rng(seed)
-        return [rng.integers(0, len(self.y), 64) for _ in range(steps)]
-
-    def loss_grad(self, p, idx=None):
-        X, y = (self.X, self.y) if idx is None else (self.X[idx], self.y[idx])
-        H = np.maximum(X @ p["W1"] + p["b1"], 0)
-        Z = H @ p["W2"] + p["b2"]
-        Z = Z - Z.max(1, keepdims=True)
-        P = np.exp(Z)
-        P /= P.sum(1, keepdims=True)
-        rows = np.arange(len(y))
-        loss = -np.log(P[rows, y] + 1e-12).mean()
-        dZ = P
-        dZ[rows, y] -= 1
-        dZ /= np.float32(len(y))
-        dH = (dZ @ p["W2"].T) * (H > 0)
-        return float(loss), {"W1": X.T @ dH, "b1": dH.sum(0), "W2": H.T @ dZ, "b2": dZ.sum(0)}
-
-
-CONVERGENCE_TASKS = {t.name: t for t in (LeastSquares, LogisticRegression, MLP)}
-#: (steps, peak learning rate) per task, cosine-decayed to 0: long enough that float32
-#: AdamW has converged (the comparison is of converged losses, SPEC section 6).
-CONVERGENCE_SETTINGS = {
-    "least_squares": (1000, 3e-2),
-    "logistic_regression": (800, 3e-2),
-    "mlp": (600, 3e-3),
-}
-
-
-def cosine_lr(peak: float, i: int, steps: int) -> float:
-    return peak * 0.5 * (1 + np.cos(np.pi * i / steps))
-
-
-def train(task: _Task, opt, steps: int, lr: float, curve: list | None = None) -> float:
-    """Train ``task`` with ``opt`` (``update(param, grad, name=)``, ``set_lr``, ``step()``)
-    on a cosine schedule from ``lr``; returns the final full-data loss. Appends each
-    step's (mini-batch) loss to ``curve`` when given."""
-    p = task.init()
-    for i, idx in enumerate(task.batches(steps)):
-        opt.set_lr(cosine_lr(lr, i, steps))
-        loss, g = task.loss_grad(p, idx)
-        if curve is not None:
-            curve.append(loss)
-        for k in p:
-            opt.update(p[k], np.ascontiguousarray(g[k], np.float32), name=k)
-        opt.step()
-    return task.loss_grad(p)[0]
+def dq_round_v_scales(x, table, u):
+    """Codes of v's block scales ``x`` (float32, one group) on the decoded ``table`` (256
+    float32, non-increasing, ``table[255] = 0``) with the uniform numbers ``u``: the
+    largest code ``c <= 254`` with ``table[c] >= x`` (format 1), moved to ``c + 1`` when
+    ``u * (table[c] - table[c + 1]) < table[c] - x`` in float32, so the decoded scale is
+    ``x`` on average; code 255 for ``x == 0``."""
+    x = np.asarray(x, np.float32)
+    t = np.asarray(table, np.float32)
+    up = np.array([np.flatnonzero(t[:255] >= xi).max() if xi > 0 else 255 for xi in x])
+    hi = t[np.minimum(up, 254)]
+    lo = t[np.minimum(up + 1, 255)]
+    gap = (hi - lo).astype(np.float32)
+    down = (up < 254) & (gap > 0) & (np.asarray(u, np.float32) * gap < (hi - x).astype(np.float32))
+    return np.where(down, up + 1, up).astype(np.uint8)

@@ -1,0 +1,186 @@
+//! Unbiased rounding of v's double-quantized block scales (state format 2).
+//!
+//! Format 1 rounded every block scale *up* to the next code of its group's
+//! log grid. v decays by at most a factor `b2` per step (0.1 %, 0.05 % in
+//! `sqrt(v)`), far less than one grid step (typically 1-5 %), so a block
+//! scale rounded up stays on the same code while v decays and moves up
+//! whenever v grows: a ratchet that keeps v above float32 AdamW's and the
+//! steps too small, most visibly late in training
+//! (docs/optim-convergence.md).
+//!
+//! Format 2 rounds v's scale `x` to one of its two neighbouring codes,
+//! `t[c] >= x >= t[c + 1]`, down with probability
+//! `(t[c] - x) / (t[c] - t[c + 1])`, so the decoded scale equals `x` in
+//! expectation and small decays accumulate. The random number is a hash of
+//! the step, the parameter's size and the block index (no state, the same on
+//! every thread count and SIMD level). A block scale rounded down leaves its
+//! largest element slightly above 1 after normalization; the element code
+//! book saturates it at its top code. m's scales keep rounding up (m follows
+//! the gradient within a few steps, so no ratchet forms).
+
+use super::dispatch::Kernels;
+use super::scale_format::GROUP_BLOCKS;
+
+/// splitmix64's finalizer (Steele, Lea and Flood, "Fast splittable
+/// pseudorandom number generators", 2014).
+#[inline]
+pub(crate) fn splitmix64(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Where a group's random numbers come from: step `t` (1-based), the
+/// parameter's element count, and the index of the group's first block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Dither {
+    key: u64,
+    first_block: u64,
+}
+
+impl Dither {
+    pub(crate) fn new(t: u64, numel: u64, group: u64) -> Dither {
+        Dither {
+            key: splitmix64(t.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ numel),
+            first_block: group * GROUP_BLOCKS as u64,
+        }
+    }
+
+    /// A uniform number in `[0, 1)` (24 bits) for block `i` of the group.
+    #[inline]
+    pub(crate) fn uniform(&self, i: usize) -> f32 {
+        let z = splitmix64(self.key ^ (self.first_block + i as u64));
+        (z >> 40) as f32 * (1.0 / 16_777_216.0)
+    }
+}
+
+/// Encode the scales `s` of one group like `Kernels::dq_encode`,
+/// then move each block to the next smaller code with the probability that
+/// makes its decoded scale unbiased. `s` receives the decoded scales.
+/// Scalar after the (level-independent) search, so every level gives the
+/// same codes.
+pub(crate) fn dq_encode_dithered(
+    kernels: &Kernels,
+    s: &mut [f32],
+    codes: &mut [u8],
+    d: Dither,
+) -> (f32, f32) {
+    let n = s.len();
+    let mut orig = [0f32; GROUP_BLOCKS];
+    orig[..n].copy_from_slice(s);
+    let mut t = [0f32; 256];
+    let pair = kernels.dq_encode_table(s, codes, &mut t);
+    for (i, (&x, (c, dec))) in orig[..n]
+        .iter()
+        .zip(codes.iter_mut().zip(s.iter_mut()))
+        .enumerate()
+    {
+        let k = *c as usize;
+        // Code 254 is the group's smallest scale, 255 an all-zero block.
+        if k >= 254 {
+            continue;
+        }
+        let (hi, lo) = (t[k], t[k + 1]);
+        let gap = hi - lo;
+        if gap > 0.0 && d.uniform(i) * gap < hi - x {
+            *c = (k + 1) as u8;
+            *dec = lo;
+        }
+    }
+    pair
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::optim::scale_format::{fill_table, table_with};
+
+    fn spread_scales(n: usize, seed: u32) -> Vec<f32> {
+        (0..n)
+            .map(|i| {
+                if (i as u32 + seed).is_multiple_of(29) {
+                    0.0
+                } else {
+                    1e-5 * 1.0713f32.powi(((i as u32 * 37 + seed) % 200) as i32)
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn codes_are_a_neighbour_and_unbiased() {
+        // Over many steps, the mean decoded scale of each block approaches
+        // its true value; each draw is one of the two neighbouring codes.
+        let orig = spread_scales(256, 3);
+        let mut sum = vec![0f64; 256];
+        let steps = 4000;
+        for t in 1..=steps {
+            let mut s = orig.clone();
+            let mut codes = vec![0u8; 256];
+            let k = Kernels::scalar();
+            let (max, step) = dq_encode_dithered(&k, &mut s, &mut codes, Dither::new(t, 999, 0));
+            let mut tab = [0f32; 256];
+            table_with(max, step, &mut tab, fill_table);
+            let mut dec = vec![0f32; 256];
+            k.dq_decode(&codes, max, step, &mut dec);
+            assert_eq!(dec, s);
+            for (i, (&x, &c)) in orig.iter().zip(&codes).enumerate() {
+                if x == 0.0 {
+                    assert_eq!(c, 255);
+                    continue;
+                }
+                let up = (0..255).filter(|&k| tab[k] >= x).max().unwrap();
+                assert!(c as usize == up || c as usize == up + 1, "{i}");
+                sum[i] += s[i] as f64;
+            }
+        }
+        for (i, &x) in orig.iter().enumerate() {
+            if x > 0.0 {
+                let mean = sum[i] / steps as f64;
+                // One grid step is 1.9 % here; 4000 draws average to ~0.05 %.
+                assert!((mean / x as f64 - 1.0).abs() < 3e-3, "{i}: {mean} vs {x}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_level_gives_the_same_codes() {
+        for n in [256usize, 255, 17, 3] {
+            let mut outs = Vec::new();
+            for level in crate::simd::available_levels() {
+                let k = Kernels::at(level).unwrap();
+                let mut s = spread_scales(n, 7);
+                let mut codes = vec![0u8; n];
+                let pair = dq_encode_dithered(&k, &mut s, &mut codes, Dither::new(5, 77, 2));
+                outs.push((pair, codes, s));
+            }
+            assert!(outs.windows(2).all(|w| w[0] == w[1]), "{n}");
+        }
+    }
+
+    #[test]
+    fn exact_codes_and_constant_groups_stay() {
+        let mut s = vec![3.5f32; 10];
+        let mut codes = vec![0u8; 10];
+        let pair = dq_encode_dithered(&Kernels::scalar(), &mut s, &mut codes, Dither::new(1, 1, 0));
+        assert_eq!(pair, (3.5, 0.0));
+        // A one-value grid (step 0) has no smaller neighbour to move to.
+        assert!(s.iter().all(|&x| x == 3.5));
+        let mut z = vec![0f32; 4];
+        let mut c = vec![0u8; 4];
+        dq_encode_dithered(&Kernels::scalar(), &mut z, &mut c, Dither::new(1, 1, 0));
+        assert!(c.iter().all(|&x| x == 255) && z.iter().all(|&x| x == 0.0));
+    }
+
+    #[test]
+    fn uniform_matches_the_documented_hash() {
+        // The NumPy oracle (python/quantrs/reference/optim.py) computes the
+        // same numbers; these pin the definition.
+        let d = Dither::new(7, 1000, 1);
+        let key = splitmix64(7u64.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 1000);
+        let z = splitmix64(key ^ 259);
+        assert_eq!(d.uniform(3), (z >> 40) as f32 / 16_777_216.0);
+        assert_eq!(splitmix64(0), 0xE220_A839_7B1D_CDAF);
+    }
+}
