@@ -275,8 +275,8 @@ def main() -> None:
     if not args.json:
         blas = {k: v for k, v in os.environ.items() if k.startswith("OPENBLAS_")}
         print(
-            f"quantrs {quantrs.build_info()}; numpy {np.__version__}; {blas or 'OpenBLAS defaults'}; "
-            f"{args.layers} layers; {machine_note()}"
+            f"quantrs {quantrs.build_info()}; numpy {np.__version__}; "
+            f"{blas or 'OpenBLAS defaults'}; {args.layers} layers; {machine_note()}"
         )
     emit(run(args.layers, args.rounds, batches, variants), COLUMNS, args.json)
 
