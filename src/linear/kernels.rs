@@ -2,11 +2,10 @@
 //! for a weight stored as rows `R [out, in]` in some compressed format.
 //!
 //! - Few batch rows (`m < TILE_MIN_ROWS`): every output row is one fused
-//!   decode-and-dot over the stored row (SIMD per format, blocks of output
-//!   rows shared out by `crate::par`). Each weight byte is read once per
-//!   batch row, straight from memory: the batch-1 case is bound by the
-//!   weight's size.
-//! - More batch rows: blocks of `RB` output rows (`crate::par`); each decodes
+//!   decode-and-dot over the stored row (SIMD per format, rayon over output
+//!   rows). Each weight byte is read once per batch row, straight from
+//!   memory: the batch-1 case is bound by the weight's size.
+//! - More batch rows: rayon over blocks of `RB` output rows; each task decodes
 //!   a tile `[RB, KC]` of the weight into an f32 buffer that stays in cache and
 //!   runs a 4x4 register-blocked dot micro-kernel over it for every batch row,
 //!   so the weight is decoded once per call and never materialized whole.
@@ -14,8 +13,9 @@
 //! Each output element is computed by one task in a fixed order, so results
 //! do not depend on the thread count.
 
+use rayon::prelude::*;
+
 use super::dispatch::Dots;
-use crate::par;
 
 /// A weight stored as rows; values are "unscaled" (the layer's multiplier per
 /// output row is applied after accumulation).
@@ -29,7 +29,7 @@ pub(crate) trait RowSource: Sync {
 
 /// Batch rows from which the tiled path is used.
 const TILE_MIN_ROWS: usize = 4;
-/// Output rows per tile (one work item).
+/// Output rows per tile (one rayon task).
 const RB: usize = 16;
 /// Columns per tile: 16 x 512 f32 = 32 KiB, the size of L1d.
 const KC: usize = 512;
@@ -71,15 +71,11 @@ pub(crate) fn matmul_rows<S: RowSource>(
     let out = OutPtr(y.as_mut_ptr());
     let b_at = |r: usize| bias.map_or(0.0, |b| b[r]);
     if m < TILE_MIN_ROWS || k == 0 {
-        // Blocks of ~64 KiB of codes handed out one at a time by
-        // `par::for_each_block`: the caller starts at once instead of
-        // sleeping until rayon's pool is done, and a thread whose core is
-        // busy (OpenBLAS's pool spinning after a NumPy call, say) takes
-        // fewer blocks instead of holding up the end with a fixed half.
-        let rows_per_block = ((1 << 16) / k.max(1)).clamp(1, n);
-        par::for_each_block(n.div_ceil(rows_per_block), |blk| {
-            let r0 = blk * rows_per_block;
-            for r in r0..(r0 + rows_per_block).min(n) {
+        let rows_per_task = (1 << 16) / k.max(1) + 1;
+        (0..n)
+            .into_par_iter()
+            .with_min_len(rows_per_task)
+            .for_each(|r| {
                 let s = scale(r);
                 for b in 0..m {
                     let v = if k == 0 {
@@ -88,15 +84,14 @@ pub(crate) fn matmul_rows<S: RowSource>(
                         src.dot(dots, r, &x[b * k..(b + 1) * k])
                     };
                     let o = out;
-                    // SAFETY: element (b, r) is written by the block owning r
-                    // only, and b * n + r < m * n = y.len().
+                    // SAFETY: element (b, r) is written by the task owning r only,
+                    // and b * n + r < m * n = y.len().
                     unsafe { *o.0.add(b * n + r) = v * s + b_at(r) };
                 }
-            }
-        });
+            });
         return;
     }
-    par::for_each_block(n.div_ceil(RB), |blk| {
+    (0..n.div_ceil(RB)).into_par_iter().for_each(|blk| {
         let r0 = blk * RB;
         let rb = RB.min(n - r0);
         let mut acc = vec![0f32; m * rb];
