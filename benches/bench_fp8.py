@@ -5,7 +5,9 @@
 
 - encode / decode of 2^24 values: quantrs.fp8 vs ml_dtypes casts (fresh output
   arrays on both sides); medians of ``--repeats`` calls.
-- forward of a 4096x4096 layer at batch 1, 16, 128: NumPy float32 ``x @ W.T`` vs
+- forward of a 4096x4096 layer at batch 1, 16, 128, and of 11008x4096 and
+  4096x11008 (out x in) at batch 1: NumPy float32 ``x @ W.T`` (``W @ x`` at
+  batch 1, NumPy's GEMV) vs
   ``PerTensorFP8Linear.forward`` weight-only (W8A32) and with a static
   activation scale (W8A8). NumPy and quantrs alternate (``_common.paired_ms``:
   a warm-up instead of a sleep between them, the ratio is the median of the
@@ -76,11 +78,23 @@ def codecs(rng, repeats: int) -> list[dict]:
 def forward(rng, repeats: int, warm: bool, quick: bool) -> list[dict]:
     import numpy as np
 
+    act_scale = float(np.float32(4.0 / 448))
+    where = "cache" if warm else "DRAM"
+    rows = []
+    # (out, in): the square layer at every batch; the two MLP shapes of a
+    # 4096-wide model at batch 1, where the fused decode-dot streams codes.
+    shapes = [((4096, 4096), [1, 128] if quick else [1, 16, 128])]
+    if not quick:
+        shapes += [((11008, 4096), [1]), ((4096, 11008), [1])]
+    for (m, k), batches in shapes:
+        rows += _forward_shape(np, rng, m, k, batches, act_scale, warm, where, repeats)
+    return rows
+
+
+def _forward_shape(np, rng, m, k, batches, act_scale, warm, where, repeats) -> list[dict]:
     from quantrs import PerTensorFP8Linear
 
-    k = m = 4096
     w = (rng.standard_normal((m, k)) / 64).astype(np.float32)
-    act_scale = float(np.float32(4.0 / 448))
     # Copies of the weights for each side: one (in cache) with --warm, else
     # enough that the rotation's working set is >= 96 MiB (3x the L3).
     n_base = 1 if warm else max(2, -(-_STREAM_BYTES // w.nbytes))
@@ -93,8 +107,6 @@ def forward(rng, repeats: int, warm: bool, quick: bool) -> list[dict]:
             for i in range(n_ours)
         ],
     }
-    where = "cache" if warm else "DRAM"
-    batches = [1, 128] if quick else [1, 16, 128]
     rows = []
     for batch in batches:
         xb = rng.standard_normal((batch, k)).astype(np.float32)
@@ -104,8 +116,14 @@ def forward(rng, repeats: int, warm: bool, quick: bool) -> list[dict]:
         for kind, copies in layers.items():
             base_cyc = itertools.cycle(base_ws)
             ours_cyc = itertools.cycle(copies)
+            # Batch 1: NumPy's 1-D GEMV (W @ x), its fastest path for it.
+            base_fn = (
+                (lambda xb=xb, cyc=base_cyc: next(cyc) @ xb)
+                if batch == 1
+                else (lambda xb=xb, cyc=base_cyc: xb @ next(cyc).T)
+            )
             base, ours, ratio = paired_ms(
-                lambda xb=xb, cyc=base_cyc: xb @ next(cyc).T,
+                base_fn,
                 lambda xb=xb, cyc=ours_cyc: next(cyc).forward(xb),
                 pairs,
                 inner,
@@ -113,9 +131,9 @@ def forward(rng, repeats: int, warm: bool, quick: bool) -> list[dict]:
             flops = 2.0 * batch * m * k
             rows.append(
                 {
-                    "bench": f"fp8 forward {m}x{k} b{batch} {kind} ({where})",
+                    "bench": f"fp8 forward {m}x{k} (out x in) b{batch} {kind} ({where})",
                     "ours_ms": ours,
-                    "baseline": "numpy f32 x@W.T",
+                    "baseline": "numpy f32 W@x" if batch == 1 else "numpy f32 x@W.T",
                     "baseline_ms": base,
                     "ratio": ratio,
                     "weights": where,

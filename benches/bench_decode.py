@@ -1,0 +1,285 @@
+"""A transformer-like decode step, timed the way a model runs it.
+
+    python benches/bench_decode.py [--layers 2] [--rounds 5] [--batches 1,4,16]
+                                   [--variants ...] [--json] [--keep-env]
+
+Per layer: RMSNorm, q/k/v/o projections 4096x4096, attention of the step's
+queries over a 512-token KV cache (32 heads of 128, in NumPy, so BLAS runs
+between the projections), RMSNorm, gate/up 4096x11008, SiLU, down 11008x4096,
+residual adds. The layers are distinct, so a step streams every weight from
+memory once (2 layers: 1.6 GB of float32, 0.23 GB of INT4 g32, 0.4 GB of FP8;
+the last-level cache is tens of MiB).
+
+Variants, differing only in the seven linears of each layer:
+
+- ``numpy``: float32 ``W @ x`` at batch 1 (a 1-D GEMV, NumPy's fastest path
+  for it), ``x @ W.T`` above, ``W`` stored ``[out, in]``;
+- ``int4-g32``, ``int4-g128``: ``QuantizedWeight.matvec`` / ``matmul``;
+- ``fp8-w8a32``, ``fp8-w8a8``: ``PerTensorFP8Linear.forward`` weight-only and
+  with a static activation scale (calibrated per linear on one NumPy step:
+  2 x absmax / 448).
+
+Every array is float32 (``np.float32`` constants; a float64 scalar would
+promote the activations and NumPy would then upcast every weight). One round
+runs one step of every variant in turn; rounds repeat ``--rounds`` times after
+a warm-up round. Per variant: the step time, the time inside the linears, the
+weight bytes they read per second, and the ratio of NumPy's linear (and step)
+time to the variant's, the median of the per-round ratios.
+
+``--openblas-threads N`` sets ``OPENBLAS_NUM_THREADS`` before NumPy loads and
+``--openblas-timeout T`` OpenBLAS's ``OPENBLAS_THREAD_TIMEOUT`` (log2 of the
+cycles a pool thread spins after a call before sleeping, 4..30); see
+docs/benchmarks-decode.md for what they do to the step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import emit, machine_note, reexec_without_openblas_overrides  # noqa: E402
+
+D, FF, HEADS, CTX = 4096, 11008, 32, 512
+HEAD_DIM = D // HEADS
+PROJ = ("q", "k", "v", "o", "gate", "up", "down")
+VARIANTS = ("numpy", "int4-g32", "int4-g128", "fp8-w8a32", "fp8-w8a8")
+
+
+def _shape(name: str) -> tuple[int, int]:
+    """(out, in) of a projection."""
+    if name in ("gate", "up"):
+        return FF, D
+    if name == "down":
+        return D, FF
+    return D, D
+
+
+class Timed:
+    """The seven linears of every layer for one variant, timing each call."""
+
+    def __init__(self, variant: str, fns: list[dict], nbytes: int) -> None:
+        self.variant, self.fns, self.nbytes, self.spent = variant, fns, nbytes, 0.0
+
+    def __call__(self, layer: int, name: str, x):
+        t0 = time.perf_counter()
+        y = self.fns[layer][name](x)
+        self.spent += time.perf_counter() - t0
+        return y
+
+
+def build(np, variants, layers: int, rng):
+    """Float weights per layer, then each variant's linears built from them."""
+    import quantrs
+
+    w32 = []
+    for _ in range(layers):
+        ws = {}
+        for name in PROJ:
+            out, inp = _shape(name)
+            ws[name] = rng.standard_normal((out, inp), dtype=np.float32) * np.float32(
+                1 / np.sqrt(inp)
+            )
+        w32.append(ws)
+    kv = [
+        (
+            rng.standard_normal((HEADS, CTX, HEAD_DIM), dtype=np.float32),
+            rng.standard_normal((HEADS, CTX, HEAD_DIM), dtype=np.float32),
+        )
+        for _ in range(layers)
+    ]
+    norms = [
+        (
+            (1 + 0.1 * rng.standard_normal(D)).astype(np.float32),
+            (1 + 0.1 * rng.standard_normal(D)).astype(np.float32),
+        )
+        for _ in range(layers)
+    ]
+    linears = {}
+    if "numpy" in variants:
+
+        def np_lin(w):
+            return lambda x: w @ x if x.ndim == 1 else x @ w.T
+
+        fns = [{n: np_lin(ws[n]) for n in PROJ} for ws in w32]
+        linears["numpy"] = Timed("numpy", fns, sum(w.nbytes for ws in w32 for w in ws.values()))
+    for gs in (32, 128):
+        v = f"int4-g{gs}"
+        if v not in variants:
+            continue
+        fns, nbytes = [], 0
+        for ws in w32:
+            layer = {}
+            for n in PROJ:
+                qw = quantrs.QuantizedWeight.quantize(np.ascontiguousarray(ws[n].T), group_size=gs)
+                nbytes += qw.nbytes
+                layer[n] = lambda x, qw=qw: qw.matvec(x) if x.ndim == 1 else qw.matmul(x)
+            fns.append(layer)
+        linears[v] = Timed(v, fns, nbytes)
+    fp8 = [v for v in ("fp8-w8a32", "fp8-w8a8") if v in variants]
+    scales = calibrate(np, w32, kv, norms) if "fp8-w8a8" in variants else None
+    for v in fp8:
+        fns = []
+        for li, ws in enumerate(w32):
+            layer = {}
+            for n in PROJ:
+                a = scales[li][n] if v == "fp8-w8a8" else None
+                lin = quantrs.PerTensorFP8Linear.from_float(ws[n], activation_scale=a)
+                layer[n] = lin.forward
+            fns.append(layer)
+        linears[v] = Timed(v, fns, sum(w.size for ws in w32 for w in ws.values()))
+    return w32, kv, norms, linears
+
+
+def calibrate(np, w32, kv, norms) -> list[dict]:
+    """Static activation scales for W8A8: 2 x absmax / 448 of each linear's
+    input over one float32 step at batch 16."""
+    amax = [dict.fromkeys(PROJ, 0.0) for _ in w32]
+
+    def lin(layer, name, x):
+        amax[layer][name] = max(amax[layer][name], float(np.abs(x).max()))
+        return x @ w32[layer][name].T
+
+    x = np.random.default_rng(1).standard_normal((16, D), dtype=np.float32)
+    step(np, lin, kv, norms, x)
+    return [{n: float(np.float32(2 * a / 448)) for n, a in layer.items()} for layer in amax]
+
+
+def rmsnorm(np, x, g):
+    ms = np.mean(x * x, axis=-1, keepdims=True, dtype=np.float32)
+    return x * (np.float32(1) / np.sqrt(ms + np.float32(1e-6))) * g
+
+
+def attention(np, q, k_cache, v_cache):
+    """One new query per batch row over the shared cache (speculative
+    decoding's shape): scores and the weighted sum are BLAS calls."""
+    b = q.shape[0]
+    qh = q.reshape(b, HEADS, HEAD_DIM).transpose(1, 0, 2)  # [H, b, hd]
+    s = np.matmul(qh, k_cache.transpose(0, 2, 1))  # [H, b, CTX]
+    s *= np.float32(1 / np.sqrt(HEAD_DIM))
+    s -= s.max(axis=-1, keepdims=True)
+    np.exp(s, out=s)
+    s /= s.sum(axis=-1, keepdims=True)
+    o = np.matmul(s, v_cache)  # [H, b, hd]
+    return np.ascontiguousarray(o.transpose(1, 0, 2)).reshape(b, D)
+
+
+def step(np, lin, kv, norms, x):
+    """One decode step over every layer; `x` is [b, D] (or [D] at batch 1)."""
+    one = x.ndim == 1
+    h = x
+    for layer, ((kc, vc), (g1, g2)) in enumerate(zip(kv, norms)):
+        a = rmsnorm(np, h, g1)
+        q = lin(layer, "q", a)
+        k = lin(layer, "k", a)
+        v = lin(layer, "v", a)
+        # The new token's key and value take the cache's last slot.
+        kc[:, -1, :] = (k if one else k[-1]).reshape(HEADS, HEAD_DIM)
+        vc[:, -1, :] = (v if one else v[-1]).reshape(HEADS, HEAD_DIM)
+        att = attention(np, q.reshape(-1, D), kc, vc)
+        h = h + lin(layer, "o", att[0] if one else att)
+        a = rmsnorm(np, h, g2)
+        gate = lin(layer, "gate", a)
+        up = lin(layer, "up", a)
+        act = gate / (np.float32(1) + np.exp(-gate)) * up
+        h = h + lin(layer, "down", act)
+    assert h.dtype == np.float32, h.dtype
+    return h
+
+
+def run(layers: int, rounds: int, batches: list[int], variants: list[str]) -> list[dict]:
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    w32, kv, norms, linears = build(np, variants, layers, rng)
+    if "numpy" not in linears:
+        raise SystemExit("the numpy variant is the baseline: keep it in --variants")
+    rows = []
+    for b in batches:
+        x = rng.standard_normal((b, D), dtype=np.float32)
+        if b == 1:
+            x = x[0]
+        step_t = {v: [] for v in linears}
+        lin_t = {v: [] for v in linears}
+        for r in range(rounds + 1):
+            for v, lin in linears.items():
+                lin.spent = 0.0
+                t0 = time.perf_counter()
+                step(np, lin, kv, norms, x)
+                dt = time.perf_counter() - t0
+                if r > 0:  # round 0 warms every path
+                    step_t[v].append(dt)
+                    lin_t[v].append(lin.spent)
+        for v, lin in linears.items():
+            lin_ms = 1e3 * statistics.median(lin_t[v])
+            rows.append(
+                {
+                    "variant": v,
+                    "batch": b,
+                    "step_ms": 1e3 * statistics.median(step_t[v]),
+                    "linears_ms": lin_ms,
+                    "weight_GB/s": lin.nbytes / (lin_ms * 1e-3) / 1e9,
+                    "linears_ratio": statistics.median(
+                        n / o for n, o in zip(lin_t["numpy"], lin_t[v])
+                    ),
+                    "step_ratio": statistics.median(
+                        n / o for n, o in zip(step_t["numpy"], step_t[v])
+                    ),
+                    "weight_MB": lin.nbytes / 1e6,
+                }
+            )
+    return rows
+
+
+COLUMNS = [
+    "variant",
+    "batch",
+    "step_ms",
+    "linears_ms",
+    "weight_GB/s",
+    "linears_ratio",
+    "step_ratio",
+    "weight_MB",
+]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--layers", type=int, default=2, help="distinct layers (default 2)")
+    ap.add_argument("--rounds", type=int, default=5, help="timed rounds (default 5)")
+    ap.add_argument("--batches", default="1,4,16", help="comma-separated (default 1,4,16)")
+    ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated")
+    ap.add_argument("--openblas-threads", type=int, help="set OPENBLAS_NUM_THREADS")
+    ap.add_argument("--openblas-timeout", type=int, help="set OPENBLAS_THREAD_TIMEOUT (4..30)")
+    ap.add_argument("--json", action="store_true", help="print JSON rows")
+    ap.add_argument("--keep-env", action="store_true", help="keep OPENBLAS_* overrides")
+    args = ap.parse_args()
+    # Before NumPy (and so OpenBLAS) loads: they are read once, at load.
+    if args.openblas_threads is not None:
+        os.environ["OPENBLAS_NUM_THREADS"] = str(args.openblas_threads)
+    if args.openblas_timeout is not None:
+        os.environ["OPENBLAS_THREAD_TIMEOUT"] = str(args.openblas_timeout)
+    reexec_without_openblas_overrides()
+    import numpy as np
+
+    import quantrs
+
+    variants = [v for v in args.variants.split(",") if v]
+    unknown = sorted(set(variants) - set(VARIANTS))
+    if unknown:
+        ap.error(f"--variants: unknown {unknown}, expected some of {list(VARIANTS)}")
+    batches = [int(b) for b in args.batches.split(",") if b]
+    if not args.json:
+        blas = {k: v for k, v in os.environ.items() if k.startswith("OPENBLAS_")}
+        print(
+            f"quantrs {quantrs.build_info()}; numpy {np.__version__}; "
+            f"{blas or 'OpenBLAS defaults'}; {args.layers} layers; {machine_note()}"
+        )
+    emit(run(args.layers, args.rounds, batches, variants), COLUMNS, args.json)
+
+
+if __name__ == "__main__":
+    main()
