@@ -301,7 +301,7 @@ impl QuantMethod for PerTensorFP8Linear {
         self.shape.clone()
     }
 
-    fn forward(&self, x: &[f32], y: &mut [f32]) -> Result<()> {
+    fn forward_slice(&self, x: &[f32], y: &mut [f32]) -> Result<()> {
         if self.shape.len() == 3 {
             return Err(QuantError::UnsupportedOperation(format!(
                 "forward on expert-stacked weights {:?}: use gather_forward",
@@ -315,7 +315,13 @@ impl QuantMethod for PerTensorFP8Linear {
         Ok(())
     }
 
-    fn gather_forward(&self, x: &[f32], indices: &[i64], k: usize, y: &mut [f32]) -> Result<()> {
+    fn gather_forward_slice(
+        &self,
+        x: &[f32],
+        indices: &[i64],
+        k: usize,
+        y: &mut [f32],
+    ) -> Result<()> {
         if self.shape.len() != 3 {
             return Err(QuantError::UnsupportedOperation(format!(
                 "gather_forward needs expert-stacked [E, out, in] weights, this layer holds {:?}",
@@ -375,7 +381,7 @@ impl QuantMethod for PerTensorFP8Linear {
         Ok(())
     }
 
-    fn dequantize_w(&self) -> Result<Vec<f32>> {
+    fn dequantize_w_vec(&self) -> Result<Vec<f32>> {
         let mut w = vec![0f32; self.weight.len()];
         decode_slice(&self.weight, &mut w, FMT);
         let s = self.weight_scale_inv;
