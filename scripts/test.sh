@@ -21,6 +21,14 @@ cargo check --all-targets --features gpu
 
 echo "== cargo test"
 cargo test --all-targets
+cargo test --doc
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps
+
+echo "== examples (docs/rust.md)"
+cargo run --release --example int4_matvec
+cargo run --release --example fp8_linear
+cargo run --release --example adamw4bit_train
+cargo run --release --example qat_loop
 
 echo "== build the extension (release) and install it into .venv"
 maturin develop --release --quiet
