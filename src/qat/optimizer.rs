@@ -41,7 +41,7 @@ use ndarray::Array1;
 ///     RoundingMode::Nearest,
 ///     0.01,
 /// );
-/// let mut master = array![0.5, -1.0, 0.25, 1.0];
+/// let mut master = array![0.5f64, -1.0, 0.25, 1.0];
 /// let mut opt = QatOptimizer::new(&master, config, &mut rng)?;
 /// opt.step(&mut master, &array![1.0, -1.0, 1.0, -1.0], &mut rng)?;
 /// assert_eq!(opt.step_count(), 1);
