@@ -32,6 +32,13 @@ fn main() -> Result<(), QuantError> {
     println!("matvec y[0..4] = {:?}", &y.as_slice().unwrap()[..4]);
     println!("matmul relative RMS error against float32: {rel:.4}");
     assert!(rel < 0.1, "INT4 error out of range");
-    assert_eq!(ys.row(0), y);
+    // matvec and the blocked GEMM sum in different orders: equal to rounding.
+    let gap = (&ys.row(0) - &y)
+        .mapv(f32::abs)
+        .fold(0.0f32, |a, &b| a.max(b));
+    assert!(
+        gap < 1e-4 * rms(&exact),
+        "matvec and matmul disagree by {gap}"
+    );
     Ok(())
 }
