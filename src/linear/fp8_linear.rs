@@ -26,6 +26,18 @@ use crate::st::{self, Dtype};
 const FMT: Fp8Format = Fp8Format::E4M3;
 
 /// Per-tensor FP8 linear layer with optional static activation scaling.
+///
+/// ```
+/// use ndarray::{array, ArrayD, IxDyn};
+/// use quantrs::{PerTensorFP8Linear, QuantMethod};
+///
+/// // E4M3 codes 0x38 = 1.0, 0x40 = 2.0; weight [out 1, in 2] times 0.5.
+/// let layer = PerTensorFP8Linear::new(vec![0x38, 0x40], vec![1, 2], 0.5, None, None)?;
+/// assert_eq!(layer.dequantize_w()?, array![[0.5f32, 1.0]].into_dyn());
+/// let x = ArrayD::from_shape_vec(IxDyn(&[2, 2]), vec![1.0f32, 1.0, 2.0, 0.0]).unwrap();
+/// assert_eq!(layer.forward(x.view())?, array![[1.5f32], [1.0]].into_dyn());
+/// # Ok::<(), quantrs::QuantError>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct PerTensorFP8Linear {
     weight: Vec<u8>,

@@ -166,5 +166,19 @@ optimizer_type!(
     AdamW4bit,
     true,
     "4-bit AdamW: Adam4bit with decoupled weight decay (`w -= lr * wd * w`, \
-     from the weight before the step, as PyTorch's AdamW)."
+     from the weight before the step, as PyTorch's AdamW).
+
+```
+use ndarray::array;
+use quantrs::{AdamW4bit, Optimizer, StatefulOptimizer};
+
+let mut opt = AdamW4bit::new(0.1, 0.9, 0.999, 1e-8, 0.5)?;
+let mut w = array![10.0f32];
+let g = array![0.0f32];
+opt.update(w.view_mut().into_dyn(), g.view().into_dyn())?;
+opt.step();
+assert_eq!(w[0], 9.5); // g = 0: only the decay, 10 - 0.1 * 0.5 * 10
+assert_eq!(opt.num_parameters(), 1);
+# Ok::<(), quantrs::QuantError>(())
+```"
 );
