@@ -21,6 +21,14 @@ cargo clippy --all-targets --features python,gpu -- -D warnings
 
 echo "== cargo test (with the gpu feature: tests/gpu_nvrtc.rs compiles every kernel with the venv's NVRTC)"
 cargo test --all-targets --features gpu
+cargo test --doc
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps
+
+echo "== examples (docs/rust.md)"
+cargo run --release --example int4_matvec
+cargo run --release --example fp8_linear
+cargo run --release --example adamw4bit_train
+cargo run --release --example qat_loop
 
 echo "== build the extension (release) and install it into .venv"
 maturin develop --release --quiet

@@ -39,6 +39,11 @@ pub enum QuantError {
     Gpu(String),
 }
 
+/// The seeds' name for [`QuantError`]: a seed user's
+/// `GpuOptimError::{DimensionMismatch, InvalidState, UnsupportedOperation}`
+/// match arms name these variants.
+pub type GpuOptimError = QuantError;
+
 /// The core's result type.
 pub type Result<T> = std::result::Result<T, QuantError>;
 

@@ -1,14 +1,52 @@
-//! quantrs: low-bit training and inference kernels.
+//! quantrs: low-bit training and inference on CPUs, with a Python binding.
 //!
-//! The core modules know nothing of Python and build and test with
-//! `cargo test` alone; `src/python/` (feature `python`) is the thin binding
-//! layer that converts NumPy arrays, releases the GIL and maps errors.
+//! Four public types, each following one of the seed documents, on
+//! [`ndarray`] arrays (the slice kernels stay inside):
 //!
-//! - [`int4`]: packed INT4 weights with per-group scales (`QuantizedWeight`).
-//! - [`fp8`]: OCP FP8 E4M3 / E5M2 codecs.
-//! - [`linear`]: the `QuantMethod` layers (`PerTensorFP8Linear` and the ISQ targets).
-//! - [`optim`]: `Adam4bit` / `AdamW4bit` with packed 4-bit state.
-//! - [`qat`]: `QatOptimizer`, quantization-aware training.
+//! - [`QatOptimizer`]: quantization-aware training. AdamW on caller-owned
+//!   full-precision master weights (`Array1<f64>` or `Array1<f32>`) with a
+//!   fake-quantized view (int8 / int4 / FP8) re-derived after every step;
+//!   stochastic rounding draws one key per step from a [`rand::Rng`].
+//! - [`AdamW4bit`] / [`Adam4bit`]: AdamW whose moments live in packed 4-bit
+//!   form, through the [`Optimizer`] and [`StatefulOptimizer`] traits on
+//!   `ArrayViewMutD<f32>` parameters of any shape.
+//! - [`PerTensorFP8Linear`]: an FP8 E4M3 linear layer behind the
+//!   [`QuantMethod`] / [`QuantizedSerde`] traits (`ArrayViewD` in, `ArrayD`
+//!   out), loadable from a per-tensor FP8 safetensors checkpoint.
+//! - [`QuantizedWeight`]: packed INT4 weights with per-group scales and
+//!   matvec / GEMM, on slices (the seed's signatures) or `ArrayView2`.
+//!
+//! Every fallible call returns [`Result`] with one error type,
+//! [`QuantError`] (also reachable as the seeds' [`GpuOptimError`]); on error
+//! nothing changes. Kernels pick AVX2 / AVX-512 at run time and run on all
+//! cores with rayon; results do not depend on the thread count.
+//!
+//! ```
+//! use ndarray::Array2;
+//! use quantrs::{AdamW4bit, Optimizer, QuantizedWeight};
+//!
+//! // Train a weight with 4-bit AdamW state, then serve it as packed INT4.
+//! let mut w = Array2::<f32>::from_shape_fn((64, 16), |(i, o)| ((i + o) as f32).sin());
+//! let mut opt = AdamW4bit::new(1e-2, 0.9, 0.999, 1e-8, 0.0)?;
+//! for _ in 0..3 {
+//!     let grad = w.mapv(|v| 2.0 * v); // d/dw of |w|^2
+//!     opt.update(w.view_mut().into_dyn(), grad.view().into_dyn())?;
+//!     opt.step();
+//! }
+//! let qw = QuantizedWeight::quantize_array(w.view(), 32)?;
+//! let y = qw.matvec_array(Array2::<f32>::ones((1, 64)).row(0))?;
+//! assert_eq!(y.len(), 16);
+//! # Ok::<(), quantrs::QuantError>(())
+//! ```
+//!
+//! Modules: [`int4`] (`QuantizedWeight`), [`fp8`] (OCP FP8 E4M3 / E5M2
+//! codecs), [`linear`] (the `QuantMethod` layers), [`optim`] (the 4-bit
+//! optimizers), [`qat`] (`QatOptimizer`), [`simd`] (the CPU proof tokens),
+//! [`gpu`] (the GPU switch). The core knows nothing of Python and builds
+//! and tests with `cargo test` alone; `src/python/` (feature `python`) is
+//! the binding layer. docs/rust.md describes the Rust API in full.
+
+#![deny(missing_docs)]
 
 pub mod error;
 pub mod fp8;
@@ -26,8 +64,16 @@ mod python;
 #[cfg(test)]
 mod testutil;
 
-pub use error::{QuantError, Result};
+pub use error::{GpuOptimError, QuantError, Result};
 pub use int4::QuantizedWeight;
+pub use linear::{PerTensorFP8Linear, QuantMethod, QuantizedSerde};
+pub use optim::{Adam4bit, AdamW4bit, Optimizer, StatefulOptimizer};
+pub use qat::{QatConfig, QatOptimizer};
+
+/// The array crate of the public API (the version rust-numpy uses).
+pub use ndarray;
+/// The crate whose [`rand::Rng`] drives stochastic rounding.
+pub use rand;
 
 /// Crate version, as reported by `quantrs.build_info()`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -34,7 +34,7 @@ fn fp8_forward_matches_f64_both_paths() {
             let l = layer(out, inf, act);
             let x = vals(rows * inf, 3);
             let mut y = vec![0f32; rows * out];
-            l.forward(&x, &mut y).unwrap();
+            l.forward_slice(&x, &mut y).unwrap();
             let s = l.weight_scale_inv() as f64;
             for b in 0..rows {
                 for o in 0..out {
@@ -66,7 +66,10 @@ fn serde_round_trips_and_isq_counts() {
     let l = Arc::new(layer(8, 40, Some(0.5)));
     let blob = l.serialize().unwrap().into_owned();
     let back = PerTensorFP8Linear::deserialize(Cow::Borrowed(&blob), &Device::Cpu).unwrap();
-    assert_eq!(back.dequantize_w().unwrap(), l.dequantize_w().unwrap());
+    assert_eq!(
+        back.dequantize_w_vec().unwrap(),
+        l.dequantize_w_vec().unwrap()
+    );
     let n = AtomicUsize::new(0);
     let targets = [
         None,
@@ -162,7 +165,7 @@ proptest! {
             b[n..].copy_from_slice(&crc.to_le_bytes());
         }
         match deser(kind, &b) {
-            Ok(l) => { l.dequantize_w().unwrap(); }
+            Ok(l) => { l.dequantize_w_vec().unwrap(); }
             Err(e) => prop_assert!(matches!(e, QuantError::Serialization(_)), "{e}"),
         }
         let t = &blobs[kind as usize].1[..cut.min(blobs[kind as usize].1.len() - 1)];
@@ -188,7 +191,7 @@ proptest! {
         let plain = Int4Linear::from_float(&w, 3, 70, gs, None, None).unwrap();
         let weighted = Int4Linear::from_float(&w, 3, 70, gs, None, Some(&a)).unwrap();
         let werr = |l: &Int4Linear| -> f64 {
-            l.dequantize_w().unwrap().iter().zip(&w).enumerate()
+            l.dequantize_w_vec().unwrap().iter().zip(&w).enumerate()
                 .map(|(i, (q, v))| a[i % 70] as f64 * ((q - v) as f64).powi(2)).sum()
         };
         prop_assert!(werr(&weighted) <= werr(&plain) * (1.0 + 1e-9) + 1e-12);

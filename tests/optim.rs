@@ -43,7 +43,7 @@ fn run(o: &mut AdamW4bit, shape: &[usize], steps: usize, seed: u64) -> Vec<f32> 
                 *x = 1e-30;
             }
         }
-        o.update(
+        o.update_param(
             ParamMut {
                 name: Some("w"),
                 shape,
@@ -80,7 +80,7 @@ fn independent_of_thread_count() {
 fn seed_vector_decay_only() {
     let mut o = AdamW4bit::new(0.1, 0.9, 0.999, 1e-8, 0.5).unwrap();
     let mut w = [10.0f32];
-    o.update(
+    o.update_param(
         ParamMut {
             name: None,
             shape: &[1],
@@ -120,7 +120,7 @@ fn one_element_is_lossless() {
         let mut w = [0.5f32];
         for t in 1..=50u64 {
             let g = ((t as f32) * 0.7).sin() * 0.3;
-            o.update(
+            o.update_param(
                 ParamMut {
                     name: Some("x"),
                     shape: &[1],
@@ -147,7 +147,7 @@ fn zero_grad_elements_never_move() {
         for x in g.iter_mut().step_by(3) {
             *x = 0.0;
         }
-        o.update(
+        o.update_param(
             ParamMut {
                 name: None,
                 shape: &[n],
@@ -193,7 +193,7 @@ fn checkpoint_restore_continues_bit_identically() {
         for s in 0..4 {
             let g = rng_vec(77 + s, 2000, 0.2);
             for (o, w) in [(&mut a, &mut wa), (&mut b, &mut wb)] {
-                o.update(
+                o.update_param(
                     ParamMut {
                         name: Some("w"),
                         shape: &shape,
@@ -270,7 +270,7 @@ fn bad_config_and_input_rejected() {
     let before = p(&mut w);
     let shape = [10usize];
     assert!(o
-        .update(
+        .update_param(
             ParamMut {
                 name: None,
                 shape: &shape,
@@ -280,7 +280,7 @@ fn bad_config_and_input_rejected() {
         )
         .is_err());
     assert!(o
-        .update(
+        .update_param(
             ParamMut {
                 name: None,
                 shape: &shape,

@@ -19,7 +19,7 @@ fn targets() -> Vec<QuantTarget> {
 }
 
 fn config(target: QuantTarget, scheme: QuantScheme, rounding: RoundingMode) -> QatConfig {
-    let mut c = QatConfig::new(target);
+    let mut c = QatConfig::with_target(target);
     c.scheme = scheme;
     c.rounding = rounding;
     c.lr = 0.05;
@@ -38,10 +38,10 @@ fn data(n: usize, seed: u64) -> Vec<f64> {
 /// the scalar bodies is tested inside the crate, `src/qat/tests.rs`.)
 fn run(c: QatConfig, n: usize, steps: usize) -> (Vec<f64>, QatOptimizer<f64>) {
     let mut w = data(n, 1);
-    let mut opt = QatOptimizer::new(&w, c, 11).unwrap();
+    let mut opt = QatOptimizer::with_seed(&w, c, 11).unwrap();
     for s in 0..steps {
         let g = data(n, 100 + s as u64);
-        opt.step(&mut w, &g, None).unwrap();
+        opt.step_seeded(&mut w, &g, None).unwrap();
     }
     (w, opt)
 }
@@ -75,9 +75,9 @@ fn f32_master_steps() {
         RoundingMode::Nearest,
     );
     let mut w: Vec<f32> = data(1000, 3).iter().map(|&x| x as f32).collect();
-    let mut opt = QatOptimizer::new(&w, c, 0).unwrap();
+    let mut opt = QatOptimizer::with_seed(&w, c, 0).unwrap();
     let g: Vec<f32> = data(1000, 4).iter().map(|&x| x as f32).collect();
-    opt.step(&mut w, &g, None).unwrap();
+    opt.step_seeded(&mut w, &g, None).unwrap();
     let p = *opt.quant_params().unwrap();
     let absmax = w.iter().fold(0.0f64, |a, &x| a.max((x as f64).abs()));
     assert_eq!(p.scale, absmax / 127.0);
@@ -99,24 +99,24 @@ fn failures_change_nothing() {
         let before = snapshot(&w, &opt);
         let mut nan = vec![1.0; 50];
         nan[13] = f64::NAN;
-        let err = opt.step(&mut w, &nan, None).unwrap_err();
+        let err = opt.step_seeded(&mut w, &nan, None).unwrap_err();
         assert!(err.to_string().contains("index 13"), "{err}");
-        assert!(opt.step(&mut w, &vec![1e200; 50], None).is_err());
+        assert!(opt.step_seeded(&mut w, &vec![1e200; 50], None).is_err());
         assert!(matches!(
-            opt.step(&mut w, &[1.0; 49], None),
+            opt.step_seeded(&mut w, &[1.0; 49], None),
             Err(QuantError::DimensionMismatch { .. })
         ));
-        assert!(opt.step(&mut w[..49], &[1.0; 49], None).is_err());
+        assert!(opt.step_seeded(&mut w[..49], &[1.0; 49], None).is_err());
         assert_eq!(snapshot(&w, &opt), before);
     }
     // Degenerate calibration after the update: everything decays to 0.
-    let mut c = QatConfig::new(QuantTarget::Int(IntDtype::Int8));
+    let mut c = QatConfig::with_target(QuantTarget::Int(IntDtype::Int8));
     (c.lr, c.weight_decay) = (1.0, 1.0);
     let mut w = vec![0.5, -2.0];
-    let mut opt = QatOptimizer::new(&w, c, 0).unwrap();
+    let mut opt = QatOptimizer::with_seed(&w, c, 0).unwrap();
     let before = snapshot(&w, &opt);
     assert!(matches!(
-        opt.step(&mut w, &[0.0, 0.0], None),
+        opt.step_seeded(&mut w, &[0.0, 0.0], None),
         Err(QuantError::InvalidState(_))
     ));
     assert_eq!(snapshot(&w, &opt), before);
@@ -124,19 +124,19 @@ fn failures_change_nothing() {
 
 #[test]
 fn construction_errors() {
-    let c = QatConfig::new(QuantTarget::Int(IntDtype::Int8));
+    let c = QatConfig::with_target(QuantTarget::Int(IntDtype::Int8));
     assert!(matches!(
-        QatOptimizer::<f64>::new(&[], c, 0),
+        QatOptimizer::<f64>::with_seed(&[], c, 0),
         Err(QuantError::InvalidState(_))
     ));
     assert!(matches!(
-        QatOptimizer::new(&[0.0, 0.0], c, 0),
+        QatOptimizer::with_seed(&[0.0, 0.0], c, 0),
         Err(QuantError::InvalidState(_))
     ));
-    assert!(QatOptimizer::new(&[1.0, f64::INFINITY], c, 0).is_err());
+    assert!(QatOptimizer::with_seed(&[1.0, f64::INFINITY], c, 0).is_err());
     let mut bad = c;
     bad.beta2 = 1.0;
-    assert!(QatOptimizer::new(&[1.0], bad, 0).is_err());
+    assert!(QatOptimizer::with_seed(&[1.0], bad, 0).is_err());
 }
 
 #[test]
@@ -164,8 +164,8 @@ fn bytes_round_trip_and_reject_every_truncation() {
     }
     let mut w2 = w.clone();
     let mut o = opt.clone();
-    o.step(&mut w, &data(37, 5), None).unwrap();
-    back.step(&mut w2, &data(37, 5), None).unwrap();
+    o.step_seeded(&mut w, &data(37, 5), None).unwrap();
+    back.step_seeded(&mut w2, &data(37, 5), None).unwrap();
     assert_eq!((w, o), (w2, back));
 }
 
@@ -213,15 +213,15 @@ proptest! {
         w0 in prop::collection::vec(value(), 1..200),
         gscale in prop_oneof![Just(0.0), Just(1e-300), 1e-3..1e3f64, Just(1e300)],
     ) {
-        let c = QatConfig::new(QuantTarget::Int(IntDtype::Int8));
-        let Ok(mut opt) = QatOptimizer::new(&w0, c, 1) else {
+        let c = QatConfig::with_target(QuantTarget::Int(IntDtype::Int8));
+        let Ok(mut opt) = QatOptimizer::with_seed(&w0, c, 1) else {
             prop_assert!(w0.iter().all(|&v| v == 0.0 || v.abs() < 1e-200));
             return Ok(());
         };
         let mut w = w0.clone();
         let g: Vec<f64> = w0.iter().map(|&v| (v + 1.0) * gscale).collect();
         let before = opt.clone();
-        match opt.step(&mut w, &g, None) {
+        match opt.step_seeded(&mut w, &g, None) {
             Ok(()) => {
                 prop_assert!(w.iter().all(|v| v.is_finite()));
                 let p = opt.quant_params().unwrap();

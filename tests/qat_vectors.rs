@@ -66,7 +66,7 @@ fn fp8_grid_matches_reference() {
 fn adamw_step_matches_reference() {
     let case = &load()["adamw"][0];
     let h = &case["hyper"];
-    let mut c = QatConfig::new(QuantTarget::Int(IntDtype::Int8));
+    let mut c = QatConfig::with_target(QuantTarget::Int(IntDtype::Int8));
     (c.lr, c.beta1, c.beta2, c.eps, c.weight_decay) = (
         f(&h["lr"]),
         f(&h["beta1"]),
@@ -79,18 +79,18 @@ fn adamw_step_matches_reference() {
     let n = w.len();
     let q0 = w.clone();
     // Rebuild an optimizer at step t - 1 holding the given moments.
-    let opt = QatOptimizer::new(&w, c, 0).unwrap();
+    let opt = QatOptimizer::with_seed(&w, c, 0).unwrap();
     let params = opt.quant_params().copied();
     let mut opt =
         QatOptimizer::from_parts(c, 0, t - 1, fs(&case["m"]), fs(&case["v"]), q0, params).unwrap();
-    opt.step(&mut w, &fs(&case["g"]), None).unwrap();
+    opt.step_seeded(&mut w, &fs(&case["g"]), None).unwrap();
     assert_eq!(opt.step_count(), t);
     same_bits(&w, &fs(&case["new_w"]), "w");
     let (m, v) = opt.moments();
     same_bits(m, &fs(&case["new_m"]), "m");
     same_bits(v, &fs(&case["new_v"]), "v");
     same_bits(
-        opt.quantized_weights(),
+        opt.quantized_slice(),
         &fs(&case["quantized_int8"]),
         "quantized",
     );

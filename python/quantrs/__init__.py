@@ -8,6 +8,7 @@ the pure-NumPy oracles the tests use in :mod:`quantrs.reference`.
 from . import fp8, qat, reference
 from ._core import (
     Adam4bit,
+    Adam4bitConfig,
     Adam4bitOptimizerConfig,
     AdamW4bit,
     AdvancedQuantizationConfig,
@@ -62,6 +63,7 @@ __all__ = [
     "UnquantLinear",
     # 4-bit Adam / AdamW
     "Adam4bit",
+    "Adam4bitConfig",
     "Adam4bitOptimizerConfig",
     "AdamW4bit",
     "AdvancedQuantizationConfig",

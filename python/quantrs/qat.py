@@ -104,6 +104,6 @@ def fake_quant_backward(
     """Straight-through estimator: ``grad`` where ``lo <= x <= hi``, else 0.
 
     ``lo`` / ``hi`` are the representable range (``QuantParams.lo`` /
-    ``QuantParams.hi``). NaN ``x`` gets a zero gradient.
+    ``QuantParams.hi``), in either order. NaN ``x`` gets a zero gradient.
     """
     return qat_fake_quant_backward(grad, x, lo, hi)

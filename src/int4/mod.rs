@@ -19,6 +19,7 @@
 //! kernels `avx2`, `avx512`, `vnni` (with `strips`, their shared walk) ->
 //! `format` (argument structs, the scalar twins) and `xint`.
 
+mod array_api;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]

@@ -14,13 +14,16 @@
 /// `$s`.
 macro_rules! shared_quant_method_items {
     ($variant:ident, $s:ident => $in_feat:expr) => {
-        fn add_delta_w(
+        fn add_delta_w_slice(
             &self,
             delta: &[f32],
         ) -> $crate::error::Result<std::sync::Arc<dyn $crate::linear::QuantMethod>> {
-            let w = $crate::linear::merged(&self.dequantize_w()?, delta, &self.weight_shape())?;
+            let w = $crate::linear::merged(&self.dequantize_w_vec()?, delta, &self.weight_shape())?;
             let mut layer = self.rebuilt(&w)?;
-            layer.merge_error = Some($crate::linear::rel_frobenius(&w, &layer.dequantize_w()?));
+            layer.merge_error = Some($crate::linear::rel_frobenius(
+                &w,
+                &layer.dequantize_w_vec()?,
+            ));
             Ok(std::sync::Arc::new(layer))
         }
 

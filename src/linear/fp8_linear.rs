@@ -26,6 +26,18 @@ use crate::st;
 const FMT: Fp8Format = Fp8Format::E4M3;
 
 /// Per-tensor FP8 linear layer with optional static activation scaling.
+///
+/// ```
+/// use ndarray::{array, ArrayD, IxDyn};
+/// use quantrs::{PerTensorFP8Linear, QuantMethod};
+///
+/// // E4M3 codes 0x38 = 1.0, 0x40 = 2.0; weight [out 1, in 2] times 0.5.
+/// let layer = PerTensorFP8Linear::new(vec![0x38, 0x40], vec![1, 2], 0.5, None, None)?;
+/// assert_eq!(layer.dequantize_w()?, array![[0.5f32, 1.0]].into_dyn());
+/// let x = ArrayD::from_shape_vec(IxDyn(&[2, 2]), vec![1.0f32, 1.0, 2.0, 0.0]).unwrap();
+/// assert_eq!(layer.forward(x.view())?, array![[1.5f32], [1.0]].into_dyn());
+/// # Ok::<(), quantrs::QuantError>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct PerTensorFP8Linear {
     weight: Vec<u8>,
@@ -270,7 +282,7 @@ impl QuantMethod for PerTensorFP8Linear {
         self.shape.clone()
     }
 
-    fn forward(&self, x: &[f32], y: &mut [f32]) -> Result<()> {
+    fn forward_slice(&self, x: &[f32], y: &mut [f32]) -> Result<()> {
         if self.shape.len() == 3 {
             return Err(QuantError::UnsupportedOperation(format!(
                 "forward on expert-stacked weights {:?}: use gather_forward",
@@ -284,7 +296,13 @@ impl QuantMethod for PerTensorFP8Linear {
         Ok(())
     }
 
-    fn gather_forward(&self, x: &[f32], indices: &[i64], k: usize, y: &mut [f32]) -> Result<()> {
+    fn gather_forward_slice(
+        &self,
+        x: &[f32],
+        indices: &[i64],
+        k: usize,
+        y: &mut [f32],
+    ) -> Result<()> {
         if self.shape.len() != 3 {
             return Err(QuantError::UnsupportedOperation(format!(
                 "gather_forward needs expert-stacked [E, out, in] weights, this layer holds {:?}",
@@ -344,7 +362,7 @@ impl QuantMethod for PerTensorFP8Linear {
         Ok(())
     }
 
-    fn dequantize_w(&self) -> Result<Vec<f32>> {
+    fn dequantize_w_vec(&self) -> Result<Vec<f32>> {
         let mut w = vec![0f32; self.weight.len()];
         decode_slice(&self.weight, &mut w, FMT);
         let s = self.weight_scale_inv;

@@ -216,7 +216,7 @@ impl QuantMethod for Int4Linear {
         vec![self.qw.out_feat, self.qw.in_feat]
     }
 
-    fn forward(&self, x: &[f32], y: &mut [f32]) -> Result<()> {
+    fn forward_slice(&self, x: &[f32], y: &mut [f32]) -> Result<()> {
         let rows = rows_of(x, y, self.qw.in_feat, self.qw.out_feat)?;
         self.stats.observe(x, self.qw.in_feat);
         self.qw.matmul(x, rows, y)?;
@@ -230,7 +230,7 @@ impl QuantMethod for Int4Linear {
         Ok(())
     }
 
-    fn dequantize_w(&self) -> Result<Vec<f32>> {
+    fn dequantize_w_vec(&self) -> Result<Vec<f32>> {
         Ok(transpose(
             &self.qw.dequantize(),
             self.qw.in_feat,

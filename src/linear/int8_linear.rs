@@ -164,7 +164,7 @@ impl QuantMethod for Int8Linear {
         vec![self.out_feat, self.in_feat]
     }
 
-    fn forward(&self, x: &[f32], y: &mut [f32]) -> Result<()> {
+    fn forward_slice(&self, x: &[f32], y: &mut [f32]) -> Result<()> {
         let rows = rows_of(x, y, self.in_feat, self.out_feat)?;
         self.stats.observe(x, self.in_feat);
         let src = Rows {
@@ -180,7 +180,7 @@ impl QuantMethod for Int8Linear {
         Ok(())
     }
 
-    fn dequantize_w(&self) -> Result<Vec<f32>> {
+    fn dequantize_w_vec(&self) -> Result<Vec<f32>> {
         let mut w = vec![0f32; self.q.len()];
         w.par_chunks_mut(self.in_feat)
             .zip(self.q.par_chunks(self.in_feat))

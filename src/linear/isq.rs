@@ -54,7 +54,7 @@ pub(crate) fn convert(
             "expert-stacked weights {shape:?} only convert to fp8_e4m3"
         )));
     }
-    let w = src.dequantize_w()?;
+    let w = src.dequantize_w_vec()?;
     let bias = src.bias().map(<[f32]>::to_vec);
     let out_feat = src.out_features();
     let layer: Arc<dyn QuantMethod> = match dtype {

@@ -12,12 +12,15 @@
 //! Weights are `[out, in]` row-major like `torch.nn.Linear`; inputs are
 //! `[rows, in]` (the bindings flatten any leading dimensions).
 //!
-//! Differences from the seed's signatures, all because the types do not
-//! exist in this crate: tensors are slices and `Vec<f32>` with explicit
-//! shapes; `QuantizeOntoGuard` and `Comm` are dropped (one device, no
-//! tensor parallelism); `begin_track_stats` takes `&self` (stats live behind
+//! Tensors are ndarray arrays in the seed's methods (`forward`,
+//! `dequantize_w`, `add_delta_w`, ...; `array_api.rs`), each backed by a
+//! `*_slice` twin on slices with explicit shapes that the kernels and the
+//! Python binding use. Other differences from the seed's signatures, all
+//! because the types do not exist in this crate: `QuantizeOntoGuard` and
+//! `Comm` are dropped (one device, no tensor parallelism); `begin_track_stats` takes `&self` (stats live behind
 //! a mutex) so that layers shared through `Arc` can be tracked.
 
+mod array_api;
 #[macro_use]
 mod common;
 #[cfg(target_arch = "x86_64")]
@@ -39,6 +42,8 @@ mod unquant;
 use std::borrow::Cow;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
+
+use ndarray::{ArrayD, ArrayViewD};
 
 pub use fp8_linear::PerTensorFP8Linear;
 pub use int4_linear::Int4Linear;
@@ -184,19 +189,19 @@ pub trait QuantMethod: Send + Sync + std::fmt::Debug {
     }
 
     /// `y = x . W^T + bias` for `x [rows, in]` into `y [rows, out]`.
-    fn forward(&self, x: &[f32], y: &mut [f32]) -> Result<()>;
+    fn forward_slice(&self, x: &[f32], y: &mut [f32]) -> Result<()>;
 
-    /// [`forward`](Self::forward) with the activation cast to the layer's
+    /// [`forward_slice`](Self::forward_slice) with the activation cast to the layer's
     /// activation type and back. On f32 slices the casts are the identity
     /// (an FP8 layer quantizes activations inside `forward` already); the
     /// Python binding does the float16/float64/bfloat16 casts around it.
-    fn forward_autocast(&self, x: &[f32], y: &mut [f32]) -> Result<()> {
-        self.forward(x, y)
+    fn forward_autocast_slice(&self, x: &[f32], y: &mut [f32]) -> Result<()> {
+        self.forward_slice(x, y)
     }
 
     /// Expert-stacked forward: `x [tokens, in]`, `indices [tokens, k]` ->
     /// `y [tokens, k, out]`.
-    fn gather_forward(
+    fn gather_forward_slice(
         &self,
         _x: &[f32],
         _indices: &[i64],
@@ -209,19 +214,19 @@ pub trait QuantMethod: Send + Sync + std::fmt::Debug {
         )))
     }
 
-    /// [`gather_forward`](Self::gather_forward) with activation casts.
-    fn gather_forward_autocast(
+    /// [`gather_forward_slice`](Self::gather_forward_slice) with activation casts.
+    fn gather_forward_autocast_slice(
         &self,
         x: &[f32],
         indices: &[i64],
         k: usize,
         y: &mut [f32],
     ) -> Result<()> {
-        self.gather_forward(x, indices, k, y)
+        self.gather_forward_slice(x, indices, k, y)
     }
 
     /// The dequantized weight, f32, in [`weight_shape`](Self::weight_shape).
-    fn dequantize_w(&self) -> Result<Vec<f32>>;
+    fn dequantize_w_vec(&self) -> Result<Vec<f32>>;
 
     /// The activation type a quantized forward uses (FP8 E4M3 with a static
     /// activation scale), else `None`.
@@ -231,7 +236,7 @@ pub trait QuantMethod: Send + Sync + std::fmt::Debug {
 
     /// A new layer for `W + delta` (LoRA merge; `delta` pre-scaled by alpha),
     /// re-quantized in this layer's format.
-    fn add_delta_w(&self, delta: &[f32]) -> Result<Arc<dyn QuantMethod>>;
+    fn add_delta_w_slice(&self, delta: &[f32]) -> Result<Arc<dyn QuantMethod>>;
 
     /// Storage dtype of the weight and its device.
     fn dtype_and_device(&self) -> (WeightDType, Device);
@@ -257,7 +262,7 @@ pub trait QuantMethod: Send + Sync + std::fmt::Debug {
 
     /// `(W, bias)` dequantized.
     fn unquant_weight_bias(&self) -> Option<(Vec<f32>, Option<Vec<f32>>)> {
-        let w = self.dequantize_w().ok()?;
+        let w = self.dequantize_w_vec().ok()?;
         Some((w, self.bias().map(<[f32]>::to_vec)))
     }
 
@@ -284,6 +289,49 @@ pub trait QuantMethod: Send + Sync + std::fmt::Debug {
 
     /// This layer by concrete type.
     fn into_layer(self: Arc<Self>) -> Layer;
+
+    /// Seed 002's `forward`: `y = x . W^T + bias` for `x [..., in]` (any
+    /// leading dimensions, standard layout) -> `[..., out]`.
+    fn forward(&self, x: ArrayViewD<'_, f32>) -> Result<ArrayD<f32>> {
+        array_api::forward(self, x, false)
+    }
+
+    /// Seed 002's `forward_autocast` (see [`Self::forward_autocast_slice`]).
+    fn forward_autocast(&self, x: ArrayViewD<'_, f32>) -> Result<ArrayD<f32>> {
+        array_api::forward(self, x, true)
+    }
+
+    /// Seed 002's `gather_forward`: `x [tokens, in]`, `indices [tokens, k]`
+    /// -> `[tokens, k, out]` (expert-stacked weights only).
+    fn gather_forward(
+        &self,
+        x: ArrayViewD<'_, f32>,
+        indices: ArrayViewD<'_, i64>,
+    ) -> Result<ArrayD<f32>> {
+        array_api::gather_forward(self, x, indices, false)
+    }
+
+    /// Seed 002's `gather_forward_autocast`.
+    fn gather_forward_autocast(
+        &self,
+        x: ArrayViewD<'_, f32>,
+        indices: ArrayViewD<'_, i64>,
+    ) -> Result<ArrayD<f32>> {
+        array_api::gather_forward(self, x, indices, true)
+    }
+
+    /// Seed 002's `dequantize_w`: the f32 weight in
+    /// [`weight_shape`](Self::weight_shape).
+    fn dequantize_w(&self) -> Result<ArrayD<f32>> {
+        array_api::dequantize_w(self)
+    }
+
+    /// Seed 002's `add_delta_w`: a new layer for `W + delta` (`delta` of the
+    /// weight's shape, pre-scaled by the LoRA alpha), re-quantized in this
+    /// layer's format.
+    fn add_delta_w(&self, delta: ArrayViewD<'_, f32>) -> Result<Arc<dyn QuantMethod>> {
+        array_api::add_delta_w(self, delta)
+    }
 }
 
 /// A layer and a bias kept outside it (`deserialize_ext_bias`).

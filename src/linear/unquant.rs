@@ -98,7 +98,7 @@ impl QuantMethod for UnquantLinear {
         vec![self.out_feat, self.in_feat]
     }
 
-    fn forward(&self, x: &[f32], y: &mut [f32]) -> Result<()> {
+    fn forward_slice(&self, x: &[f32], y: &mut [f32]) -> Result<()> {
         let rows = rows_of(x, y, self.in_feat, self.out_feat)?;
         self.stats.observe(x, self.in_feat);
         let src = Rows {
@@ -113,7 +113,7 @@ impl QuantMethod for UnquantLinear {
         Ok(())
     }
 
-    fn dequantize_w(&self) -> Result<Vec<f32>> {
+    fn dequantize_w_vec(&self) -> Result<Vec<f32>> {
         Ok(self.weight.clone())
     }
 

@@ -1,6 +1,9 @@
 //! `Adam4bit` and `AdamW4bit`, the public optimizers: thin types over the
 //! shared engine ([`Adam4bitCore`]), implementing the seed's traits.
 
+use ndarray::{ArrayViewD, ArrayViewMutD};
+
+use super::array_api;
 use super::checkpoint::{self, Tensors};
 use super::config::{Adam4bitConfig, Adam4bitOptimizerConfig, AdvancedQuantizationConfig};
 use super::engine::Adam4bitCore;
@@ -55,11 +58,42 @@ macro_rules! optimizer_type {
             pub fn memory_savings(&self) -> f32 {
                 self.core.memory_savings()
             }
+
+            /// [`Optimizer::update`] on a slice with an optional name (the
+            /// state key is `"n:<name>"`; the Python binding's form).
+            pub fn update_param(&mut self, param: ParamMut<'_>, grad: &[f32]) -> Result<()> {
+                self.core.update(param, grad)
+            }
+
+            /// [`Optimizer::accumulate_grad`] on a slice; returns the key
+            /// that [`Self::apply_accumulated_params`] matches.
+            pub fn accumulate_param(
+                &mut self,
+                param: ParamRef<'_>,
+                grad: &[f32],
+            ) -> Result<String> {
+                self.core.accumulate_grad(param, grad)
+            }
+
+            /// [`Optimizer::apply_accumulated_grads`] on slices given with
+            /// the keys [`Self::accumulate_param`] returned.
+            pub fn apply_accumulated_params(
+                &mut self,
+                accumulation_steps: usize,
+                params: &mut [(String, ParamMut<'_>)],
+            ) -> Result<()> {
+                self.core
+                    .apply_accumulated_grads(accumulation_steps, params)
+            }
         }
 
         impl Optimizer for $name {
-            fn update(&mut self, param: ParamMut<'_>, grad: &[f32]) -> Result<()> {
-                self.core.update(param, grad)
+            fn update(
+                &mut self,
+                parameter: ArrayViewMutD<'_, f32>,
+                grad: ArrayViewD<'_, f32>,
+            ) -> Result<()> {
+                array_api::update(&mut self.core, parameter, grad)
             }
             fn zero_grad(&mut self) {
                 self.core.zero_grad()
@@ -73,16 +107,19 @@ macro_rules! optimizer_type {
             fn set_lr(&mut self, lr: f32) -> Result<()> {
                 self.core.set_lr(lr)
             }
-            fn accumulate_grad(&mut self, param: ParamRef<'_>, grad: &[f32]) -> Result<String> {
-                self.core.accumulate_grad(param, grad)
+            fn accumulate_grad(
+                &mut self,
+                parameter: ArrayViewMutD<'_, f32>,
+                grad: ArrayViewD<'_, f32>,
+            ) -> Result<()> {
+                array_api::accumulate_grad(&mut self.core, parameter, grad)
             }
             fn apply_accumulated_grads(
                 &mut self,
                 accumulation_steps: usize,
-                params: &mut [(String, ParamMut<'_>)],
+                parameters: &mut [ArrayViewMutD<'_, f32>],
             ) -> Result<()> {
-                self.core
-                    .apply_accumulated_grads(accumulation_steps, params)
+                array_api::apply_accumulated_grads(&mut self.core, accumulation_steps, parameters)
             }
         }
 
@@ -129,5 +166,19 @@ optimizer_type!(
     AdamW4bit,
     true,
     "4-bit AdamW: Adam4bit with decoupled weight decay (`w -= lr * wd * w`, \
-     from the weight before the step, as PyTorch's AdamW)."
+     from the weight before the step, as PyTorch's AdamW).
+
+```
+use ndarray::array;
+use quantrs::{AdamW4bit, Optimizer, StatefulOptimizer};
+
+let mut opt = AdamW4bit::new(0.1, 0.9, 0.999, 1e-8, 0.5)?;
+let mut w = array![10.0f32];
+let g = array![0.0f32];
+opt.update(w.view_mut().into_dyn(), g.view().into_dyn())?;
+opt.step();
+assert_eq!(w[0], 9.5); // g = 0: only the decay, 10 - 0.1 * 0.5 * 10
+assert_eq!(opt.num_parameters(), 1);
+# Ok::<(), quantrs::QuantError>(())
+```"
 );

@@ -97,7 +97,7 @@ impl Adam4bitCore {
     }
 
     /// The state key of a parameter, without registering it.
-    fn key_of(&self, name: Option<&str>, addr: usize, len: usize) -> String {
+    pub(crate) fn key_of(&self, name: Option<&str>, addr: usize, len: usize) -> String {
         match name {
             Some(n) => format!("n:{n}"),
             None => match self.bound.get(&(addr, len)) {

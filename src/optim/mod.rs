@@ -15,13 +15,15 @@
 //!   search (`avx512.rs`) and rayon over groups (`state.rs`); each group's
 //!   arithmetic is independent of the thread count, so results are too.
 //!
-//! Modules import one way: `adam` (public types) -> `engine` (validation,
+//! Modules import one way: `adam` (public types) -> `array_api` (the
+//! seed's ndarray views, checked for layout) -> `engine` (validation,
 //! keys, accumulation) -> `state` (parallel step) -> `dither` -> `dispatch` (kernels
 //! chosen once per optimizer from proof tokens) -> `avx512*` -> the leaves
 //! `format`, `scale_format`, `codebook`; `checkpoint` reads and writes the
 //! engine's state; `traits` and `config` are leaves.
 
 mod adam;
+mod array_api;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 #[cfg(target_arch = "x86_64")]

@@ -53,7 +53,7 @@ fn run(o: &mut AdamW4bit, shape: &[usize], steps: usize, seed: u64) -> Vec<f32> 
             shape,
             data: &mut w,
         };
-        o.update(p, &g).unwrap();
+        o.update_param(p, &g).unwrap();
         o.step();
     }
     w
@@ -129,7 +129,7 @@ proptest! {
             for s in 0..3u64 {
                 let mut g = xorshift_f32(seed * 31 + s, n, scale);
                 if n > 2 { g[1] = -0.0; g[2] = g[0]; }
-                o.update(ParamMut { name: None, shape: &[n], data: &mut w }, &g).unwrap();
+                o.update_param(ParamMut { name: None, shape: &[n], data: &mut w }, &g).unwrap();
                 o.step();
             }
             prop_assert!(w.iter().all(|x| x.is_finite()));

@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use ndarray::{ArrayViewD, ArrayViewMutD};
+
 use crate::error::Result;
 use crate::st::OwnedTensor;
 
@@ -46,26 +48,46 @@ pub struct StateMemoryStats {
     pub num_parameters: usize,
 }
 
-/// The seed's optimizer interface.
+/// The seed's optimizer interface, on ndarray views (docs/rust.md).
+///
+/// A parameter is an [`ArrayViewMutD`] of any shape in standard (C
+/// contiguous) layout: another layout is an error, never a silent copy. An
+/// unnamed parameter's state is keyed by its buffer's address and length,
+/// so pass the same array every iteration (`w.view_mut().into_dyn()`).
+/// Every method validates first; on error nothing changes.
 pub trait Optimizer {
-    /// Update `param` in place from `grad` (validated first).
-    fn update(&mut self, param: ParamMut<'_>, grad: &[f32]) -> Result<()>;
-    /// Clear accumulated gradients.
+    /// Updates `parameter` in place from `grad` (same shape).
+    fn update(
+        &mut self,
+        parameter: ArrayViewMutD<'_, f32>,
+        grad: ArrayViewD<'_, f32>,
+    ) -> Result<()>;
+    /// Clears all accumulated gradients.
     fn zero_grad(&mut self);
-    /// Advance the step counter (once per iteration, after the updates).
+    /// Advances the step counter (once per iteration, after the updates).
     fn step(&mut self);
-    /// The learning rate.
+    /// The current learning rate.
     fn get_lr(&self) -> f32;
-    /// Set the learning rate (finite, >= 0).
+    /// Sets a new learning rate (finite and >= 0, else an error and no change).
     fn set_lr(&mut self, lr: f32) -> Result<()>;
-    /// Add `grad` to `param`'s f32 accumulation buffer; returns its key.
-    fn accumulate_grad(&mut self, param: ParamRef<'_>, grad: &[f32]) -> Result<String>;
-    /// Update every accumulated parameter (given with its key) with the
-    /// mean gradient, then clear the buffers. Does not call `step`.
+    /// Adds `grad` to `parameter`'s float32 accumulation buffer (gradient
+    /// accumulation); the parameter is not changed yet.
+    fn accumulate_grad(
+        &mut self,
+        parameter: ArrayViewMutD<'_, f32>,
+        grad: ArrayViewD<'_, f32>,
+    ) -> Result<()>;
+    /// Updates every parameter of `parameters` that has an accumulated
+    /// gradient with the mean `sum / accumulation_steps`, then clears the
+    /// buffers. Does not call [`Self::step`].
+    ///
+    /// The seed's form takes no parameters: a safe Rust optimizer cannot
+    /// keep the borrowed views of `accumulate_grad` alive until this call,
+    /// so the caller hands them back here (any order; matched by buffer).
     fn apply_accumulated_grads(
         &mut self,
         accumulation_steps: usize,
-        params: &mut [(String, ParamMut<'_>)],
+        parameters: &mut [ArrayViewMutD<'_, f32>],
     ) -> Result<()>;
 }
 

@@ -144,19 +144,46 @@ pub struct QatConfig {
 }
 
 impl QatConfig {
-    /// The seed's defaults for `target`: symmetric, nearest, lr 1e-3,
-    /// betas (0.9, 0.999), eps 1e-8, no weight decay.
-    pub fn new(target: QuantTarget) -> QatConfig {
+    /// A configuration with the given grid, scheme, rounding and learning
+    /// rate, and the AdamW defaults: betas (0.9, 0.999), eps 1e-8, no weight
+    /// decay (set the public fields to change them). Checked by
+    /// [`Self::validate`] when an optimizer is built.
+    ///
+    /// ```
+    /// use quantrs::qat::{IntDtype, QatConfig, QuantScheme, QuantTarget, RoundingMode};
+    ///
+    /// let mut c = QatConfig::new(
+    ///     QuantTarget::Int(IntDtype::Int4),
+    ///     QuantScheme::Affine,
+    ///     RoundingMode::Stochastic,
+    ///     1e-2,
+    /// );
+    /// assert_eq!((c.beta1, c.beta2, c.eps, c.weight_decay), (0.9, 0.999, 1e-8, 0.0));
+    /// c.weight_decay = 0.01;
+    /// assert!(c.validate().is_ok());
+    /// ```
+    pub fn new(
+        target: QuantTarget,
+        scheme: QuantScheme,
+        rounding: RoundingMode,
+        lr: f64,
+    ) -> QatConfig {
         QatConfig {
             target,
-            scheme: QuantScheme::Symmetric,
-            rounding: RoundingMode::Nearest,
-            lr: 1e-3,
+            scheme,
+            rounding,
+            lr,
             beta1: 0.9,
             beta2: 0.999,
             eps: 1e-8,
             weight_decay: 0.0,
         }
+    }
+
+    /// The defaults for `target`: symmetric, nearest, lr 1e-3 and the AdamW
+    /// defaults of [`Self::new`].
+    pub fn with_target(target: QuantTarget) -> QatConfig {
+        QatConfig::new(target, QuantScheme::Symmetric, RoundingMode::Nearest, 1e-3)
     }
 
     /// Reject hyper-parameters AdamW is not defined for, and options that

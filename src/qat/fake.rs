@@ -271,7 +271,8 @@ pub fn quantize_int<T: Master, C: Code>(
 }
 
 /// Straight-through estimator: `grad` where `lo <= x <= hi`, else 0 (NaN
-/// `x` gets 0: it is outside every range).
+/// `x` gets 0: it is outside every range). The bounds may come in either
+/// order; a NaN bound is an error.
 pub fn fake_quant_backward<T: Master>(
     grad: &[T],
     x: &[T],
@@ -281,11 +282,13 @@ pub fn fake_quant_backward<T: Master>(
 ) -> Result<()> {
     same_len("x", grad.len(), x.len())?;
     same_len("out", grad.len(), out.len())?;
-    if lo.is_nan() || hi.is_nan() || lo > hi {
+    if lo.is_nan() || hi.is_nan() {
         return Err(QuantError::arg(format!(
-            "lo/hi: expected lo <= hi, got lo={lo}, hi={hi}"
+            "lo/hi: expected numbers, got lo={lo}, hi={hi}"
         )));
     }
+    // The bounds in either order, as the original API took them.
+    let (lo, hi) = (lo.min(hi), lo.max(hi));
     out.par_chunks_mut(CHUNK)
         .zip(grad.par_chunks(CHUNK).zip(x.par_chunks(CHUNK)))
         .for_each(|(o, (g, xs))| {

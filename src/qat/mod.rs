@@ -11,7 +11,8 @@
 //!   estimator backward (Bengio, Leonard & Courville 2013, "Estimating or
 //!   propagating gradients through stochastic neurons").
 //! - `rng`: the counter-based generator behind stochastic rounding.
-//! - `optimizer`: `QatOptimizer`, the transactional AdamW step.
+//! - `optimizer`: `QatOptimizer`, the transactional AdamW step; `array_api`:
+//!   its seed surface on ndarray `Array1` and a `rand::Rng`.
 //! - `serde`: the byte format behind pickling.
 //!
 //! Integer fake quantization follows the usual affine scheme (Jacob et al.
@@ -24,6 +25,7 @@
 //! (the bodies compiled per instruction set) -> `format` (the bodies, the
 //! scalar twin) -> `fake`, `element`, `rng`, `params`, `config`.
 
+mod array_api;
 mod config;
 mod dispatch;
 mod element;

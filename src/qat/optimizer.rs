@@ -10,33 +10,65 @@ use super::params::{finite_minmax, QuantParams};
 use super::rng::stream_key;
 use crate::error::{QuantError, Result};
 use crate::simd::SimdLevel;
+use ndarray::Array1;
 
 /// QAT optimizer: owns the AdamW moments and the fake-quantized view of the
 /// caller-owned master weights.
 ///
-/// Stochastic rounding draws from a stream keyed by `(seed, step)`, indexed
-/// by element, so results never depend on the thread count. The view made at
-/// construction uses step 0; step `t` (1-based) uses step `t`.
+/// The FP32/FP64 master itself is owned by the caller and passed to every
+/// step; the optimizer updates it in place and re-derives the view from it.
+/// `T` is `f64` (the default, as in the seed) or `f32`.
 ///
-/// [`QatOptimizer::step`] is transactional: if it returns an error, master,
-/// moments, step count, parameters and view are exactly as before.
+/// Stochastic rounding takes one 64-bit key per view: [`QatOptimizer::new`]
+/// and [`QatOptimizer::step`] draw it from the caller's `rng` (exactly one
+/// `next_u64` per successful call, whatever the rounding mode), the
+/// `*_seeded` slice methods derive it from `(seed, step)`. Element `i` then
+/// rounds with a uniform that is a pure function of `(key, i)`, so results
+/// never depend on the thread count (docs/qat.md, docs/rust.md).
+///
+/// Every step is transactional: if it returns an error, master, moments,
+/// step count, parameters, view and `rng` are exactly as before.
+///
+/// ```
+/// use ndarray::array;
+/// use quantrs::qat::{IntDtype, QatConfig, QatOptimizer, QuantScheme, QuantTarget, RoundingMode};
+/// use rand::{rngs::StdRng, SeedableRng};
+///
+/// let mut rng = StdRng::seed_from_u64(0);
+/// let config = QatConfig::new(
+///     QuantTarget::Int(IntDtype::Int8),
+///     QuantScheme::Symmetric,
+///     RoundingMode::Nearest,
+///     0.01,
+/// );
+/// let mut master = array![0.5f64, -1.0, 0.25, 1.0];
+/// let mut opt = QatOptimizer::new(&master, config, &mut rng)?;
+/// opt.step(&mut master, &array![1.0, -1.0, 1.0, -1.0], &mut rng)?;
+/// assert_eq!(opt.step_count(), 1);
+/// // The first AdamW step moves each weight by lr against its gradient's sign.
+/// assert!((master[0] - 0.49).abs() < 1e-9);
+/// // The view sits on the int8 grid of scale max|w| / 127.
+/// let scale = opt.quant_params().unwrap().scale;
+/// for q in opt.quantized_weights() {
+///     assert!(((q / scale).round() - q / scale).abs() < 1e-9);
+/// }
+/// # Ok::<(), quantrs::QuantError>(())
+/// ```
 #[derive(Clone, Debug, PartialEq)]
-pub struct QatOptimizer<T: Master> {
+pub struct QatOptimizer<T: Master = f64> {
     pub(crate) config: QatConfig,
     pub(crate) seed: u64,
     pub(crate) step: u64,
     pub(crate) m: Vec<T>,
     pub(crate) v: Vec<T>,
-    pub(crate) quantized: Vec<T>,
+    pub(crate) quantized: Array1<T>,
     pub(crate) params: Option<QuantParams>,
 }
 
-fn rounding(config: &QatConfig, seed: u64, step: u64) -> Rounding {
+fn rounding(config: &QatConfig, key: u64) -> Rounding {
     match config.rounding {
         RoundingMode::Nearest => Rounding::Nearest,
-        RoundingMode::Stochastic => Rounding::Stochastic {
-            key: stream_key(seed, step),
-        },
+        RoundingMode::Stochastic => Rounding::Stochastic { key },
     }
 }
 
@@ -60,11 +92,24 @@ fn first_non_finite<T: Master>(x: &[T]) -> Option<usize> {
 }
 
 impl<T: Master> QatOptimizer<T> {
-    /// An optimizer for `master`, with the view derived from it at once.
+    /// An optimizer for the slice `master` whose stochastic rounding is keyed
+    /// by `(seed, step)` (the Python binding's path); the view is derived at
+    /// once with step 0. [`QatOptimizer::new`] is the seed's `rng` form.
     ///
     /// Errors: invalid hyper-parameters, an empty or non-finite master, and
     /// calibration failures (an all-zero master has no integer scale).
-    pub fn new(master: &[T], config: QatConfig, seed: u64) -> Result<Self> {
+    pub fn with_seed(master: &[T], config: QatConfig, seed: u64) -> Result<Self> {
+        Self::with_key(master, config, seed, |_| stream_key(seed, 0))
+    }
+
+    /// [`Self::with_seed`] with the view's key from `key` (called once,
+    /// after validation, with `seed`).
+    pub(crate) fn with_key(
+        master: &[T],
+        config: QatConfig,
+        seed: u64,
+        key: impl FnOnce(u64) -> u64,
+    ) -> Result<Self> {
         config.validate()?;
         if master.is_empty() {
             return Err(QuantError::InvalidState(
@@ -74,7 +119,7 @@ impl<T: Master> QatOptimizer<T> {
         let (min, max) = finite_minmax(master, "master")?;
         let (params, _) = calibrate_for(&config, min, max)?;
         let mut quantized = vec![T::ZERO; master.len()];
-        let r = rounding(&config, seed, 0);
+        let r = rounding(&config, key(seed));
         match (config.target, &params) {
             (QuantTarget::Int(_), Some(p)) => fake_quant_int(master, &mut quantized, p, r)?,
             (QuantTarget::Fp8(f), _) => fake_quant_fp8(master, &mut quantized, f, r)?,
@@ -86,14 +131,16 @@ impl<T: Master> QatOptimizer<T> {
             step: 0,
             m: vec![T::ZERO; master.len()],
             v: vec![T::ZERO; master.len()],
-            quantized,
+            quantized: Array1::from_vec(quantized),
             params,
         })
     }
 
-    /// The fake-quantized view of the master after the last step.
-    pub fn quantized_weights(&self) -> &[T] {
-        &self.quantized
+    /// The fake-quantized view as a slice (see [`Self::quantized_weights`]).
+    pub fn quantized_slice(&self) -> &[T] {
+        self.quantized
+            .as_slice()
+            .expect("the view is built from a Vec: standard layout")
     }
 
     /// The integer parameters in effect (None for FP8 targets).
@@ -131,13 +178,26 @@ impl<T: Master> QatOptimizer<T> {
         (&self.m, &self.v)
     }
 
-    /// One AdamW step on `master` in place, then recalibration and a new
-    /// view. `seed` overrides the optimizer's stream seed for this step.
+    /// One AdamW step on the slice `master` in place, then recalibration and
+    /// a new view keyed by `(seed, step)`; `seed` overrides the optimizer's
+    /// stream seed for this step. [`QatOptimizer::step`] is the seed's form.
     ///
     /// Errors (nothing changes): a length mismatch, a non-finite gradient or
     /// master, an update that overflows, a degenerate calibration.
-    pub fn step(&mut self, master: &mut [T], grad: &[T], seed: Option<u64>) -> Result<()> {
-        self.step_with(Kernels::in_force(), master, grad, seed)
+    pub fn step_seeded(&mut self, master: &mut [T], grad: &[T], seed: Option<u64>) -> Result<()> {
+        let seed = seed.unwrap_or(self.seed);
+        self.step_with(Kernels::in_force(), master, grad, |t| stream_key(seed, t))
+    }
+
+    /// One step whose view key comes from `key(step)`, called once, only
+    /// when the step cannot fail any more.
+    pub(crate) fn step_keyed(
+        &mut self,
+        master: &mut [T],
+        grad: &[T],
+        key: impl FnOnce(u64) -> u64,
+    ) -> Result<()> {
+        self.step_with(Kernels::in_force(), master, grad, key)
     }
 
     /// [`Self::step`] at a given SIMD level (tests compare levels); an
@@ -150,7 +210,8 @@ impl<T: Master> QatOptimizer<T> {
         grad: &[T],
         seed: Option<u64>,
     ) -> Result<()> {
-        self.step_with(Kernels::at(level)?, master, grad, seed)
+        let seed = seed.unwrap_or(self.seed);
+        self.step_with(Kernels::at(level)?, master, grad, |t| stream_key(seed, t))
     }
 
     fn step_with(
@@ -158,7 +219,7 @@ impl<T: Master> QatOptimizer<T> {
         kernels: Kernels,
         master: &mut [T],
         grad: &[T],
-        seed: Option<u64>,
+        key: impl FnOnce(u64) -> u64,
     ) -> Result<()> {
         let n = self.quantized.len();
         if master.len() != n {
@@ -179,14 +240,18 @@ impl<T: Master> QatOptimizer<T> {
         }
         let (params, quant) = calibrate_for(&self.config, stats.min, stats.max)?;
         // Nothing can fail from here on.
-        let r = rounding(&self.config, seed.unwrap_or(self.seed), t);
+        let r = rounding(&self.config, key(t));
         let step = CommitStep {
             coef: &coef,
             quant,
             rounding: r,
         };
         let buffers = (master, grad, &mut self.m[..], &mut self.v[..]);
-        kernels.commit(step, buffers, &mut self.quantized);
+        let view = self
+            .quantized
+            .as_slice_mut()
+            .expect("the view is built from a Vec: standard layout");
+        kernels.commit(step, buffers, view);
         self.params = params;
         self.step = t;
         Ok(())
@@ -252,7 +317,7 @@ impl<T: Master> QatOptimizer<T> {
             step,
             m,
             v,
-            quantized,
+            quantized: Array1::from_vec(quantized),
             params,
         })
     }

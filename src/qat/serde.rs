@@ -63,7 +63,7 @@ impl<T: Master> QatOptimizer<T> {
                 }
             }
         }
-        for buf in [&self.m, &self.v, &self.quantized] {
+        for buf in [&self.m[..], &self.v[..], self.quantized_slice()] {
             for &x in buf.iter() {
                 x.write_le(&mut out);
             }

@@ -27,7 +27,7 @@ fn data(n: usize, seed: u64) -> Vec<f64> {
 /// `steps` steps at `level`: (master, optimizer).
 fn run(level: SimdLevel, c: QatConfig, n: usize, steps: usize) -> (Vec<f64>, QatOptimizer<f64>) {
     let mut w = data(n, 1);
-    let mut opt = QatOptimizer::new(&w, c, 11).unwrap();
+    let mut opt = QatOptimizer::with_seed(&w, c, 11).unwrap();
     for s in 0..steps {
         let g = data(n, 100 + s as u64);
         opt.step_at(level, &mut w, &g, None).unwrap();
@@ -37,9 +37,9 @@ fn run(level: SimdLevel, c: QatConfig, n: usize, steps: usize) -> (Vec<f64>, Qat
 
 #[test]
 fn step_at_a_level_above_the_one_in_force_is_an_error() {
-    let c = QatConfig::new(QuantTarget::Int(IntDtype::Int8));
+    let c = QatConfig::with_target(QuantTarget::Int(IntDtype::Int8));
     let mut w = data(10, 1);
-    let mut opt = QatOptimizer::new(&w, c, 0).unwrap();
+    let mut opt = QatOptimizer::with_seed(&w, c, 0).unwrap();
     let before = (w.clone(), opt.clone());
     for level in [SimdLevel::Neon, SimdLevel::Avx2, SimdLevel::Avx512] {
         if !simd::available_levels().contains(&level) {
@@ -69,7 +69,7 @@ fn every_simd_level_matches_scalar_bit_for_bit() {
                 QuantTarget::Fp8(_) => &[QuantScheme::Symmetric],
             };
             for &scheme in schemes {
-                let mut c = QatConfig::new(target);
+                let mut c = QatConfig::with_target(target);
                 (c.scheme, c.rounding, c.lr, c.weight_decay) = (scheme, rounding, 0.05, 0.01);
                 // Lengths around the 8-lane body, the 1024 piece and the task chunk.
                 for n in [1, 7, 9, 1023, 1025, 16_385] {

@@ -211,14 +211,22 @@ def test_lr_property_and_config():
     opt.lr = 0.5
     assert opt.get_lr() == 0.5
     opt.set_lr(0.25)
-    assert opt.lr == 0.25 and opt.config()["learning_rate"] == 0.25
+    assert opt.lr == 0.25 and opt.config_dict()["learning_rate"] == 0.25
     for bad in (float("nan"), -1.0, float("inf")):
         with pytest.raises(quantrs.InvalidArgument, match="learning_rate"):
             opt.set_lr(bad)
     assert opt.lr == 0.25
-    c = opt.config()
+    c = opt.config_dict()
     assert c["method"] == "nf4" and c["block_size"] == 64 and c["double_quantization"] is True
     assert c["variance_map"] == "sqrt_log"
+    # config() is the config object: the two halves as their classes.
+    cfg = opt.config()
+    assert isinstance(cfg, quantrs.Adam4bitConfig)
+    assert cfg.optimizer == quantrs.Adam4bitOptimizerConfig(0.25)
+    assert cfg.quantization == quantrs.AdvancedQuantizationConfig()
+    assert cfg.optimizer.learning_rate == 0.25 and cfg.quantization.block_size == 64
+    assert cfg == opt.config() and cfg != quantrs.AdamW4bit().config()
+    assert repr(cfg).startswith("Adam4bitConfig(optimizer=Adam4bitOptimizerConfig(")
 
 
 def test_repr_reads_like_the_constructor():

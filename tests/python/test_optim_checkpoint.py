@@ -131,7 +131,7 @@ def test_truncated_or_corrupted_file_raises_and_changes_nothing(tmp_path):
         with pytest.raises(quantrs.SerializationError):
             opt.load_state(bad)
         assert same(snapshot(opt), before)
-        assert opt.config()["block_size"] == 64
+        assert opt.config_dict()["block_size"] == 64
 
 
 def test_invalid_state_dicts_raise_and_change_nothing():

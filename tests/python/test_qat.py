@@ -267,8 +267,12 @@ def test_fake_quant_backward_matches_reference():
     assert mixed.dtype == np.float64 and not mixed.any()  # x is not rounded to 1.0
     with pytest.raises(quantrs.DimensionMismatch):
         qat.fake_quant_backward(g, x[:10], -1, 1)
+    # The bounds in either order (as the original API took them); NaN is an error.
+    np.testing.assert_array_equal(
+        qat.fake_quant_backward(g, x, p.hi, p.lo), ref.fake_quant_backward(g, x, p.lo, p.hi)
+    )
     with pytest.raises(quantrs.InvalidArgument, match="lo"):
-        qat.fake_quant_backward(g, x, 1, -1)
+        qat.fake_quant_backward(g, x, float("nan"), 1)
 
 
 # --- zero-copy, in place ------------------------------------------------------

@@ -38,7 +38,7 @@ pub(super) fn forward_f32<'py>(
         let mut o = out.readwrite();
         let ys = o.as_slice_mut().map_err(|e| invalid("out", e))?;
         let xs = xa.as_slice().map_err(|e| invalid("x", e))?;
-        py.detach(|| layer.forward(xs, ys))?;
+        py.detach(|| layer.forward_slice(xs, ys))?;
     }
     Ok(out.into_any())
 }
@@ -102,7 +102,7 @@ pub(super) fn gather_f32<'py>(
     let mut y = vec![0f32; out_shape.iter().product()];
     let xs = xa.as_slice().map_err(|e| invalid("x", e))?;
     let is = ia.as_slice().map_err(|e| invalid("indices", e))?;
-    py.detach(|| layer.gather_forward(xs, is, is_shape[1], &mut y))?;
+    py.detach(|| layer.gather_forward_slice(xs, is, is_shape[1], &mut y))?;
     new_f32(py, y, &out_shape)
 }
 
@@ -121,7 +121,7 @@ pub(super) fn dequantize_w<'py>(
     py: Python<'py>,
     layer: &dyn QuantMethod,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let w = py.detach(|| layer.dequantize_w())?;
+    let w = py.detach(|| layer.dequantize_w_vec())?;
     new_f32(py, w, &layer.weight_shape())
 }
 
@@ -154,7 +154,7 @@ pub(super) fn add_delta_w(
         );
     }
     let ds = d.as_slice().map_err(|e| invalid("delta", e))?;
-    let out = py.detach(|| layer.add_delta_w(ds))?;
+    let out = py.detach(|| layer.add_delta_w_slice(ds))?;
     wrap(py, out)
 }
 

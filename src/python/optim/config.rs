@@ -222,3 +222,39 @@ config_class_methods!(eq PyQCfg(CoreQCfg, "AdvancedQuantizationConfig"), {
             .map(Bound::into_any)
     }
 });
+
+/// An optimizer's whole configuration, as `config()` returns it: the Adam
+/// hyper-parameters and the state quantization (the Rust `Adam4bitConfig`).
+/// `config_dict()` gives the same values as one flat dict.
+#[pyclass(name = "Adam4bitConfig", module = "quantrs", frozen, eq)]
+#[derive(Clone, PartialEq)]
+pub struct PyAdamCfg {
+    pub inner: crate::optim::Adam4bitConfig,
+}
+
+#[pymethods]
+impl PyAdamCfg {
+    /// The Adam hyper-parameters.
+    #[getter]
+    fn optimizer(&self) -> PyOptCfg {
+        PyOptCfg {
+            inner: self.inner.optimizer,
+        }
+    }
+
+    /// How the optimizer state is quantized.
+    #[getter]
+    fn quantization(&self) -> PyQCfg {
+        PyQCfg {
+            inner: self.inner.quantization,
+        }
+    }
+
+    fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
+        let py = slf.py();
+        let this = slf.get();
+        let o = Bound::new(py, this.optimizer())?.repr()?;
+        let q = Bound::new(py, this.quantization())?.repr()?;
+        Ok(format!("Adam4bitConfig(optimizer={o}, quantization={q})"))
+    }
+}

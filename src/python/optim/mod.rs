@@ -18,6 +18,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<config::PyMethod>()?;
     m.add_class::<config::PyOptCfg>()?;
     m.add_class::<config::PyQCfg>()?;
+    m.add_class::<config::PyAdamCfg>()?;
     m.add_class::<stats::PyStats>()?;
     m.add_class::<stats::PyState>()?;
     m.add_class::<optimizer::PyAdam4bit>()?;

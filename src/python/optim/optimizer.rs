@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyType};
 
-use super::config::{f32_arg, pyf, PyOptCfg, PyQCfg};
+use super::config::{f32_arg, pyf, PyAdamCfg, PyOptCfg, PyQCfg};
 use super::state::{Inner, Pair};
 use super::stats::{PyState, PyStats};
 use crate::optim::{checkpoint, Adam4bitCore};
@@ -165,8 +165,16 @@ macro_rules! py_optimizer {
                 self.inner.core.num_parameters()
             }
 
-            /// Every hyper-parameter and quantization setting as a dict.
-            fn config<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+            /// The configuration object (`Adam4bitConfig`: `.optimizer`,
+            /// `.quantization`), as the Rust `StatefulOptimizer::config`.
+            fn config(&self) -> PyAdamCfg {
+                PyAdamCfg {
+                    inner: *self.inner.core.config(),
+                }
+            }
+
+            /// Every hyper-parameter and quantization setting as one dict.
+            fn config_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
                 self.inner.config_dict(py)
             }
 

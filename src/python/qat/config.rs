@@ -44,7 +44,7 @@ config_class_methods!(PyQatConfig(QatConfig, "QatConfig"), {
         eps: f64,
         weight_decay: f64,
     ) -> PyResult<Self> {
-        let mut c = QatConfig::new(target_arg(target)?);
+        let mut c = QatConfig::with_target(target_arg(target)?);
         if let Some(s) = scheme {
             c.scheme = scheme_arg(s)?;
         }

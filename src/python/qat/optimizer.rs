@@ -38,7 +38,7 @@ fn config_arg(obj: &Bound<'_, PyAny>) -> PyResult<QatConfig> {
         return Ok(c.get().inner);
     }
     if obj.extract::<String>().is_ok() {
-        return Ok(QatConfig::new(target_arg(obj)?));
+        return Ok(QatConfig::with_target(target_arg(obj)?));
     }
     Err(wrong_type(
         "config",
@@ -74,7 +74,7 @@ fn build<T: Master + Element>(
 ) -> PyResult<(QatOptimizer<T>, Vec<usize>)> {
     let a = input::<T>(master, "master")?;
     let xs = a.as_slice()?;
-    let opt = py.detach(|| QatOptimizer::new(xs, config, seed))?;
+    let opt = py.detach(|| QatOptimizer::with_seed(xs, config, seed))?;
     Ok((opt, a.shape().to_vec()))
 }
 
@@ -111,7 +111,7 @@ fn step_typed<T: Master + Element>(
     if overlaps(ws, gs) {
         return Err(QuantError::arg("grad: overlaps the master array").into());
     }
-    py.detach(|| opt.step(ws, gs, seed))?;
+    py.detach(|| opt.step_seeded(ws, gs, seed))?;
     Ok(())
 }
 
@@ -195,8 +195,8 @@ impl PyQatOptimizer {
     fn quantized_weights<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
         let this = slf.try_borrow()?;
         match &this.inner {
-            Inner::F64(o) => view(slf, o.quantized_weights(), &this.shape),
-            Inner::F32(o) => view(slf, o.quantized_weights(), &this.shape),
+            Inner::F64(o) => view(slf, o.quantized_slice(), &this.shape),
+            Inner::F32(o) => view(slf, o.quantized_slice(), &this.shape),
         }
     }
 
