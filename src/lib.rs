@@ -10,6 +10,7 @@
 //! - [`optim`]: `Adam4bit` / `AdamW4bit` with packed 4-bit state.
 //! - [`qat`]: `QatOptimizer`, quantization-aware training.
 
+pub(crate) mod atomic;
 pub mod error;
 pub mod fp8;
 pub mod gpu;
