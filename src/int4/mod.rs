@@ -28,6 +28,7 @@ mod format;
 mod gemm;
 mod matvec;
 mod quantize;
+mod range;
 mod serde;
 #[cfg(target_arch = "x86_64")]
 mod strips;
@@ -371,6 +372,17 @@ impl QuantizedWeight {
         if batch == 0 {
             return Ok(());
         }
+        if let Some(shifts) = range::shifts(x, self.in_feat) {
+            let xs = range::scaled(x, self.in_feat, &shifts);
+            self.run_kernels(&xs, batch, y, kernels);
+            range::unscale(y, self.out_feat, &shifts);
+        } else {
+            self.run_kernels(x, batch, y, kernels);
+        }
+        Ok(())
+    }
+
+    fn run_kernels(&self, x: &[f32], batch: usize, y: &mut [f32], kernels: Kernels) {
         match kernels {
             Kernels::Gemm(g) => gemm::matmul(self, x, batch, y, g),
             Kernels::Matvec(k) => {
@@ -382,7 +394,6 @@ impl QuantizedWeight {
                 }
             }
         }
-        Ok(())
     }
 
     /// Signed code of row `r`, column `o` (for tests and slow paths).
