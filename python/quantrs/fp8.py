@@ -73,6 +73,8 @@ def _float8_format(arr: Any) -> str | None:
 def encode(x: Any, fmt: str = "e4m3", saturate: bool = False, *, as_ml_dtypes: bool = False):
     """Encode ``x`` to FP8 codes (uint8, or an ml_dtypes float8 view)."""
     f = _fmt(fmt)
+    if not isinstance(saturate, (bool, np.bool_)):
+        raise TypeError(f"saturate: expected bool, got {type(saturate).__name__}")
     # NumPy's conversion turns 0-d inputs into 1-d: keep the caller's shape.
     out = _encode(x, f, bool(saturate)).reshape(np.shape(x))
     return out.view(ml_dtype(f)) if as_ml_dtypes else out

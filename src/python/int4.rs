@@ -89,11 +89,11 @@ pymethods_with_getters!(PyQuantizedWeight, {
     fn new(
         data: &Bound<'_, PyAny>,
         scales: &Bound<'_, PyAny>,
-        in_feat: usize,
-        out_feat: usize,
-        num_groups: usize,
+        #[pyo3(from_py_with = crate::python::sizes::in_feat)] in_feat: usize,
+        #[pyo3(from_py_with = crate::python::sizes::out_feat)] out_feat: usize,
+        #[pyo3(from_py_with = crate::python::sizes::num_groups)] num_groups: usize,
     ) -> PyResult<Self> {
-        let d = input::<u8>(data, "data")?;
+        let d = super::fp8::u8_input(data, "data")?;
         let s = input::<f32>(scales, "scales")?;
         let inner = Core::from_parts(
             d.as_slice().map_err(|e| invalid("data", e))?.to_vec(),
@@ -112,9 +112,9 @@ pymethods_with_getters!(PyQuantizedWeight, {
     fn quantize(
         py: Python<'_>,
         w: &Bound<'_, PyAny>,
-        in_feat: Option<usize>,
-        out_feat: Option<usize>,
-        group_size: usize,
+        #[pyo3(from_py_with = crate::python::sizes::opt_in_feat)] in_feat: Option<usize>,
+        #[pyo3(from_py_with = crate::python::sizes::opt_out_feat)] out_feat: Option<usize>,
+        #[pyo3(from_py_with = crate::python::sizes::group_size)] group_size: usize,
     ) -> PyResult<Self> {
         let wa = input::<f32>(w, "w")?;
         let shape = wa.shape().to_vec();
