@@ -25,7 +25,7 @@ def inspect_file(path: str | os.PathLike) -> dict:
     with reader:
         try:
             qmeta = json.loads(reader.metadata.get(TENSORS_KEY, "{}"))
-        except ValueError:
+        except (ValueError, RecursionError):  # a deeply nested header is as bad as any
             qmeta = {}
         if not isinstance(qmeta, dict):
             qmeta = {}
