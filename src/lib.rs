@@ -19,6 +19,7 @@ pub mod linear;
 pub mod optim;
 pub(crate) mod par;
 pub mod qat;
+pub(crate) mod range;
 pub mod simd;
 pub(crate) mod st;
 

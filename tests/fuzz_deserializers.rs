@@ -328,3 +328,14 @@ fn the_cap_refuses_big_allocations() {
     assert!(v.try_reserve_exact(CAP + 1).is_err());
     let _ = AtomicUsize::new(0);
 }
+
+/// Found by `fuzz_int4_safetensors`: `in_feat = 2**64 - 1` in the header
+/// wrapped the padded length to 0 and divided by zero.
+#[test]
+fn int4_huge_in_feat_is_an_error() {
+    let qw = QuantizedWeight::quantize(&vals(64 * 3, 1), 64, 3).unwrap();
+    for in_feat in [usize::MAX, usize::MAX - 1, 1 << 62] {
+        let r = QuantizedWeight::from_parts(qw.data.clone(), qw.scales.clone(), in_feat, 3, 2);
+        assert!(r.is_err());
+    }
+}

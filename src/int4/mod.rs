@@ -28,7 +28,6 @@ mod format;
 mod gemm;
 mod matvec;
 mod quantize;
-mod range;
 mod serde;
 #[cfg(target_arch = "x86_64")]
 mod strips;
@@ -86,11 +85,19 @@ impl Layout {
                 "group_size: expected an even number >= 2, got {group_size}"
             )));
         }
-        let gs = group_size.min(in_feat + in_feat % 2);
+        // in_feat comes from callers and files: near usize::MAX the padded
+        // length would wrap (and a wrapped group of 0 divides by zero).
+        let in_padded_max = in_feat
+            .checked_add(in_feat % 2)
+            .ok_or_else(|| QuantError::arg(format!("in_feat: {in_feat} is too large")))?;
+        let gs = group_size.min(in_padded_max);
         let num_groups = in_feat.div_ceil(gs);
+        let in_padded = num_groups
+            .checked_mul(gs)
+            .ok_or_else(|| QuantError::arg(format!("in_feat: {in_feat} is too large")))?;
         Ok(Layout {
             group_size: gs,
-            in_padded: num_groups * gs,
+            in_padded,
             num_groups,
         })
     }
@@ -372,10 +379,10 @@ impl QuantizedWeight {
         if batch == 0 {
             return Ok(());
         }
-        if let Some(shifts) = range::shifts(x, self.in_feat) {
-            let xs = range::scaled(x, self.in_feat, &shifts);
+        if let Some(shifts) = crate::range::shifts(x, self.in_feat) {
+            let xs = crate::range::scaled(x, self.in_feat, &shifts);
             self.run_kernels(&xs, batch, y, kernels);
-            range::unscale(y, self.out_feat, &shifts);
+            crate::range::unscale(y, self.out_feat, &shifts);
         } else {
             self.run_kernels(x, batch, y, kernels);
         }

@@ -206,6 +206,22 @@ def test_int4_huge_x_stays_finite(batch):
     np.testing.assert_allclose(y, ref, rtol=1e-5, atol=0)
 
 
+@pytest.mark.kernel
+@pytest.mark.parametrize("cls", ["PerTensorFP8Linear", "Int8Linear"])
+@pytest.mark.parametrize("batch", [1, 8])
+def test_linear_huge_x_stays_finite(cls, batch):
+    w = (RNG.standard_normal((5, 64)) * 1e-3).astype(np.float32)
+    bias = RNG.standard_normal(5).astype(np.float32)
+    layer = getattr(quantrs, cls).from_float(w, bias)
+    x = RNG.standard_normal((batch, 64)).astype(np.float32)
+    x[:, 3] = 3e38
+    ref = x.astype(np.float64) @ layer.dequantize_w().astype(np.float64).T + bias
+    assert np.all(np.isfinite(ref))
+    y = layer.forward(x)
+    assert np.all(np.isfinite(y))
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=0)
+
+
 # --- determinism (item 11) ---------------------------------------------------
 
 

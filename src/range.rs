@@ -1,8 +1,9 @@
 //! Inputs too large for the kernels' intermediates (docs/int4.md, "Range").
 //!
-//! Every INT4 kernel forms products `x * q` (or `x * 2^-28 * (q << 28)`,
-//! AVX2) with `|q| <= 8` and sums them over a group before applying the
-//! scale: for `|x|` near `f32::MAX` (3e38) those intermediates overflow to
+//! The INT4 kernels form products `x * q` (or `x * 2^-28 * (q << 28)`,
+//! AVX2) with `|q| <= 8` and sum them over a group before applying the
+//! scale, and the linear layers' engine (`linear::kernels`) sums `x * code`
+//! (FP8 codes up to 448, INT8 up to 127) before its per-row scale: for `|x|` near `f32::MAX` (3e38) those intermediates overflow to
 //! inf although NumPy's `x @ W` (which multiplies by the small scale first)
 //! is finite. A row of `x` whose largest finite `|x|` is at least
 //! `2^ROW_LIMIT_LOG2` is therefore scaled by an exact power of two into range,
@@ -10,13 +11,13 @@
 //! finite wherever the true product is. Rows in range (all real inputs) are
 //! not copied.
 
-/// Rows with a larger `|x|` take the scaled path. `2^64 * 8 * 2^31` rows
-/// stays far below `f32::MAX` (2^128).
+/// Rows with a larger `|x|` take the scaled path: `2^64 * 448 * 2^40`
+/// (largest FP8 code, any row length) stays below `f32::MAX` (2^128).
 const ROW_LIMIT_LOG2: i32 = 64;
 
 /// The power of two `k` by which `row` must be divided (`x * 2^-k`), or
 /// `None` when every finite `|x|` is below `2^ROW_LIMIT_LOG2`.
-pub(super) fn row_shift(row: &[f32]) -> Option<i32> {
+pub(crate) fn row_shift(row: &[f32]) -> Option<i32> {
     let max_bits = row
         .iter()
         .map(|v| v.to_bits() & 0x7FFF_FFFF)
@@ -27,13 +28,13 @@ pub(super) fn row_shift(row: &[f32]) -> Option<i32> {
 }
 
 /// `2^k` for `k` in the normal f32 range.
-pub(super) fn pow2(k: i32) -> f32 {
+pub(crate) fn pow2(k: i32) -> f32 {
     debug_assert!((-126..=127).contains(&k));
     f32::from_bits(((k + 127) as u32) << 23)
 }
 
 /// Per row of `x` (`in_feat` wide), its shift; `None` when no row needs one.
-pub(super) fn shifts(x: &[f32], in_feat: usize) -> Option<Vec<i32>> {
+pub(crate) fn shifts(x: &[f32], in_feat: usize) -> Option<Vec<i32>> {
     let s: Vec<i32> = x
         .chunks_exact(in_feat)
         .map(|r| row_shift(r).unwrap_or(0))
@@ -43,7 +44,7 @@ pub(super) fn shifts(x: &[f32], in_feat: usize) -> Option<Vec<i32>> {
 
 /// `x` with each row divided by `2^shift` (exact but for underflow of
 /// elements `2^-k` below the row's largest, far below the accuracy bound).
-pub(super) fn scaled(x: &[f32], in_feat: usize, shifts: &[i32]) -> Vec<f32> {
+pub(crate) fn scaled(x: &[f32], in_feat: usize, shifts: &[i32]) -> Vec<f32> {
     x.chunks_exact(in_feat)
         .zip(shifts)
         .flat_map(|(r, &k)| {
@@ -54,7 +55,7 @@ pub(super) fn scaled(x: &[f32], in_feat: usize, shifts: &[i32]) -> Vec<f32> {
 }
 
 /// Multiply each row of `y` (`out_feat` wide) back by `2^shift`.
-pub(super) fn unscale(y: &mut [f32], out_feat: usize, shifts: &[i32]) {
+pub(crate) fn unscale(y: &mut [f32], out_feat: usize, shifts: &[i32]) {
     for (r, &k) in y.chunks_exact_mut(out_feat).zip(shifts) {
         if k != 0 {
             let f = pow2(k);
