@@ -95,6 +95,19 @@ pymethods_with_getters!(PyQuantizedWeight, {
     ) -> PyResult<Self> {
         let d = super::fp8::u8_input(data, "data")?;
         let s = input::<f32>(scales, "scales")?;
+        // Flat, or 2-D with out_feat columns (what `.data` / `.scales`
+        // return): a `(1, 1, n)` array of the right size is a mistake.
+        for (arg, shape) in [("data", d.shape()), ("scales", s.shape())] {
+            let ok = shape.len() == 1 || (shape.len() == 2 && shape[1] == out_feat);
+            if !ok {
+                return Err(QuantError::dims(
+                    arg,
+                    format!("a flat array or [_, {out_feat}]"),
+                    format!("{shape:?}"),
+                )
+                .into());
+            }
+        }
         let inner = Core::from_parts(
             d.as_slice().map_err(|e| invalid("data", e))?.to_vec(),
             s.as_slice().map_err(|e| invalid("scales", e))?.to_vec(),

@@ -187,6 +187,17 @@ def test_int4_codes_must_be_uint8():
         quantrs.QuantizedWeight(np.full(96, 289, np.int32), w.scales, 64, 3, 2)
 
 
+@pytest.mark.parametrize("which", ["data", "scales"])
+def test_int4_buffers_shape_checked(which):
+    w = quantrs.QuantizedWeight.quantize(RNG.standard_normal((64, 3)).astype(np.float32))
+    parts = {"data": w.data, "scales": w.scales}
+    parts[which] = parts[which].reshape(1, 1, -1)
+    with pytest.raises(quantrs.DimensionMismatch, match=which):
+        quantrs.QuantizedWeight(parts["data"], parts["scales"], 64, 3, 2)
+    flat = quantrs.QuantizedWeight(w.data.ravel(), w.scales.ravel(), 64, 3, 2)
+    assert flat == quantrs.QuantizedWeight(w.data, w.scales, 64, 3, 2) == w
+
+
 # --- INT4 range (item 5) -----------------------------------------------------
 
 
