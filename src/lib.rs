@@ -48,6 +48,7 @@
 
 #![deny(missing_docs)]
 
+pub(crate) mod atomic;
 pub mod error;
 pub mod fp8;
 pub mod gpu;
@@ -56,6 +57,7 @@ pub mod linear;
 pub mod optim;
 pub(crate) mod par;
 pub mod qat;
+pub(crate) mod range;
 pub mod simd;
 pub(crate) mod st;
 

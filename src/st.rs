@@ -2,7 +2,6 @@
 //! atomic writes (temp file + fsync + rename) and validated reads.
 
 use std::collections::HashMap;
-use std::io::Write;
 use std::path::Path;
 
 use safetensors::tensor::TensorView;
@@ -71,7 +70,34 @@ pub fn to_bytes(
     } else {
         Some(metadata)
     };
-    safetensors::serialize(views, meta).map_err(|e| QuantError::ser(e.to_string()))
+    let bytes = safetensors::serialize(views, meta).map_err(|e| QuantError::ser(e.to_string()))?;
+    Ok(canonical_header(bytes))
+}
+
+/// The same file with its JSON header's keys in sorted order: the
+/// safetensors crate writes `__metadata__` from a `HashMap`, whose order
+/// changes per call, and the same object must give the same bytes. Only the
+/// order changes, so the text keeps its length and padding.
+fn canonical_header(mut bytes: Vec<u8>) -> Vec<u8> {
+    let Some(n) = bytes
+        .get(..8)
+        .map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default()) as usize)
+    else {
+        return bytes;
+    };
+    let Some(raw) = bytes.get(8..8 + n) else {
+        return bytes;
+    };
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(raw) else {
+        return bytes;
+    };
+    let text = v.to_string();
+    if text.len() <= n {
+        let header = &mut bytes[8..8 + n];
+        header[..text.len()].copy_from_slice(text.as_bytes());
+        header[text.len()..].fill(b' ');
+    }
+    bytes
 }
 
 /// Parse safetensors bytes, copying each tensor out.
@@ -97,38 +123,15 @@ pub fn from_bytes(bytes: &[u8]) -> Result<StFile> {
     Ok(out)
 }
 
-/// Write `bytes` to `path` atomically: a temporary file in the same folder,
-/// fsync, then rename over the target. A crash leaves the old file intact.
+/// Write `bytes` to `path` atomically (unique temporary + fsync + rename;
+/// see `crate::atomic`).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => std::path::PathBuf::from("."),
-    };
-    let file_name = path
-        .file_name()
-        .ok_or_else(|| QuantError::arg(format!("path {path:?} names no file")))?;
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}",
-        file_name.to_string_lossy(),
-        std::process::id()
-    ));
-    let result = (|| -> Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        drop(f);
-        std::fs::rename(&tmp, path)?;
-        Ok(())
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
+    crate::atomic::write(path, bytes)
 }
 
 /// Load a whole safetensors file.
 pub fn load(path: &Path) -> Result<StFile> {
-    from_bytes(&std::fs::read(path)?)
+    from_bytes(&crate::atomic::read(path)?)
 }
 
 /// f32 values as little-endian bytes.

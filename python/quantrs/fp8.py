@@ -79,6 +79,8 @@ def _on_cuda(x: Any) -> bool:
 def encode(x: Any, fmt: str = "e4m3", saturate: bool = False, *, as_ml_dtypes: bool = False):
     """Encode ``x`` to FP8 codes (uint8, or an ml_dtypes float8 view)."""
     f = _fmt(fmt)
+    if not isinstance(saturate, (bool, np.bool_)):
+        raise TypeError(f"saturate: expected bool, got {type(saturate).__name__}")
     if _on_cuda(x):  # device arrays: the GPU codec (docs/gpu.md)
         from . import cuda
 

@@ -86,11 +86,19 @@ impl Layout {
                 "group_size: expected an even number >= 2, got {group_size}"
             )));
         }
-        let gs = group_size.min(in_feat + in_feat % 2);
+        // in_feat comes from callers and files: near usize::MAX the padded
+        // length would wrap (and a wrapped group of 0 divides by zero).
+        let in_padded_max = in_feat
+            .checked_add(in_feat % 2)
+            .ok_or_else(|| QuantError::arg(format!("in_feat: {in_feat} is too large")))?;
+        let gs = group_size.min(in_padded_max);
         let num_groups = in_feat.div_ceil(gs);
+        let in_padded = num_groups
+            .checked_mul(gs)
+            .ok_or_else(|| QuantError::arg(format!("in_feat: {in_feat} is too large")))?;
         Ok(Layout {
             group_size: gs,
-            in_padded: num_groups * gs,
+            in_padded,
             num_groups,
         })
     }
@@ -375,6 +383,17 @@ impl QuantizedWeight {
         if batch == 0 {
             return Ok(());
         }
+        if let Some(shifts) = crate::range::shifts(x, self.in_feat) {
+            let xs = crate::range::scaled(x, self.in_feat, &shifts);
+            self.run_kernels(&xs, batch, y, kernels);
+            crate::range::unscale(y, self.out_feat, &shifts);
+        } else {
+            self.run_kernels(x, batch, y, kernels);
+        }
+        Ok(())
+    }
+
+    fn run_kernels(&self, x: &[f32], batch: usize, y: &mut [f32], kernels: Kernels) {
         match kernels {
             Kernels::Gemm(g) => gemm::matmul(self, x, batch, y, g),
             Kernels::Matvec(k) => {
@@ -386,7 +405,6 @@ impl QuantizedWeight {
                 }
             }
         }
-        Ok(())
     }
 
     /// Signed code of row `r`, column `o` (for tests and slow paths).

@@ -75,6 +75,6 @@ impl QuantizedWeight {
 
     /// Load from a safetensors file written by [`Self::save`].
     pub fn load(path: &Path) -> Result<Self> {
-        Self::from_safetensors_bytes(&std::fs::read(path)?)
+        Self::from_safetensors_bytes(&crate::atomic::read(path)?)
     }
 }

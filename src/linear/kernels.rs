@@ -67,6 +67,22 @@ pub(crate) fn matmul_rows<S: RowSource>(
     if m == 0 || n == 0 {
         return;
     }
+    // Rows of x so large that `x * code` sums would overflow before the scale
+    // (crate::range): run them divided by a power of two, scale back, then
+    // add the bias, so the result is what the unscaled sum would give.
+    if k > 0 {
+        if let Some(shifts) = crate::range::shifts(x, k) {
+            let xs = crate::range::scaled(x, k, &shifts);
+            let unbiased = Epilogue { scale, bias: None };
+            matmul_rows(src, n, k, &xs, m, y, &unbiased);
+            crate::range::unscale(y, n, &shifts);
+            if let Some(b) = bias {
+                y.chunks_exact_mut(n)
+                    .for_each(|row| row.iter_mut().zip(b).for_each(|(v, bb)| *v += bb));
+            }
+            return;
+        }
+    }
     let dots = Dots::current();
     let out = OutPtr(y.as_mut_ptr());
     let b_at = |r: usize| bias.map_or(0.0, |b| b[r]);

@@ -33,13 +33,20 @@ use crate::st::{self, Dtype, OwnedTensor};
 pub(crate) use super::traits::Tensors;
 
 pub(crate) const FORMAT: &str = "quantrs.adam4bit";
-/// Version 2: v's double-quantized block scales are rounded without bias
-/// (`dither.rs`), so a decoded v scale may lie below its block's maximum.
-/// The tensors are laid out as in version 1, which still loads (and then
-/// continues with the version-2 rounding).
+/// Version 2: the checksum also covers `meta` itself (every field except the
+/// checksum), and v's double-quantized block scales are rounded without bias
+/// (`dither.rs`), so a decoded v scale may lie below its block's maximum; the
+/// tensors are laid out as in version 1. Version 1 files (checksum over the other tensors only) still
+/// load: their meta is unprotected, so it is accepted only where it agrees
+/// exactly with the tensors present (every size is checked against the bytes
+/// before anything is allocated) and the step is in range; see
+/// docs/security.md. They continue with the version-2 rounding.
 pub(crate) const VERSION: u64 = 2;
-/// Versions this reader accepts.
-const READS: [u64; 2] = [1, 2];
+const LEGACY_VERSION: u64 = 1;
+
+/// The largest step a checkpoint may hold: far beyond any real run, and far
+/// enough from `u64::MAX` that `step + 1` can never wrap.
+pub(crate) const MAX_STEP: u64 = 1 << 53;
 
 fn kind(core: &Adam4bitCore) -> &'static str {
     if core.decoupled() {
@@ -73,6 +80,19 @@ fn checksum(t: &Tensors) -> u32 {
         h.update(format!("{}{:?}", x.dtype, x.shape).as_bytes());
         h.update(&x.data);
     }
+    h.finalize()
+}
+
+/// Version-2 checksum: the tensors' CRC continued over the meta JSON without
+/// its `checksum` field (`serde_json`'s map is ordered, so the text is
+/// canonical).
+fn checksum_with_meta(t: &Tensors, meta: &Value) -> u32 {
+    let mut m = meta.clone();
+    if let Some(o) = m.as_object_mut() {
+        o.remove("checksum");
+    }
+    let mut h = crc32fast::Hasher::new_with_initial(checksum(t));
+    h.update(m.to_string().as_bytes());
     h.finalize()
 }
 
@@ -133,7 +153,7 @@ pub(crate) fn to_tensors(core: &Adam4bitCore) -> Result<Tensors> {
             }
         }
     }
-    let meta = json!({
+    let mut meta = json!({
         "format": FORMAT,
         "version": VERSION,
         "optimizer": kind(core),
@@ -144,8 +164,9 @@ pub(crate) fn to_tensors(core: &Adam4bitCore) -> Result<Tensors> {
         "double_quantization": q.double_quantization,
         "rank1_normalization": q.rank1_normalization,
         "params": Value::Object(shapes),
-        "checksum": checksum(&t),
     });
+    let sum = checksum_with_meta(&t, &meta);
+    meta["checksum"] = json!(sum);
     t.insert("meta".into(), u8_tensor(meta.to_string().into_bytes()));
     Ok(t)
 }
@@ -249,12 +270,18 @@ pub(crate) fn parse(t: Tensors, expect_kind: &str) -> Result<(Adam4bitConfig, Op
     }
     let meta: Value = serde_json::from_slice(&meta_t.data)
         .map_err(|e| bad(format!("meta is not valid JSON: {e}")))?;
-    if meta_str(&meta, "format")? != FORMAT || !READS.contains(&meta_u64(&meta, "version")?) {
+    let version = meta_u64(&meta, "version")?;
+    if meta_str(&meta, "format")? != FORMAT || !(version == VERSION || version == LEGACY_VERSION) {
         return Err(bad(format!(
-            "expected format {FORMAT} version 1 or {VERSION}"
+            "expected format {FORMAT} version {LEGACY_VERSION} or {VERSION}"
         )));
     }
-    if meta_u64(&meta, "checksum")? != checksum(&t) as u64 {
+    let expected = if version == VERSION {
+        checksum_with_meta(&t, &meta)
+    } else {
+        checksum(&t)
+    };
+    if meta_u64(&meta, "checksum")? != expected as u64 {
         return Err(bad("checksum mismatch: the state is corrupted"));
     }
     let kind = meta_str(&meta, "optimizer")?;
@@ -278,7 +305,8 @@ pub(crate) fn parse(t: Tensors, expect_kind: &str) -> Result<(Adam4bitConfig, Op
             weight_decay: cfg[4],
         },
         quantization: AdvancedQuantizationConfig {
-            method: QuantizationMethod::parse(meta_str(&meta, "method")?)?,
+            method: QuantizationMethod::parse(meta_str(&meta, "method")?)
+                .map_err(|e| bad(format!("meta: {e}")))?,
             block_size: usize::try_from(block_size).map_err(|_| bad("block_size"))?,
             adaptation_rate: cfg[5],
             min_scale: cfg[6],
@@ -291,8 +319,14 @@ pub(crate) fn parse(t: Tensors, expect_kind: &str) -> Result<(Adam4bitConfig, Op
     config
         .validate()
         .map_err(|e| bad(format!("invalid config: {e}")))?;
+    let step = meta_u64(&meta, "step")?;
+    if step > MAX_STEP {
+        return Err(bad(format!(
+            "meta: step: expected a value <= 2**53, got {step}"
+        )));
+    }
     let mut state = OptimizerState {
-        step: meta_u64(&meta, "step")?,
+        step,
         params: BTreeMap::new(),
     };
     let params = meta
@@ -316,7 +350,18 @@ pub(crate) fn parse(t: Tensors, expect_kind: &str) -> Result<(Adam4bitConfig, Op
             .try_fold(1usize, |a, &d| a.checked_mul(d))
             .filter(|&n| n > 0 && n <= 1 << 40)
             .ok_or_else(|| bad(format!("{key:?}: invalid shape {shape:?}")))?;
-        let _ = n;
+        // The template below allocates O(n): check n against the bytes that
+        // are actually present first (v_codes holds ceil(n / 2) bytes), so
+        // a declared shape never allocates more than the file justifies.
+        let v_name = format!("{key}/v_codes");
+        let present = r.t.get(&v_name).map(|x| x.data.len());
+        if present != Some(n.div_ceil(2)) {
+            return Err(bad(format!(
+                "{key:?}: shape {shape:?} needs {} bytes in {v_name:?}, found {}",
+                n.div_ceil(2),
+                present.map_or("none".to_string(), |b| format!("{b} bytes"))
+            )));
+        }
         let tpl = ParamState::new(&shape, &config.quantization);
         let m_codes = r
             .take(&format!("{key}/m_codes"), Dtype::U8, tpl.m_codes.len())?
@@ -380,5 +425,5 @@ pub(crate) fn save(core: &Adam4bitCore, path: &Path) -> Result<()> {
 
 /// Read a state written by [`save`].
 pub(crate) fn load(core: &mut Adam4bitCore, path: &Path) -> Result<()> {
-    from_bytes(core, &std::fs::read(path)?)
+    from_bytes(core, &crate::atomic::read(path)?)
 }

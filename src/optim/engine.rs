@@ -167,7 +167,7 @@ impl Adam4bitCore {
                 o.epsilon,
                 o.weight_decay,
                 self.decoupled,
-                self.state.step + 1,
+                self.state.step.saturating_add(1),
             ),
             codecs: &self.codecs,
             block_size: q.block_size,
@@ -281,8 +281,11 @@ impl Adam4bitCore {
         self.accum.clear();
     }
 
+    /// Saturates instead of wrapping; loaded steps are at most
+    /// `checkpoint::MAX_STEP` (2**53), so the limit is never reached in
+    /// practice.
     pub(crate) fn step(&mut self) {
-        self.state.step += 1;
+        self.state.step = self.state.step.saturating_add(1);
     }
 
     pub(crate) fn get_lr(&self) -> f32 {

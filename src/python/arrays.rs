@@ -48,13 +48,28 @@ pub fn input<'py, T: Element>(
         }
     }
     let expected = numpy::dtype::<T>(py);
+    // Non-arrays are first converted as NumPy sees them, so that None (NaN
+    // once cast to float) or a string ("1.5") is a TypeError, not a number.
+    let np = numpy_module(py)?;
+    let as_array;
+    let obj = if obj.cast::<PyUntypedArray>().is_ok() {
+        obj
+    } else {
+        as_array = np.call_method1("asarray", (obj,)).map_err(|e| {
+            PyTypeError::new_err(format!(
+                "{arg}: expected an array-like convertible to {expected}, got {} ({e})",
+                type_name(obj)
+            ))
+        })?;
+        &as_array
+    };
     if let Ok(u) = obj.cast::<PyUntypedArray>() {
         let kind = u.dtype().kind();
         if !matches!(kind, b'f' | b'i' | b'u' | b'b') {
             return Err(wrong_dtype(arg, &expected.to_string(), u.dtype()));
         }
     }
-    let converted = numpy_module(py)?
+    let converted = np
         .call_method1("ascontiguousarray", (obj, expected.clone()))
         .map_err(|e| {
             PyTypeError::new_err(format!(

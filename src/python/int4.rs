@@ -89,12 +89,25 @@ pymethods_with_getters!(PyQuantizedWeight, {
     fn new(
         data: &Bound<'_, PyAny>,
         scales: &Bound<'_, PyAny>,
-        in_feat: usize,
-        out_feat: usize,
-        num_groups: usize,
+        #[pyo3(from_py_with = crate::python::sizes::in_feat)] in_feat: usize,
+        #[pyo3(from_py_with = crate::python::sizes::out_feat)] out_feat: usize,
+        #[pyo3(from_py_with = crate::python::sizes::num_groups)] num_groups: usize,
     ) -> PyResult<Self> {
-        let d = input::<u8>(data, "data")?;
+        let d = super::fp8::u8_input(data, "data")?;
         let s = input::<f32>(scales, "scales")?;
+        // Flat, or 2-D with out_feat columns (what `.data` / `.scales`
+        // return): a `(1, 1, n)` array of the right size is a mistake.
+        for (arg, shape) in [("data", d.shape()), ("scales", s.shape())] {
+            let ok = shape.len() == 1 || (shape.len() == 2 && shape[1] == out_feat);
+            if !ok {
+                return Err(QuantError::dims(
+                    arg,
+                    format!("a flat array or [_, {out_feat}]"),
+                    format!("{shape:?}"),
+                )
+                .into());
+            }
+        }
         let inner = Core::from_parts(
             d.as_slice().map_err(|e| invalid("data", e))?.to_vec(),
             s.as_slice().map_err(|e| invalid("scales", e))?.to_vec(),
@@ -112,9 +125,9 @@ pymethods_with_getters!(PyQuantizedWeight, {
     fn quantize(
         py: Python<'_>,
         w: &Bound<'_, PyAny>,
-        in_feat: Option<usize>,
-        out_feat: Option<usize>,
-        group_size: usize,
+        #[pyo3(from_py_with = crate::python::sizes::opt_in_feat)] in_feat: Option<usize>,
+        #[pyo3(from_py_with = crate::python::sizes::opt_out_feat)] out_feat: Option<usize>,
+        #[pyo3(from_py_with = crate::python::sizes::group_size)] group_size: usize,
     ) -> PyResult<Self> {
         let wa = input::<f32>(w, "w")?;
         let shape = wa.shape().to_vec();

@@ -58,7 +58,7 @@ def inspect_path(path: str | os.PathLike) -> dict:
 def _qmeta(reader: StReader) -> dict:
     try:
         qmeta = json.loads(reader.metadata.get(TENSORS_KEY, "{}"))
-    except ValueError:
+    except (ValueError, RecursionError):  # a deeply nested header is as bad as any
         qmeta = {}
     return qmeta if isinstance(qmeta, dict) else {}
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import tempfile
 
+from ._atomic import AtomicFile
 from ._table import table
 
 
@@ -66,14 +65,12 @@ def write_plot(rows, path: str) -> None:
     ax.grid(True, alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(suffix=".png", dir=directory)
+    out = AtomicFile(path)
     try:
-        with os.fdopen(fd, "wb") as f:
-            fig.savefig(f, format="png")
-        os.replace(tmp, path)
+        fig.savefig(out.file, format="png")
+        out.commit()
     except BaseException:
-        os.unlink(tmp)
+        out.abort()
         raise
     finally:
         plt.close(fig)

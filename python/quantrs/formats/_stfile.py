@@ -22,12 +22,14 @@ import json
 import mmap
 import os
 import struct
-import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
+
+from ._atomic import AtomicFile
 
 # safetensors dtype name -> (NumPy dtype for a view, bytes per element).
 # F8 and BF16 have no portable NumPy dtype: they are viewed as their raw codes.
@@ -73,6 +75,8 @@ class TensorInfo:
 def _parse_header(raw: bytes, data_start: int, file_size: int) -> tuple[list[TensorInfo], dict]:
     try:
         header = json.loads(raw.decode("utf-8"))
+    except RecursionError:
+        raise StFormatError("header is not valid JSON (nested too deeply)") from None
     except (UnicodeDecodeError, ValueError) as e:
         raise StFormatError(f"header is not valid JSON ({e})") from None
     if not isinstance(header, dict):
@@ -227,11 +231,8 @@ class StWriter:
         raw += b" " * (-(8 + len(raw)) % _ALIGN)
         self._pending: Iterator[OutSpec] = iter(specs)
         self._left = len(specs)
-        fd, tmp = tempfile.mkstemp(
-            prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent
-        )
-        self._tmp = Path(tmp)
-        self._file = os.fdopen(fd, "wb")
+        self._atomic = AtomicFile(self.path)
+        self._file: BinaryIO | None = self._atomic.file
         try:
             self._file.write(struct.pack("<Q", len(raw)) + raw)
         except BaseException:
@@ -268,14 +269,9 @@ class StWriter:
     def commit(self) -> None:
         if self._left:
             raise RuntimeError(f"internal error: {self._left} declared tensors were not written")
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        self._file.close()
         self._file = None
-        os.replace(self._tmp, self.path)
+        self._atomic.commit()
 
     def abort(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-        self._tmp.unlink(missing_ok=True)
+        self._file = None
+        self._atomic.abort()

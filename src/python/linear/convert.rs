@@ -6,9 +6,8 @@ use numpy::{
     PyArray1, PyArrayDescrMethods, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArray,
     PyUntypedArrayMethods,
 };
-use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyByteArray, PyBytes, PyMemoryView};
 
 use crate::error::QuantError;
 use crate::linear::Device;
@@ -98,22 +97,25 @@ pub(super) fn indices_of<'py>(obj: &Bound<'py, PyAny>) -> PyResult<PyReadonlyArr
     input::<i64>(obj, "indices")
 }
 
-/// The bytes of a bytes, bytearray or memoryview argument.
+/// The bytes of a bytes, bytearray or memoryview argument. Anything else
+/// (an int above all: `bytes(10**9)` would allocate a gigabyte of zeros) is a
+/// `TypeError`.
 pub(super) fn bytes_of(data: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
     if let Ok(b) = data.cast::<PyBytes>() {
         return Ok(b.as_bytes().to_vec());
     }
-    data.extract::<Vec<u8>>()
-        .map_err(|_| PyTypeError::new_err("data: expected bytes (or bytearray / memoryview)"))
-        .or_else(|e| {
-            // bytearray / memoryview: go through bytes().
-            let b = data
-                .py()
-                .get_type::<PyBytes>()
-                .call1((data,))
-                .map_err(|_| e)?;
-            Ok(b.cast::<PyBytes>()?.as_bytes().to_vec())
-        })
+    if let Ok(b) = data.cast::<PyByteArray>() {
+        return Ok(b.to_vec());
+    }
+    if data.cast::<PyMemoryView>().is_ok() {
+        let b = data.py().get_type::<PyBytes>().call1((data,))?;
+        return Ok(b.cast::<PyBytes>()?.as_bytes().to_vec());
+    }
+    Err(crate::python::errors::wrong_type(
+        "data",
+        "bytes, bytearray or memoryview",
+        data,
+    ))
 }
 
 /// The shape of a bias: the weight's shape without its last axis.

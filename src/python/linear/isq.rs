@@ -136,7 +136,7 @@ py_layer!(PyInt4Linear, Int4Linear, {
         py: Python<'_>,
         w: &Bound<'_, PyAny>,
         bias: Option<&Bound<'_, PyAny>>,
-        group_size: usize,
+        #[pyo3(from_py_with = crate::python::sizes::group_size)] group_size: usize,
         imatrix_weight: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let (wa, s) = float_weight(w, "w", &[2])?;

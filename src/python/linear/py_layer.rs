@@ -80,7 +80,7 @@ macro_rules! py_layer {
                 dtype: Option<&str>,
                 device: &str,
                 imatrix_weight: Option<&Bound<'_, PyAny>>,
-                group_size: usize,
+                #[pyo3(from_py_with = crate::python::sizes::group_size)] group_size: usize,
             ) -> PyResult<Py<PyAny>> {
                 super::base::apply_isq(py, self.inner.clone(), dtype, device, imatrix_weight, group_size)
             }

@@ -178,7 +178,7 @@ config_class_methods!(eq PyQCfg(CoreQCfg, "AdvancedQuantizationConfig"), {
     #[allow(clippy::too_many_arguments)]
     fn new(
         method: Option<Bound<'_, PyAny>>,
-        block_size: usize,
+        #[pyo3(from_py_with = crate::python::sizes::block_size)] block_size: usize,
         adaptation_rate: f64,
         min_scale: f64,
         max_scale: f64,

@@ -114,7 +114,7 @@ macro_rules! py_optimizer {
             fn apply_accumulated_grads(
                 &mut self,
                 py: Python<'_>,
-                accumulation_steps: usize,
+                #[pyo3(from_py_with = crate::python::sizes::accumulation_steps)] accumulation_steps: usize,
             ) -> PyResult<()> {
                 self.inner.apply_accumulated(py, accumulation_steps)
             }

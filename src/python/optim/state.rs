@@ -200,9 +200,13 @@ impl Inner {
                     data: crate::st::f32_to_le(&vals),
                 }
             } else {
+                // Name the dtype of an array of the wrong dtype, the type otherwise.
+                let got = match v.cast::<numpy::PyUntypedArray>() {
+                    Ok(u) => format!("dtype {}", u.dtype()),
+                    Err(_) => v.get_type().name()?.to_string(),
+                };
                 return Err(pyo3::exceptions::PyTypeError::new_err(format!(
-                    "state_dict[{name:?}]: expected a numpy array of dtype uint8 or float32, got {}",
-                    v.get_type().name()?
+                    "state_dict[{name:?}]: expected a numpy array of dtype uint8 or float32, got {got}"
                 )));
             };
             t.insert(name, tensor);

@@ -74,7 +74,12 @@ pymethods_with_getters!(PyQuantParams, {
     /// Parameters from their values (validated: scale finite and > 0,
     /// `qmin <= zero_point <= qmax`).
     #[new]
-    fn new(scale: f64, zero_point: i32, qmin: i32, qmax: i32) -> PyResult<Self> {
+    fn new(
+        scale: f64,
+        #[pyo3(from_py_with = crate::python::sizes::zero_point)] zero_point: i32,
+        #[pyo3(from_py_with = crate::python::sizes::qmin)] qmin: i32,
+        #[pyo3(from_py_with = crate::python::sizes::qmax)] qmax: i32,
+    ) -> PyResult<Self> {
         Ok(Self::wrap(QuantParams::new(scale, zero_point, qmin, qmax)?))
     }
 
@@ -234,7 +239,7 @@ fn one_off(
 fn qat_calibrate_per_channel(
     py: Python<'_>,
     x: &Bound<'_, PyAny>,
-    axis: usize,
+    #[pyo3(from_py_with = crate::python::sizes::axis)] axis: usize,
     target: &Bound<'_, PyAny>,
     scheme: &Bound<'_, PyAny>,
     clip_fraction: f64,
@@ -325,7 +330,7 @@ fn qat_fake_quant<'py>(
     rounding: &Bound<'py, PyAny>,
     rng: Option<&Bound<'py, PyAny>>,
     clip_fraction: f64,
-    axis: Option<usize>,
+    #[pyo3(from_py_with = crate::python::sizes::opt_axis)] axis: Option<usize>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let t = target_arg(target)?;
     let s = scheme_arg(scheme)?;

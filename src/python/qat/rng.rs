@@ -48,10 +48,14 @@ impl PyRng {
     }
 
     /// `n` uniforms in `[0, 1)` (one draw from the generator).
-    fn random<'py>(&mut self, py: Python<'py>, n: usize) -> Bound<'py, PyArray1<f64>> {
-        let mut v = vec![0.0; n];
+    fn random<'py>(
+        &mut self,
+        py: Python<'py>,
+        #[pyo3(from_py_with = crate::python::sizes::n)] n: usize,
+    ) -> PyResult<Bound<'py, PyArray1<f64>>> {
+        let mut v = crate::python::sizes::alloc(n, 0.0, "n")?;
         self.inner.fill_uniform(&mut v);
-        PyArray1::from_vec(py, v)
+        Ok(PyArray1::from_vec(py, v))
     }
 
     fn __repr__(&self) -> String {

@@ -1,0 +1,83 @@
+//! Inputs too large for the kernels' intermediates (docs/int4.md, "Range").
+//!
+//! The INT4 kernels form products `x * q` (or `x * 2^-28 * (q << 28)`,
+//! AVX2) with `|q| <= 8` and sum them over a group before applying the
+//! scale, and the linear layers' engine (`linear::kernels`) sums `x * code`
+//! (FP8 codes up to 448, INT8 up to 127) before its per-row scale: for `|x|` near `f32::MAX` (3e38) those intermediates overflow to
+//! inf although NumPy's `x @ W` (which multiplies by the small scale first)
+//! is finite. A row of `x` whose largest finite `|x|` is at least
+//! `2^ROW_LIMIT_LOG2` is therefore scaled by an exact power of two into range,
+//! run through the same kernel, and its outputs scaled back: the result is
+//! finite wherever the true product is. Rows in range (all real inputs) are
+//! not copied.
+
+/// Rows with a larger `|x|` take the scaled path: `2^64 * 448 * 2^40`
+/// (largest FP8 code, any row length) stays below `f32::MAX` (2^128).
+const ROW_LIMIT_LOG2: i32 = 64;
+
+/// The power of two `k` by which `row` must be divided (`x * 2^-k`), or
+/// `None` when every finite `|x|` is below `2^ROW_LIMIT_LOG2`.
+pub(crate) fn row_shift(row: &[f32]) -> Option<i32> {
+    let max_bits = row
+        .iter()
+        .map(|v| v.to_bits() & 0x7FFF_FFFF)
+        .filter(|&b| b < 0x7F80_0000)
+        .max()?;
+    let e = (max_bits >> 23) as i32 - 127;
+    (e >= ROW_LIMIT_LOG2).then_some(e - ROW_LIMIT_LOG2 + 1)
+}
+
+/// `2^k` for `k` in the normal f32 range.
+pub(crate) fn pow2(k: i32) -> f32 {
+    debug_assert!((-126..=127).contains(&k));
+    f32::from_bits(((k + 127) as u32) << 23)
+}
+
+/// Per row of `x` (`in_feat` wide), its shift; `None` when no row needs one.
+pub(crate) fn shifts(x: &[f32], in_feat: usize) -> Option<Vec<i32>> {
+    let s: Vec<i32> = x
+        .chunks_exact(in_feat)
+        .map(|r| row_shift(r).unwrap_or(0))
+        .collect();
+    s.iter().any(|&k| k != 0).then_some(s)
+}
+
+/// `x` with each row divided by `2^shift` (exact but for underflow of
+/// elements `2^-k` below the row's largest, far below the accuracy bound).
+pub(crate) fn scaled(x: &[f32], in_feat: usize, shifts: &[i32]) -> Vec<f32> {
+    x.chunks_exact(in_feat)
+        .zip(shifts)
+        .flat_map(|(r, &k)| {
+            let f = pow2(-k);
+            r.iter().map(move |v| v * f)
+        })
+        .collect()
+}
+
+/// Multiply each row of `y` (`out_feat` wide) back by `2^shift`.
+pub(crate) fn unscale(y: &mut [f32], out_feat: usize, shifts: &[i32]) {
+    for (r, &k) in y.chunks_exact_mut(out_feat).zip(shifts) {
+        if k != 0 {
+            let f = pow2(k);
+            r.iter_mut().for_each(|v| *v *= f);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shifts_only_rows_out_of_range() {
+        assert_eq!(row_shift(&[1.0, -3.0, f32::NAN]), None);
+        assert_eq!(row_shift(&[f32::INFINITY]), None);
+        assert_eq!(row_shift(&[3e38]), Some(128 - 64));
+        let x = [1.0, 2.0, 3e38, 0.5];
+        let s = shifts(&x, 2).unwrap();
+        assert_eq!(s, vec![0, 64]);
+        let xs = scaled(&x, 2, &s);
+        assert_eq!(xs[..2], [1.0, 2.0]);
+        assert_eq!(xs[2], 3e38 / 2f32.powi(64));
+    }
+}
