@@ -29,7 +29,7 @@ time to the variant's, the median of the per-round ratios.
 ``--openblas-threads N`` sets ``OPENBLAS_NUM_THREADS`` before NumPy loads and
 ``--openblas-timeout T`` OpenBLAS's ``OPENBLAS_THREAD_TIMEOUT`` (log2 of the
 cycles a pool thread spins after a call before sleeping, 4..30); see
-docs/benchmarks-decode.md for what they do to the step.
+docs/benchmarks.md ("A decode step") for what they do to the step.
 """
 
 from __future__ import annotations

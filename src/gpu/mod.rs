@@ -5,15 +5,15 @@
 //! GPU entry point reports [`QuantError::CudaNotAvailable`] and
 //! [`cuda_available`] is false.
 //!
-//! - [`context`]: one context per device, its compute capability, the
+//! - `context`: one context per device, its compute capability, the
 //!   compiled-module cache.
-//! - [`nvrtc`]: the kernel sources and their compilation (CUBIN for the
+//! - `nvrtc`: the kernel sources and their compilation (CUBIN for the
 //!   device's architecture, PTX for the CI check).
-//! - [`memory`]: owned device buffers and host <-> device copies.
-//! - [`cublaslt`]: the FP8 tensor-core GEMM of the W8A8 forward.
-//! - [`ops`]: the launches (INT4, FP8 codecs, linear layers), each ending
+//! - `memory`: owned device buffers and host <-> device copies.
+//! - `cublaslt`: the FP8 tensor-core GEMM of the W8A8 forward.
+//! - `ops`: the launches (INT4, FP8 codecs, linear layers), each ending
 //!   when its result is ready.
-//! - [`layers`]: `QuantizedWeight` and the linear layers held on a device.
+//! - `layers`: `QuantizedWeight` and the linear layers held on a device.
 
 // The device objects are driven from the Python bindings only (no Rust API
 // for them yet), so a `gpu` build without `python` leaves them unused.

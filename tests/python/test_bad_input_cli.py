@@ -14,7 +14,7 @@ import pytest
 from safetensors.numpy import save_file
 
 from quantrs.cli import main
-from quantrs.cli._atomic import AtomicFile
+from quantrs.formats._atomic import AtomicFile
 
 
 def hostile(path, header: bytes) -> None:
@@ -56,7 +56,7 @@ def test_cli_writer_removes_stale_temporaries_of_dead_writers(tmp_path):
     code = (
         "import os, sys\n"
         "sys.path[:0] = " + repr(sys.path) + "\n"
-        "from quantrs.cli._atomic import AtomicFile\n"
+        "from quantrs.formats._atomic import AtomicFile\n"
         f"f = AtomicFile({str(path)!r})\n"
         "f.file.write(b'x' * 1000); f.file.flush()\n"
         "os._exit(0)\n"  # dies before commit, as after kill -9

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from ._atomic import AtomicFile
+from ..formats._atomic import AtomicFile
 from ._table import table
 
 

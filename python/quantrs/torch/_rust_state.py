@@ -9,7 +9,8 @@ engine per parameter under the fixed key :data:`KEY` and expose its arrays as fi
 tensors, so ``meta`` (whose length grows with the step's digits) never enters a torch
 state dict: it is rebuilt here from the engine's own template, with the CRC recomputed the
 way the Rust side computes it (name, a zero byte, ``<dtype><shape>``, the little-endian
-bytes, in name order).
+bytes, in name order; from format version 2 continued over the compact, key-sorted JSON of
+``meta`` without its ``checksum`` field, see docs/security.md).
 """
 
 from __future__ import annotations
@@ -44,9 +45,15 @@ def meta_of(rust: dict[str, np.ndarray]) -> dict[str, Any]:
 
 
 def seal(arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> dict[str, np.ndarray]:
-    """``arrays`` plus a ``meta`` whose checksum covers them."""
+    """``arrays`` plus a ``meta`` whose checksum covers them (and, from version 2, the
+    meta document itself)."""
     out = {k: v for k, v in arrays.items() if k != "meta"}
-    meta = dict(meta, checksum=_checksum(out))
+    body = {k: v for k, v in meta.items() if k != "checksum"}
+    crc = _checksum(out)
+    if int(body.get("version", 1)) >= 2:
+        text = json.dumps(body, sort_keys=True, separators=(",", ":"))
+        crc = zlib.crc32(text.encode(), crc)
+    meta = dict(body, checksum=crc)
     out["meta"] = np.frombuffer(json.dumps(meta).encode(), np.uint8).copy()
     return out
 

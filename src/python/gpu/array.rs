@@ -1,3 +1,5 @@
+// Over 400 lines: the DeviceArray class and every input conversion it shares
+// (NumPy, DeviceArray, DLPack) in one place; splitting them is a follow-up.
 //! `quantrs.cuda.DeviceArray` and the conversion of call inputs: NumPy
 //! (copied to the device), `DeviceArray`, or a CUDA DLPack producer (read
 //! in place).

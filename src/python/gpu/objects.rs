@@ -1,3 +1,5 @@
+// Over 400 lines: both device classes and the module functions of
+// quantrs.cuda; splitting the module functions out is a follow-up.
 //! `quantrs.cuda.CudaQuantizedWeight` and `quantrs.cuda.CudaLinear`: what
 //! `.to("cuda")` returns, plus the device FP8 codecs and the module
 //! functions of `quantrs.cuda`.
