@@ -23,6 +23,15 @@ def linear_init(rng, fan_in, fan_out, bias=True):
     return (w, rng.uniform(-b, b, fan_out).astype(F)) if bias else (w, None)
 
 
+def mlp_init(sizes, seed=1):
+    """``W{i}``, ``b{i}`` of an MLP with layer widths ``sizes`` (PyTorch's init)."""
+    rng = np.random.default_rng(seed)
+    p = {}
+    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+        p[f"W{i}"], p[f"b{i}"] = linear_init(rng, a, b)
+    return p
+
+
 def softmax_xent(z, y):
     """Mean cross-entropy of logits ``z`` against labels ``y``, and d loss / d z."""
     z = z - z.max(1, keepdims=True)
@@ -84,11 +93,7 @@ class _MLPClassifier(_Minibatch):
         self.sizes = sizes
 
     def init(self):
-        rng = np.random.default_rng(1)
-        p = {}
-        for i, (a, b) in enumerate(zip(self.sizes[:-1], self.sizes[1:])):
-            p[f"W{i}"], p[f"b{i}"] = linear_init(rng, a, b)
-        return p
+        return mlp_init(self.sizes)
 
     def _forward(self, p, x):
         hs = [x]
@@ -192,11 +197,7 @@ class MLPRegression(Task):
         self.X, self.Y, self.Xt, self.Yt = x[:n], y[:n], x[n:], y[n:]
 
     def init(self):
-        rng = np.random.default_rng(1)
-        p = {}
-        for i, (a, b) in enumerate(zip(self.sizes[:-1], self.sizes[1:])):
-            p[f"W{i}"], p[f"b{i}"] = linear_init(rng, a, b)
-        return p
+        return mlp_init(self.sizes)
 
     def _forward(self, p, x):
         hs = [x]

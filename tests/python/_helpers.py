@@ -3,6 +3,9 @@ that a kernel call releases the GIL."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 from typing import Callable
@@ -41,3 +44,27 @@ def assert_gil_released(work: Callable[[], object]) -> None:
     assert t1 - t0 > 0.02, "kernel too short to tell"
     inside = [s for s in stamps if t0 + 0.25 * (t1 - t0) < s < t1 - 0.25 * (t1 - t0)]
     assert len(inside) > 100, (len(inside), t1 - t0)
+
+
+# VmHWM, not ru_maxrss: Linux carries ru_maxrss across fork + exec, so a child of a large
+# pytest process would report the parent's peak; VmHWM belongs to the new address space.
+_PEAK_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    from quantrs.cli import main
+    argv = sys.argv[1:]
+    rc = main(argv) if argv else 0
+    with open("/proc/self/status") as f:
+        hwm = next(line for line in f if line.startswith("VmHWM:"))
+    print(int(hwm.split()[1]) * 1024)
+    sys.exit(rc)
+    """
+)
+
+
+def peak_rss(*argv: str) -> int:
+    """Peak resident bytes of a fresh interpreter running ``quantrs <argv>`` (none: bare)."""
+    out = subprocess.run(
+        [sys.executable, "-c", _PEAK_SCRIPT, *argv], capture_output=True, text=True, check=True
+    )
+    return int(out.stdout.strip().splitlines()[-1])

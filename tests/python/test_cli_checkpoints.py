@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
+from _helpers import peak_rss
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
@@ -317,26 +315,6 @@ def test_convert_gguf(tmp_path, capsys):
 
 # --- memory (the done-when run) -------------------------------------------------------------
 
-PEAK_SCRIPT = textwrap.dedent(
-    """
-    import sys
-    from quantrs.cli import main
-    argv = sys.argv[1:]
-    rc = main(argv) if argv else 0
-    with open("/proc/self/status") as f:
-        hwm = next(line for line in f if line.startswith("VmHWM:"))
-    print(int(hwm.split()[1]) * 1024)
-    sys.exit(rc)
-    """
-)
-
-
-def _peak_rss(*argv: str) -> int:
-    out = subprocess.run(
-        [sys.executable, "-c", PEAK_SCRIPT, *argv], capture_output=True, text=True, check=True
-    )
-    return int(out.stdout.strip().splitlines()[-1])
-
 
 @pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["int4", "fp8"])
@@ -347,9 +325,9 @@ def test_folder_peak_memory(tmp_path, fmt):
     largest = max(a.nbytes for a in tensors.values())
     total = sum(a.nbytes for a in tensors.values())
     del tensors
-    base = _peak_rss()
+    base = peak_rss()
     out = tmp_path / "out"
-    peak = _peak_rss("quantize", str(src), str(out), "--format", fmt, "--no-progress")
+    peak = peak_rss("quantize", str(src), str(out), "--format", fmt, "--no-progress")
     assert (out / "config.json").exists()
     assert peak - base < 2 * largest, (peak - base) / largest
     assert peak - base < total

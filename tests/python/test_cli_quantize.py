@@ -5,12 +5,10 @@ from __future__ import annotations
 import json
 import os
 import struct
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
+from _helpers import peak_rss
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors import safe_open
@@ -357,29 +355,6 @@ def test_existing_output_untouched_on_failure(ckpt, tmp_path):
 # --- memory ---------------------------------------------------------------------------------
 
 
-# VmHWM, not ru_maxrss: Linux carries ru_maxrss across fork + exec, so a child of a large
-# pytest process would report the parent's peak; VmHWM belongs to the new address space.
-PEAK_SCRIPT = textwrap.dedent(
-    """
-    import sys
-    from quantrs.cli import main
-    argv = sys.argv[1:]
-    rc = main(argv) if argv else 0
-    with open("/proc/self/status") as f:
-        hwm = next(line for line in f if line.startswith("VmHWM:"))
-    print(int(hwm.split()[1]) * 1024)
-    sys.exit(rc)
-    """
-)
-
-
-def _peak_rss(*argv: str) -> int:
-    out = subprocess.run(
-        [sys.executable, "-c", PEAK_SCRIPT, *argv], capture_output=True, text=True, check=True
-    )
-    return int(out.stdout.strip().splitlines()[-1])
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["int4", "fp8"])
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
@@ -396,9 +371,9 @@ def test_quantize_peak_memory(tmp_path, fmt):
     total = sum(a.nbytes for a in tensors.values())
     del tensors
     assert total > 190 << 20
-    base = _peak_rss()  # the interpreter with numpy and quantrs imported
+    base = peak_rss()  # the interpreter with numpy and quantrs imported
     dst = tmp_path / "out.safetensors"
-    peak = _peak_rss("quantize", str(src), str(dst), "--format", fmt, "--no-progress")
+    peak = peak_rss("quantize", str(src), str(dst), "--format", fmt, "--no-progress")
     assert dst.exists()
     assert peak - base < 2 * largest, (peak - base) / largest
     # and well below the file size plus its float32 copy, the naive approach
