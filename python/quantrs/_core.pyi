@@ -217,8 +217,8 @@ class QatConfig:
     def __new__(
         cls,
         target: str | QuantTarget,
-        scheme: str | QuantScheme = "symmetric",
-        rounding: str | RoundingMode = "nearest",
+        scheme: str | QuantScheme | None = "symmetric",
+        rounding: str | RoundingMode | None = "nearest",
         lr: float = 1e-3,
         beta1: float = 0.9,
         beta2: float = 0.999,

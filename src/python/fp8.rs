@@ -35,14 +35,14 @@ pub(crate) fn u8_input<'py>(
 /// Encode float32 values (any array-like; other float dtypes are converted to
 /// float32 first) into FP8 codes of the same shape (uint8).
 #[pyfunction]
-#[pyo3(signature = (x, fmt = "e4m3", saturate = false))]
+#[pyo3(signature = (x, fmt = "e4m3".to_owned(), saturate = false))]
 fn fp8_encode<'py>(
     x: &Bound<'py, PyAny>,
-    fmt: &str,
-    saturate: bool,
+    #[pyo3(from_py_with = crate::python::scalars::text::fmt)] fmt: String,
+    #[pyo3(from_py_with = crate::python::scalars::flag::saturate)] saturate: bool,
 ) -> PyResult<Bound<'py, PyArrayDyn<u8>>> {
     let py = x.py();
-    let fmt = parse_fmt(fmt)?;
+    let fmt = parse_fmt(&fmt)?;
     let x = input::<f32>(x, "x")?;
     // SAFETY: the array is created uninitialised and fully written below
     // before Python can see it.
@@ -58,10 +58,13 @@ fn fp8_encode<'py>(
 
 /// Decode FP8 codes (uint8, any shape) to float32.
 #[pyfunction]
-#[pyo3(signature = (codes, fmt = "e4m3"))]
-fn fp8_decode<'py>(codes: &Bound<'py, PyAny>, fmt: &str) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
+#[pyo3(signature = (codes, fmt = "e4m3".to_owned()))]
+fn fp8_decode<'py>(
+    codes: &Bound<'py, PyAny>,
+    #[pyo3(from_py_with = crate::python::scalars::text::fmt)] fmt: String,
+) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
     let py = codes.py();
-    let fmt = parse_fmt(fmt)?;
+    let fmt = parse_fmt(&fmt)?;
     let codes = u8_input(codes, "codes")?;
     // SAFETY: fully written below before Python can see it.
     let out = unsafe { PyArrayDyn::<f32>::new(py, codes.shape(), false) };

@@ -2,8 +2,8 @@
 
 use std::path::PathBuf;
 
-use numpy::ndarray::ArrayView1;
-use numpy::{PyArray1, PyArray2, PyArrayDyn, PyArrayMethods, PyUntypedArrayMethods};
+use numpy::ndarray::{ArrayView1, Ix1, Ix2};
+use numpy::{PyArray1, PyArray2, PyArrayMethods, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
@@ -39,7 +39,9 @@ impl PyQuantizedWeight {
         Ok(arr)
     }
 
-    /// `y = x @ W` for `batch` rows, into a fresh or caller-given array.
+    /// `y = x @ W`: `x` `[in_feat]` (`vector`) or `[batch, in_feat]`, through
+    /// the crate's `matvec_array` / `matmul_array` on a zero-copy view of `x`
+    /// (the result moves into NumPy without a copy), or into `out`.
     fn run_matmul<'py>(
         &self,
         py: Python<'py>,
@@ -49,33 +51,43 @@ impl PyQuantizedWeight {
     ) -> PyResult<Bound<'py, PyAny>> {
         let w = &self.inner;
         let xa = input::<f32>(x, "x")?;
-        let shape = xa.shape().to_vec();
-        let (batch, out_shape) = if vector {
-            check_shape("x", &shape, &[w.in_feat])?;
-            (1, vec![w.out_feat])
-        } else {
-            if shape.len() != 2 || shape[1] != w.in_feat {
-                return Err(QuantError::dims(
-                    "x",
-                    format!("[batch, {}]", w.in_feat),
-                    format!("{shape:?}"),
-                )
-                .into());
+        let expected = || {
+            if vector {
+                format!("[{}]", w.in_feat)
+            } else {
+                format!("[batch, {}]", w.in_feat)
             }
-            (shape[0], vec![shape[0], w.out_feat])
+        };
+        let wrong_x = || QuantError::dims("x", expected(), format!("{:?}", xa.shape()));
+        let xv = xa.as_array();
+        let Some(out) = out else {
+            return Ok(if vector {
+                let x1 = xv.into_dimensionality::<Ix1>().map_err(|_| wrong_x())?;
+                if x1.len() != w.in_feat {
+                    return Err(wrong_x().into());
+                }
+                PyArray1::from_owned_array(py, py.detach(|| w.matvec_array(x1))?).into_any()
+            } else {
+                let x2 = xv.into_dimensionality::<Ix2>().map_err(|_| wrong_x())?;
+                if x2.ncols() != w.in_feat {
+                    return Err(wrong_x().into());
+                }
+                PyArray2::from_owned_array(py, py.detach(|| w.matmul_array(x2))?).into_any()
+            });
+        };
+        // `out=` is the caller's buffer: the slice kernel writes into it (the
+        // array API allocates its result).
+        let (batch, out_shape) = match (vector, xa.shape()) {
+            (true, [k]) if *k == w.in_feat => (1, vec![w.out_feat]),
+            (false, [b, k]) if *k == w.in_feat => (*b, vec![*b, w.out_feat]),
+            _ => return Err(wrong_x().into()),
         };
         let xs = xa.as_slice().map_err(|e| invalid("x", e))?;
-        let target = match out {
-            Some(o) => o.clone(),
-            None => PyArrayDyn::<f32>::zeros(py, out_shape.clone(), false).into_any(),
-        };
-        {
-            let mut ya = inplace::<f32>(&target, "out")?;
-            check_shape("out", ya.shape(), &out_shape)?;
-            let ys = ya.as_slice_mut().map_err(|e| invalid("out", e))?;
-            py.detach(|| w.matmul(xs, batch, ys))?;
-        }
-        Ok(target)
+        let mut ya = inplace::<f32>(out, "out")?;
+        check_shape("out", ya.shape(), &out_shape)?;
+        let ys = ya.as_slice_mut().map_err(|e| invalid("out", e))?;
+        py.detach(|| w.matmul(xs, batch, ys))?;
+        Ok(out.clone())
     }
 }
 
@@ -144,7 +156,9 @@ pymethods_with_getters!(PyQuantizedWeight, {
                 }
             },
             (Some(k), Some(n)) => {
-                if shape.len() == 2 && shape[..] != [k, n] {
+                // Flat (the seed's form; its length is checked with the
+                // sizes) or exactly [in_feat, out_feat].
+                if shape.len() != 1 && shape[..] != [k, n] {
                     return Err(
                         QuantError::dims("w", format!("[{k}, {n}]"), format!("{shape:?}")).into(),
                     );
@@ -235,14 +249,18 @@ pymethods_with_getters!(PyQuantizedWeight, {
     }
 
     /// Save as safetensors (`data` U8, `scales` F32, shape metadata), atomically.
-    fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
+    fn save(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = crate::python::scalars::path)] path: PathBuf,
+    ) -> PyResult<()> {
         py.detach(|| self.inner.save(&path))?;
         Ok(())
     }
 
     /// Load a file written by `save`.
     #[staticmethod]
-    fn load(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
+    fn load(py: Python<'_>, #[pyo3(from_py_with = crate::python::scalars::path)] path: PathBuf) -> PyResult<Self> {
         let inner = py.detach(|| Core::load(&path))?;
         Ok(PyQuantizedWeight { inner })
     }
@@ -255,10 +273,9 @@ pymethods_with_getters!(PyQuantizedWeight, {
 
     /// Parse bytes from `to_bytes`, validating them.
     #[staticmethod]
-    fn from_bytes(data: &[u8]) -> PyResult<Self> {
-        Ok(PyQuantizedWeight {
-            inner: Core::from_safetensors_bytes(data)?,
-        })
+    fn from_bytes(data: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let inner = crate::python::scalars::with_bytes(data, "data", Core::from_safetensors_bytes)??;
+        Ok(PyQuantizedWeight { inner })
     }
 
     /// A copy on a device ("cuda", "cuda:N": a `quantrs.cuda.CudaQuantizedWeight`);

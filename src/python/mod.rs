@@ -13,6 +13,7 @@ mod int4;
 mod linear;
 mod optim;
 mod qat;
+mod scalars;
 mod sizes;
 
 use pyo3::prelude::*;

@@ -59,6 +59,11 @@ size_args! {
     block_size: 1, MAX_ELEMS;
     accumulation_steps: 1, MAX_ELEMS;
     axis: 0, 63;
+    momentum_elements: 0, MAX_ELEMS;
+    variance_elements: 0, MAX_ELEMS;
+    third_moment_elements: 0, MAX_ELEMS;
+    total_bytes: 0, i64::MAX;
+    num_parameters: 0, MAX_ELEMS;
 }
 
 macro_rules! i32_args {

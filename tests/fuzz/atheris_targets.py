@@ -1,7 +1,8 @@
 """atheris targets for the Python entry points that read untrusted bytes
 (docs/security.md). Each target takes one input; an exception other than the
 documented ones (``quantrs.SerializationError`` and the other ``ValueError``
-subclasses of quantrs, and the CLI's one-line ``CliError``) is a crash.
+subclasses of quantrs, ``quantrs.formats.FormatError`` for the GGUF reader,
+and the CLI's one-line ``CliError``) is a crash.
 
     python tests/fuzz/atheris_targets.py TARGET [libFuzzer flags] [CORPUS_DIR]
 
@@ -19,13 +20,18 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import warnings
 
 import numpy as np
 
 import quantrs
 from quantrs.cli import main as cli_main
+from quantrs.formats import FormatError
+from quantrs.formats.gguf import GgufFile, read_gguf_weight
+from quantrs.formats.gguf_write import save_gguf
 
 SHAPE = (6, 10)
+_TMP = tempfile.mkdtemp(prefix="quantrs-fuzz-")
 
 
 def _seeds() -> dict[str, list[bytes]]:
@@ -39,12 +45,17 @@ def _seeds() -> dict[str, list[bytes]]:
     opt.update(p, rng.standard_normal(SHAPE).astype(np.float32), name="w")
     opt.step()
     qat = quantrs.QatOptimizer(rng.standard_normal(SHAPE).astype(np.float32), "int8")
+    gguf_path = os.path.join(_TMP, "seed.gguf")
+    save_gguf(gguf_path, {"blk.0.w": qw, "blk.1.w": quantrs.QuantizedWeight.quantize(w[:32])})
+    with open(gguf_path, "rb") as f:
+        gguf = f.read()
     return {
         "int4_from_bytes": [qw.to_bytes()],
         "layer_deserialize": [fp8.serialize(), int8.serialize()],
         "optimizer_setstate": [opt.__getstate__()],
         "qat_from_bytes": [qat.to_bytes()],
         "cli_inspect": [qw.to_bytes(), opt.__getstate__()],
+        "gguf_load": [gguf],
     }
 
 
@@ -78,7 +89,6 @@ def qat_from_bytes(data: bytes) -> None:
         pass
 
 
-_TMP = tempfile.mkdtemp(prefix="quantrs-fuzz-")
 
 
 def cli_inspect(data: bytes) -> None:
@@ -97,9 +107,40 @@ def cli_inspect(data: bytes) -> None:
         raise AssertionError(f"inspect exited {rc}")
 
 
+def gguf_load(data: bytes) -> None:
+    """The GGUF reader (``quantrs.formats.load_gguf``): parse, then read every
+    tensor (at most 8) as a ``QuantizedWeight`` (re-quantizing what is not
+    Q4_0) and dequantize it."""
+    path = os.path.join(_TMP, "in.gguf")
+    with open(path, "wb") as f:
+        f.write(data)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # RequantizedWarning
+        try:
+            with GgufFile(path) as g:
+                for name in list(g.tensors)[:8]:
+                    try:
+                        read_gguf_weight(g, name, requantize_ok=True)
+                    except FormatError:
+                        pass
+                    try:
+                        g.dequantize(g.tensors[name])
+                    except FormatError:
+                        pass
+        except FormatError:
+            pass
+
+
 TARGETS = {
     f.__name__: f
-    for f in (int4_from_bytes, layer_deserialize, optimizer_setstate, qat_from_bytes, cli_inspect)
+    for f in (
+        int4_from_bytes,
+        layer_deserialize,
+        optimizer_setstate,
+        qat_from_bytes,
+        cli_inspect,
+        gguf_load,
+    )
 }
 
 

@@ -83,6 +83,34 @@ def test_declared_shape_is_checked_before_allocating(shape, seal):
         quantrs.AdamW4bit(1e-3).load_state_dict(edited(sd, seal=seal, params={"n:w": shape}))
 
 
+def test_legacy_swapped_dims_fail_at_the_first_update():
+    """A version-1 file's meta is unprotected: [8, 4] for a [4, 8] parameter
+    has the right element count and loads (the optimizer holds no parameters
+    on load to compare with; docs/security.md). The first update with the
+    real array is refused, naming the state and both shapes, and changes
+    nothing."""
+    rng = np.random.default_rng(48)  # not RNG: the draws of the other tests stay as they were
+    opt = quantrs.AdamW4bit(1e-3)
+    shape = (4, 8)
+    opt.update(rng.standard_normal(shape).astype(np.float32), np.ones(shape, np.float32), name="w")
+    opt.step()
+    forged = edited(opt.state_dict(), seal=1, params={"n:w": [8, 4]})
+    back = quantrs.AdamW4bit(1e-3)
+    back.load_state_dict(forged)
+    assert back.state().params == {"n:w": (8, 4)}
+    before = {k: v.copy() for k, v in back.state_dict().items()}
+    p = rng.standard_normal(shape).astype(np.float32)
+    p0 = p.copy()
+    with pytest.raises(quantrs.DimensionMismatch, match=r"param shape \(state \"n:w\"\): expected \[8, 4\], got \[4, 8\]"):
+        back.update(p, np.ones((4, 8), np.float32), name="w")
+    np.testing.assert_array_equal(p, p0)
+    after = back.state_dict()
+    assert all(np.array_equal(before[k], after[k]) for k in before)
+    # a version-2 file with the same edit is a checksum mismatch on load
+    with pytest.raises(quantrs.SerializationError, match="checksum"):
+        quantrs.AdamW4bit(1e-3).load_state_dict(edited(opt.state_dict(), params={"n:w": [8, 4]}))
+
+
 @pytest.mark.parametrize(
     "field",
     [
@@ -196,6 +224,94 @@ def test_int4_buffers_shape_checked(which):
         quantrs.QuantizedWeight(parts["data"], parts["scales"], 64, 3, 2)
     flat = quantrs.QuantizedWeight(w.data.ravel(), w.scales.ravel(), 64, 3, 2)
     assert flat == quantrs.QuantizedWeight(w.data, w.scales, 64, 3, 2) == w
+
+
+# Shapes, not sizes (docs/errors.md, "Shapes"): a bias is (out,) -- (E, out) for
+# stacked experts -- and nothing else of the same size.
+SHAPES_RNG = np.random.default_rng(16)  # not RNG: the draws of the other tests stay as they were
+W16 = SHAPES_RNG.standard_normal((16, 64)).astype(np.float32)
+
+
+def _shaped_calls(bad):
+    """(label, call with the badly shaped array, argument, expected shape)."""
+    fp8 = quantrs.PerTensorFP8Linear.from_float(W16)
+    qw = quantrs.QuantizedWeight.quantize(W16.T.copy())
+    q8 = quantrs.Int8Linear.from_float(W16)
+    return [
+        ("UnquantLinear", lambda: quantrs.UnquantLinear(W16, bad(16)), "bias", [16]),
+        ("Int8Linear.from_float", lambda: quantrs.Int8Linear.from_float(W16, bad(16)), "bias", [16]),
+        ("Int8Linear", lambda: quantrs.Int8Linear(q8.q, q8.scales, bad(16)), "bias", [16]),
+        ("Int4Linear", lambda: quantrs.Int4Linear(qw, bad(16)), "bias", [16]),
+        ("Int4Linear.from_float", lambda: quantrs.Int4Linear.from_float(W16, bad(16)), "bias", [16]),
+        (
+            "PerTensorFP8Linear.from_float",
+            lambda: quantrs.PerTensorFP8Linear.from_float(W16, bad(16)),
+            "bias",
+            [16],
+        ),
+        (
+            "PerTensorFP8Linear",
+            lambda: quantrs.PerTensorFP8Linear(fp8.weight, 1.0, bias=bad(16)),
+            "bias",
+            [16],
+        ),
+        ("serialize_with_bias", lambda: fp8.serialize_with_bias(bad(16)), "bias", [16]),
+        (
+            "Int4Linear.from_float imatrix",
+            lambda: quantrs.Int4Linear.from_float(W16, imatrix_weight=bad(64)),
+            "imatrix_weight",
+            [64],
+        ),
+        (
+            "apply_isq imatrix",
+            lambda: fp8.apply_isq("int4", imatrix_weight=bad(64)),
+            "imatrix_weight",
+            [64],
+        ),
+    ]
+
+
+@pytest.mark.parametrize("make", [(1, 1, -1), (1, -1), (-1, 1)], ids=str)
+@pytest.mark.parametrize("i", range(10))
+def test_vector_arguments_are_shape_checked(i, make):
+    def bad(n):
+        return np.ones(n, np.float32).reshape(make)
+
+    label, call, arg, expected = _shaped_calls(bad)[i]
+    got = list(bad(expected[0]).shape)
+    with pytest.raises(quantrs.DimensionMismatch) as info:
+        call()
+    assert f"{arg}: expected {expected}, got {got}" in str(info.value), label
+    # the same call with the documented shape works
+    label, call, _, _ = _shaped_calls(lambda n: np.ones(n, np.float32))[i]
+    call()
+
+
+def test_int8_scales_flat_or_a_column():
+    q8 = quantrs.Int8Linear.from_float(W16)
+    flat = quantrs.Int8Linear(q8.q, q8.scales)
+    column = quantrs.Int8Linear(q8.q, q8.scales.reshape(16, 1))  # compressed-tensors' layout
+    np.testing.assert_array_equal(flat.dequantize_w(), column.dequantize_w())
+    for shape in [(1, 16), (1, 1, 16), (2, 8)]:
+        with pytest.raises(quantrs.DimensionMismatch, match=r"scales: expected \[16\] or \[16, 1\]"):
+            quantrs.Int8Linear(q8.q, q8.scales.reshape(shape))
+
+
+def test_stacked_expert_bias_is_two_dimensional():
+    w = SHAPES_RNG.standard_normal((3, 16, 64)).astype(np.float32)
+    b = SHAPES_RNG.standard_normal((3, 16)).astype(np.float32)
+    layer = quantrs.PerTensorFP8Linear.from_float(w, b)
+    np.testing.assert_array_equal(layer.bias, b)
+    with pytest.raises(quantrs.DimensionMismatch, match=r"bias: expected \[3, 16\], got \[48\]"):
+        quantrs.PerTensorFP8Linear.from_float(w, b.ravel())
+
+
+def test_int4_quantize_flat_w_or_exact_shape():
+    w = SHAPES_RNG.standard_normal((64, 3)).astype(np.float32)
+    flat = quantrs.QuantizedWeight.quantize(w.ravel(), 64, 3)
+    assert flat == quantrs.QuantizedWeight.quantize(w)
+    with pytest.raises(quantrs.DimensionMismatch, match=r"w: expected \[64, 3\], got \[1, 64, 3\]"):
+        quantrs.QuantizedWeight.quantize(w[None], 64, 3)
 
 
 # --- INT4 range (item 5) -----------------------------------------------------

@@ -21,6 +21,7 @@ TARGETS = [
     "optimizer_setstate",
     "qat_from_bytes",
     "cli_inspect",
+    "gguf_load",
 ]
 SECONDS = int(os.environ.get("QUANTRS_FUZZ_SECONDS", "8"))
 CAP = 256 << 20
@@ -30,7 +31,7 @@ CAP = 256 << 20
 LAUNCH = """
 import resource, runpy, sys
 import quantrs, numpy, atheris  # loaded before the cap is measured
-import quantrs.cli
+import quantrs.cli, quantrs.formats.gguf
 def vm_size():
     for line in open('/proc/self/status'):
         if line.startswith('VmSize:'):

@@ -10,37 +10,27 @@ use numpy::{PyArrayDyn, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
-use super::convert::{bias_shape, bytes_of, indices_of, new_f32, opt_f32_vec, parse_device};
+use super::convert::{
+    bias_shape, bytes_of, indices_of, new_f32, opt_bias, opt_f32_shaped, parse_device,
+};
 use super::wrap;
 use crate::error::QuantError;
 use crate::linear::{Device, IsqType, QuantMethod, QuantizedSerde};
 use crate::python::arrays::{input, numpy_module};
 use crate::python::errors::{invalid, wrong_dtype};
 
-/// `forward` on float32 activations `[..., in]` -> `[..., out]`.
+/// `forward` on float32 activations `[..., in]` -> `[..., out]`: the crate's
+/// ndarray `QuantMethod::forward` on a zero-copy view of `x` (it checks the
+/// shape); its result moves into NumPy without a copy.
 pub(super) fn forward_f32<'py>(
     layer: &dyn QuantMethod,
     x: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let py = x.py();
     let xa = input::<f32>(x, "x")?;
-    let shape = xa.shape().to_vec();
-    let inf = layer.in_features();
-    if shape.last() != Some(&inf) {
-        return Err(QuantError::dims("x", format!("[..., {inf}]"), format!("{shape:?}")).into());
-    }
-    let mut out_shape = shape.clone();
-    *out_shape.last_mut().expect("rank >= 1") = layer.out_features();
-    // SAFETY: fully written by `forward` before Python can see it (on error
-    // the array is dropped).
-    let out = unsafe { PyArrayDyn::<f32>::new(py, out_shape, false) };
-    {
-        let mut o = out.readwrite();
-        let ys = o.as_slice_mut().map_err(|e| invalid("out", e))?;
-        let xs = xa.as_slice().map_err(|e| invalid("x", e))?;
-        py.detach(|| layer.forward_slice(xs, ys))?;
-    }
-    Ok(out.into_any())
+    let xv = xa.as_array();
+    let y = py.detach(|| layer.forward(xv))?;
+    Ok(PyArrayDyn::from_owned_array(py, y).into_any())
 }
 
 /// float16 / float32 / float64 / bfloat16 in, the same dtype out.
@@ -83,27 +73,24 @@ pub(super) fn gather_f32<'py>(
     let py = x.py();
     let xa = input::<f32>(x, "x")?;
     let ia = indices_of(indices)?;
-    let (xs_shape, is_shape) = (xa.shape().to_vec(), ia.shape().to_vec());
     let inf = layer.in_features();
-    if xs_shape.len() != 2 || xs_shape[1] != inf {
+    // Named per argument here (the array API reports both shapes at once).
+    if xa.ndim() != 2 || xa.shape()[1] != inf {
         return Err(
-            QuantError::dims("x", format!("[tokens, {inf}]"), format!("{xs_shape:?}")).into(),
+            QuantError::dims("x", format!("[tokens, {inf}]"), format!("{:?}", xa.shape())).into(),
         );
     }
-    if is_shape.len() != 2 || is_shape[0] != xs_shape[0] {
+    if ia.ndim() != 2 || ia.shape()[0] != xa.shape()[0] {
         return Err(QuantError::dims(
             "indices",
-            format!("[{}, k]", xs_shape[0]),
-            format!("{is_shape:?}"),
+            format!("[{}, k]", xa.shape()[0]),
+            format!("{:?}", ia.shape()),
         )
         .into());
     }
-    let out_shape = [xs_shape[0], is_shape[1], layer.out_features()];
-    let mut y = vec![0f32; out_shape.iter().product()];
-    let xs = xa.as_slice().map_err(|e| invalid("x", e))?;
-    let is = ia.as_slice().map_err(|e| invalid("indices", e))?;
-    py.detach(|| layer.gather_forward_slice(xs, is, is_shape[1], &mut y))?;
-    new_f32(py, y, &out_shape)
+    let (xv, iv) = (xa.as_array(), ia.as_array());
+    let y = py.detach(|| layer.gather_forward(xv, iv))?;
+    Ok(PyArrayDyn::from_owned_array(py, y).into_any())
 }
 
 /// An optional bias vector of `layer` as a float32 array.
@@ -121,8 +108,8 @@ pub(super) fn dequantize_w<'py>(
     py: Python<'py>,
     layer: &dyn QuantMethod,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let w = py.detach(|| layer.dequantize_w_vec())?;
-    new_f32(py, w, &layer.weight_shape())
+    let w = py.detach(|| layer.dequantize_w())?;
+    Ok(PyArrayDyn::from_owned_array(py, w).into_any())
 }
 
 /// A weight and optional bias as float32 arrays.
@@ -147,14 +134,8 @@ pub(super) fn add_delta_w(
     delta: &Bound<'_, PyAny>,
 ) -> PyResult<Py<PyAny>> {
     let d = input::<f32>(delta, "delta")?;
-    let shape = layer.weight_shape();
-    if d.shape() != shape.as_slice() {
-        return Err(
-            QuantError::dims("delta", format!("{shape:?}"), format!("{:?}", d.shape())).into(),
-        );
-    }
-    let ds = d.as_slice().map_err(|e| invalid("delta", e))?;
-    let out = py.detach(|| layer.add_delta_w_slice(ds))?;
+    let dv = d.as_array();
+    let out = py.detach(|| layer.add_delta_w(dv))?;
     wrap(py, out)
 }
 
@@ -177,7 +158,7 @@ pub(super) fn apply_isq(
         })?),
     };
     let device = parse_device(device)?;
-    let im = opt_f32_vec(imatrix_weight, "imatrix_weight")?;
+    let im = opt_f32_shaped(imatrix_weight, "imatrix_weight", &[&[layer.in_features()]])?;
     let counter = AtomicUsize::new(0);
     // Quantized on the CPU, then copied to the device (src/python/gpu.rs).
     let out = py.detach(|| layer.apply_isq(target, Device::Cpu, &counter, im))?;
@@ -210,12 +191,12 @@ pub(super) fn bias<'py>(
 }
 
 /// `serialize_with_bias(bias)`.
-pub(super) fn serialize_with_bias<'py, L: QuantizedSerde>(
+pub(super) fn serialize_with_bias<'py, L: QuantizedSerde + QuantMethod>(
     py: Python<'py>,
     layer: &L,
     bias: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyBytes>> {
-    let b = opt_f32_vec(bias, "bias")?;
+    let b = opt_bias(bias, &layer.weight_shape())?;
     let bytes = layer.serialize_with_bias(b)?;
     Ok(PyBytes::new(py, &bytes))
 }

@@ -51,6 +51,47 @@ pub(super) fn opt_f32_vec(obj: Option<&Bound<'_, PyAny>>, arg: &str) -> PyResult
         .transpose()
 }
 
+/// A float32 argument whose shape must be one of `accepted` (a bias
+/// `(out,)`, per-row scales `(out,)` or `(out, 1)`), as a flat vector; any
+/// other shape, even of the right size (`(1, 1, out)`), is a
+/// `DimensionMismatch` naming the argument (docs/errors.md, "Shapes").
+/// None stays None.
+pub(super) fn opt_f32_shaped(
+    obj: Option<&Bound<'_, PyAny>>,
+    arg: &str,
+    accepted: &[&[usize]],
+) -> PyResult<Option<Vec<f32>>> {
+    let Some(o) = obj.filter(|o| !o.is_none()) else {
+        return Ok(None);
+    };
+    let a = input::<f32>(o, arg)?;
+    if !accepted.iter().any(|s| a.shape() == *s) {
+        let expected: Vec<String> = accepted.iter().map(|s| format!("{s:?}")).collect();
+        return Err(
+            QuantError::dims(arg, expected.join(" or "), format!("{:?}", a.shape())).into(),
+        );
+    }
+    Ok(Some(a.as_slice().map_err(|e| invalid(arg, e))?.to_vec()))
+}
+
+/// The one shape a bias of a weight of `weight_shape` has: the weight's
+/// shape without its input axis (`(out,)`, or `(E, out)` for stacked
+/// experts). `None` for a weight of another rank, which the layer refuses.
+pub(super) fn bias_shape_for(weight_shape: &[usize]) -> Option<Vec<usize>> {
+    matches!(weight_shape.len(), 2 | 3).then(|| bias_shape(weight_shape).to_vec())
+}
+
+/// An optional bias for a weight of `weight_shape` (see `bias_shape_for`).
+pub(super) fn opt_bias(
+    obj: Option<&Bound<'_, PyAny>>,
+    weight_shape: &[usize],
+) -> PyResult<Option<Vec<f32>>> {
+    match bias_shape_for(weight_shape) {
+        Some(s) => opt_f32_shaped(obj, "bias", &[&s]),
+        None => opt_f32_vec(obj, "bias"),
+    }
+}
+
 /// A float32 weight argument whose rank is one of `rank`, with its shape.
 pub(super) fn float_weight<'py>(
     obj: &Bound<'py, PyAny>,

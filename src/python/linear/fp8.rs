@@ -7,7 +7,7 @@ use std::sync::Arc;
 use numpy::{PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 
-use super::convert::{bias_repr, float_weight, opt_f32_vec, view_of, weight_slice};
+use super::convert::{bias_repr, float_weight, opt_bias, view_of, weight_slice};
 use super::py_layer::py_layer;
 use super::PyFp8Linear;
 use crate::linear::{PerTensorFP8Linear, QuantMethod};
@@ -48,12 +48,16 @@ py_layer!(PyFp8Linear, PerTensorFP8Linear, {
     #[pyo3(signature = (weight, weight_scale_inv, activation_scale = None, bias = None))]
     fn py_new(
         weight: &Bound<'_, PyAny>,
-        weight_scale_inv: f32,
-        activation_scale: Option<f32>,
+        #[pyo3(from_py_with = crate::python::scalars::float::weight_scale_inv)]
+        weight_scale_inv: f64,
+        #[pyo3(from_py_with = crate::python::scalars::opt_float::activation_scale)]
+        activation_scale: Option<f64>,
         bias: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        let (weight_scale_inv, activation_scale) =
+            (weight_scale_inv as f32, activation_scale.map(|a| a as f32));
         let (codes, shape) = fp8_codes(weight)?;
-        let bias = opt_f32_vec(bias, "bias")?;
+        let bias = opt_bias(bias, &shape)?;
         let inner =
             PerTensorFP8Linear::new(codes, shape, weight_scale_inv, activation_scale, bias)?;
         Ok(PyFp8Linear {
@@ -69,11 +73,13 @@ py_layer!(PyFp8Linear, PerTensorFP8Linear, {
         py: Python<'_>,
         w: &Bound<'_, PyAny>,
         bias: Option<&Bound<'_, PyAny>>,
-        activation_scale: Option<f32>,
+        #[pyo3(from_py_with = crate::python::scalars::opt_float::activation_scale)]
+        activation_scale: Option<f64>,
     ) -> PyResult<Self> {
+        let activation_scale = activation_scale.map(|a| a as f32);
         let (wa, shape) = float_weight(w, "w", &[2, 3])?;
         let w = weight_slice(&wa, "w")?;
-        let bias = opt_f32_vec(bias, "bias")?;
+        let bias = opt_bias(bias, &shape)?;
         let inner =
             py.detach(|| PerTensorFP8Linear::from_float(w, shape, bias, activation_scale))?;
         Ok(PyFp8Linear {
@@ -85,9 +91,13 @@ py_layer!(PyFp8Linear, PerTensorFP8Linear, {
     /// (compressed-tensors, AutoFP8, mistral.rs; docs/checkpoints.md), and the
     /// optional activation scale and `<prefix>.bias`.
     #[staticmethod]
-    #[pyo3(signature = (path, prefix = ""))]
-    fn from_safetensors(py: Python<'_>, path: PathBuf, prefix: &str) -> PyResult<Self> {
-        let inner = py.detach(|| PerTensorFP8Linear::from_safetensors(&path, prefix))?;
+    #[pyo3(signature = (path, prefix = String::new()))]
+    fn from_safetensors(
+        py: Python<'_>,
+        #[pyo3(from_py_with = crate::python::scalars::path)] path: PathBuf,
+        #[pyo3(from_py_with = crate::python::scalars::text::prefix)] prefix: String,
+    ) -> PyResult<Self> {
+        let inner = py.detach(|| PerTensorFP8Linear::from_safetensors(&path, &prefix))?;
         Ok(PyFp8Linear {
             inner: Arc::new(inner),
         })

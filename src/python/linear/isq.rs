@@ -7,7 +7,7 @@ use std::sync::Arc;
 use numpy::{PyArrayDyn, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 
-use super::convert::{bias_repr, float_weight, opt_f32_vec, view_of, weight_slice};
+use super::convert::{bias_repr, float_weight, opt_bias, opt_f32_shaped, view_of, weight_slice};
 use super::py_layer::py_layer;
 use super::{PyInt4Linear, PyInt8Linear, PyUnquantLinear};
 use crate::error::QuantError;
@@ -23,7 +23,7 @@ py_layer!(PyUnquantLinear, UnquantLinear, {
     fn py_new(weight: &Bound<'_, PyAny>, bias: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
         let (wa, s) = float_weight(weight, "weight", &[2])?;
         let w = weight_slice(&wa, "weight")?.to_vec(); // the layer owns its f32 weight
-        let bias = opt_f32_vec(bias, "bias")?;
+        let bias = opt_bias(bias, &s)?;
         Ok(PyUnquantLinear {
             inner: Arc::new(UnquantLinear::new(w, s[0], s[1], bias)?),
         })
@@ -66,8 +66,9 @@ py_layer!(PyInt8Linear, Int8Linear, {
         }
         let (out, inf) = (qa.shape()[0], qa.shape()[1]);
         let qv = qa.as_slice().map_err(|e| invalid("q", e))?.to_vec();
-        let sv = opt_f32_vec(Some(scales), "scales")?.unwrap_or_default();
-        let bias = opt_f32_vec(bias, "bias")?;
+        // (out,), or (out, 1) as compressed-tensors stores per-channel scales.
+        let sv = opt_f32_shaped(Some(scales), "scales", &[&[out], &[out, 1]])?.unwrap_or_default();
+        let bias = opt_bias(bias, qa.shape())?;
         Ok(PyInt8Linear {
             inner: Arc::new(Int8Linear::new(qv, sv, out, inf, bias)?),
         })
@@ -83,7 +84,7 @@ py_layer!(PyInt8Linear, Int8Linear, {
     ) -> PyResult<Self> {
         let (wa, s) = float_weight(w, "w", &[2])?;
         let w = weight_slice(&wa, "w")?;
-        let bias = opt_f32_vec(bias, "bias")?;
+        let bias = opt_bias(bias, &s)?;
         let inner = py.detach(|| Int8Linear::from_float(w, s[0], s[1], bias))?;
         Ok(PyInt8Linear {
             inner: Arc::new(inner),
@@ -122,7 +123,7 @@ py_layer!(PyInt4Linear, Int4Linear, {
         qweight: PyRef<'_, PyQuantizedWeight>,
         bias: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let bias = opt_f32_vec(bias, "bias")?;
+        let bias = opt_bias(bias, &[qweight.inner.out_feat, qweight.inner.in_feat])?;
         Ok(PyInt4Linear {
             inner: Arc::new(Int4Linear::new(qweight.inner.clone(), bias)?),
         })
@@ -141,8 +142,8 @@ py_layer!(PyInt4Linear, Int4Linear, {
     ) -> PyResult<Self> {
         let (wa, s) = float_weight(w, "w", &[2])?;
         let w = weight_slice(&wa, "w")?;
-        let bias = opt_f32_vec(bias, "bias")?;
-        let im = opt_f32_vec(imatrix_weight, "imatrix_weight")?;
+        let bias = opt_bias(bias, &s)?;
+        let im = opt_f32_shaped(imatrix_weight, "imatrix_weight", &[&[s[1]]])?;
         if let Some(a) = &im {
             if let Some(i) = a.iter().position(|v| !(v.is_finite() && *v >= 0.0)) {
                 return Err(invalid(

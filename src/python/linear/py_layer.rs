@@ -73,16 +73,16 @@ macro_rules! py_layer {
 
             /// A new layer in another quantization: "int4", "fp8_e4m3", "int8"
             /// or None (float32).
-            #[pyo3(signature = (dtype, device = "cpu", imatrix_weight = None, *, group_size = 32))]
+            #[pyo3(signature = (dtype, device = "cpu".to_owned(), imatrix_weight = None, *, group_size = 32))]
             fn apply_isq(
                 &self,
                 py: Python<'_>,
-                dtype: Option<&str>,
-                device: &str,
+                #[pyo3(from_py_with = crate::python::scalars::opt_text::dtype)] dtype: Option<String>,
+                #[pyo3(from_py_with = crate::python::scalars::text::device)] device: String,
                 imatrix_weight: Option<&Bound<'_, PyAny>>,
                 #[pyo3(from_py_with = crate::python::sizes::group_size)] group_size: usize,
             ) -> PyResult<Py<PyAny>> {
-                super::base::apply_isq(py, self.inner.clone(), dtype, device, imatrix_weight, group_size)
+                super::base::apply_isq(py, self.inner.clone(), dtype.as_deref(), &device, imatrix_weight, group_size)
             }
 
             /// Start tracking the imatrix (mean of x_i^2 over forward rows).

@@ -90,8 +90,10 @@ fn method_arg(obj: &Bound<'_, PyAny>) -> PyResult<Method> {
         return Ok(m.into());
     }
     let s: String = obj.extract().map_err(|_| {
-        pyo3::exceptions::PyTypeError::new_err(
-            "method: expected a str ('nf4', 'int4', 'dynamic', 'int8') or a QuantizationMethod",
+        crate::python::errors::wrong_type(
+            "method",
+            "a str ('nf4', 'int4', 'dynamic', 'int8') or a QuantizationMethod",
+            obj,
         )
     })?;
     Ok(Method::parse(&s)?)
@@ -121,11 +123,11 @@ config_class_methods!(eq PyOptCfg(CoreOptCfg, "Adam4bitOptimizerConfig"), {
     #[new]
     #[pyo3(signature = (learning_rate=1e-3, beta1=0.9, beta2=0.999, epsilon=1e-8, weight_decay=0.0))]
     pub(super) fn new(
-        learning_rate: f64,
-        beta1: f64,
-        beta2: f64,
-        epsilon: f64,
-        weight_decay: f64,
+        #[pyo3(from_py_with = crate::python::scalars::float::learning_rate)] learning_rate: f64,
+        #[pyo3(from_py_with = crate::python::scalars::float::beta1)] beta1: f64,
+        #[pyo3(from_py_with = crate::python::scalars::float::beta2)] beta2: f64,
+        #[pyo3(from_py_with = crate::python::scalars::float::epsilon)] epsilon: f64,
+        #[pyo3(from_py_with = crate::python::scalars::float::weight_decay)] weight_decay: f64,
     ) -> PyResult<Self> {
         let inner = CoreOptCfg {
             learning_rate: f32_arg("learning_rate", learning_rate)?,
@@ -179,12 +181,12 @@ config_class_methods!(eq PyQCfg(CoreQCfg, "AdvancedQuantizationConfig"), {
     fn new(
         method: Option<Bound<'_, PyAny>>,
         #[pyo3(from_py_with = crate::python::sizes::block_size)] block_size: usize,
-        adaptation_rate: f64,
-        min_scale: f64,
-        max_scale: f64,
-        double_quantization: bool,
-        rank1_normalization: bool,
-        variance_map: Option<String>,
+        #[pyo3(from_py_with = crate::python::scalars::float::adaptation_rate)] adaptation_rate: f64,
+        #[pyo3(from_py_with = crate::python::scalars::float::min_scale)] min_scale: f64,
+        #[pyo3(from_py_with = crate::python::scalars::float::max_scale)] max_scale: f64,
+        #[pyo3(from_py_with = crate::python::scalars::flag::double_quantization)] double_quantization: bool,
+        #[pyo3(from_py_with = crate::python::scalars::flag::rank1_normalization)] rank1_normalization: bool,
+        #[pyo3(from_py_with = crate::python::scalars::opt_text::variance_map)] variance_map: Option<String>,
     ) -> PyResult<Self> {
         let variance_map = match variance_map {
             None => crate::optim::config::DEFAULT_VARIANCE_MAP,

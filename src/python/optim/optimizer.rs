@@ -26,11 +26,11 @@ macro_rules! py_optimizer {
             #[new]
             #[pyo3(signature = (learning_rate=1e-3, beta1=0.9, beta2=0.999, epsilon=1e-8, weight_decay=0.0))]
             fn new(
-                learning_rate: f64,
-                beta1: f64,
-                beta2: f64,
-                epsilon: f64,
-                weight_decay: f64,
+                #[pyo3(from_py_with = crate::python::scalars::float::learning_rate)] learning_rate: f64,
+                #[pyo3(from_py_with = crate::python::scalars::float::beta1)] beta1: f64,
+                #[pyo3(from_py_with = crate::python::scalars::float::beta2)] beta2: f64,
+                #[pyo3(from_py_with = crate::python::scalars::float::epsilon)] epsilon: f64,
+                #[pyo3(from_py_with = crate::python::scalars::float::weight_decay)] weight_decay: f64,
             ) -> PyResult<Self> {
                 let o = PyOptCfg::new(learning_rate, beta1, beta2, epsilon, weight_decay)?;
                 Ok($ty {
@@ -59,9 +59,9 @@ macro_rules! py_optimizer {
                 py: Python<'_>,
                 param: &Bound<'_, PyAny>,
                 grad: &Bound<'_, PyAny>,
-                name: Option<&str>,
+                #[pyo3(from_py_with = crate::python::scalars::opt_text::name)] name: Option<String>,
             ) -> PyResult<()> {
-                self.inner.update(py, Pair::new(param, grad)?, name)
+                self.inner.update(py, Pair::new(param, grad)?, name.as_deref())
             }
 
             /// Drop accumulated gradients (the moments are kept).
@@ -87,13 +87,13 @@ macro_rules! py_optimizer {
             }
 
             /// Set the learning rate (finite and >= 0, else `InvalidArgument`).
-            fn set_lr(&mut self, lr: f64) -> PyResult<()> {
+            fn set_lr(&mut self, #[pyo3(from_py_with = crate::python::scalars::float::lr)] lr: f64) -> PyResult<()> {
                 Ok(self.inner.core.set_lr(f32_arg("lr", lr)?)?)
             }
 
             #[setter(lr)]
-            fn set_lr_prop(&mut self, lr: f64) -> PyResult<()> {
-                self.set_lr(lr)
+            fn set_lr_prop(&mut self, lr: &Bound<'_, PyAny>) -> PyResult<()> {
+                self.set_lr(crate::python::scalars::float::lr(lr)?)
             }
 
             /// Add `grad` to `param`'s accumulator; `param` is updated by
@@ -104,9 +104,9 @@ macro_rules! py_optimizer {
                 py: Python<'_>,
                 param: &Bound<'_, PyAny>,
                 grad: &Bound<'_, PyAny>,
-                name: Option<&str>,
+                #[pyo3(from_py_with = crate::python::scalars::opt_text::name)] name: Option<String>,
             ) -> PyResult<()> {
-                self.inner.accumulate(py, param, Pair::new(param, grad)?, name)
+                self.inner.accumulate(py, param, Pair::new(param, grad)?, name.as_deref())
             }
 
             /// Update every accumulated parameter with its summed gradient
@@ -125,7 +125,10 @@ macro_rules! py_optimizer {
             }
 
             /// Replace the state with `state_dict()` output, validated first.
-            fn load_state_dict(&mut self, state: &Bound<'_, PyDict>) -> PyResult<()> {
+            fn load_state_dict(&mut self, state: &Bound<'_, PyAny>) -> PyResult<()> {
+                let state = state
+                    .cast::<PyDict>()
+                    .map_err(|_| crate::python::errors::wrong_type("state", "dict", state))?;
                 self.inner.load_state_dict(state)
             }
 
@@ -141,13 +144,21 @@ macro_rules! py_optimizer {
             }
 
             /// Write config and state to a safetensors file, atomically.
-            fn save_state(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
+            fn save_state(
+                &self,
+                py: Python<'_>,
+                #[pyo3(from_py_with = crate::python::scalars::path)] path: PathBuf,
+            ) -> PyResult<()> {
                 let core = &self.inner.core;
                 Ok(py.detach(|| checkpoint::save(core, &path))?)
             }
 
             /// Replace config and state with a `save_state` file's (validated first).
-            fn load_state(&mut self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
+            fn load_state(
+                &mut self,
+                py: Python<'_>,
+                #[pyo3(from_py_with = crate::python::scalars::path)] path: PathBuf,
+            ) -> PyResult<()> {
                 let core = &mut self.inner.core;
                 py.detach(|| checkpoint::load(core, &path))?;
                 self.inner.forget_params();
@@ -192,8 +203,8 @@ macro_rules! py_optimizer {
                 Ok(PyBytes::new(py, &bytes))
             }
 
-            fn __setstate__(&mut self, state: &Bound<'_, PyBytes>) -> PyResult<()> {
-                let f = crate::st::from_bytes(state.as_bytes())?;
+            fn __setstate__(&mut self, state: &Bound<'_, PyAny>) -> PyResult<()> {
+                let f = crate::python::scalars::with_bytes(state, "state", crate::st::from_bytes)??;
                 let t: checkpoint::Tensors = f.tensors.into_iter().collect();
                 let (config, st) = checkpoint::parse(t, $name)?;
                 let mut core = Adam4bitCore::new(config, $decoupled)?;

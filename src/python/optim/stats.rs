@@ -46,11 +46,12 @@ impl PyStats {
     /// `memory_usage()`).
     #[new]
     fn new(
-        momentum_elements: usize,
-        variance_elements: usize,
+        #[pyo3(from_py_with = crate::python::sizes::momentum_elements)] momentum_elements: usize,
+        #[pyo3(from_py_with = crate::python::sizes::variance_elements)] variance_elements: usize,
+        #[pyo3(from_py_with = crate::python::sizes::third_moment_elements)]
         third_moment_elements: usize,
-        total_bytes: usize,
-        num_parameters: usize,
+        #[pyo3(from_py_with = crate::python::sizes::total_bytes)] total_bytes: usize,
+        #[pyo3(from_py_with = crate::python::sizes::num_parameters)] num_parameters: usize,
     ) -> Self {
         PyStats {
             momentum_elements,

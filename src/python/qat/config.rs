@@ -38,11 +38,11 @@ config_class_methods!(PyQatConfig(QatConfig, "QatConfig"), {
         target: &Bound<'_, PyAny>,
         scheme: Option<&Bound<'_, PyAny>>,
         rounding: Option<&Bound<'_, PyAny>>,
-        lr: f64,
-        beta1: f64,
-        beta2: f64,
-        eps: f64,
-        weight_decay: f64,
+        #[pyo3(from_py_with = crate::python::scalars::float::lr)] lr: f64,
+        #[pyo3(from_py_with = crate::python::scalars::float::beta1)] beta1: f64,
+        #[pyo3(from_py_with = crate::python::scalars::float::beta2)] beta2: f64,
+        #[pyo3(from_py_with = crate::python::scalars::float::eps)] eps: f64,
+        #[pyo3(from_py_with = crate::python::scalars::float::weight_decay)] weight_decay: f64,
     ) -> PyResult<Self> {
         let mut c = QatConfig::with_target(target_arg(target)?);
         if let Some(s) = scheme {

@@ -278,11 +278,16 @@ impl PyQatOptimizer {
 
     /// Rebuild from `to_bytes()` output and the master's shape.
     #[staticmethod]
-    fn from_bytes(data: &[u8], shape: Vec<usize>) -> PyResult<Self> {
-        let inner = match crate::qat::serde::dtype_tag(data)? {
-            2 => Inner::F64(QatOptimizer::from_bytes(data)?),
-            _ => Inner::F32(QatOptimizer::from_bytes(data)?),
-        };
+    fn from_bytes(
+        data: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = crate::python::scalars::shape)] shape: Vec<usize>,
+    ) -> PyResult<Self> {
+        let inner = crate::python::scalars::with_bytes(data, "data", |data| -> PyResult<Inner> {
+            Ok(match crate::qat::serde::dtype_tag(data)? {
+                2 => Inner::F64(QatOptimizer::from_bytes(data)?),
+                _ => Inner::F32(QatOptimizer::from_bytes(data)?),
+            })
+        })??;
         let n = match &inner {
             Inner::F64(o) => o.len(),
             Inner::F32(o) => o.len(),

@@ -75,7 +75,7 @@ pymethods_with_getters!(PyQuantParams, {
     /// `qmin <= zero_point <= qmax`).
     #[new]
     fn new(
-        scale: f64,
+        #[pyo3(from_py_with = crate::python::scalars::float::scale)] scale: f64,
         #[pyo3(from_py_with = crate::python::sizes::zero_point)] zero_point: i32,
         #[pyo3(from_py_with = crate::python::sizes::qmin)] qmin: i32,
         #[pyo3(from_py_with = crate::python::sizes::qmax)] qmax: i32,
@@ -86,7 +86,10 @@ pymethods_with_getters!(PyQuantParams, {
     /// Symmetric parameters for an absolute maximum: `scale = absmax / qmax`.
     #[staticmethod]
     #[pyo3(signature = (absmax, target = None))]
-    fn from_absmax(absmax: f64, target: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+    fn from_absmax(
+        #[pyo3(from_py_with = crate::python::scalars::float::absmax)] absmax: f64,
+        target: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
         let d = target_or_int8(target, "from_absmax")?;
         Ok(Self::wrap(QuantParams::from_absmax(absmax, d)?))
     }
@@ -95,8 +98,8 @@ pymethods_with_getters!(PyQuantParams, {
     #[staticmethod]
     #[pyo3(signature = (min, max, target = None, scheme = None))]
     fn from_minmax(
-        min: f64,
-        max: f64,
+        #[pyo3(from_py_with = crate::python::scalars::float::min)] min: f64,
+        #[pyo3(from_py_with = crate::python::scalars::float::max)] max: f64,
         target: Option<&Bound<'_, PyAny>>,
         scheme: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
@@ -116,7 +119,7 @@ pymethods_with_getters!(PyQuantParams, {
         x: &Bound<'_, PyAny>,
         target: Option<&Bound<'_, PyAny>>,
         scheme: Option<&Bound<'_, PyAny>>,
-        clip_fraction: f64,
+        #[pyo3(from_py_with = crate::python::scalars::float::clip_fraction)] clip_fraction: f64,
     ) -> PyResult<Self> {
         let d = target_or_int8(target, "calibrate")?;
         let s = scheme
@@ -242,7 +245,7 @@ fn qat_calibrate_per_channel(
     #[pyo3(from_py_with = crate::python::sizes::axis)] axis: usize,
     target: &Bound<'_, PyAny>,
     scheme: &Bound<'_, PyAny>,
-    clip_fraction: f64,
+    #[pyo3(from_py_with = crate::python::scalars::float::clip_fraction)] clip_fraction: f64,
 ) -> PyResult<Vec<PyQuantParams>> {
     let d = int_dtype(target_arg(target)?, "per-channel calibration")?;
     let s = scheme_arg(scheme)?;
@@ -329,7 +332,7 @@ fn qat_fake_quant<'py>(
     scheme: &Bound<'py, PyAny>,
     rounding: &Bound<'py, PyAny>,
     rng: Option<&Bound<'py, PyAny>>,
-    clip_fraction: f64,
+    #[pyo3(from_py_with = crate::python::scalars::float::clip_fraction)] clip_fraction: f64,
     #[pyo3(from_py_with = crate::python::sizes::opt_axis)] axis: Option<usize>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let t = target_arg(target)?;
@@ -361,8 +364,8 @@ fn qat_fake_quant_backward<'py>(
     py: Python<'py>,
     grad: &Bound<'py, PyAny>,
     x: &Bound<'py, PyAny>,
-    lo: f64,
-    hi: f64,
+    #[pyo3(from_py_with = crate::python::scalars::float::lo)] lo: f64,
+    #[pyo3(from_py_with = crate::python::scalars::float::hi)] hi: f64,
 ) -> PyResult<Bound<'py, PyAny>> {
     // float32 only when both are float32; otherwise both as float64, so
     // that `x` is never rounded before the range test.

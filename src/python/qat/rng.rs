@@ -2,7 +2,7 @@
 
 use numpy::PyArray1;
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyBool, PyInt, PyTuple};
 
 use crate::python::errors::wrong_type;
 use crate::qat::CounterRng;
@@ -25,7 +25,7 @@ impl PyRng {
     fn new(seed: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
         let inner = match seed {
             None => CounterRng::from_entropy(),
-            Some(s) => CounterRng::new(int_seed(s)?),
+            Some(s) => CounterRng::new(int_seed(s, "seed")?),
         };
         Ok(PyRng { inner })
     }
@@ -82,24 +82,39 @@ impl PyRng {
         )
     }
 
-    fn __setstate__(&mut self, counter: u64) {
-        self.inner.counter = counter;
+    fn __setstate__(&mut self, counter: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.inner.counter = u64_arg(counter, "counter")?;
+        Ok(())
     }
 }
 
 /// A Python int as a 64-bit seed (negative values wrap, as in NumPy).
-fn int_seed(obj: &Bound<'_, PyAny>) -> PyResult<u64> {
-    if let Ok(u) = obj.extract::<u64>() {
-        return Ok(u);
+fn int_seed(obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<u64> {
+    if !obj.is_instance_of::<PyBool>() {
+        if let Ok(u) = obj.extract::<u64>() {
+            return Ok(u);
+        }
+        if let Ok(i) = obj.extract::<i64>() {
+            return Ok(i as u64);
+        }
     }
-    if let Ok(i) = obj.extract::<i64>() {
-        return Ok(i as u64);
+    let what = if arg == "rng" {
+        "None, an int in [-2**63, 2**64) or a quantrs.Rng"
+    } else {
+        "None or an int in [-2**63, 2**64)"
+    };
+    Err(wrong_type(arg, what, obj))
+}
+
+/// A Python int in `[0, 2**64)`, naming `arg` (a `TypeError` for another
+/// type, an `InvalidArgument` outside the range).
+fn u64_arg(obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<u64> {
+    if obj.is_instance_of::<PyBool>() || !obj.is_instance_of::<PyInt>() {
+        return Err(wrong_type(arg, "int", obj));
     }
-    Err(wrong_type(
-        "rng",
-        "None, an int in [-2**63, 2**64) or a quantrs.Rng",
-        obj,
-    ))
+    obj.extract::<u64>().map_err(|_| {
+        crate::QuantError::arg(format!("{arg}: expected an int in [0, 2**64), got {obj}")).into()
+    })
 }
 
 /// `rng` argument: None, an int seed, or a `quantrs.Rng` (draws once).
@@ -109,7 +124,7 @@ pub fn seed_arg(rng: Option<&Bound<'_, PyAny>>) -> PyResult<Option<u64>> {
         Some(r) if r.is_none() => Ok(None),
         Some(r) => match r.cast::<PyRng>() {
             Ok(g) => Ok(Some(g.borrow_mut().inner.next_u64())),
-            Err(_) => int_seed(r).map(Some),
+            Err(_) => int_seed(r, "rng").map(Some),
         },
     }
 }
