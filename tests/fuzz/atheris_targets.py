@@ -159,6 +159,13 @@ def main() -> None:
         write_seeds(sys.argv[3], target)
         return
     fn = TARGETS[target]
+    if target == "gguf_load":
+        # The reader is Python: its bytecode gives atheris coverage feedback.
+        from quantrs.formats import gguf
+
+        for f in (gguf._Cursor.value, gguf._Cursor.string, gguf.GgufFile._parse,
+                  gguf.GgufFile.dequantize, gguf.read_gguf_weight, gguf.q4_0_to_quantrs):
+            atheris.instrument_func(f)
     atheris.Setup([sys.argv[0], *sys.argv[2:]], fn)
     atheris.Fuzz()
 

@@ -214,6 +214,9 @@ class GgufFile:
             if type_id not in GGML_TYPES:
                 raise FormatError(f"tensor {name!r}: unknown ggml type {type_id}")
             tname, block, bsize = GGML_TYPES[type_id]
+            if 0 in dims:
+                # nothing to read, and NumPy cannot shape ``(0, 2**64 - 1)``
+                raise FormatError(f"tensor {name!r}: a zero dimension in ne {list(dims)}")
             if dims[0] % block:
                 raise FormatError(
                     f"tensor {name!r}: {tname} needs rows of whole {block}-element blocks, "
@@ -273,7 +276,8 @@ class GgufFile:
         elif name == "BF16":
             out = (raw.view("<u2").astype(np.uint32) << 16).view(np.float32)
         elif name in ("Q4_0", "Q4_1", "Q8_0"):
-            out = _decode_blocks(name, rows).reshape(-1)
+            with np.errstate(invalid="ignore", over="ignore"):  # a non-finite scale: inf * 0
+                out = _decode_blocks(name, rows).reshape(-1)
         else:
             raise FormatError(f"tensor {t.name!r}: no decoder for ggml type {name}")
         return out.reshape(t.shape)
@@ -296,12 +300,17 @@ def _decode_blocks(name: str, rows: np.ndarray) -> np.ndarray:
 def q4_0_to_quantrs(g: GgufFile, t: GgufTensor):
     """The ``QuantizedWeight`` of a 2-D ``Q4_0`` tensor ``[out, in]`` (``ne = [in,
     out]``), exactly: signed code ``q - 8``, scale ``d`` as float32, group 32."""
+    from .. import QuantError
+
     in_feat, out_feat = t.dims
     blocks = g.raw(t).reshape(out_feat, in_feat // 32, 18)
     d = blocks[..., 0:2].copy().view("<f2").astype(np.float32)[..., 0]  # [out, groups]
     qs = blocks[..., 2:]  # [out, groups, 16]
     q = np.concatenate([qs & 0x0F, qs >> 4], axis=-1).reshape(out_feat, in_feat)
-    return from_offset8(np.ascontiguousarray(q.T), np.ascontiguousarray(d.T), 32, t.name)
+    try:
+        return from_offset8(np.ascontiguousarray(q.T), np.ascontiguousarray(d.T), 32, t.name)
+    except QuantError as e:  # a non-finite scale, ...: the file's fault, not the caller's
+        raise FormatError(f"{g.path}: tensor {t.name!r}: {e}") from None
 
 
 def read_gguf_weight(g: GgufFile, name: str, requantize_ok: bool = False):
