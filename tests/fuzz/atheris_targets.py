@@ -89,8 +89,6 @@ def qat_from_bytes(data: bytes) -> None:
         pass
 
 
-
-
 def cli_inspect(data: bytes) -> None:
     path = os.path.join(_TMP, "in.safetensors")
     with open(path, "wb") as f:
@@ -163,8 +161,14 @@ def main() -> None:
         # The reader is Python: its bytecode gives atheris coverage feedback.
         from quantrs.formats import gguf
 
-        for f in (gguf._Cursor.value, gguf._Cursor.string, gguf.GgufFile._parse,
-                  gguf.GgufFile.dequantize, gguf.read_gguf_weight, gguf.q4_0_to_quantrs):
+        for f in (
+            gguf._Cursor.value,
+            gguf._Cursor.string,
+            gguf.GgufFile._parse,
+            gguf.GgufFile.dequantize,
+            gguf.read_gguf_weight,
+            gguf.q4_0_to_quantrs,
+        ):
             atheris.instrument_func(f)
     atheris.Setup([sys.argv[0], *sys.argv[2:]], fn)
     atheris.Fuzz()

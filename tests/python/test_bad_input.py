@@ -101,7 +101,10 @@ def test_legacy_swapped_dims_fail_at_the_first_update():
     before = {k: v.copy() for k, v in back.state_dict().items()}
     p = rng.standard_normal(shape).astype(np.float32)
     p0 = p.copy()
-    with pytest.raises(quantrs.DimensionMismatch, match=r"param shape \(state \"n:w\"\): expected \[8, 4\], got \[4, 8\]"):
+    with pytest.raises(
+        quantrs.DimensionMismatch,
+        match=r"param shape \(state \"n:w\"\): expected \[8, 4\], got \[4, 8\]",
+    ):
         back.update(p, np.ones((4, 8), np.float32), name="w")
     np.testing.assert_array_equal(p, p0)
     after = back.state_dict()
@@ -239,10 +242,20 @@ def _shaped_calls(bad):
     q8 = quantrs.Int8Linear.from_float(W16)
     return [
         ("UnquantLinear", lambda: quantrs.UnquantLinear(W16, bad(16)), "bias", [16]),
-        ("Int8Linear.from_float", lambda: quantrs.Int8Linear.from_float(W16, bad(16)), "bias", [16]),
+        (
+            "Int8Linear.from_float",
+            lambda: quantrs.Int8Linear.from_float(W16, bad(16)),
+            "bias",
+            [16],
+        ),
         ("Int8Linear", lambda: quantrs.Int8Linear(q8.q, q8.scales, bad(16)), "bias", [16]),
         ("Int4Linear", lambda: quantrs.Int4Linear(qw, bad(16)), "bias", [16]),
-        ("Int4Linear.from_float", lambda: quantrs.Int4Linear.from_float(W16, bad(16)), "bias", [16]),
+        (
+            "Int4Linear.from_float",
+            lambda: quantrs.Int4Linear.from_float(W16, bad(16)),
+            "bias",
+            [16],
+        ),
         (
             "PerTensorFP8Linear.from_float",
             lambda: quantrs.PerTensorFP8Linear.from_float(W16, bad(16)),
@@ -293,7 +306,9 @@ def test_int8_scales_flat_or_a_column():
     column = quantrs.Int8Linear(q8.q, q8.scales.reshape(16, 1))  # compressed-tensors' layout
     np.testing.assert_array_equal(flat.dequantize_w(), column.dequantize_w())
     for shape in [(1, 16), (1, 1, 16), (2, 8)]:
-        with pytest.raises(quantrs.DimensionMismatch, match=r"scales: expected \[16\] or \[16, 1\]"):
+        with pytest.raises(
+            quantrs.DimensionMismatch, match=r"scales: expected \[16\] or \[16, 1\]"
+        ):
             quantrs.Int8Linear(q8.q, q8.scales.reshape(shape))
 
 

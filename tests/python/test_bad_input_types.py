@@ -3,13 +3,13 @@
 The arguments are read from ``quantrs/_core.pyi`` (the stub stubtest holds
 true to the module): every public function and method, every parameter
 annotated ``int``, ``float``, ``bool``, ``str``, an enum (``str |
-QuantTarget``), a path, bytes, a shape or an ``rng``. ``VALID`` gives one
+QuantTarget``), a path, bytes, a shape or an ``rng``. ``valid_calls`` gives one
 valid call per callable; each scalar argument in turn is replaced by values
 of the wrong type (float for int, str for float, None where None is not
 accepted, a list, ...) and the call must raise ``TypeError`` whose message
 names the argument, says what it expected and names the type it got
 (``lr: expected float, got str``). A callable with scalar arguments that
-``VALID`` does not cover fails ``test_every_scalar_argument_is_covered``.
+``valid_calls`` does not cover fails ``test_every_scalar_argument_is_covered``.
 """
 
 from __future__ import annotations
@@ -159,16 +159,20 @@ def valid_calls(tmp: Path):
             ("fp8_decode", _core.fp8_decode, dict(codes=np.zeros(3, np.uint8), fmt="e4m3"))
         ],
         "_LinearBase.apply_isq": [
-            (f"{n}.apply_isq", l.apply_isq, dict(dtype="int8", device="cpu", group_size=32))
-            for n, l in ls.items()
+            (f"{n}.apply_isq", layer.apply_isq, dict(dtype="int8", device="cpu", group_size=32))
+            for n, layer in ls.items()
         ],
         "_LinearBase.deserialize": [
-            (f"{n}.deserialize", type(l).deserialize, dict(data=l.serialize()))
-            for n, l in ls.items()
+            (f"{n}.deserialize", type(layer).deserialize, dict(data=layer.serialize()))
+            for n, layer in ls.items()
         ],
         "_LinearBase.deserialize_ext_bias": [
-            (f"{n}.deserialize_ext_bias", type(l).deserialize_ext_bias, dict(data=l.serialize()))
-            for n, l in ls.items()
+            (
+                f"{n}.deserialize_ext_bias",
+                type(layer).deserialize_ext_bias,
+                dict(data=layer.serialize()),
+            )
+            for n, layer in ls.items()
         ],
         "PerTensorFP8Linear.__new__": [
             (
@@ -213,7 +217,11 @@ def valid_calls(tmp: Path):
         "Rng.__new__": [("Rng", quantrs.Rng, dict(seed=1))],
         "Rng.random": [("Rng.random", quantrs.Rng(1).random, dict(n=3))],
         "Rng.__setstate__": [
-            ("Rng.__setstate__", positional(quantrs.Rng(1).__setstate__, ["counter"]), {"counter": 4})
+            (
+                "Rng.__setstate__",
+                positional(quantrs.Rng(1).__setstate__, ["counter"]),
+                {"counter": 4},
+            )
         ],
         "QuantParams.__new__": [
             ("QuantParams", quantrs.QuantParams, dict(scale=0.1, zero_point=0, qmin=-128, qmax=127))
@@ -397,7 +405,7 @@ def test_every_scalar_argument_is_covered(tmp_path):
     covered = valid_calls(tmp_path)
     stub = stub_scalars()
     missing = sorted(set(stub) - set(covered))
-    assert missing == [], f"add a valid call to VALID for: {missing}"
+    assert missing == [], f"add a valid call to valid_calls for: {missing}"
     for name, calls in covered.items():
         assert name in stub, f"{name}: not in _core.pyi (or has no scalar argument)"
         args = {a for a, _, _ in stub[name]}

@@ -79,7 +79,8 @@ impl Inner {
         self.accum_params.clear();
     }
 
-    /// `update(param, grad)`: one step, GIL released.
+    /// `update(param, grad)`: one step, GIL released. (The slice form, not
+    /// the ndarray `Optimizer::update`: that trait has no `name=` to key the state by.)
     pub(super) fn update(
         &mut self,
         py: Python<'_>,
