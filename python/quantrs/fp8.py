@@ -46,6 +46,8 @@ _ALIASES = {
 
 
 def _fmt(fmt: str) -> str:
+    if not isinstance(fmt, str):
+        raise TypeError(f"fmt: expected str, got {type(fmt).__name__}")
     try:
         return _ALIASES[str(fmt).lower()]
     except KeyError:
@@ -79,8 +81,9 @@ def _on_cuda(x: Any) -> bool:
 def encode(x: Any, fmt: str = "e4m3", saturate: bool = False, *, as_ml_dtypes: bool = False):
     """Encode ``x`` to FP8 codes (uint8, or an ml_dtypes float8 view)."""
     f = _fmt(fmt)
-    if not isinstance(saturate, (bool, np.bool_)):
-        raise TypeError(f"saturate: expected bool, got {type(saturate).__name__}")
+    for arg, flag in (("saturate", saturate), ("as_ml_dtypes", as_ml_dtypes)):
+        if not isinstance(flag, (bool, np.bool_)):
+            raise TypeError(f"{arg}: expected bool, got {type(flag).__name__}")
     if _on_cuda(x):  # device arrays: the GPU codec (docs/gpu.md)
         from . import cuda
 

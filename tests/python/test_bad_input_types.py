@@ -15,6 +15,7 @@ names the argument, says what it expected and names the type it got
 from __future__ import annotations
 
 import ast
+import inspect
 import re
 from pathlib import Path
 
@@ -46,6 +47,8 @@ def kind_of(annotation: str) -> tuple[str | None, bool]:
         return "bytes", optional
     if parts == {"int", "Rng"}:
         return "rng", optional
+    if parts == {"RngLike"}:  # quantrs.qat's alias: int | Rng | None
+        return "rng", True
     if parts == {"list[int]", "tuple[int, ...]"}:
         return "shape", optional
     return None, optional
@@ -382,6 +385,47 @@ def _write_fp8(path: Path, layer) -> None:
     path.write_bytes(struct.pack("<Q", len(h)) + h + w.tobytes() + s.tobytes())
 
 
+# --- the Python wrappers: their own signatures, the same kinds ------------------
+
+PY_FUNCS = {
+    "fp8.encode": (quantrs.fp8.encode, dict(x=X, fmt="e4m3", saturate=False, as_ml_dtypes=False)),
+    "fp8.decode": (quantrs.fp8.decode, dict(codes=np.zeros(3, np.uint8), fmt="e4m3")),
+    "qat.calibrate": (
+        quantrs.qat.calibrate,
+        dict(x=X, target="int8", scheme="symmetric", clip_fraction=0.0, axis=0),
+    ),
+    "qat.fake_quant": (
+        quantrs.qat.fake_quant,
+        dict(x=X, target="int8", scheme="symmetric", rounding="nearest", rng=1, clip_fraction=0.0),
+    ),
+    "qat.fake_quant_backward": (
+        quantrs.qat.fake_quant_backward,
+        dict(grad=X, x=X, lo=-1.0, hi=1.0),
+    ),
+}
+
+
+def py_scalars() -> dict[str, list[tuple[str, str, bool]]]:
+    out = {}
+    for name, (fn, _) in PY_FUNCS.items():
+        params = []
+        for p in inspect.signature(fn).parameters.values():
+            kind, optional = kind_of(str(p.annotation))
+            if kind is not None:
+                params.append((p.name, kind, optional))
+        out[name] = params
+    return out
+
+
+def py_cases():
+    return [
+        pytest.param(name, arg, kind, value, id=f"{name}-{arg}-{value!r}")
+        for name, params in sorted(py_scalars().items())
+        for arg, kind, optional in params
+        for value in wrong_values(kind, optional)
+    ]
+
+
 # --- wrong values per kind -----------------------------------------------------
 
 WRONG = {
@@ -441,3 +485,28 @@ def test_wrong_type_names_the_argument(tmp_path, name, arg, kind, value):
         msg = str(info.value)
         assert re.search(rf"\b{re.escape(shown)}(\[\d+\])?: expected ", msg), f"{label}: {msg}"
         assert f"got {actual}" in msg, f"{label}: {msg}"
+
+
+def test_python_wrappers_scalars_are_found():
+    found = {name: {a for a, _, _ in params} for name, params in py_scalars().items()}
+    assert found["fp8.encode"] == {"fmt", "saturate", "as_ml_dtypes"}
+    assert found["qat.fake_quant"] == {
+        "target",
+        "scheme",
+        "rounding",
+        "rng",
+        "clip_fraction",
+        "axis",
+    }
+    for fn, kwargs in PY_FUNCS.values():
+        fn(**kwargs)
+
+
+@pytest.mark.parametrize("name,arg,kind,value", py_cases())
+def test_python_wrapper_wrong_type_names_the_argument(name, arg, kind, value):
+    fn, kwargs = PY_FUNCS[name]
+    with pytest.raises(TypeError) as info:
+        fn(**{**kwargs, arg: value})
+    msg = str(info.value)
+    assert re.search(rf"\b{re.escape(arg)}: expected ", msg), f"{name}: {msg}"
+    assert f"got {type(value).__name__}" in msg, f"{name}: {msg}"
