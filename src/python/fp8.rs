@@ -35,7 +35,10 @@ pub(crate) fn u8_input<'py>(
 /// Encode float32 values (any array-like; other float dtypes are converted to
 /// float32 first) into FP8 codes of the same shape (uint8).
 #[pyfunction]
-#[pyo3(signature = (x, fmt = "e4m3".to_owned(), saturate = false))]
+#[pyo3(
+    signature = (x, fmt = "e4m3".to_owned(), saturate = false),
+    text_signature = "(x, fmt='e4m3', saturate=False)"
+)]
 fn fp8_encode<'py>(
     x: &Bound<'py, PyAny>,
     #[pyo3(from_py_with = crate::python::scalars::text::fmt)] fmt: String,
@@ -58,7 +61,7 @@ fn fp8_encode<'py>(
 
 /// Decode FP8 codes (uint8, any shape) to float32.
 #[pyfunction]
-#[pyo3(signature = (codes, fmt = "e4m3".to_owned()))]
+#[pyo3(signature = (codes, fmt = "e4m3".to_owned()), text_signature = "(codes, fmt='e4m3')")]
 fn fp8_decode<'py>(
     codes: &Bound<'py, PyAny>,
     #[pyo3(from_py_with = crate::python::scalars::text::fmt)] fmt: String,

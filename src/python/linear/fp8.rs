@@ -91,7 +91,7 @@ py_layer!(PyFp8Linear, PerTensorFP8Linear, {
     /// (compressed-tensors, AutoFP8, mistral.rs; docs/checkpoints.md), and the
     /// optional activation scale and `<prefix>.bias`.
     #[staticmethod]
-    #[pyo3(signature = (path, prefix = String::new()))]
+    #[pyo3(signature = (path, prefix = String::new()), text_signature = "(path, prefix='')")]
     fn from_safetensors(
         py: Python<'_>,
         #[pyo3(from_py_with = crate::python::scalars::path)] path: PathBuf,

@@ -73,7 +73,10 @@ macro_rules! py_layer {
 
             /// A new layer in another quantization: "int4", "fp8_e4m3", "int8"
             /// or None (float32).
-            #[pyo3(signature = (dtype, device = "cpu".to_owned(), imatrix_weight = None, *, group_size = 32))]
+            #[pyo3(
+                signature = (dtype, device = "cpu".to_owned(), imatrix_weight = None, *, group_size = 32),
+                text_signature = "($self, dtype, device='cpu', imatrix_weight=None, *, group_size=32)"
+            )]
             fn apply_isq(
                 &self,
                 py: Python<'_>,
