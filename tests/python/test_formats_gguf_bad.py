@@ -1,6 +1,6 @@
-"""The GGUF reader on hostile headers (docs/security.md): every defect the
-``gguf_load`` atheris target (tests/fuzz/atheris_targets.py) found is a
-``FormatError`` naming the file and the tensor, never a NumPy error, a
+"""The GGUF reader on hostile headers (docs/security.md): each defect found
+while adding the ``gguf_load`` atheris target (tests/fuzz/atheris_targets.py)
+is a ``FormatError`` naming the file and the tensor, never a NumPy error, a
 ``ZeroDivisionError`` or a quantrs error about an argument the caller never
 passed. The files are written by hand: a header whose fields the test chooses."""
 
