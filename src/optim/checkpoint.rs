@@ -117,6 +117,26 @@ fn put_scales(t: &mut Tensors, key: &str, which: &str, s: &Scales) {
     }
 }
 
+/// One parameter's tensors, named `{key}/...`.
+pub(crate) fn put_param(t: &mut Tensors, key: &str, p: &ParamState) {
+    t.insert(format!("{key}/m_codes"), u8_tensor(p.m_codes.clone()));
+    t.insert(format!("{key}/v_codes"), u8_tensor(p.v_codes.clone()));
+    put_scales(t, key, "m", &p.m_scales);
+    match &p.v_scales {
+        VScales::Block(s) => put_scales(t, key, "v", s),
+        VScales::Rank1 { rows, cols } => {
+            t.insert(
+                format!("{key}/v_rank1_rows"),
+                f32_tensor(rows, vec![rows.len()]),
+            );
+            t.insert(
+                format!("{key}/v_rank1_cols"),
+                f32_tensor(cols, vec![cols.len()]),
+            );
+        }
+    }
+}
+
 /// The state of `core` as named tensors.
 pub(crate) fn to_tensors(core: &Adam4bitCore) -> Result<Tensors> {
     let c = core.config();
@@ -136,22 +156,7 @@ pub(crate) fn to_tensors(core: &Adam4bitCore) -> Result<Tensors> {
     let mut shapes = serde_json::Map::new();
     for (key, p) in &core.state().params {
         shapes.insert(key.clone(), json!(p.shape));
-        t.insert(format!("{key}/m_codes"), u8_tensor(p.m_codes.clone()));
-        t.insert(format!("{key}/v_codes"), u8_tensor(p.v_codes.clone()));
-        put_scales(&mut t, key, "m", &p.m_scales);
-        match &p.v_scales {
-            VScales::Block(s) => put_scales(&mut t, key, "v", s),
-            VScales::Rank1 { rows, cols } => {
-                t.insert(
-                    format!("{key}/v_rank1_rows"),
-                    f32_tensor(rows, vec![rows.len()]),
-                );
-                t.insert(
-                    format!("{key}/v_rank1_cols"),
-                    f32_tensor(cols, vec![cols.len()]),
-                );
-            }
-        }
+        put_param(&mut t, key, p);
     }
     let mut meta = json!({
         "format": FORMAT,
@@ -345,53 +350,91 @@ pub(crate) fn parse(t: Tensors, expect_kind: &str) -> Result<(Adam4bitConfig, Op
             .as_array()
             .and_then(|a| a.iter().map(|d| d.as_u64().map(|d| d as usize)).collect())
             .ok_or_else(|| bad(format!("{key:?}: invalid shape")))?;
-        let n = shape
-            .iter()
-            .try_fold(1usize, |a, &d| a.checked_mul(d))
-            .filter(|&n| n > 0 && n <= 1 << 40)
-            .ok_or_else(|| bad(format!("{key:?}: invalid shape {shape:?}")))?;
-        // The template below allocates O(n): check n against the bytes that
-        // are actually present first (v_codes holds ceil(n / 2) bytes), so
-        // a declared shape never allocates more than the file justifies.
-        let v_name = format!("{key}/v_codes");
-        let present = r.t.get(&v_name).map(|x| x.data.len());
-        if present != Some(n.div_ceil(2)) {
-            return Err(bad(format!(
-                "{key:?}: shape {shape:?} needs {} bytes in {v_name:?}, found {}",
-                n.div_ceil(2),
-                present.map_or("none".to_string(), |b| format!("{b} bytes"))
-            )));
-        }
-        let tpl = ParamState::new(&shape, &config.quantization);
-        let m_codes = r
-            .take(&format!("{key}/m_codes"), Dtype::U8, tpl.m_codes.len())?
-            .data;
-        let v_codes = r
-            .take(&format!("{key}/v_codes"), Dtype::U8, tpl.v_codes.len())?
-            .data;
-        let m_scales = r.scales(key, "m", &tpl.m_scales)?;
-        let v_scales = match &tpl.v_scales {
-            VScales::Block(s) => VScales::Block(r.scales(key, "v", s)?),
-            VScales::Rank1 { rows, cols } => VScales::Rank1 {
-                rows: r.f32s(&format!("{key}/v_rank1_rows"), rows.len())?,
-                cols: r.f32s(&format!("{key}/v_rank1_cols"), cols.len())?,
-            },
-        };
-        state.params.insert(
-            key.clone(),
-            ParamState {
-                shape,
-                m_codes,
-                v_codes,
-                m_scales,
-                v_scales,
-            },
-        );
+        let p = read_param(&mut r, key, shape, &config.quantization)?;
+        state.params.insert(key.clone(), p);
     }
     if let Some(extra) = r.t.keys().next() {
         return Err(bad(format!("unexpected tensor {extra:?}")));
     }
     Ok((config, state))
+}
+
+/// One parameter's state from the tensors `{key}/...` of `r` (taken out of
+/// it): the shape is checked against the bytes present before anything of
+/// its size is allocated.
+fn read_param(
+    r: &mut Reader,
+    key: &str,
+    shape: Vec<usize>,
+    quant: &AdvancedQuantizationConfig,
+) -> Result<ParamState> {
+    let n = shape
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .filter(|&n| n > 0 && n <= 1 << 40)
+        .ok_or_else(|| bad(format!("{key:?}: invalid shape {shape:?}")))?;
+    // The template below allocates O(n): check n against the bytes that
+    // are actually present first (v_codes holds ceil(n / 2) bytes), so
+    // a declared shape never allocates more than the file justifies.
+    let v_name = format!("{key}/v_codes");
+    let present = r.t.get(&v_name).map(|x| x.data.len());
+    if present != Some(n.div_ceil(2)) {
+        return Err(bad(format!(
+            "{key:?}: shape {shape:?} needs {} bytes in {v_name:?}, found {}",
+            n.div_ceil(2),
+            present.map_or("none".to_string(), |b| format!("{b} bytes"))
+        )));
+    }
+    let tpl = ParamState::new(&shape, quant);
+    let m_codes = r
+        .take(&format!("{key}/m_codes"), Dtype::U8, tpl.m_codes.len())?
+        .data;
+    let v_codes = r
+        .take(&format!("{key}/v_codes"), Dtype::U8, tpl.v_codes.len())?
+        .data;
+    let m_scales = r.scales(key, "m", &tpl.m_scales)?;
+    let v_scales = match &tpl.v_scales {
+        VScales::Block(s) => VScales::Block(r.scales(key, "v", s)?),
+        VScales::Rank1 { rows, cols } => VScales::Rank1 {
+            rows: r.f32s(&format!("{key}/v_rank1_rows"), rows.len())?,
+            cols: r.f32s(&format!("{key}/v_rank1_cols"), cols.len())?,
+        },
+    };
+    Ok(ParamState {
+        shape,
+        m_codes,
+        v_codes,
+        m_scales,
+        v_scales,
+    })
+}
+
+/// Replace the state of `core` with the one parameter `key` of `shape` at
+/// `step`, read from `t` (the tensors `{key}/...` and nothing else): the
+/// checks of [`parse`] without `meta` and `config` (the core keeps its
+/// configuration). Validated first; unchanged on error.
+#[cfg_attr(not(feature = "python"), allow(dead_code))] // the torch adapter's
+pub(crate) fn load_param(
+    core: &mut Adam4bitCore,
+    key: &str,
+    shape: Vec<usize>,
+    step: u64,
+    t: Tensors,
+) -> Result<()> {
+    if step > MAX_STEP {
+        return Err(bad(format!("step: expected a value <= 2**53, got {step}")));
+    }
+    let mut r = Reader { t };
+    let p = read_param(&mut r, key, shape, &core.config().quantization)?;
+    if let Some(extra) = r.t.keys().next() {
+        return Err(bad(format!("unexpected tensor {extra:?}")));
+    }
+    let state = OptimizerState {
+        step,
+        params: BTreeMap::from([(key.to_string(), p)]),
+    };
+    core.restore(*core.config(), state);
+    Ok(())
 }
 
 /// Restore `core` from tensors (validated; unchanged on error).

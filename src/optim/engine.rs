@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::codebook::{dynamic8, Codebook16, Codebook256, DYNAMIC4, INT4, NF4};
-use super::config::{check_lr, Adam4bitConfig, QuantizationMethod};
+use super::config::{check_lr, Adam4bitConfig, Adam4bitOptimizerConfig, QuantizationMethod};
 use super::dispatch::Kernels;
 use super::format::{Codecs, MCodec, StepConsts};
 use super::state::{step_param, Clamp, OptimizerState, ParamState, StepCtx};
@@ -295,6 +295,15 @@ impl Adam4bitCore {
     pub(crate) fn set_lr(&mut self, lr: f32) -> Result<()> {
         check_lr(lr)?;
         self.config.optimizer.learning_rate = lr;
+        Ok(())
+    }
+
+    /// Replace lr, betas, epsilon and weight decay (validated first; the
+    /// state and the quantization are kept).
+    #[cfg_attr(not(feature = "python"), allow(dead_code))] // the torch adapter's
+    pub(crate) fn set_optimizer_config(&mut self, o: Adam4bitOptimizerConfig) -> Result<()> {
+        o.validate()?;
+        self.config.optimizer = o;
         Ok(())
     }
 

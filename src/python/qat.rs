@@ -8,6 +8,7 @@
 mod config;
 mod convert;
 mod enums;
+mod hyper;
 mod optimizer;
 mod params;
 mod rng;

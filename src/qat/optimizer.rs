@@ -173,6 +173,100 @@ impl<T: Master> QatOptimizer<T> {
         self.quantized.is_empty()
     }
 
+    /// Set the learning rate (finite, >= 0) for the next steps.
+    ///
+    /// The setters change only the configuration the next step reads (the
+    /// moments, the step count and the view are kept), and validate first:
+    /// an error names the argument and changes nothing.
+    pub fn set_lr(&mut self, lr: f64) -> Result<()> {
+        self.reconfigure(|c| c.lr = lr)
+    }
+
+    /// Set the moment decays, each in [0, 1) (both or neither change).
+    pub fn set_betas(&mut self, beta1: f64, beta2: f64) -> Result<()> {
+        self.reconfigure(|c| (c.beta1, c.beta2) = (beta1, beta2))
+    }
+
+    /// Set the denominator's epsilon (finite, > 0).
+    pub fn set_eps(&mut self, eps: f64) -> Result<()> {
+        self.reconfigure(|c| c.eps = eps)
+    }
+
+    /// Set the decoupled weight decay (finite, >= 0).
+    pub fn set_weight_decay(&mut self, weight_decay: f64) -> Result<()> {
+        self.reconfigure(|c| c.weight_decay = weight_decay)
+    }
+
+    /// Set all five AdamW hyper-parameters at once (all or none change).
+    pub fn set_hyper(
+        &mut self,
+        lr: f64,
+        beta1: f64,
+        beta2: f64,
+        eps: f64,
+        weight_decay: f64,
+    ) -> Result<()> {
+        self.reconfigure(|c| {
+            (c.lr, c.beta1, c.beta2, c.eps, c.weight_decay) = (lr, beta1, beta2, eps, weight_decay)
+        })
+    }
+
+    /// Set how the next views round; the current view stays as it was
+    /// rounded. (Target and scheme have no setter: the integer parameters in
+    /// effect belong to the grid they were calibrated for.)
+    pub fn set_rounding(&mut self, rounding: RoundingMode) {
+        self.config.rounding = rounding;
+    }
+
+    /// Set the seed of the stochastic-rounding streams of the next steps.
+    pub fn set_seed(&mut self, seed: u64) {
+        self.seed = seed;
+    }
+
+    /// Replace the step count and the moments (a restored training state):
+    /// `m` and `v` of the optimizer's length, finite, `v >= 0`. Checked
+    /// first; on error nothing changes. The view is kept until the next step.
+    pub fn set_moments(&mut self, step: u64, m: &[T], v: &[T]) -> Result<()> {
+        let n = self.quantized.len();
+        for (name, x) in [("m", m), ("v", v)] {
+            if x.len() != n {
+                return Err(QuantError::dims(name, n, x.len()));
+            }
+        }
+        if let Some(i) = first_non_finite(m) {
+            let x: f64 = m[i].into();
+            return Err(QuantError::arg(format!(
+                "m: non-finite value {x} at index {i}"
+            )));
+        }
+        if let Some(i) = v
+            .iter()
+            .position(|&x| !(x.into().is_finite() && x.into() >= 0.0))
+        {
+            let x: f64 = v[i].into();
+            return Err(QuantError::arg(format!(
+                "v: expected finite values >= 0, got {x} at index {i}"
+            )));
+        }
+        if step == u64::MAX {
+            return Err(QuantError::arg("step: expected a value below 2**64 - 1"));
+        }
+        self.step = step;
+        self.m.copy_from_slice(m);
+        self.v.copy_from_slice(v);
+        Ok(())
+    }
+
+    /// Apply `change` to a copy of the configuration and adopt the copy only
+    /// if it validates.
+    fn reconfigure(&mut self, change: impl FnOnce(&mut QatConfig)) -> Result<()> {
+        let mut c = self.config;
+        change(&mut c);
+        c.validate()?;
+        self.config = c;
+        Ok(())
+    }
+
     /// `(m, v)`, the AdamW moments.
     pub fn moments(&self) -> (&[T], &[T]) {
         (&self.m, &self.v)

@@ -84,3 +84,67 @@ fn every_simd_level_matches_scalar_bit_for_bit() {
         }
     }
 }
+
+#[test]
+fn setters_change_only_the_config_and_validate_first() {
+    let c = QatConfig::with_target(QuantTarget::Int(IntDtype::Int8));
+    let mut w = data(64, 1);
+    let mut a = QatOptimizer::with_seed(&w, c, 11).unwrap();
+    a.step_seeded(&mut w, &data(64, 2), None).unwrap();
+    let before = a.clone();
+    for bad in [
+        a.set_lr(-1.0),
+        a.set_betas(0.9, 1.0),
+        a.set_eps(0.0),
+        a.set_weight_decay(f64::NAN),
+        a.set_hyper(0.1, 0.9, 0.99, 1e-8, -0.5),
+    ] {
+        assert!(bad.is_err());
+    }
+    assert_eq!(a, before);
+    let msg = a.set_betas(1.5, 0.9).unwrap_err().to_string();
+    assert!(msg.contains("beta1"), "{msg}");
+    // The setters against an optimizer built with the new values from the same state.
+    a.set_hyper(0.02, 0.8, 0.95, 1e-6, 0.1).unwrap();
+    a.set_rounding(RoundingMode::Stochastic);
+    a.set_seed(7);
+    let mut c2 = c;
+    (c2.lr, c2.beta1, c2.beta2, c2.eps, c2.weight_decay) = (0.02, 0.8, 0.95, 1e-6, 0.1);
+    c2.rounding = RoundingMode::Stochastic;
+    let (m, v) = before.moments();
+    let b = QatOptimizer::from_parts(
+        c2,
+        7,
+        before.step_count(),
+        m.to_vec(),
+        v.to_vec(),
+        before.quantized_slice().to_vec(),
+        before.quant_params().copied(),
+    )
+    .unwrap();
+    assert_eq!(a, b);
+    let (mut wa, mut wb) = (w.clone(), w.clone());
+    let mut b = b;
+    a.step_seeded(&mut wa, &data(64, 3), None).unwrap();
+    b.step_seeded(&mut wb, &data(64, 3), None).unwrap();
+    assert_eq!((wa, a), (wb, b));
+}
+
+#[test]
+fn set_moments_checks_everything_first() {
+    let c = QatConfig::with_target(QuantTarget::Int(IntDtype::Int8));
+    let mut w = data(8, 1);
+    let mut a = QatOptimizer::with_seed(&w, c, 3).unwrap();
+    a.step_seeded(&mut w, &data(8, 2), None).unwrap();
+    let before = a.clone();
+    let ok = vec![0.5; 8];
+    assert!(a.set_moments(5, &ok[..7], &ok).is_err());
+    assert!(a.set_moments(5, &[f64::NAN; 8], &ok).is_err());
+    let msg = a.set_moments(5, &ok, &[-1.0; 8]).unwrap_err().to_string();
+    assert!(msg.contains("v:"), "{msg}");
+    assert!(a.set_moments(u64::MAX, &ok, &ok).is_err());
+    assert_eq!(a, before);
+    a.set_moments(5, &ok, &[0.25; 8]).unwrap();
+    assert_eq!(a.step_count(), 5);
+    assert_eq!(a.moments(), (&ok[..], &[0.25; 8][..]));
+}

@@ -10,6 +10,9 @@ the tests below read them:
 - torch.distributed.checkpoint: ``dcp.save`` / ``dcp.load`` of ``get_state_dict``'s
   model and optimizer state, restored with ``set_state_dict`` into a fresh model and
   optimizer that never stepped, continues bit-identically;
+- the same three for ``QatAdamW`` (ZeRO after ``quantrs.torch.broadcast_views``): bit-identical
+  to plain DDP, a consolidated state dict and a DCP checkpoint that resume bit-identically,
+  every state tensor keeping its size and dtype;
 - FSDP2 ``fully_shard``: the optimizer refuses DTensor parameters with a clear error.
 """
 
@@ -133,6 +136,88 @@ def _check_dcp(rank, outdir):
     }
 
 
+QAT = dict(target="int4", lr=1e-2, weight_decay=0.1, seed=5)
+
+
+def _check_zero_qat(rank, outdir):
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import quantrs.torch as qt
+
+    plain = DDP(_model())
+    plain_opt = qt.QatAdamW(plain.parameters(), **QAT)
+    zero = DDP(_model())
+    zero_opt = ZeroRedundancyOptimizer(zero.parameters(), optimizer_class=qt.QatAdamW, **QAT)
+    qt.broadcast_views(zero_opt)
+    identical = [_same(_params(plain), _params(zero))]  # the views before any step
+    for t in range(STEPS):
+        _train(plain, plain_opt, rank, t, 1)
+        _train(zero, zero_opt, rank, t, 1)
+        identical.append(_same(_params(plain), _params(zero)))
+    out = {
+        "identical_each_step": identical,
+        "zero_local_params": sum(len(g["params"]) for g in zero_opt.optim.param_groups),
+    }
+    zero_opt.consolidate_state_dict(to=0)
+    path = os.path.join(outdir, "zero_qat.pt")
+    if rank == 0:
+        torch.save(zero_opt.state_dict(), path)
+    dist.barrier()
+    resumed = DDP(_model(seed=7))
+    resumed_opt = ZeroRedundancyOptimizer(
+        resumed.parameters(), optimizer_class=qt.QatAdamW, **{**QAT, "lr": 5.0}
+    )
+    # The model's state dict holds the views: restore it after building the optimizer.
+    resumed.module.load_state_dict(zero.module.state_dict())
+    resumed_opt.load_state_dict(torch.load(path, weights_only=True))
+    out["resumed_lr"] = resumed_opt.optim.param_groups[0]["lr"]
+    for model, opt in ((zero, zero_opt), (resumed, resumed_opt), (plain, plain_opt)):
+        _train(model, opt, rank, STEPS, STEPS)
+    out["resumed_identical"] = _same(_params(zero), _params(resumed))
+    out["zero_vs_plain_identical"] = _same(_params(zero), _params(plain))
+    return out
+
+
+def _check_dcp_qat(rank, outdir):
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import quantrs.torch as qt
+
+    def layout(osd):
+        return {
+            (k, n): (tuple(t.shape), t.dtype)
+            for k, st in osd["state"].items()
+            for n, t in st.items()
+        }
+
+    ckpt = os.path.join(outdir, "dcp_qat")
+    model = DDP(_model())
+    opt = qt.QatAdamW(model.parameters(), **QAT)
+    _train(model, opt, rank, 0, STEPS)
+    msd, osd = get_state_dict(model, opt)
+    saved = layout(osd)
+    dcp.save({"model": msd, "optim": osd}, checkpoint_id=ckpt)
+    _train(model, opt, rank, STEPS, STEPS)
+    want = _params(model)
+
+    fresh = DDP(_model(seed=3))
+    fresh_opt = qt.QatAdamW(fresh.parameters(), **{**QAT, "lr": 0.5})
+    msd2, osd2 = get_state_dict(fresh, fresh_opt)
+    same_layout = layout(osd2) == saved
+    dcp.load({"model": msd2, "optim": osd2}, checkpoint_id=ckpt)
+    set_state_dict(fresh, fresh_opt, model_state_dict=msd2, optim_state_dict=osd2)
+    _train(fresh, fresh_opt, rank, STEPS, STEPS)
+    return {
+        "resumed_identical": _same(want, _params(fresh)),
+        "same_layout": same_layout,
+        "state_keys": sorted({n for _, n in saved}),
+        "lr": fresh_opt.param_groups[0]["lr"],
+    }
+
+
 def _check_fsdp2(rank):
     import quantrs.torch as qt
 
@@ -161,6 +246,8 @@ def _worker(rank, port, outdir):
     try:
         results = {"zero": _check_zero(rank, outdir)}
         results["dcp"] = _check_dcp(rank, outdir)
+        results["zero_qat"] = _check_zero_qat(rank, outdir)
+        results["dcp_qat"] = _check_dcp_qat(rank, outdir)
         results["fsdp2"] = _check_fsdp2(rank)
         torch.save(results, os.path.join(outdir, f"rank{rank}.pt"))
     finally:
@@ -227,3 +314,25 @@ def test_fsdp2_gives_a_clear_error(results):
             assert f["error"] is not None and "DTensor" in f["error"]
         else:  # documented in docs/torch.md: FSDP2 needs what this torch build lacks
             assert f["fully_shard"]
+
+
+def test_qat_zero_matches_plain_ddp_bit_for_bit(results):
+    for r in results:
+        z = r["zero_qat"]
+        assert z["identical_each_step"] == [True] * (STEPS + 1)
+        assert z["zero_vs_plain_identical"]
+        assert 0 < z["zero_local_params"] < 6  # each rank steps only its shard
+
+
+def test_qat_zero_consolidated_state_dict_resumes_bit_for_bit(results):
+    for r in results:
+        assert r["zero_qat"]["resumed_identical"]
+        assert r["zero_qat"]["resumed_lr"] == 1e-2
+
+
+def test_qat_dcp_save_load_resumes_bit_for_bit(results):
+    for r in results:
+        d = r["dcp_qat"]
+        assert d["resumed_identical"] and d["same_layout"]
+        assert d["state_keys"] == ["exp_avg", "exp_avg_sq", "master", "step"]
+        assert d["lr"] == 1e-2

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import math
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -451,3 +452,87 @@ def test_numpy_state_of_the_engine_is_what_torch_sees():
     for k, t in st.items():
         if k != "step":
             assert np.array_equal(rust["n:w/" + k], t.numpy()), k
+
+
+def test_state_of_a_plain_engine_loads_as_a_torch_state():
+    """The torch state format is the engine checkpoint's per-parameter arrays: a state
+    made by a plain ``quantrs.AdamW4bit`` (never through the torch adapter) loads and
+    continues bit-identically."""
+    gen = torch.Generator().manual_seed(5)
+    w0 = torch.randn(6, 50, generator=gen)
+    grads = [torch.randn(6, 50, generator=gen) for _ in range(6)]
+    plain = quantrs.AdamW4bit(learning_rate=1e-2, weight_decay=0.1)
+    w = w0.numpy().copy()
+    for g in grads[:3]:
+        plain.update(w, g.numpy(), name="layer")
+        plain.step()
+    rust = plain.state_dict()
+    arrays = {k.split("/", 1)[1]: torch.from_numpy(v) for k, v in rust.items() if "/" in k}
+    p = torch.nn.Parameter(torch.from_numpy(w.copy()))
+    opt = qt.AdamW4bit([p], lr=1e-2, weight_decay=0.1)
+    opt.load_state_dict(
+        {
+            "state": {0: {"step": torch.tensor(3.0, dtype=torch.float64), **arrays}},
+            "param_groups": [{**opt.param_groups[0], "params": [0]}],
+        }
+    )
+    for g in grads[3:]:
+        plain.update(w, g.numpy(), name="layer")
+        plain.step()
+        p.grad = g.clone()
+        opt.step()
+    assert np.array_equal(p.detach().numpy(), w)
+
+
+def test_engine_param_state_import_is_checked_first():
+    eng = quantrs.AdamW4bit(learning_rate=1e-2)
+    w = np.linspace(-1, 1, 300, dtype=np.float32)
+    eng.update(w, np.ones(300, np.float32), name="w")
+    eng.step()
+    step, arrays = eng.export_param_state("w")
+    assert step == 1 and arrays["m_codes"].dtype == np.uint8
+    before = eng.state_dict()
+    bad = [
+        # A declared size far beyond the bytes present: refused before allocating.
+        (("w", (1 << 40,), 1, arrays), quantrs.SerializationError, "needs"),
+        (("w", (300,), 1, {**arrays, "m_codes": arrays["m_codes"][:-1]}), Exception, "m_codes"),
+        (("w", (300,), 1, {**arrays, "x": arrays["m_codes"]}), Exception, "unexpected"),
+        (
+            ("w", (300,), 1, {**arrays, "v_codes": arrays["v_codes"].astype(np.int16)}),
+            TypeError,
+            "v_codes",
+        ),
+        (("w", (300,), 2**60, arrays), Exception, "step"),
+    ]
+    for args, exc, match in bad:
+        with pytest.raises(exc, match=match):
+            eng.import_param_state(*args)
+        after = eng.state_dict()
+        assert all(np.array_equal(before[k], after[k]) for k in before)
+    with pytest.raises(quantrs.InvalidState, match="name"):
+        eng.export_param_state("other")
+    with pytest.raises(ValueError, match="beta1"):
+        eng.set_hyper(1e-2, 1.5, 0.999, 1e-8, 0.0)
+    eng.import_param_state("v", (300,), 7, arrays)
+    assert eng.export_param_state("v")[0] == 7 and eng.num_parameters() == 300
+
+
+def test_a_group_change_copies_no_state():
+    """tracemalloc sees Python-side buffers: the old path re-sealed a copy of the whole
+    state (the engine's state_dict) whenever betas, eps or weight_decay changed."""
+    n = 1 << 20
+    p = torch.nn.Parameter(torch.randn(n, generator=torch.Generator().manual_seed(0)))
+    opt = qt.AdamW4bit([p], lr=1e-3)
+    p.grad = torch.randn(n, generator=torch.Generator().manual_seed(1))
+    opt.step()
+    peaks = []
+    for k in range(3):
+        opt.param_groups[0]["betas"] = (0.9 - 0.01 * k, 0.99)
+        opt.param_groups[0]["eps"] = 1e-8 * (k + 1)
+        tracemalloc.start()
+        opt.step()
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+    assert max(peaks) < n // 64, peaks  # the state is about n bytes
+    o = opt._slots[p].engine.config().optimizer
+    assert (o.beta1, o.beta2) == (np.float32(0.88), np.float32(0.99))

@@ -4,6 +4,9 @@ torch.optim.AdamW, NumPy QatOptimizer as the oracle of the Rust step, state roun
 from __future__ import annotations
 
 import io
+import struct
+import tracemalloc
+import zlib
 
 import numpy as np
 import pytest
@@ -139,3 +142,124 @@ def test_bad_inputs_raise_before_anything_changes():
     b.grad = torch.ones(4)
     with pytest.raises(ValueError, match="cannot change"):
         opt.step()
+
+
+# ---- hyper-parameters through the engine's setters ---------------------------------------
+
+
+def _repatched(engine, shape, hyper=None, rounding=None, seed=None):
+    """The old path, as the oracle: ``engine`` re-created from its byte form with fields
+    replaced (docs/qat.md: magic, u32 version, u8 dtype, target, scheme and rounding codes,
+    five f64 hyper-parameters at offset 12, u64 seed at 52, ..., CRC-32 of the rest)."""
+    buf = bytearray(engine.to_bytes()[:-4])
+    if hyper is not None:
+        struct.pack_into("<5d", buf, 12, *hyper)
+    if rounding is not None:
+        buf[11] = {"nearest": 0, "stochastic": 1}[rounding]
+    if seed is not None:
+        struct.pack_into("<Q", buf, 52, seed)
+    return quantrs.QatOptimizer.from_bytes(bytes(buf) + struct.pack("<I", zlib.crc32(buf)), shape)
+
+
+def test_a_scheduler_matches_the_old_copy_path_bit_for_bit():
+    n = 300
+    gen = torch.Generator().manual_seed(4)
+    w0 = torch.randn(n, generator=gen)
+    p = torch.nn.Parameter(w0.clone())
+    opt = qt.QatAdamW([p], target="int4", lr=1e-2, weight_decay=0.05, seed=9)
+    # OneCycleLR moves lr and betas[0] at every step; the weight decay changes halfway.
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.05, total_steps=20)
+    master = w0.numpy().copy()
+    cfg = quantrs.QatConfig("int4", lr=1e-2, weight_decay=0.05)
+    ref = quantrs.QatOptimizer(master, cfg, rng=qt._qat._seed(9, 0))
+    for t in range(20):
+        if t == 10:
+            opt.param_groups[0]["weight_decay"] = 0.2
+        if t == 14:  # rounding and seed are group settings too
+            opt.param_groups[0]["rounding"] = "stochastic"
+            opt.param_groups[0]["seed"] = 11
+        grp = opt.param_groups[0]
+        hyper = (grp["lr"], *grp["betas"], grp["eps"], grp["weight_decay"])
+        ref = _repatched(ref, (n,), hyper, grp["rounding"], qt._qat._seed(grp["seed"], 0))
+        g = torch.randn(n, generator=gen)
+        p.grad = g.clone()
+        opt.step()
+        sched.step()
+        ref.step(master, g.numpy())
+        assert np.array_equal(opt.state[p]["master"].numpy(), master), t
+        assert np.array_equal(p.detach().numpy(), ref.quantized_weights), t
+    m, v = ref.moments()
+    sd = opt.state_dict()["state"][0]
+    assert np.array_equal(sd["exp_avg"].numpy(), m) and np.array_equal(sd["exp_avg_sq"].numpy(), v)
+
+
+def test_a_hyper_parameter_change_copies_no_state():
+    """tracemalloc sees every Python-side buffer (bytes, NumPy arrays): the old path
+    allocated the whole state (to_bytes, 12 bytes per element) at every change."""
+    n = 1 << 20
+    p = torch.nn.Parameter(torch.randn(n, generator=torch.Generator().manual_seed(0)))
+    opt = qt.QatAdamW([p], target="int8", lr=1e-3)
+    p.grad = torch.randn(n, generator=torch.Generator().manual_seed(1))
+    opt.step()
+    peaks = []
+    for k in range(3):
+        opt.param_groups[0]["lr"] = 1e-3 * (k + 2)
+        opt.param_groups[0]["betas"] = (0.9 - 0.01 * k, 0.999)
+        opt.param_groups[0]["weight_decay"] = 0.01 * k
+        tracemalloc.start()
+        opt.step()
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+    assert max(peaks) < n // 16, peaks  # the state is 12 * n bytes
+    hyper = opt._slots[p].engine.config
+    assert (hyper.lr, hyper.beta1, hyper.weight_decay) == (4e-3, 0.9 - 0.02, 0.02)
+
+
+def test_bad_group_settings_change_nothing():
+    p = torch.nn.Parameter(torch.randn(16))
+    opt = qt.QatAdamW([p], target="int8", lr=1e-2)
+    p.grad = torch.randn(16)
+    opt.step()
+    before = (p.detach().clone(), opt.state_dict())
+    for key, value, err, match in [
+        ("lr", -1.0, ValueError, "'lr'"),
+        ("betas", (0.9, 1.0), ValueError, "betas"),
+        ("eps", 0.0, ValueError, "'eps'"),
+        ("rounding", "up", ValueError, "rounding"),
+        ("seed", 1.5, TypeError, "'seed'"),
+    ]:
+        good = opt.param_groups[0][key]
+        opt.param_groups[0][key] = value
+        with pytest.raises(err, match=match):
+            opt.step()
+        opt.param_groups[0][key] = good
+    assert torch.equal(p, before[0])
+    after = opt.state_dict()
+    assert float(after["state"][0]["step"]) == 1
+    for k in ("master", "exp_avg", "exp_avg_sq"):
+        assert torch.equal(after["state"][0][k], before[1]["state"][0][k])
+
+
+def test_engine_setters_validate_and_name_the_argument():
+    w = np.linspace(-1, 1, 8, dtype=np.float32)
+    o = quantrs.QatOptimizer(w.copy(), "int8", rng=1)
+    raw = o.to_bytes()
+    for call, match in [
+        (lambda: o.set_lr(float("nan")), "lr"),
+        (lambda: o.set_betas(0.5, 1.0), "beta2"),
+        (lambda: o.set_eps(-1.0), "eps"),
+        (lambda: o.set_weight_decay(-0.1), "weight_decay"),
+        (lambda: o.set_hyper(0.1, 0.9, 0.99, 1e-8, float("inf")), "weight_decay"),
+        (lambda: o.set_rounding("up"), "rounding"),
+        (lambda: o.set_moments(1, np.zeros(7, np.float32), np.zeros(8, np.float32)), "m"),
+        (lambda: o.set_moments(1, np.zeros(8, np.float32), -np.ones(8, np.float32)), "v"),
+    ]:
+        with pytest.raises((ValueError, TypeError), match=match):
+            call()
+    assert o.to_bytes() == raw
+    o.set_hyper(0.5, 0.8, 0.9, 1e-6, 0.25)
+    o.set_rounding("stochastic")
+    o.set_seed(2**64 - 1)
+    c = o.config
+    assert (c.lr, c.beta1, c.beta2, c.eps, c.weight_decay) == (0.5, 0.8, 0.9, 1e-6, 0.25)
+    assert str(c.rounding).lower().endswith("stochastic") and o.seed == 2**64 - 1

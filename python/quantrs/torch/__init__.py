@@ -8,7 +8,7 @@ contiguous float32 tensors; CUDA tensors raise ``quantrs.CudaNotAvailable``.
 - :class:`AdamW4bit`, :class:`Adam4bit`: ``torch.optim.Optimizer`` subclasses with packed
   4-bit moments (about 1 byte of state per parameter);
 - :class:`QatAdamW`: quantization-aware training (float32 masters, fake-quantized
-  parameters);
+  parameters); :func:`broadcast_views` after wrapping it in ``ZeroRedundancyOptimizer``;
 - :class:`Int4Linear`, :class:`FP8Linear`, :func:`quantize_`: inference modules replacing
   ``nn.Linear``.
 """
@@ -18,6 +18,7 @@ from __future__ import annotations
 from ._adam import Adam4bit, AdamW4bit
 from ._modules import FP8Linear, Int4Linear, default_filter, quantize_
 from ._qat import QatAdamW
+from ._zero import broadcast_views
 
 __all__ = [
     "Adam4bit",
@@ -25,6 +26,7 @@ __all__ = [
     "FP8Linear",
     "Int4Linear",
     "QatAdamW",
+    "broadcast_views",
     "default_filter",
     "quantize_",
 ]

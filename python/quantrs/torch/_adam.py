@@ -4,30 +4,30 @@ One Rust engine (``quantrs.AdamW4bit`` / ``quantrs.Adam4bit``) per parameter hol
 parameter's packed 4-bit moments and its own step count, as torch's optimizers keep
 ``state[p]["step"]`` per parameter. Each step hands the engine zero-copy NumPy views of the
 parameter (updated in place) and of its gradient. The group's ``lr``, ``betas``, ``eps``
-and ``weight_decay`` are read at every step: ``lr`` goes to the engine's setter, a change of
-the others re-seals the engine's state with the new values (a copy of the state, so cheap
-next to a step only when rare).
+and ``weight_decay`` are read at every step and a change goes to the engine's setters
+(``set_lr``, ``set_hyper``: no copy of the state).
 
 Between steps ``optimizer.state[p]`` holds only ``{"step": tensor}``; ``state_dict()``
 exports the engines' state as tensors (uint8 codes, float32 scales, a float64 step) and
-``load_state_dict()`` imports them, validated in full before anything changes. A state
-put into ``optimizer.state[p]`` from outside (as ``ZeroRedundancyOptimizer.load_state_dict``
-does) is imported at the next ``step()`` / ``state_dict()``.
+``load_state_dict()`` imports them, validated in full by the engine
+(``export_param_state`` / ``import_param_state``) before anything changes. The step loop and
+the state-dict round trip are ``_base.SlotOptimizer``'s.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from itertools import chain
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from torch.optim import Optimizer
 
 from .. import _core
-from . import _rust_state
-from ._checks import adam_hyper, check_grad, check_param, numpy_view
+from ._base import SlotOptimizer
+from ._checks import adam_hyper, numpy_view
+
+# Every engine holds one parameter, updated under this name.
+_KEY = "w"
 
 # Quantization choices: fixed per group once a parameter has state.
 _QUANT_KEYS = (
@@ -93,7 +93,7 @@ def _step_of(where: str, state: dict) -> int:
     return int(x)
 
 
-class _Adam4bitBase(Optimizer):
+class _Adam4bitBase(SlotOptimizer):
     _engine_cls: ClassVar[Any]
     _name: ClassVar[str]
 
@@ -160,14 +160,6 @@ class _Adam4bitBase(Optimizer):
     def _quant_of(group: dict) -> tuple:
         return tuple(group.get(k) for k in _QUANT_KEYS)
 
-    def _indexed(self) -> Iterable[tuple[int, int, dict, torch.Tensor]]:
-        """``(param index, group index, group, param)`` in state-dict order."""
-        i = 0
-        for gi, group in enumerate(self.param_groups):
-            for p in group["params"]:
-                yield i, gi, group, p
-                i += 1
-
     # ---- import / export of one parameter's state --------------------------------------
 
     def _import(self, i: int, gi: int, group: dict, p: torch.Tensor, state: dict) -> _Slot:
@@ -179,119 +171,40 @@ class _Adam4bitBase(Optimizer):
         engine = self._new_engine(gi, group, hyper)
         step = _step_of(where, state)
         arrays = {k: _to_numpy(where, k, v) for k, v in state.items() if k != "step"}
-        rust = _rust_state.join(engine.state_dict(), step, tuple(p.shape), arrays)
         try:
-            engine.load_state_dict(rust)
+            engine.import_param_state(_KEY, tuple(p.shape), step, arrays)
         except (_core.QuantError, TypeError, ValueError) as e:
             raise type(e)(f"{where}: {e}") from None
         return _Slot(engine, hyper, self._quant_of(group), step)
 
     def _export(self, slot: _Slot) -> dict[str, torch.Tensor]:
-        step, arrays = _rust_state.split(slot.engine.state_dict())
+        step, arrays = slot.engine.export_param_state(_KEY)
         out = {"step": torch.tensor(float(step), dtype=torch.float64)}
         out.update({k: torch.from_numpy(v) for k, v in sorted(arrays.items())})
         return out
 
-    def _import_pending(self) -> None:
-        """Adopt states placed in ``self.state`` from outside (all checked first)."""
-        fresh = {}
-        for i, gi, group, p in self._indexed():
-            st = self.state.get(p)
-            slot = self._slots.get(p)
-            if st is None or (slot is not None and st is slot.light):
-                continue
-            if not st:  # an empty dict: nothing to adopt
-                continue
-            fresh[p] = self._import(i, gi, group, p, st)
-        for p, slot in fresh.items():
-            self._slots[p] = slot
-            self.state[p] = slot.light
-
-    # ---- torch.optim.Optimizer API -----------------------------------------------------
-
-    def state_dict(self) -> dict[str, Any]:
-        self._import_pending()
-        saved = {}
-        for p, slot in self._slots.items():
-            if self.state.get(p) is slot.light:
-                saved[p] = slot.light
-                self.state[p] = self._export(slot)
-        try:
-            return super().state_dict()
-        finally:
-            for p, light in saved.items():
-                self.state[p] = light
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        groups, saved_groups = self.param_groups, state_dict.get("param_groups")
-        if not isinstance(saved_groups, list) or len(groups) != len(saved_groups):
-            raise ValueError("loaded state dict has a different number of parameter groups")
-        if any(len(g["params"]) != len(s["params"]) for g, s in zip(groups, saved_groups)):
+    def _check_fixed(self, i: int, gi: int, group: dict, p: torch.Tensor) -> None:
+        slot = self._slots.get(p)
+        if slot is not None and slot.quant != self._quant_of(group):
             raise ValueError(
-                "loaded state dict contains a parameter group that doesn't match the size "
-                "of optimizer's group"
+                f"{self._name}: param_groups[{gi}]: the quantization settings "
+                f"({', '.join(_QUANT_KEYS)}) cannot change once parameter {i} has state"
             )
-        id_map = dict(
-            zip(
-                chain.from_iterable(s["params"] for s in saved_groups),
-                chain.from_iterable(g["params"] for g in groups),
-            )
-        )
-        # Validate and build every engine first: a bad state changes nothing.
-        fresh = {}
-        i = 0
-        for gi, (g, s) in enumerate(zip(groups, saved_groups)):
-            merged = {**g, **{k: v for k, v in s.items() if k != "params"}}
-            for pid in s["params"]:
-                st = state_dict.get("state", {}).get(pid)
-                if st:
-                    p = id_map[pid]
-                    check_param(self._name, i, p)
-                    fresh[p] = self._import(i, gi, merged, p, st)
-                i += 1
-        super().load_state_dict(state_dict)
-        self._slots = fresh
-        for p, slot in fresh.items():
-            self.state[p] = slot.light
 
-    @torch.no_grad()
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        self._import_pending()
-        # Check everything first: a bad parameter, gradient or group changes nothing.
-        work = []
-        hypers: dict[int, tuple] = {}
-        for i, gi, group, p in self._indexed():
-            if p.grad is None:
-                continue
-            check_param(self._name, i, p)
-            g = check_grad(self._name, i, p, p.grad)
-            if gi not in hypers:
-                hypers[gi] = adam_hyper(self._name, gi, group)
-            slot = self._slots.get(p)
-            if slot is not None and slot.quant != self._quant_of(group):
-                raise ValueError(
-                    f"{self._name}: param_groups[{gi}]: the quantization settings "
-                    f"({', '.join(_QUANT_KEYS)}) cannot change once parameter {i} has state"
-                )
-            work.append((i, gi, group, p, g))
-        for i, gi, group, p, g in work:
-            self._update(i, gi, group, p, g, hypers[gi])
-        return loss
+    def _adopt_loaded(self, fresh: dict[torch.Tensor, Any]) -> None:
+        # Parameters without state in the loaded dict start afresh at their next step.
+        self._slots = {}
+        super()._adopt_loaded(fresh)
 
     def _update(self, i, gi, group, p, g, hyper) -> None:
         slot = self._slots.get(p)
         if slot is None:
             slot = _Slot(self._new_engine(gi, group, hyper), hyper, self._quant_of(group), 0)
-            self._slots[p] = slot
-            self.state[p] = slot.light
+            self._adopt(p, slot)
         elif slot.hyper != hyper:
             self._retune(slot, hyper)
         try:
-            slot.engine.update(numpy_view(p), numpy_view(g), name="w")
+            slot.engine.update(numpy_view(p), numpy_view(g), name=_KEY)
         except (_core.QuantError, TypeError, ValueError) as e:
             raise type(e)(f"{self._name}: parameter {i}: {e}") from None
         slot.engine.step()
@@ -303,11 +216,7 @@ class _Adam4bitBase(Optimizer):
         if slot.hyper[1:] == hyper[1:]:
             slot.engine.set_lr(hyper[0])
         else:
-            rust = slot.engine.state_dict()
-            cfg = rust["config"].copy()
-            cfg[:5] = hyper
-            meta = _rust_state.meta_of(rust)
-            slot.engine.load_state_dict(_rust_state.seal({**rust, "config": cfg}, meta))
+            slot.engine.set_hyper(*hyper)
         slot.hyper = hyper
 
     # ---- measurements ------------------------------------------------------------------

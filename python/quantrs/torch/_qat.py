@@ -7,21 +7,26 @@ fake-quantized view of the master is written into the parameter, so the forward 
 quantized weights; the gradient with respect to them is applied to the master unchanged
 (straight-through: the grid is calibrated on the master's own range, so no element lies
 outside it).
+
+The group's ``lr``, ``betas``, ``eps``, ``weight_decay``, ``rounding`` and ``seed`` are read
+at every step and a change goes to the engine's setters (no copy of its state); ``target``
+and ``scheme`` are fixed once a parameter has state (the view's grid and its integer
+parameters belong to them). The step loop and the state-dict round trip are
+``_base.SlotOptimizer``'s.
 """
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable
-from itertools import chain
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
-from torch.optim import Optimizer
 
 from .. import _core
-from . import _qat_state
-from ._checks import adam_hyper, check_grad, check_param, numpy_view
+from ._base import SlotOptimizer
+from ._checks import adam_hyper, check_param, numpy_view
 
 _NAME = "quantrs.torch.QatAdamW"
 _TARGETS = ("int8", "int4", "fp8_e4m3", "fp8_e5m2")
@@ -29,10 +34,12 @@ _GOLDEN = 0x9E3779B97F4A7C15  # spreads the per-parameter seeds (Fibonacci hashi
 
 
 class _Slot:
-    __slots__ = ("engine", "master", "hyper", "quant", "light")
+    __slots__ = ("engine", "master", "hyper", "fixed", "rounding", "seed", "light")
 
-    def __init__(self, engine: Any, master: torch.Tensor, hyper: tuple, quant: tuple) -> None:
-        self.engine, self.master, self.hyper, self.quant = engine, master, hyper, quant
+    def __init__(self, engine: Any, master: torch.Tensor, hyper: tuple, group: dict) -> None:
+        self.engine, self.master, self.hyper = engine, master, hyper
+        self.fixed = _fixed_of(group)
+        self.rounding, self.seed = group["rounding"], int(group["seed"])
         self.light: dict[str, torch.Tensor] = {"master": master}
         self.sync_light()
 
@@ -44,7 +51,11 @@ def _seed(group_seed: int, index: int) -> int:
     return (int(group_seed) + _GOLDEN * (index + 1)) % (1 << 64)
 
 
-class QatAdamW(Optimizer):
+def _fixed_of(group: dict) -> tuple:
+    return (group["target"], group["scheme"])
+
+
+class QatAdamW(SlotOptimizer):
     """AdamW on float32 masters with a fake-quantized view in the parameters.
 
     ``QatAdamW(params, target="int8" | "int4" | "fp8_e4m3" | "fp8_e5m2", lr=1e-3,
@@ -53,6 +64,8 @@ class QatAdamW(Optimizer):
     parameter, derived from the seed and the parameter's index). Parameters must be
     contiguous float32 CPU tensors; they are overwritten with the quantized view at once.
     """
+
+    _name = _NAME
 
     def __init__(
         self,
@@ -96,9 +109,11 @@ class QatAdamW(Optimizer):
         except (TypeError, ValueError) as e:
             raise type(e)(f"{_NAME}: param_groups[{gi}]: {e}") from None
 
-    @staticmethod
-    def _quant_of(group: dict) -> tuple:
-        return (group["target"], group["scheme"], group["rounding"], int(group["seed"]))
+    def _group_hyper(self, gi: int, group: dict) -> tuple:
+        hyper = adam_hyper(_NAME, gi, group)
+        self._config(gi, group, hyper)  # target, scheme and rounding checked too
+        _seed_of(gi, group)
+        return hyper
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         super().add_param_group(param_group)
@@ -106,7 +121,7 @@ class QatAdamW(Optimizer):
         group = self.param_groups[gi]
         first = sum(len(g["params"]) for g in self.param_groups[:-1])
         try:
-            hyper = adam_hyper(_NAME, gi, group)
+            hyper = self._group_hyper(gi, group)
             cfg = self._config(gi, group, hyper)
             fresh = {}
             for k, p in enumerate(group["params"]):
@@ -116,31 +131,18 @@ class QatAdamW(Optimizer):
             self.param_groups.pop()
             raise
         for p, slot in fresh.items():
-            self._install(p, slot, write_view=True)
+            self._adopt(p, slot)
+            np.copyto(numpy_view(p), slot.engine.quantized_weights.reshape(p.shape))
 
     def _new_slot(self, i: int, group: dict, hyper: tuple, cfg: Any, master: torch.Tensor):
         try:
             engine = _core.QatOptimizer(numpy_view(master), cfg, rng=_seed(group["seed"], i))
         except (_core.QuantError, TypeError, ValueError) as e:
             raise type(e)(f"{_NAME}: parameter {i}: {e}") from None
-        return _Slot(engine, master, hyper, self._quant_of(group))
+        return _Slot(engine, master, hyper, group)
 
-    def _install(self, p: torch.Tensor, slot: _Slot, write_view: bool) -> None:
-        """Adopt ``slot``; ``write_view``: put its quantized view into ``p`` (a restored
-        state leaves ``p`` alone: the model's own state dict holds the view it saved)."""
-        self._slots[p] = slot
-        self.state[p] = slot.light
-        if write_view:
-            np.copyto(numpy_view(p), slot.engine.quantized_weights.reshape(p.shape))
-
-    def _indexed(self) -> Iterable[tuple[int, int, dict, torch.Tensor]]:
-        i = 0
-        for gi, group in enumerate(self.param_groups):
-            for p in group["params"]:
-                yield i, gi, group, p
-                i += 1
-
-    # ---- state import / export ---------------------------------------------------------
+    # ---- state import / export (a restored state leaves the parameter alone: the
+    # model's own state dict holds the view it saved) ----------------------------------
 
     def _import(self, i: int, gi: int, group: dict, p: torch.Tensor, state: dict) -> _Slot:
         where = f"{_NAME}: parameter {i}"
@@ -163,18 +165,14 @@ class QatAdamW(Optimizer):
         step = float(s.item() if isinstance(s, torch.Tensor) else s)
         if not (step >= 0 and step == int(step)):
             raise ValueError(f"{where}: state['step']: expected a whole number >= 0, got {step}")
-        hyper = adam_hyper(_NAME, gi, group)
+        hyper = self._group_hyper(gi, group)
         master = arrays["master"].clone()
         slot = self._new_slot(i, group, hyper, self._config(gi, group, hyper), master)
-        raw = _qat_state.patch(
-            slot.engine.to_bytes(),
-            step=int(step),
-            m=arrays["exp_avg"].numpy(),
-            v=arrays["exp_avg_sq"].numpy(),
-        )
         try:
-            slot.engine = _core.QatOptimizer.from_bytes(raw, tuple(p.shape))
-        except (_core.QuantError, ValueError) as e:
+            slot.engine.set_moments(
+                int(step), arrays["exp_avg"].numpy(), arrays["exp_avg_sq"].numpy()
+            )
+        except (_core.QuantError, TypeError, ValueError) as e:
             raise type(e)(f"{where}: {e}") from None
         slot.sync_light()
         return slot
@@ -188,97 +186,51 @@ class QatAdamW(Optimizer):
             "exp_avg_sq": torch.from_numpy(np.asarray(v, np.float32)),
         }
 
-    def _import_pending(self) -> None:
-        fresh = {}
-        for i, gi, group, p in self._indexed():
-            st = self.state.get(p)
-            slot = self._slots.get(p)
-            if not st or (slot is not None and st is slot.light):
-                continue
-            fresh[p] = self._import(i, gi, group, p, st)
-        for p, slot in fresh.items():
-            self._install(p, slot, write_view=False)
-
-    def state_dict(self) -> dict[str, Any]:
-        self._import_pending()
-        saved = {}
-        for p, slot in self._slots.items():
-            if self.state.get(p) is slot.light:
-                saved[p] = slot.light
-                self.state[p] = self._export(slot)
-        try:
-            return super().state_dict()
-        finally:
-            for p, light in saved.items():
-                self.state[p] = light
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        groups, saved_groups = self.param_groups, state_dict.get("param_groups")
-        if not isinstance(saved_groups, list) or len(groups) != len(saved_groups):
-            raise ValueError("loaded state dict has a different number of parameter groups")
-        if any(len(g["params"]) != len(s["params"]) for g, s in zip(groups, saved_groups)):
-            raise ValueError(
-                "loaded state dict contains a parameter group that doesn't match the size "
-                "of optimizer's group"
-            )
-        id_map = dict(
-            zip(
-                chain.from_iterable(s["params"] for s in saved_groups),
-                chain.from_iterable(g["params"] for g in groups),
-            )
-        )
-        fresh = {}
-        i = 0
-        for gi, (g, s) in enumerate(zip(groups, saved_groups)):
-            merged = {**g, **{k: v for k, v in s.items() if k != "params"}}
-            for pid in s["params"]:
-                st = state_dict.get("state", {}).get(pid)
-                if st:
-                    fresh[id_map[pid]] = self._import(i, gi, merged, id_map[pid], st)
-                i += 1
-        super().load_state_dict(state_dict)
-        for p, slot in fresh.items():
-            self._install(p, slot, write_view=False)
-
     # ---- the step ----------------------------------------------------------------------
 
-    @torch.no_grad()
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        self._import_pending()
-        work = []
-        hypers: dict[int, tuple] = {}
-        for i, gi, group, p in self._indexed():
-            if p.grad is None:
-                continue
-            check_param(_NAME, i, p)
-            g = check_grad(_NAME, i, p, p.grad)
-            if gi not in hypers:
-                hypers[gi] = adam_hyper(_NAME, gi, group)
-                self._config(gi, group, hypers[gi])
-            slot = self._slots[p]
-            if slot.quant != self._quant_of(group):
-                raise ValueError(
-                    f"{_NAME}: param_groups[{gi}]: target, scheme, rounding and seed cannot "
-                    f"change once parameter {i} has state"
-                )
-            work.append((i, p, g, slot, hypers[gi]))
-        for i, p, g, slot, hyper in work:
-            if slot.hyper != hyper:
-                raw = _qat_state.patch(slot.engine.to_bytes(), hyper=hyper)
-                slot.engine = _core.QatOptimizer.from_bytes(raw, tuple(p.shape))
-                slot.hyper = hyper
-            try:
-                slot.engine.step(numpy_view(slot.master), numpy_view(g))
-            except (_core.QuantError, TypeError, ValueError) as e:
-                raise type(e)(f"{_NAME}: parameter {i}: {e}") from None
-            np.copyto(numpy_view(p), slot.engine.quantized_weights.reshape(p.shape))
-            slot.sync_light()
-        return loss
+    def _check_fixed(self, i: int, gi: int, group: dict, p: torch.Tensor) -> None:
+        if self._slots[p].fixed != _fixed_of(group):
+            raise ValueError(
+                f"{_NAME}: param_groups[{gi}]: target and scheme cannot change once "
+                f"parameter {i} has state"
+            )
+
+    def _update(
+        self, i: int, gi: int, group: dict, p: torch.Tensor, g: torch.Tensor, hyper: tuple
+    ) -> None:
+        slot = self._slots[p]
+        self._retune(i, slot, group, hyper)
+        try:
+            slot.engine.step(numpy_view(slot.master), numpy_view(g))
+        except (_core.QuantError, TypeError, ValueError) as e:
+            raise type(e)(f"{_NAME}: parameter {i}: {e}") from None
+        np.copyto(numpy_view(p), slot.engine.quantized_weights.reshape(p.shape))
+        slot.sync_light()
+
+    @staticmethod
+    def _retune(i: int, slot: _Slot, group: dict, hyper: tuple) -> None:
+        """Give the engine the group's current settings through its setters (all were
+        checked by ``_group_hyper``)."""
+        if slot.hyper != hyper:
+            slot.engine.set_hyper(*hyper)
+            slot.hyper = hyper
+        if slot.rounding != group["rounding"]:
+            slot.engine.set_rounding(group["rounding"])
+            slot.rounding = group["rounding"]
+        if slot.seed != int(group["seed"]):
+            slot.engine.set_seed(_seed(group["seed"], i))
+            slot.seed = int(group["seed"])
 
     def state_bytes(self) -> int:
         """Bytes of optimizer state: masters and the engines' moments and views."""
         return sum(4 * 4 * s.master.numel() for s in self._slots.values())
+
+
+def _seed_of(gi: int, group: dict) -> int:
+    s = group["seed"]
+    try:
+        return operator.index(s)
+    except TypeError:
+        raise TypeError(
+            f"{_NAME}: param_groups[{gi}]['seed']: expected an int, got {s!r}"
+        ) from None

@@ -10,6 +10,7 @@ mod config;
 mod optimizer;
 mod state;
 mod stats;
+mod torch_state;
 
 use pyo3::prelude::*;
 

@@ -16,7 +16,7 @@ macro_rules! py_optimizer {
         #[doc = $doc]
         #[pyclass(name = $name, module = "quantrs")]
         pub struct $ty {
-            inner: Inner,
+            pub(super) inner: Inner,
         }
 
         #[pymethods]

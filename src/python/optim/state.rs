@@ -43,6 +43,59 @@ impl<'py> Pair<'py> {
     }
 }
 
+/// A checkpoint tensor as a NumPy array (uint8, or float32 from its
+/// little-endian bytes), in its shape.
+pub(super) fn to_numpy<'py>(py: Python<'py>, x: OwnedTensor) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match x.dtype {
+        Dtype::U8 => PyArray1::from_vec(py, x.data).reshape(x.shape)?.into_any(),
+        _ => PyArray1::from_vec(py, crate::st::le_to_f32(&x.data)?)
+            .reshape(x.shape)?
+            .into_any(),
+    })
+}
+
+/// The str-keyed NumPy arrays (uint8 or float32) of `arrays` as checkpoint
+/// tensors named `prefix + key`; `what` names the dict in errors.
+pub(super) fn tensors_of(
+    arrays: &Bound<'_, PyDict>,
+    what: &str,
+    prefix: &str,
+) -> PyResult<checkpoint::Tensors> {
+    let mut t = checkpoint::Tensors::new();
+    for (k, v) in arrays.iter() {
+        let name: String = k
+            .extract()
+            .map_err(|_| QuantError::ser(format!("{what}: keys must be str")))?;
+        let tensor = if let Ok(a) = v.cast::<numpy::PyArrayDyn<u8>>() {
+            let r = a.try_readonly().map_err(|e| invalid(&name, e))?;
+            OwnedTensor {
+                dtype: Dtype::U8,
+                shape: r.shape().to_vec(),
+                data: r.as_array().iter().copied().collect(),
+            }
+        } else if let Ok(a) = v.cast::<numpy::PyArrayDyn<f32>>() {
+            let r = a.try_readonly().map_err(|e| invalid(&name, e))?;
+            let vals: Vec<f32> = r.as_array().iter().copied().collect();
+            OwnedTensor {
+                dtype: Dtype::F32,
+                shape: r.shape().to_vec(),
+                data: crate::st::f32_to_le(&vals),
+            }
+        } else {
+            // Name the dtype of an array of the wrong dtype, the type otherwise.
+            let got = match v.cast::<numpy::PyUntypedArray>() {
+                Ok(u) => format!("dtype {}", u.dtype()),
+                Err(_) => v.get_type().name()?.to_string(),
+            };
+            return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+                "{what}[{name:?}]: expected a numpy array of dtype uint8 or float32, got {got}"
+            )));
+        };
+        t.insert(format!("{prefix}{name}"), tensor);
+    }
+    Ok(t)
+}
+
 /// What both optimizer classes hold: the core and, for pending gradient
 /// accumulation, the parameter arrays to update.
 pub(super) struct Inner {
@@ -167,51 +220,14 @@ impl Inner {
         let t = checkpoint::to_tensors(&self.core)?;
         let d = PyDict::new(py);
         for (name, x) in t {
-            let arr = match x.dtype {
-                Dtype::U8 => PyArray1::from_vec(py, x.data).reshape(x.shape)?.into_any(),
-                _ => PyArray1::from_vec(py, crate::st::le_to_f32(&x.data)?)
-                    .reshape(x.shape)?
-                    .into_any(),
-            };
-            d.set_item(name, arr)?;
+            d.set_item(name, to_numpy(py, x)?)?;
         }
         Ok(d)
     }
 
     /// Replace the state from `state_dict()` arrays (validated first).
     pub(super) fn load_state_dict(&mut self, state: &Bound<'_, PyDict>) -> PyResult<()> {
-        let mut t = checkpoint::Tensors::new();
-        for (k, v) in state.iter() {
-            let name: String = k
-                .extract()
-                .map_err(|_| QuantError::ser("state_dict: keys must be str".to_string()))?;
-            let tensor = if let Ok(a) = v.cast::<numpy::PyArrayDyn<u8>>() {
-                let r = a.try_readonly().map_err(|e| invalid(&name, e))?;
-                OwnedTensor {
-                    dtype: Dtype::U8,
-                    shape: r.shape().to_vec(),
-                    data: r.as_array().iter().copied().collect(),
-                }
-            } else if let Ok(a) = v.cast::<numpy::PyArrayDyn<f32>>() {
-                let r = a.try_readonly().map_err(|e| invalid(&name, e))?;
-                let vals: Vec<f32> = r.as_array().iter().copied().collect();
-                OwnedTensor {
-                    dtype: Dtype::F32,
-                    shape: r.shape().to_vec(),
-                    data: crate::st::f32_to_le(&vals),
-                }
-            } else {
-                // Name the dtype of an array of the wrong dtype, the type otherwise.
-                let got = match v.cast::<numpy::PyUntypedArray>() {
-                    Ok(u) => format!("dtype {}", u.dtype()),
-                    Err(_) => v.get_type().name()?.to_string(),
-                };
-                return Err(pyo3::exceptions::PyTypeError::new_err(format!(
-                    "state_dict[{name:?}]: expected a numpy array of dtype uint8 or float32, got {got}"
-                )));
-            };
-            t.insert(name, tensor);
-        }
+        let t = tensors_of(state, "state_dict", "")?;
         checkpoint::load_tensors(&mut self.core, t)?;
         self.forget_params();
         Ok(())

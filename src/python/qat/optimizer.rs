@@ -17,7 +17,7 @@ use crate::qat::{CounterRng, Master, QatConfig, QatOptimizer};
 use crate::QuantError;
 
 #[derive(Clone)]
-enum Inner {
+pub(super) enum Inner {
     F64(QatOptimizer<f64>),
     F32(QatOptimizer<f32>),
 }
@@ -29,8 +29,8 @@ enum Inner {
 #[pyclass(module = "quantrs", name = "QatOptimizer")]
 #[derive(Clone)]
 pub struct PyQatOptimizer {
-    inner: Inner,
-    shape: Vec<usize>,
+    pub(super) inner: Inner,
+    pub(super) shape: Vec<usize>,
 }
 
 fn config_arg(obj: &Bound<'_, PyAny>) -> PyResult<QatConfig> {

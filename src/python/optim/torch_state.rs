@@ -1,0 +1,119 @@
+//! One parameter's state in and out without the checkpoint's `meta` and
+//! `config` (a second `#[pymethods]` block on both optimizer classes).
+//!
+//! `quantrs.torch` keeps one engine per parameter (named by `update(...,
+//! name=...)`) and its state as fixed-size tensors in torch's state dict;
+//! these methods move that state between the engine and NumPy arrays, and
+//! retune a live engine's hyper-parameters, without re-creating the
+//! checkpoint's meta document and CRC (docs/torch.md).
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use super::config::PyOptCfg;
+use super::optimizer::{PyAdam4bit, PyAdamW4bit};
+use super::state::{tensors_of, to_numpy, Inner};
+use crate::error::QuantError;
+use crate::optim::checkpoint;
+
+/// The checkpoint key of the parameter `update` was given `name` for.
+fn key_of(name: &str) -> String {
+    format!("n:{name}")
+}
+
+/// `(step, {suffix: array})` of parameter `name`: `m_codes`, `v_codes`
+/// (uint8) and the scales (float32), as `state_dict()` names them after
+/// `n:<name>/`.
+fn export<'py>(py: Python<'py>, inner: &Inner, name: &str) -> PyResult<(u64, Bound<'py, PyDict>)> {
+    let key = key_of(name);
+    let state = inner.core.state();
+    let p = state.params.get(&key).ok_or_else(|| {
+        QuantError::InvalidState(format!("name: no state for parameter {name:?}"))
+    })?;
+    let mut t = checkpoint::Tensors::new();
+    checkpoint::put_param(&mut t, &key, p);
+    let d = PyDict::new(py);
+    let prefix = format!("{key}/");
+    for (k, x) in t {
+        d.set_item(&k[prefix.len()..], to_numpy(py, x)?)?;
+    }
+    Ok((state.step, d))
+}
+
+/// Replace the whole state with parameter `name` of `shape` at `step`.
+fn import(
+    inner: &mut Inner,
+    name: &str,
+    shape: Vec<usize>,
+    step: u64,
+    arrays: &Bound<'_, PyDict>,
+) -> PyResult<()> {
+    let key = key_of(name);
+    let t = tensors_of(arrays, "arrays", &format!("{key}/"))?;
+    checkpoint::load_param(&mut inner.core, &key, shape, step, t)?;
+    inner.forget_params();
+    Ok(())
+}
+
+/// Validate like `Adam4bitOptimizerConfig(...)`, then adopt.
+fn retune(inner: &mut Inner, lr: f64, b1: f64, b2: f64, eps: f64, wd: f64) -> PyResult<()> {
+    let o = PyOptCfg::new(lr, b1, b2, eps, wd)?;
+    Ok(inner.core.set_optimizer_config(o.inner)?)
+}
+
+macro_rules! torch_state {
+    ($ty:ident) => {
+        #[pymethods]
+        impl $ty {
+            /// `(step, arrays)`: the state of the parameter updated with
+            /// `name=name` as NumPy arrays keyed `m_codes`, `v_codes`,
+            /// `m_scales` / `m_scale_codes` + `m_scale_groups`, ... (copies).
+            fn export_param_state<'py>(
+                &self,
+                py: Python<'py>,
+                name: &str,
+            ) -> PyResult<(u64, Bound<'py, PyDict>)> {
+                export(py, &self.inner, name)
+            }
+
+            /// Replace the state with one parameter `name` of `shape` at
+            /// `step` from `export_param_state` arrays, checked as
+            /// `load_state_dict` checks them (sizes against the bytes
+            /// present before anything is allocated); the configuration is
+            /// kept. On error nothing changes.
+            fn import_param_state(
+                &mut self,
+                name: &str,
+                shape: Vec<usize>,
+                step: u64,
+                arrays: &Bound<'_, PyDict>,
+            ) -> PyResult<()> {
+                import(&mut self.inner, name, shape, step, arrays)
+            }
+
+            /// Set learning_rate, beta1, beta2, epsilon and weight_decay at
+            /// once, validated as `Adam4bitOptimizerConfig` (all or none
+            /// change); the state and the quantization are kept.
+            fn set_hyper(
+                &mut self,
+                learning_rate: f64,
+                beta1: f64,
+                beta2: f64,
+                epsilon: f64,
+                weight_decay: f64,
+            ) -> PyResult<()> {
+                retune(
+                    &mut self.inner,
+                    learning_rate,
+                    beta1,
+                    beta2,
+                    epsilon,
+                    weight_decay,
+                )
+            }
+        }
+    };
+}
+
+torch_state!(PyAdam4bit);
+torch_state!(PyAdamW4bit);

@@ -1,0 +1,105 @@
+//! `QatOptimizer`'s setters (a second `#[pymethods]` block): a live
+//! optimizer takes new hyper-parameters without a copy of its state, as a
+//! torch lr scheduler needs at every step, and a restored step count and
+//! moments without going through the byte format (docs/torch.md).
+
+use pyo3::prelude::*;
+
+use numpy::{Element, PyUntypedArrayMethods};
+
+use super::enums::rounding_arg;
+use super::optimizer::{Inner, PyQatOptimizer};
+use crate::python::arrays::{check_shape, input};
+use crate::qat::RoundingMode;
+use crate::qat::{Master, QatOptimizer};
+use crate::QuantError;
+
+/// Apply `f` to the optimizer whatever its master dtype.
+macro_rules! each {
+    ($inner:expr, $o:ident => $body:expr) => {
+        match $inner {
+            Inner::F64($o) => $body,
+            Inner::F32($o) => $body,
+        }
+    };
+}
+
+fn done(r: Result<(), QuantError>) -> PyResult<()> {
+    Ok(r?)
+}
+
+fn set_moments_typed<T: Master + Element>(
+    opt: &mut QatOptimizer<T>,
+    shape: &[usize],
+    step: u64,
+    m: &Bound<'_, PyAny>,
+    v: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    let (m, v) = (input::<T>(m, "m")?, input::<T>(v, "v")?);
+    check_shape("m", m.shape(), shape)?;
+    check_shape("v", v.shape(), shape)?;
+    done(opt.set_moments(step, m.as_slice()?, v.as_slice()?))
+}
+
+#[pymethods]
+impl PyQatOptimizer {
+    /// Set the learning rate (finite, >= 0) of the next steps. Every setter
+    /// validates first: an error names the argument and changes nothing.
+    fn set_lr(&mut self, lr: f64) -> PyResult<()> {
+        done(each!(&mut self.inner, o => o.set_lr(lr)))
+    }
+
+    /// Set the moment decays (each in [0, 1); both or neither change).
+    fn set_betas(&mut self, beta1: f64, beta2: f64) -> PyResult<()> {
+        done(each!(&mut self.inner, o => o.set_betas(beta1, beta2)))
+    }
+
+    /// Set epsilon (finite, > 0).
+    fn set_eps(&mut self, eps: f64) -> PyResult<()> {
+        done(each!(&mut self.inner, o => o.set_eps(eps)))
+    }
+
+    /// Set the decoupled weight decay (finite, >= 0).
+    fn set_weight_decay(&mut self, weight_decay: f64) -> PyResult<()> {
+        done(each!(&mut self.inner, o => o.set_weight_decay(weight_decay)))
+    }
+
+    /// Set lr, beta1, beta2, eps and weight_decay at once (all or none change).
+    fn set_hyper(
+        &mut self,
+        lr: f64,
+        beta1: f64,
+        beta2: f64,
+        eps: f64,
+        weight_decay: f64,
+    ) -> PyResult<()> {
+        done(each!(&mut self.inner, o => o.set_hyper(lr, beta1, beta2, eps, weight_decay)))
+    }
+
+    /// Set the rounding of the next views (`"nearest"`, `"stochastic"` or a
+    /// `RoundingMode`); the current view is kept.
+    fn set_rounding(&mut self, rounding: &Bound<'_, PyAny>) -> PyResult<()> {
+        let r: RoundingMode = rounding_arg(rounding)?;
+        each!(&mut self.inner, o => o.set_rounding(r));
+        Ok(())
+    }
+
+    /// Set the seed (an int in [0, 2**64)) of the next steps' stochastic
+    /// rounding streams.
+    fn set_seed(&mut self, seed: u64) {
+        each!(&mut self.inner, o => o.set_seed(seed));
+    }
+
+    /// Replace the step count and the AdamW moments `m`, `v` (arrays of the
+    /// master's shape and dtype; finite, `v >= 0`), as `moments()` returns
+    /// them; the view is kept until the next step. On error nothing changes.
+    fn set_moments(
+        &mut self,
+        step: u64,
+        m: &Bound<'_, PyAny>,
+        v: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let shape = self.shape.clone();
+        each!(&mut self.inner, o => set_moments_typed(o, &shape, step, m, v))
+    }
+}
