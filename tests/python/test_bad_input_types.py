@@ -136,6 +136,9 @@ def valid_calls(tmp: Path):
     opt, p = opt_with_param()
     opt.save_state(tmp / "o.st")
     g = np.ones(8, np.float32)
+    stepped, sp = opt_with_param()
+    stepped.update(sp, g, name="w")
+    exported = stepped.export_param_state("w")
     ls = layers()
     calls = {
         "QuantizedWeight.__new__": [
@@ -269,6 +272,27 @@ def valid_calls(tmp: Path):
                 dict(data=qat_opt.to_bytes(), shape=[8]),
             )
         ],
+        # the setters a torch param group's changes go through (docs/torch.md)
+        "QatOptimizer.set_lr": [("QatOptimizer.set_lr", qat_opt.set_lr, dict(lr=1e-3))],
+        "QatOptimizer.set_betas": [("set_betas", qat_opt.set_betas, dict(beta1=0.9, beta2=0.999))],
+        "QatOptimizer.set_eps": [("set_eps", qat_opt.set_eps, dict(eps=1e-8))],
+        "QatOptimizer.set_weight_decay": [
+            ("set_weight_decay", qat_opt.set_weight_decay, dict(weight_decay=0.0))
+        ],
+        "QatOptimizer.set_hyper": [
+            (
+                "QatOptimizer.set_hyper",
+                qat_opt.set_hyper,
+                dict(lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0),
+            )
+        ],
+        "QatOptimizer.set_rounding": [
+            ("set_rounding", qat_opt.set_rounding, dict(rounding="nearest"))
+        ],
+        "QatOptimizer.set_seed": [("set_seed", qat_opt.set_seed, dict(seed=1))],
+        "QatOptimizer.set_moments": [
+            ("set_moments", qat_opt.set_moments, dict(step=1, m=np.zeros(8), v=np.zeros(8)))
+        ],
         "qat_calibrate_per_channel": [
             (
                 "qat_calibrate_per_channel",
@@ -348,6 +372,23 @@ def valid_calls(tmp: Path):
         ],
         "_Adam4bitBase.lr=": [("lr = value", setter(opt, "lr"), dict(value=1e-3))],
         "_Adam4bitBase.set_lr": [("set_lr", opt.set_lr, dict(lr=1e-3))],
+        "_Adam4bitBase.set_hyper": [
+            (
+                "_Adam4bitBase.set_hyper",
+                opt.set_hyper,
+                dict(learning_rate=1e-3, beta1=0.9, beta2=0.999, epsilon=1e-8, weight_decay=0.0),
+            )
+        ],
+        "_Adam4bitBase.export_param_state": [
+            ("export_param_state", stepped.export_param_state, dict(name="w"))
+        ],
+        "_Adam4bitBase.import_param_state": [
+            (
+                "import_param_state",
+                stepped.import_param_state,
+                dict(name="w", shape=[8], step=exported[0], arrays=exported[1]),
+            )
+        ],
         "_Adam4bitBase.apply_accumulated_grads": [
             ("apply_accumulated_grads", opt.apply_accumulated_grads, dict(accumulation_steps=1))
         ],

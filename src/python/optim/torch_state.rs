@@ -71,9 +71,9 @@ macro_rules! torch_state {
             fn export_param_state<'py>(
                 &self,
                 py: Python<'py>,
-                name: &str,
+                #[pyo3(from_py_with = crate::python::scalars::text::name)] name: String,
             ) -> PyResult<(u64, Bound<'py, PyDict>)> {
-                export(py, &self.inner, name)
+                export(py, &self.inner, &name)
             }
 
             /// Replace the state with one parameter `name` of `shape` at
@@ -83,12 +83,12 @@ macro_rules! torch_state {
             /// kept. On error nothing changes.
             fn import_param_state(
                 &mut self,
-                name: &str,
-                shape: Vec<usize>,
-                step: u64,
+                #[pyo3(from_py_with = crate::python::scalars::text::name)] name: String,
+                #[pyo3(from_py_with = crate::python::scalars::shape)] shape: Vec<usize>,
+                #[pyo3(from_py_with = crate::python::sizes::step)] step: usize,
                 arrays: &Bound<'_, PyDict>,
             ) -> PyResult<()> {
-                import(&mut self.inner, name, shape, step, arrays)
+                import(&mut self.inner, &name, shape, step as u64, arrays)
             }
 
             /// Set learning_rate, beta1, beta2, epsilon and weight_decay at
@@ -96,11 +96,11 @@ macro_rules! torch_state {
             /// change); the state and the quantization are kept.
             fn set_hyper(
                 &mut self,
-                learning_rate: f64,
-                beta1: f64,
-                beta2: f64,
-                epsilon: f64,
-                weight_decay: f64,
+                #[pyo3(from_py_with = crate::python::scalars::float::learning_rate)] learning_rate: f64,
+                #[pyo3(from_py_with = crate::python::scalars::float::beta1)] beta1: f64,
+                #[pyo3(from_py_with = crate::python::scalars::float::beta2)] beta2: f64,
+                #[pyo3(from_py_with = crate::python::scalars::float::epsilon)] epsilon: f64,
+                #[pyo3(from_py_with = crate::python::scalars::float::weight_decay)] weight_decay: f64,
             ) -> PyResult<()> {
                 retune(
                     &mut self.inner,

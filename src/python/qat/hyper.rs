@@ -45,33 +45,46 @@ fn set_moments_typed<T: Master + Element>(
 impl PyQatOptimizer {
     /// Set the learning rate (finite, >= 0) of the next steps. Every setter
     /// validates first: an error names the argument and changes nothing.
-    fn set_lr(&mut self, lr: f64) -> PyResult<()> {
+    fn set_lr(
+        &mut self,
+        #[pyo3(from_py_with = crate::python::scalars::float::lr)] lr: f64,
+    ) -> PyResult<()> {
         done(each!(&mut self.inner, o => o.set_lr(lr)))
     }
 
     /// Set the moment decays (each in [0, 1); both or neither change).
-    fn set_betas(&mut self, beta1: f64, beta2: f64) -> PyResult<()> {
+    fn set_betas(
+        &mut self,
+        #[pyo3(from_py_with = crate::python::scalars::float::beta1)] beta1: f64,
+        #[pyo3(from_py_with = crate::python::scalars::float::beta2)] beta2: f64,
+    ) -> PyResult<()> {
         done(each!(&mut self.inner, o => o.set_betas(beta1, beta2)))
     }
 
     /// Set epsilon (finite, > 0).
-    fn set_eps(&mut self, eps: f64) -> PyResult<()> {
+    fn set_eps(
+        &mut self,
+        #[pyo3(from_py_with = crate::python::scalars::float::eps)] eps: f64,
+    ) -> PyResult<()> {
         done(each!(&mut self.inner, o => o.set_eps(eps)))
     }
 
     /// Set the decoupled weight decay (finite, >= 0).
-    fn set_weight_decay(&mut self, weight_decay: f64) -> PyResult<()> {
+    fn set_weight_decay(
+        &mut self,
+        #[pyo3(from_py_with = crate::python::scalars::float::weight_decay)] weight_decay: f64,
+    ) -> PyResult<()> {
         done(each!(&mut self.inner, o => o.set_weight_decay(weight_decay)))
     }
 
     /// Set lr, beta1, beta2, eps and weight_decay at once (all or none change).
     fn set_hyper(
         &mut self,
-        lr: f64,
-        beta1: f64,
-        beta2: f64,
-        eps: f64,
-        weight_decay: f64,
+        #[pyo3(from_py_with = crate::python::scalars::float::lr)] lr: f64,
+        #[pyo3(from_py_with = crate::python::scalars::float::beta1)] beta1: f64,
+        #[pyo3(from_py_with = crate::python::scalars::float::beta2)] beta2: f64,
+        #[pyo3(from_py_with = crate::python::scalars::float::eps)] eps: f64,
+        #[pyo3(from_py_with = crate::python::scalars::float::weight_decay)] weight_decay: f64,
     ) -> PyResult<()> {
         done(each!(&mut self.inner, o => o.set_hyper(lr, beta1, beta2, eps, weight_decay)))
     }
@@ -86,8 +99,10 @@ impl PyQatOptimizer {
 
     /// Set the seed (an int in [0, 2**64)) of the next steps' stochastic
     /// rounding streams.
-    fn set_seed(&mut self, seed: u64) {
+    fn set_seed(&mut self, seed: &Bound<'_, PyAny>) -> PyResult<()> {
+        let seed = super::rng::u64_arg(seed, "seed")?;
         each!(&mut self.inner, o => o.set_seed(seed));
+        Ok(())
     }
 
     /// Replace the step count and the AdamW moments `m`, `v` (arrays of the
@@ -95,11 +110,11 @@ impl PyQatOptimizer {
     /// them; the view is kept until the next step. On error nothing changes.
     fn set_moments(
         &mut self,
-        step: u64,
+        #[pyo3(from_py_with = crate::python::sizes::step)] step: usize,
         m: &Bound<'_, PyAny>,
         v: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
         let shape = self.shape.clone();
-        each!(&mut self.inner, o => set_moments_typed(o, &shape, step, m, v))
+        each!(&mut self.inner, o => set_moments_typed(o, &shape, step as u64, m, v))
     }
 }

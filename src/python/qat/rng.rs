@@ -108,7 +108,7 @@ fn int_seed(obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<u64> {
 
 /// A Python int in `[0, 2**64)`, naming `arg` (a `TypeError` for another
 /// type, an `InvalidArgument` outside the range).
-fn u64_arg(obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<u64> {
+pub(super) fn u64_arg(obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<u64> {
     if obj.is_instance_of::<PyBool>() || !obj.is_instance_of::<PyInt>() {
         return Err(wrong_type(arg, "int", obj));
     }
