@@ -11,6 +11,8 @@
 //!   device's architecture, PTX for the CI check).
 //! - `memory`: owned device buffers and host <-> device copies.
 //! - `cublaslt`: the FP8 tensor-core GEMM of the W8A8 forward.
+//! - `caches`: per-device scratch buffers and the cuBLASLt handle (above
+//!   `context`, `memory` and `cublaslt`, which import one way).
 //! - `ops`: the launches (INT4, FP8 codecs, linear layers), each ending
 //!   when its result is ready.
 //! - `layers`: `QuantizedWeight` and the linear layers held on a device.
@@ -21,6 +23,8 @@
 
 use crate::error::{QuantError, Result};
 
+#[cfg(feature = "gpu")]
+pub(crate) mod caches;
 #[cfg(feature = "gpu")]
 pub(crate) mod context;
 #[cfg(feature = "gpu")]

@@ -62,11 +62,23 @@ mod imp {
 #[cfg(feature = "gpu")]
 mod array;
 #[cfg(feature = "gpu")]
+mod device;
+#[cfg(feature = "gpu")]
 mod dlpack;
 #[cfg(feature = "gpu")]
-mod objects;
+mod functions;
 #[cfg(feature = "gpu")]
-use objects as imp;
+mod input;
+#[cfg(feature = "gpu")]
+mod layer;
+#[cfg(feature = "gpu")]
+mod weight;
+#[cfg(feature = "gpu")]
+mod imp {
+    pub(crate) use super::functions::register;
+    pub(crate) use super::layer::layer_to;
+    pub(crate) use super::weight::quantized_weight_to;
+}
 
 pub(crate) use imp::{layer_to, quantized_weight_to, register};
 
