@@ -24,11 +24,15 @@
 use crate::error::{QuantError, Result};
 
 #[cfg(feature = "gpu")]
+pub(crate) mod adam;
+#[cfg(feature = "gpu")]
 pub(crate) mod caches;
 #[cfg(feature = "gpu")]
 pub(crate) mod context;
 #[cfg(feature = "gpu")]
 pub(crate) mod cublaslt;
+#[cfg(all(test, feature = "gpu"))]
+mod host_math;
 #[cfg(feature = "gpu")]
 pub(crate) mod layers;
 #[cfg(feature = "gpu")]
