@@ -145,7 +145,11 @@ fn host_step(
             s.m_groups = addr(groups);
         }
     }
-    let (mut rows_new, mut cols_new) = (Vec::new(), Vec::new());
+    let (r, c) = match &st.v_scales {
+        VScales::Rank1 { rows, cols } => (rows.len(), cols.len()),
+        VScales::Block(_) => (0, 0),
+    };
+    let (mut rows_new, mut cols_new) = (vec![0f32; r], vec![0f32; c]);
     let rank1 = matches!(st.v_scales, VScales::Rank1 { .. });
     match &mut st.v_scales {
         VScales::Block(Scales::F32(v)) => s.v_scales = addr(v),
@@ -154,8 +158,6 @@ fn host_step(
             s.v_groups = addr(groups);
         }
         VScales::Rank1 { rows, cols } => {
-            rows_new = vec![0f32; rows.len()];
-            cols_new = vec![0f32; cols.len()];
             s.rows = addr(rows);
             s.cols = addr(cols);
             s.rows_new = addr(&mut rows_new);

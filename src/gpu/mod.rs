@@ -16,6 +16,8 @@
 //! - `ops`: the launches (INT4, FP8 codecs, linear layers), each ending
 //!   when its result is ready.
 //! - `layers`: `QuantizedWeight` and the linear layers held on a device.
+//! - `adam`: the fused 4-bit Adam step's arguments and launch sequence;
+//!   `adam_engine`: `AdamW4bit` / `Adam4bit` with their state on a device.
 
 // The device objects are driven from the Python bindings only (no Rust API
 // for them yet), so a `gpu` build without `python` leaves them unused.
@@ -25,6 +27,8 @@ use crate::error::{QuantError, Result};
 
 #[cfg(feature = "gpu")]
 pub(crate) mod adam;
+#[cfg(feature = "gpu")]
+pub(crate) mod adam_engine;
 #[cfg(feature = "gpu")]
 pub(crate) mod caches;
 #[cfg(feature = "gpu")]

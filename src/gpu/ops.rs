@@ -32,7 +32,7 @@ fn int(what: &str, v: usize) -> Result<i32> {
 
 /// Queue `f` on the legacy default stream. `params` are pointers to the
 /// argument values.
-fn launch(
+pub(crate) fn launch(
     gpu: &Gpu,
     f: cudarc::driver::sys::CUfunction,
     grid: (usize, usize),
@@ -173,7 +173,7 @@ fn fmt_id(fmt: Fp8Format) -> i32 {
     }
 }
 
-fn grid_1d(n: usize) -> usize {
+pub(crate) fn grid_1d(n: usize) -> usize {
     n.div_ceil(256).clamp(1, 65536)
 }
 

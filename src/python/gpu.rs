@@ -72,6 +72,8 @@ mod input;
 #[cfg(feature = "gpu")]
 mod layer;
 #[cfg(feature = "gpu")]
+mod optim;
+#[cfg(feature = "gpu")]
 mod weight;
 #[cfg(feature = "gpu")]
 mod imp {
