@@ -52,8 +52,9 @@ def check_param(where: str, p: torch.Tensor) -> None:
 
 def check_grad(where: str, p: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     """The gradient of the CUDA parameter ``p``: on ``p``'s device, float32, ``p``'s
-    shape; contiguous (a copy only when it is not). Finiteness is checked by the engine
-    on the device before anything changes."""
+    shape, finite; contiguous (a copy only when it is not). Finiteness is checked here
+    too (the engine checks it again) so that a bad gradient of one parameter stops the
+    optimizer step before any parameter changes."""
     if g.is_sparse or g.layout != torch.strided:
         raise TypeError(f"{where}: sparse gradients are not supported (layout {g.layout})")
     if g.is_complex() or g.dtype != _F32:
@@ -67,7 +68,14 @@ def check_grad(where: str, p: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
             f"{where}: gradient shape {tuple(g.shape)} does not match the parameter's "
             f"{tuple(p.shape)}"
         )
-    return g.detach().contiguous()
+    g = g.detach().contiguous()
+    if not bool(torch.isfinite(g).all()):
+        bad = int((~torch.isfinite(g)).flatten().nonzero()[0])
+        raise _core.InvalidArgument(
+            f"{where}: the gradient has a non-finite value {float(g.flatten()[bad])} at flat "
+            f"index {bad}"
+        )
+    return g
 
 
 def view(t: torch.Tensor) -> Any:
