@@ -166,7 +166,7 @@ def main() -> int:
     except Exception as e:
         mm = [{"bench": "matmul", "error": repr(e)}]
         traceback.print_exc()
-    opt_rows = bench_gpu_optim.step_rows(torch, quantrs, copy, args.quick)
+    opt_rows = bench_gpu_optim.step_rows(torch, quantrs, copy, args.quick, _events_ms)
     if args.json:
         print(
             json.dumps({"copy_gbs": copy, "matvec": mv, "matmul": mm, "optim": opt_rows}, indent=1)

@@ -16,23 +16,7 @@ round trip; torch's is the queued kernel time. Times are medians of 5 event-time
 
 from __future__ import annotations
 
-import statistics
-
-
-def _ms(torch, fn, iters: int, runs: int = 5) -> float:
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(runs):
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(iters):
-            fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / iters)
-    return statistics.median(times)
+from typing import Callable
 
 
 def gpt2_small_shapes() -> list[tuple[int, ...]]:
@@ -64,7 +48,8 @@ def _torch_step(torch, ps, gs, **kw):
     return opt.step
 
 
-def step_rows(torch, quantrs, copy_gbs: float, quick: bool) -> list[dict]:
+def step_rows(torch, quantrs, copy_gbs: float, quick: bool, timer: Callable) -> list[dict]:
+    """The rows; ``timer(torch, fn, iters)`` is bench_gpu's event timer (ms per call)."""
     rows = []
     sizes = [1 << 24] if quick else [1 << 24, 1 << 28]
     cases = [(f"AdamW step 2^{n.bit_length() - 1}", [(n,)]) for n in sizes]
@@ -77,13 +62,13 @@ def step_rows(torch, quantrs, copy_gbs: float, quick: bool) -> list[dict]:
             n = sum(p.numel() for p in ps)
             iters = 3 if n > 1 << 26 else 10
             opt, ours = _ours(quantrs, ps, gs)
-            ours_ms = _ms(torch, ours, iters)
+            ours_ms = timer(torch, ours, iters)
             bpp = opt.memory_usage().total_bytes / n
             row = {"bench": name, "params": n, "ours_ms": ours_ms, "ours_state_b_per_param": bpp}
             row["ours_frac_copy"] = (12 + 2 * bpp) * n / (ours_ms * 1e-3) / 1e9 / copy_gbs
             del opt
             for kind in ("fused", "foreach"):
-                ms = _ms(torch, _torch_step(torch, ps, gs, **{kind: True}), iters)
+                ms = timer(torch, _torch_step(torch, ps, gs, **{kind: True}), iters)
                 row[f"{kind}_ms"] = ms
                 row[f"{kind}_frac_copy"] = 28 * n / (ms * 1e-3) / 1e9 / copy_gbs
             rows.append(row)

@@ -37,6 +37,31 @@ struct Pair {
 }
 
 impl CudaAdam {
+    /// Validate `(param, grad)`, then run `f` on the engine with the GIL released.
+    fn with_pair<R: Send>(
+        &mut self,
+        py: Python<'_>,
+        param: &Bound<'_, PyAny>,
+        grad: &Bound<'_, PyAny>,
+        name: Option<&str>,
+        f: impl FnOnce(&mut DeviceAdam, DevParamRef<'_>) -> crate::Result<R> + Send,
+    ) -> PyResult<R> {
+        let p = self.pair(param, grad)?;
+        let inner = &mut self.inner;
+        let r = py.detach(|| {
+            f(
+                inner,
+                DevParamRef {
+                    name,
+                    shape: &p.shape,
+                    w: p.w,
+                    g: p.g,
+                },
+            )
+        })?;
+        Ok(r)
+    }
+
     fn where_(&self) -> String {
         format!("cuda:{}", self.inner.gpu.ordinal)
     }
@@ -121,17 +146,7 @@ impl CudaAdam {
         grad: &Bound<'_, PyAny>,
         name: Option<&str>,
     ) -> PyResult<()> {
-        let p = self.pair(param, grad)?;
-        let inner = &mut self.inner;
-        py.detach(|| {
-            inner.update(DevParamRef {
-                name,
-                shape: &p.shape,
-                w: p.w,
-                g: p.g,
-            })
-        })?;
-        Ok(())
+        self.with_pair(py, param, grad, name, |inner, p| inner.update(p))
     }
 
     /// Add `grad` to the parameter's device accumulator.
@@ -143,16 +158,7 @@ impl CudaAdam {
         grad: &Bound<'_, PyAny>,
         name: Option<&str>,
     ) -> PyResult<()> {
-        let p = self.pair(param, grad)?;
-        let inner = &mut self.inner;
-        let key = py.detach(|| {
-            inner.accumulate(DevParamRef {
-                name,
-                shape: &p.shape,
-                w: p.w,
-                g: p.g,
-            })
-        })?;
+        let key = self.with_pair(py, param, grad, name, |inner, p| inner.accumulate(p))?;
         self.accum_params.insert(key, param.clone().unbind());
         Ok(())
     }
