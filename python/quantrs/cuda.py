@@ -19,7 +19,7 @@ system or from PyPI's ``nvidia-cuda-nvrtc`` wheel (found automatically), or
   :mod:`quantrs.fp8` (which dispatches here for CUDA inputs).
 - ``AdamW4bit`` / ``Adam4bit``: the 4-bit optimizers with their state on a
   device, updating CUDA parameters in place, bit-identical to the CPU
-  optimizers; ``from_cpu(opt, device)`` and ``.to("cpu")`` move an optimizer
+  optimizers; ``opt.to("cuda")`` (or ``from_cpu(opt, device)``) and ``.to("cpu")`` move an optimizer
   with its state, and ``state_dict()`` / ``save_state`` write exactly the CPU
   format.
 """
@@ -227,12 +227,12 @@ class _DeviceAdam:
         self._engine.set_lr(lr)
 
     @property
-    def learning_rate(self) -> float:
+    def lr(self) -> float:
         return self.get_lr()
 
-    @learning_rate.setter
-    def learning_rate(self, lr: float) -> None:
-        self.set_lr(lr)
+    @lr.setter
+    def lr(self, value: float) -> None:
+        self.set_lr(value)
 
     def state_dict(self) -> dict[str, Any]:
         """The CPU optimizer's ``state_dict()`` of this state (NumPy arrays)."""

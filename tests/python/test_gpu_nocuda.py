@@ -36,6 +36,7 @@ def test_device_entry_points_raise_cuda_not_available():
         lambda: qc.device_info(0),
         lambda: qc.AdamW4bit(1e-3),
         lambda: qc.Adam4bit.from_cpu(quantrs.Adam4bit()),
+        lambda: quantrs.AdamW4bit().to("cuda"),
     ):
         with pytest.raises(quantrs.CudaNotAvailable):
             call()
@@ -46,6 +47,8 @@ def test_to_cpu_returns_the_object_and_bad_devices_are_refused():
     assert w.to("cpu") is w
     layer = quantrs.UnquantLinear(np.ones((4, 8), np.float32))
     assert layer.to("cpu") is layer
+    opt = quantrs.AdamW4bit()
+    assert opt.to("cpu") is opt
     for bad in ("tpu", "cuda:x", ""):
         with pytest.raises(quantrs.InvalidArgument, match="device"):
             layer.to(bad)

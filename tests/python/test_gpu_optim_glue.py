@@ -94,7 +94,12 @@ def test_wrapper_round_trips_configuration_and_state(host_engine, cls, tmp_path)
     assert same_state(fresh, ref)
     assert same_state(pickle.loads(pickle.dumps(dev)), ref)
     dev.set_lr(0.5)
-    assert dev.learning_rate == pytest.approx(0.5)
+    assert dev.lr == pytest.approx(0.5)
+    dev.lr = 0.25
+    assert dev.get_lr() == pytest.approx(0.25)
+    via_to = ref.to("cuda:0")
+    assert isinstance(via_to, cls) and via_to.device == "cuda:0" and same_state(via_to, ref)
+    assert ref.to("cpu") is ref
     assert "device='cuda:0'" in repr(dev)
 
 

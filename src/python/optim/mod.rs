@@ -11,6 +11,9 @@ mod optimizer;
 mod state;
 mod stats;
 
+// `to(device)` is added by the GPU bindings (src/python/gpu.rs).
+pub(crate) use optimizer::{PyAdam4bit, PyAdamW4bit};
+
 use pyo3::prelude::*;
 
 /// Add the optimizer classes to the module.
