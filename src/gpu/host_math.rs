@@ -1,5 +1,5 @@
 //! The optimizer kernels' math checked on the host, without a GPU: g++
-//! compiles kernels/optim.cu (with `host_test/shim.h` mapping the CUDA
+//! compiles kernels/optim_math.cuh and optim.cu (with `host_test/shim.h` mapping the CUDA
 //! qualifiers and intrinsics, and `-ffp-contract=off`, the twin of NVRTC's
 //! `--fmad=false`) into a shared library that runs each phase of the group
 //! kernel for every thread in turn. The launch sequence (`adam::step`) and

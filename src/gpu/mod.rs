@@ -17,7 +17,9 @@
 //!   when its result is ready.
 //! - `layers`: `QuantizedWeight` and the linear layers held on a device.
 //! - `adam`: the fused 4-bit Adam step's arguments and launch sequence;
-//!   `adam_engine`: `AdamW4bit` / `Adam4bit` with their state on a device.
+//!   `adam_engine`: `AdamW4bit` / `Adam4bit` with their state on a device,
+//!   over `adam_state` (one parameter's device state) and `adam_launch`
+//!   (the optimizer kernels' launches).
 
 // The device objects are driven from the Python bindings only (no Rust API
 // for them yet), so a `gpu` build without `python` leaves them unused.
@@ -29,6 +31,10 @@ use crate::error::{QuantError, Result};
 pub(crate) mod adam;
 #[cfg(feature = "gpu")]
 pub(crate) mod adam_engine;
+#[cfg(feature = "gpu")]
+pub(crate) mod adam_launch;
+#[cfg(feature = "gpu")]
+pub(crate) mod adam_state;
 #[cfg(feature = "gpu")]
 pub(crate) mod caches;
 #[cfg(feature = "gpu")]

@@ -74,7 +74,10 @@ pub const LINEAR: KernelSource = KernelSource {
 /// as on the CPU (bit-identical results, docs/gpu.md).
 pub const OPTIM: KernelSource = KernelSource {
     name: "optim",
-    code: include_str!("kernels/optim.cu"),
+    code: concat!(
+        include_str!("kernels/optim_math.cuh"),
+        include_str!("kernels/optim.cu")
+    ),
     kernels: &[
         "adam4bit_step",
         "adam4bit_rank1_stats",

@@ -6,6 +6,7 @@
 // maxima), then pass 2.
 #include "shim.h"
 #include "../kernels/common.cuh"
+#include "../kernels/optim_math.cuh"
 #include "../kernels/optim.cu"
 
 extern "C" void host_adam4bit_step(const AdamArgs* a, u64 groups) {
