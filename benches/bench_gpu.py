@@ -11,6 +11,8 @@
   TFLOP/s (2 * batch * in * out per call), next to ``torch.matmul`` in bf16
   and ``torch._scaled_mm`` (E4M3 x E4M3, per-tensor scales, bf16 out) on the
   same shapes.
+- the 4-bit AdamW step against torch.optim.AdamW (fused / foreach) on 2^24 and
+  2^28 parameters and a GPT-2-small parameter list: benches/bench_gpu_optim.py.
 
 quantrs kernels are timed with ``quantrs._core._cuda_bench`` (calls queued
 back to back between two CUDA events: kernel time, launches pipelined);
@@ -27,6 +29,7 @@ import statistics
 import sys
 import traceback
 
+import bench_gpu_optim
 import numpy as np
 
 
@@ -163,8 +166,11 @@ def main() -> int:
     except Exception as e:
         mm = [{"bench": "matmul", "error": repr(e)}]
         traceback.print_exc()
+    opt_rows = bench_gpu_optim.step_rows(torch, quantrs, copy, args.quick, _events_ms)
     if args.json:
-        print(json.dumps({"copy_gbs": copy, "matvec": mv, "matmul": mm}, indent=1))
+        print(
+            json.dumps({"copy_gbs": copy, "matvec": mv, "matmul": mm, "optim": opt_rows}, indent=1)
+        )
     print(f"\ndevice-to-device copy: {copy:.0f} GB/s (read + write)")
     print(f"\n{'INT4 matvec':34} {'ms':>8} {'quantrs':>12} {'baseline':>16} {'of copy':>8}")
     for r in mv:
@@ -191,6 +197,7 @@ def main() -> int:
             f"{r['bench']:28} {vals[0]:>11} {vals[1]:>13} {vals[2]:>11} {vals[3]:>12} {ratio:>11}"
         )
     print(f"\nquantrs FP8 W8A8 GEMM path: {quantrs.cuda.device_info(0)['fp8_gemm']}")
+    bench_gpu_optim.print_rows(opt_rows)
     return 0
 
 

@@ -49,6 +49,14 @@ fn every_kernel_compiles_for_sm80_and_sm90() {
                 "{}: PTX for {arch} lacks {target:?}",
                 src.name
             );
+            if src.options.contains(&"--fmad=false") {
+                // No fused multiply-add anywhere: the CPU never contracts.
+                assert!(
+                    !text.contains("fma.rn"),
+                    "{}: PTX for {arch} contains fma despite --fmad=false",
+                    src.name
+                );
+            }
             for k in src.kernels {
                 assert!(
                     text.contains(&format!(".entry {k}(")),
@@ -67,6 +75,7 @@ fn a_broken_kernel_is_reported_with_nvrtc_log() {
         name: "broken",
         code: "extern \"C\" __global__ void k(float* y) { y[0] = undefined_name; }",
         kernels: &["k"],
+        options: &[],
     };
     let err = nvrtc::compile(&broken, "sm_90", Output::Ptx)
         .unwrap_err()

@@ -17,11 +17,16 @@ system or from PyPI's ``nvidia-cuda-nvrtc`` wheel (found automatically), or
   (read in place; result: ``DeviceArray``).
 - ``encode`` / ``decode``: the FP8 codecs on CUDA arrays, bit-identical to
   :mod:`quantrs.fp8` (which dispatches here for CUDA inputs).
+- ``AdamW4bit`` / ``Adam4bit``: the 4-bit optimizers with their state on a
+  device, updating CUDA parameters in place, bit-identical to the CPU
+  optimizers; ``opt.to("cuda")`` (or ``from_cpu(opt, device)``) and ``.to("cpu")`` move an optimizer
+  with its state, and ``state_dict()`` / ``save_state`` write exactly the CPU
+  format.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import _core
 from ._core import CudaNotAvailable, GpuError
@@ -43,7 +48,10 @@ else:  # pragma: no cover - a build without the `gpu` feature
     DeviceArray = CudaQuantizedWeight = CudaLinear = _Unavailable  # type: ignore[misc,assignment]
 
 __all__ = [
+    "Adam4bit",
+    "AdamW4bit",
     "CudaLinear",
+    "MemoryUsage",
     "CudaNotAvailable",
     "CudaQuantizedWeight",
     "DeviceArray",
@@ -105,3 +113,194 @@ def decode(codes: Any, fmt: str = "e4m3") -> DeviceArray:
     if not _HAS_GPU_BUILD:
         raise CudaNotAvailable("quantrs was built without the `gpu` feature")
     return _core.cuda_fp8_decode(codes, fmt)
+
+
+class MemoryUsage(NamedTuple):
+    """``memory_usage()`` of a device optimizer: elements and device bytes of the state
+    (the fields of ``quantrs.StateMemoryStats``)."""
+
+    momentum_elements: int
+    variance_elements: int
+    third_moment_elements: int
+    total_bytes: int
+    num_parameters: int
+
+
+def _ordinal(device: Any) -> int:
+    if isinstance(device, int) and not isinstance(device, bool):
+        return device
+    text = str(device)
+    if text == "cuda":
+        return 0
+    if text.startswith("cuda:") and text[5:].isdigit():
+        return int(text[5:])
+    raise _core.InvalidArgument(f"device: expected 'cuda', 'cuda:N' or an index, got {text!r}")
+
+
+class _DeviceAdam:
+    """The shared body of ``AdamW4bit`` and ``Adam4bit`` on a device: the CPU
+    optimizer's methods, with parameters and gradients that are CUDA arrays
+    (``DeviceArray``, ``torch.cuda`` tensors, CuPy arrays: float32, C-contiguous, on
+    the optimizer's device; the parameter is updated in place, zero-copy)."""
+
+    _cpu_cls: Any = None
+    _kind = ""
+
+    def __init__(
+        self,
+        learning_rate: float = 1e-3,
+        beta1: float = 0.9,
+        beta2: float = 0.999,
+        epsilon: float = 1e-8,
+        weight_decay: float = 0.0,
+        *,
+        device: Any = "cuda",
+    ) -> None:
+        cpu = self._cpu_cls(learning_rate, beta1, beta2, epsilon, weight_decay)
+        self._engine = self._engine_of(cpu, device)
+
+    @classmethod
+    def _engine_of(cls, cpu: Any, device: Any) -> Any:
+        if not _HAS_GPU_BUILD:
+            raise CudaNotAvailable("quantrs was built without the `gpu` feature")
+        return _core._CudaAdam(cpu.__getstate__(), cls._kind, _ordinal(device))
+
+    @classmethod
+    def with_quantization_config(
+        cls, optimizer_config: Any = None, quantization_config: Any = None, *, device: Any = "cuda"
+    ) -> Any:
+        """Explicit hyper-parameters and state quantization, as the CPU classmethod."""
+        return cls.from_cpu(
+            cls._cpu_cls.with_quantization_config(optimizer_config, quantization_config), device
+        )
+
+    @classmethod
+    def from_cpu(cls, optimizer: Any, device: Any = "cuda") -> Any:
+        """The CPU optimizer ``optimizer`` (configuration, step count, state) on
+        ``device``; ``optimizer`` is unchanged."""
+        if not isinstance(optimizer, cls._cpu_cls):
+            raise TypeError(
+                f"optimizer: expected a quantrs.{cls._kind}, got {type(optimizer).__name__}"
+            )
+        obj = cls.__new__(cls)
+        obj._engine = cls._engine_of(optimizer, device)
+        return obj
+
+    def cpu(self) -> Any:
+        """A CPU optimizer with this configuration and a host copy of the state."""
+        opt = self._cpu_cls()
+        opt.__setstate__(self._engine.to_bytes())
+        return opt
+
+    def to(self, device: Any) -> Any:
+        """``"cpu"``: :meth:`cpu`; this device: ``self``; another: a moved copy."""
+        if str(device) == "cpu":
+            return self.cpu()
+        if f"cuda:{_ordinal(device)}" == self.device:
+            return self
+        return type(self).from_cpu(self.cpu(), device)
+
+    @property
+    def device(self) -> str:
+        return str(self._engine.device)
+
+    def update(self, param: Any, grad: Any, *, name: str | None = None) -> None:
+        """One step of ``param`` (updated in place) with ``grad``."""
+        self._engine.update(param, grad, name=name)
+
+    def accumulate_grad(self, param: Any, grad: Any, *, name: str | None = None) -> None:
+        self._engine.accumulate_grad(param, grad, name=name)
+
+    def apply_accumulated_grads(self, accumulation_steps: int) -> None:
+        self._engine.apply_accumulated_grads(accumulation_steps)
+
+    def zero_grad(self) -> None:
+        self._engine.zero_grad()
+
+    def step(self) -> None:
+        self._engine.step()
+
+    def get_lr(self) -> float:
+        return float(self._engine.get_lr())
+
+    def set_lr(self, lr: float) -> None:
+        self._engine.set_lr(lr)
+
+    @property
+    def lr(self) -> float:
+        return self.get_lr()
+
+    @lr.setter
+    def lr(self, value: float) -> None:
+        self.set_lr(value)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The CPU optimizer's ``state_dict()`` of this state (NumPy arrays)."""
+        return dict(self.cpu().state_dict())
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Replace configuration and state (validated on the host first)."""
+        cpu = self.cpu()
+        cpu.load_state_dict(state)
+        self._engine.load_bytes(cpu.__getstate__())
+
+    def save_state(self, path: Any) -> None:
+        self.cpu().save_state(path)
+
+    def load_state(self, path: Any) -> None:
+        cpu = self._cpu_cls()
+        cpu.load_state(path)
+        self._engine.load_bytes(cpu.__getstate__())
+
+    def memory_usage(self) -> MemoryUsage:
+        """Elements and device bytes of the state."""
+        return MemoryUsage(*self._engine.memory_usage())
+
+    def memory_savings(self) -> float:
+        m = self.memory_usage()
+        return 0.0 if m.num_parameters == 0 else 1.0 - m.total_bytes / (8.0 * m.num_parameters)
+
+    def num_parameters(self) -> int:
+        return int(self._engine.num_parameters())
+
+    def reset_state(self) -> None:
+        self._engine.reset_state()
+
+    def config(self) -> Any:
+        return self.cpu().config()
+
+    def config_dict(self) -> dict[str, Any]:
+        return dict(self.cpu().config_dict())
+
+    def state(self) -> Any:
+        return self.cpu().state()
+
+    def __reduce__(self) -> Any:
+        return (_restore, (type(self), self._engine.to_bytes(), self.device))
+
+    def __repr__(self) -> str:
+        cfg = self.config_dict()
+        return (
+            f"quantrs.cuda.{self._kind}(learning_rate={cfg['learning_rate']}, "
+            f"method={cfg['method']!r}, device={self.device!r})"
+        )
+
+
+def _restore(cls: Any, state: bytes, device: str) -> Any:
+    cpu = cls._cpu_cls()
+    cpu.__setstate__(state)
+    return cls.from_cpu(cpu, device)
+
+
+class AdamW4bit(_DeviceAdam):
+    """``quantrs.AdamW4bit`` with its state on a CUDA device (docs/gpu.md)."""
+
+    _cpu_cls = _core.AdamW4bit
+    _kind = "AdamW4bit"
+
+
+class Adam4bit(_DeviceAdam):
+    """``quantrs.Adam4bit`` with its state on a CUDA device (docs/gpu.md)."""
+
+    _cpu_cls = _core.Adam4bit
+    _kind = "Adam4bit"

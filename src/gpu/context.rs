@@ -47,20 +47,6 @@ pub struct Gpu {
     pub compute_capability: (i32, i32),
     ctx: Arc<CudaContext>,
     modules: Mutex<HashMap<&'static str, Module>>,
-    /// Zeroed per-column-tile counters of the split-K INT4 matvec (each
-    /// call leaves them zero again).
-    pub(crate) counters: Mutex<Option<super::memory::DeviceBuffer>>,
-    /// The W8A8 forward's quantized activations.
-    pub(crate) act_scratch: Mutex<Option<super::memory::DeviceBuffer>>,
-    /// cuBLASLt for the FP8 GEMM: not tried yet, ready, or why not.
-    pub(crate) lt: Mutex<LtState>,
-}
-
-/// Whether the cuBLASLt FP8 GEMM can be used on a device.
-pub enum LtState {
-    Untried,
-    Ready(super::cublaslt::Lt),
-    Failed(String),
 }
 
 // SAFETY: the raw module and function handles are plain driver handles,
@@ -119,9 +105,6 @@ fn open(ordinal: usize) -> Result<Gpu> {
         compute_capability: cc,
         ctx,
         modules: Mutex::new(HashMap::new()),
-        counters: Mutex::new(None),
-        act_scratch: Mutex::new(None),
-        lt: Mutex::new(LtState::Untried),
     })
 }
 
@@ -153,19 +136,6 @@ impl Gpu {
         self.ctx
             .bind_to_thread()
             .map_err(|e| gpu_err("binding the CUDA context", e))
-    }
-
-    /// How the W8A8 forward at batch >= 16 runs here: `"cublaslt"`,
-    /// `"tiled"` (pre-sm_89 or not tried yet) or `"tiled (<why>)"`.
-    pub fn fp8_gemm_path(&self) -> String {
-        if self.compute_capability < (8, 9) {
-            return "tiled (needs sm_89+)".into();
-        }
-        match &*self.lt.lock().unwrap_or_else(|p| p.into_inner()) {
-            LtState::Untried => "tiled (cuBLASLt not tried yet)".into(),
-            LtState::Ready(_) => "cublaslt".into(),
-            LtState::Failed(why) => format!("tiled ({why})"),
-        }
     }
 
     /// `sm_XY` of this device.

@@ -13,7 +13,7 @@
 //! cuBLASLt is loaded at run time like the driver; where it is missing, or
 //! the shape does not suit it (K, N, M multiples of 16), the tiled kernel
 //! runs instead. The first failure of the library itself is kept and
-//! reported by `Gpu::fp8_gemm_path`, and the tiled kernel is used from then on.
+//! reported by `caches::fp8_gemm_path`, and the tiled kernel is used from then on.
 
 use std::ffi::c_void;
 

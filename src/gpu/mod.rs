@@ -11,9 +11,15 @@
 //!   device's architecture, PTX for the CI check).
 //! - `memory`: owned device buffers and host <-> device copies.
 //! - `cublaslt`: the FP8 tensor-core GEMM of the W8A8 forward.
+//! - `caches`: per-device scratch buffers and the cuBLASLt handle (above
+//!   `context`, `memory` and `cublaslt`, which import one way).
 //! - `ops`: the launches (INT4, FP8 codecs, linear layers), each ending
 //!   when its result is ready.
 //! - `layers`: `QuantizedWeight` and the linear layers held on a device.
+//! - `adam`: the fused 4-bit Adam step's arguments and launch sequence;
+//!   `adam_engine`: `AdamW4bit` / `Adam4bit` with their state on a device,
+//!   over `adam_state` (one parameter's device state) and `adam_launch`
+//!   (the optimizer kernels' launches).
 
 // The device objects are driven from the Python bindings only (no Rust API
 // for them yet), so a `gpu` build without `python` leaves them unused.
@@ -22,9 +28,21 @@
 use crate::error::{QuantError, Result};
 
 #[cfg(feature = "gpu")]
+pub(crate) mod adam;
+#[cfg(feature = "gpu")]
+pub(crate) mod adam_engine;
+#[cfg(feature = "gpu")]
+pub(crate) mod adam_launch;
+#[cfg(feature = "gpu")]
+pub(crate) mod adam_state;
+#[cfg(feature = "gpu")]
+pub(crate) mod caches;
+#[cfg(feature = "gpu")]
 pub(crate) mod context;
 #[cfg(feature = "gpu")]
 pub(crate) mod cublaslt;
+#[cfg(all(test, feature = "gpu"))]
+mod host_math;
 #[cfg(feature = "gpu")]
 pub(crate) mod layers;
 #[cfg(feature = "gpu")]

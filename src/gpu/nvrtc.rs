@@ -26,6 +26,8 @@ pub struct KernelSource {
     /// Every `extern "C"` kernel in the file (the CI test checks each one
     /// is in the compiled PTX).
     pub kernels: &'static [&'static str],
+    /// NVRTC options beyond the architecture and `--std=c++17`.
+    pub options: &'static [&'static str],
 }
 
 const COMMON: &str = include_str!("kernels/common.cuh");
@@ -35,6 +37,7 @@ pub const INT4: KernelSource = KernelSource {
     name: "int4",
     code: include_str!("kernels/int4.cu"),
     kernels: &["int4_matvec", "int4_gemm"],
+    options: &[],
 };
 
 /// FP8 codecs and activation quantization (CPU twins in `src/fp8`).
@@ -47,6 +50,7 @@ pub const FP8: KernelSource = KernelSource {
         "fp8_quantize_act",
         "fp8_encode_act",
     ],
+    options: &[],
 };
 
 /// The linear layers' forward passes (CPU twins in `src/linear`).
@@ -62,10 +66,31 @@ pub const LINEAR: KernelSource = KernelSource {
         "linear_fp8_gemm",
         "add_bias",
     ],
+    options: &[],
+};
+
+/// The 4-bit Adam / AdamW step and its helpers (CPU twin in `src/optim`).
+/// `--fmad=false`: no multiply-add contraction, so every operation rounds
+/// as on the CPU (bit-identical results, docs/gpu.md).
+pub const OPTIM: KernelSource = KernelSource {
+    name: "optim",
+    code: concat!(
+        include_str!("kernels/optim_math.cuh"),
+        include_str!("kernels/optim.cu")
+    ),
+    kernels: &[
+        "adam4bit_step",
+        "adam4bit_rank1_stats",
+        "adam4bit_rank1_clamp",
+        "all_finite_f32",
+        "accum_add_f32",
+        "accum_mean_f32",
+    ],
+    options: &["--fmad=false"],
 };
 
 /// Every kernel source of the crate.
-pub const SOURCES: [&KernelSource; 3] = [&INT4, &FP8, &LINEAR];
+pub const SOURCES: [&KernelSource; 4] = [&INT4, &FP8, &LINEAR, &OPTIM];
 
 /// What NVRTC produces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -205,7 +230,8 @@ pub fn compile(source: &KernelSource, arch: &str, output: Output) -> Result<Vec<
         ))
     };
     let prog = result::create_program(&src, Some(&name)).map_err(|e| nv("create", e))?;
-    let opts = [target, "--std=c++17".to_string()];
+    let mut opts = vec![target, "--std=c++17".to_string()];
+    opts.extend(source.options.iter().map(|o| o.to_string()));
     // SAFETY: `prog` was created above and is destroyed once, below; `src`
     // and `name` outlive it.
     let out = unsafe {

@@ -7,6 +7,7 @@ use std::ffi::c_void;
 
 use cudarc::driver::result;
 
+use super::caches::{self, LtState};
 use super::context::{gpu_err, Gpu};
 use super::memory::DeviceBuffer;
 use super::nvrtc::{FP8, INT4, LINEAR};
@@ -31,7 +32,7 @@ fn int(what: &str, v: usize) -> Result<i32> {
 
 /// Queue `f` on the legacy default stream. `params` are pointers to the
 /// argument values.
-fn launch(
+pub(crate) fn launch(
     gpu: &Gpu,
     f: cudarc::driver::sys::CUfunction,
     grid: (usize, usize),
@@ -130,7 +131,8 @@ pub fn int4_matmul(
         };
         let need = counter_bytes + partial_bytes;
         // Held for the launch: the counters and partial sums are per call.
-        let mut scratch = gpu.counters.lock().unwrap_or_else(|p| p.into_inner());
+        let caches = caches::of(gpu);
+        let mut scratch = caches.counters.lock().unwrap_or_else(|p| p.into_inner());
         if scratch.as_ref().is_none_or(|b| b.bytes() < need) {
             *scratch = None; // free the old one first
             *scratch = Some(DeviceBuffer::zeros(gpu, need.max(1 << 20))?);
@@ -171,7 +173,7 @@ fn fmt_id(fmt: Fp8Format) -> i32 {
     }
 }
 
-fn grid_1d(n: usize) -> usize {
+pub(crate) fn grid_1d(n: usize) -> usize {
     n.div_ceil(256).clamp(1, 65536)
 }
 
@@ -261,26 +263,13 @@ pub fn linear_forward(
     }
     // W8A8: the activations on the E4M3 grid, in a scratch buffer held
     // (with its lock) until the call has finished.
-    let mut scratch = gpu.act_scratch.lock().unwrap_or_else(|p| p.into_inner());
+    let caches = caches::of(gpu);
+    let mut scratch = caches.act_scratch.lock().unwrap_or_else(|p| p.into_inner());
     let mut xp = match l.act_scale {
         None => x,
         Some(a) => {
             let count = rows * l.in_feat;
-            if scratch.as_ref().is_none_or(|b| b.bytes() < count * 4) {
-                *scratch = None;
-                *scratch = Some(DeviceBuffer::alloc(gpu, (count * 4).max(1 << 20))?);
-            }
-            let buf = scratch.as_ref().expect("allocated above").ptr();
-            let f = gpu.function(&FP8, "fp8_quantize_act")?;
-            let (mut src, mut dst, mut nn, mut sa) = (x, buf, count as u64, a);
-            launch(
-                gpu,
-                f,
-                (grid_1d(count), 1),
-                256,
-                &mut params!(src, dst, nn, sa),
-            )?;
-            buf
+            quantize_activations(gpu, &mut scratch, "fp8_quantize_act", 4, x, count, a)?
         }
     };
     let (mut wp, mut rs, mut mult, mut bp, mut yp) = (l.weight, l.row_scale, l.mult, l.bias, y);
@@ -314,7 +303,8 @@ pub fn linear_forward(
 
 /// The W8A8 forward on cuBLASLt (src/gpu/cublaslt.rs). `Ok(false)` when the
 /// library cannot be used here (then the tiled kernel runs); the first
-/// library failure is kept in `gpu.lt` and reported by `fp8_gemm_path`.
+/// library failure is kept in the device's caches and reported by
+/// `caches::fp8_gemm_path`.
 fn fp8_gemm_cublaslt(
     gpu: &std::sync::Arc<Gpu>,
     l: &LinearArgs,
@@ -323,8 +313,8 @@ fn fp8_gemm_cublaslt(
     rows: usize,
     y: u64,
 ) -> Result<bool> {
-    use super::context::LtState;
-    let mut lt = gpu.lt.lock().unwrap_or_else(|p| p.into_inner());
+    let caches = caches::of(gpu);
+    let mut lt = caches.lt.lock().unwrap_or_else(|p| p.into_inner());
     if matches!(*lt, LtState::Untried) {
         *lt = match super::cublaslt::Lt::new(gpu) {
             Ok(h) => LtState::Ready(h),
@@ -335,21 +325,8 @@ fn fp8_gemm_cublaslt(
         return Ok(false);
     };
     let count = rows * l.in_feat;
-    let mut scratch = gpu.act_scratch.lock().unwrap_or_else(|p| p.into_inner());
-    if scratch.as_ref().is_none_or(|b| b.bytes() < count) {
-        *scratch = None;
-        *scratch = Some(DeviceBuffer::alloc(gpu, count.max(1 << 20))?);
-    }
-    let codes = scratch.as_ref().expect("allocated above").ptr();
-    let f = gpu.function(&FP8, "fp8_encode_act")?;
-    let (mut src, mut dst, mut nn, mut sa) = (x, codes, count as u64, act_scale);
-    launch(
-        gpu,
-        f,
-        (grid_1d(count), 1),
-        256,
-        &mut params!(src, dst, nn, sa),
-    )?;
+    let mut scratch = caches.act_scratch.lock().unwrap_or_else(|p| p.into_inner());
+    let codes = quantize_activations(gpu, &mut scratch, "fp8_encode_act", 1, x, count, act_scale)?;
     gpu.bind()?;
     let r = super::cublaslt::fp8_gemm(
         handle, l.weight, codes, y, l.mult, rows, l.out_feat, l.in_feat,
@@ -371,4 +348,35 @@ fn fp8_gemm_cublaslt(
         )?;
     }
     Ok(true)
+}
+
+/// Queue the FP8 activation kernel `kernel` (`fp8_quantize_act`: f32 on the
+/// E4M3 grid, 4 bytes an element; `fp8_encode_act`: E4M3 codes, 1 byte)
+/// over the `count` elements at `x` with the activation scale, into the
+/// device's scratch buffer (grown as needed); returns the buffer's address.
+fn quantize_activations(
+    gpu: &std::sync::Arc<Gpu>,
+    scratch: &mut Option<DeviceBuffer>,
+    kernel: &'static str,
+    elem_bytes: usize,
+    x: u64,
+    count: usize,
+    act_scale: f32,
+) -> Result<u64> {
+    let bytes = count * elem_bytes;
+    if scratch.as_ref().is_none_or(|b| b.bytes() < bytes) {
+        *scratch = None; // free the old one first
+        *scratch = Some(DeviceBuffer::alloc(gpu, bytes.max(1 << 20))?);
+    }
+    let buf = scratch.as_ref().expect("allocated above").ptr();
+    let f = gpu.function(&FP8, kernel)?;
+    let (mut src, mut dst, mut nn, mut sa) = (x, buf, count as u64, act_scale);
+    launch(
+        gpu,
+        f,
+        (grid_1d(count), 1),
+        256,
+        &mut params!(src, dst, nn, sa),
+    )?;
+    Ok(buf)
 }

@@ -34,7 +34,7 @@ pub(crate) struct Adam4bitCore {
     kernels: Kernels,
 }
 
-fn codecs_for(config: &Adam4bitConfig) -> Codecs {
+pub(crate) fn codecs_for(config: &Adam4bitConfig) -> Codecs {
     let q = &config.quantization;
     let m = match q.method {
         QuantizationMethod::Nf4 => MCodec::Four(Codebook16::new(NF4)),

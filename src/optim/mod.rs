@@ -46,7 +46,16 @@ pub use codebook::VarianceMap;
 pub use config::{
     Adam4bitConfig, Adam4bitOptimizerConfig, AdvancedQuantizationConfig, QuantizationMethod,
 };
-#[cfg(feature = "python")]
+#[cfg(any(feature = "python", feature = "gpu"))]
 pub(crate) use engine::Adam4bitCore;
+// The device step (src/gpu/adam.rs) runs the same element math with the
+// same code books and step constants.
+#[cfg(all(test, feature = "gpu"))]
+pub(crate) use scale_format::log2_det;
 pub use state::{OptimizerState, ParamState, Scales, VScales};
 pub use traits::{Optimizer, ParamMut, ParamRef, StateMemoryStats, StatefulOptimizer, Tensors};
+#[cfg(feature = "gpu")]
+pub(crate) use {
+    engine::codecs_for,
+    format::{Codecs, MCodec, StepConsts},
+};

@@ -6,8 +6,9 @@
 //!
 //! The 8-bit code is log-spaced between the group's largest and smallest
 //! non-zero scale: `s(c) = max * 2^(c * step)` for `c = 0..=254` with
-//! `step = log2(min / max) / 254` (stored, and decoded with our own
-//! polynomial `exp2`, so a checkpoint decodes the same on every platform),
+//! `step = log2(min / max) / 254` (stored; computed with our own `log2`
+//! and decoded with our own polynomial `exp2`, so a step encodes and a
+//! checkpoint decodes the same on every platform and on the GPU),
 //! and `c = 255` is an all-zero block (scale exactly 0). A scale is rounded *up*
 //! to the next code, so every value of the block still fits in `[-1, 1]`
 //! after normalization; the relative rounding error is at most
@@ -43,10 +44,48 @@ fn log2_step(max: f32, min: f32) -> f32 {
         // Scales are normal f32 (clamped to [min_scale^2, max_scale^2]), so
         // min / max >= 2^-254 and the step is >= -1 (checkpoints are checked
         // for it; the exp2 table relies on it).
-        ((min / max).log2() / STEPS).max(-1.0)
+        (log2_det(min / max) / STEPS).max(-1.0)
     } else {
         0.0
     }
+}
+
+/// `log2(r)` of a positive finite `r`, from IEEE double operations only
+/// (exponent bits plus the atanh series of the mantissa in
+/// `[sqrt(1/2), sqrt(2)]`, rounded to f32 once). libm's `log2f` differs
+/// between platforms and is not correctly rounded (glibc's differs from the
+/// rounded exact value for about 1 in 7000 inputs), so the stored step would
+/// depend on the machine; this gives the same step on every CPU and on the
+/// GPU (src/gpu/kernels/optim.cu runs the same operations).
+pub(crate) fn log2_det(r: f32) -> f32 {
+    let bits = r.to_bits();
+    let mut e = ((bits >> 23) & 0xff) as i32;
+    let mut m;
+    if e == 0 {
+        // Subnormal: the mantissa as an integer times 2^-149.
+        m = (bits & 0x007f_ffff) as f64;
+        let mut k = 0;
+        while m >= 2.0 {
+            m *= 0.5;
+            k += 1;
+        }
+        e = k - 149;
+    } else {
+        m = 1.0 + (bits & 0x007f_ffff) as f64 * (1.0 / 8_388_608.0);
+        e -= 127;
+    }
+    if m > std::f64::consts::SQRT_2 {
+        m *= 0.5;
+        e += 1;
+    }
+    let z = (m - 1.0) / (m + 1.0);
+    let z2 = z * z;
+    let mut s = 2.0 / 19.0;
+    for k in [17.0, 15.0, 13.0, 11.0, 9.0, 7.0, 5.0, 3.0] {
+        s = 2.0 / k + z2 * s;
+    }
+    s = 2.0 + z2 * s;
+    (e as f64 + z * s * std::f64::consts::LOG2_E) as f32
 }
 
 /// `2^y` for `y` in `[-126, 0]`: exponent bits times a degree-6 Taylor
@@ -267,6 +306,23 @@ mod tests {
                 let best = (0..255).filter(|&k| t[k] >= *x).max().unwrap();
                 assert_eq!(*c as usize, best, "spread {spread}");
             }
+        }
+    }
+
+    #[test]
+    fn log2_det_is_close_and_exact_on_powers_of_two() {
+        for i in 1..20000 {
+            let r = (i as f32 / 20000.0).powi(9);
+            let d = (log2_det(r) as f64 - (r as f64).log2()).abs();
+            assert!(d <= 1e-6 * (r as f64).log2().abs().max(1.0), "{r}");
+        }
+        for k in -149..=0i32 {
+            let r = if k >= -126 {
+                f32::from_bits(((k + 127) as u32) << 23)
+            } else {
+                f32::from_bits(1 << (k + 149))
+            };
+            assert_eq!(log2_det(r), k as f32);
         }
     }
 

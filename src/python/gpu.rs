@@ -62,15 +62,30 @@ mod imp {
 #[cfg(feature = "gpu")]
 mod array;
 #[cfg(feature = "gpu")]
+mod device;
+#[cfg(feature = "gpu")]
 mod dlpack;
 #[cfg(feature = "gpu")]
-mod objects;
+mod functions;
 #[cfg(feature = "gpu")]
-use objects as imp;
+mod input;
+#[cfg(feature = "gpu")]
+mod layer;
+#[cfg(feature = "gpu")]
+mod optim;
+#[cfg(feature = "gpu")]
+mod weight;
+#[cfg(feature = "gpu")]
+mod imp {
+    pub(crate) use super::functions::register;
+    pub(crate) use super::layer::layer_to;
+    pub(crate) use super::weight::quantized_weight_to;
+}
 
 pub(crate) use imp::{layer_to, quantized_weight_to, register};
 
 use super::linear::{PyFp8Linear, PyInt4Linear, PyInt8Linear, PyUnquantLinear};
+use super::optim::{PyAdam4bit, PyAdamW4bit};
 
 /// `layer.to(device)`: a new layer on `device` (`"cpu"` returns the layer
 /// itself); the original is unchanged.
@@ -93,3 +108,40 @@ layer_to_method!(PyFp8Linear);
 layer_to_method!(PyUnquantLinear);
 layer_to_method!(PyInt8Linear);
 layer_to_method!(PyInt4Linear);
+
+/// `optimizer.to(device)`: "cpu" returns the optimizer; "cuda" / "cuda:N"
+/// gives `quantrs.cuda.<kind>.from_cpu(optimizer, device)`, a device twin
+/// with a copy of the configuration and state (the original is unchanged).
+fn optimizer_to<'py>(
+    slf: &Bound<'py, PyAny>,
+    device: &Bound<'py, PyAny>,
+    kind: &str,
+) -> PyResult<Bound<'py, PyAny>> {
+    match parse_device(device)? {
+        Device::Cpu => Ok(slf.clone()),
+        Device::Cuda(i) => slf
+            .py()
+            .import("quantrs.cuda")?
+            .getattr(kind)?
+            .call_method1("from_cpu", (slf, format!("cuda:{i}"))),
+    }
+}
+
+macro_rules! optimizer_to_method {
+    ($py:ty, $kind:literal) => {
+        #[pymethods]
+        impl $py {
+            /// This optimizer on `device`: "cpu" returns it; "cuda" / "cuda:N" a
+            /// `quantrs.cuda` twin holding a copy of the state on that device.
+            fn to<'py>(
+                slf: &Bound<'py, Self>,
+                device: &Bound<'py, PyAny>,
+            ) -> PyResult<Bound<'py, PyAny>> {
+                optimizer_to(slf.as_any(), device, $kind)
+            }
+        }
+    };
+}
+
+optimizer_to_method!(PyAdamW4bit, "AdamW4bit");
+optimizer_to_method!(PyAdam4bit, "Adam4bit");

@@ -34,6 +34,9 @@ def test_device_entry_points_raise_cuda_not_available():
         ),
         lambda: qc.DeviceArray.from_numpy(np.ones(3, np.float32)),
         lambda: qc.device_info(0),
+        lambda: qc.AdamW4bit(1e-3),
+        lambda: qc.Adam4bit.from_cpu(quantrs.Adam4bit()),
+        lambda: quantrs.AdamW4bit().to("cuda"),
     ):
         with pytest.raises(quantrs.CudaNotAvailable):
             call()
@@ -44,6 +47,8 @@ def test_to_cpu_returns_the_object_and_bad_devices_are_refused():
     assert w.to("cpu") is w
     layer = quantrs.UnquantLinear(np.ones((4, 8), np.float32))
     assert layer.to("cpu") is layer
+    opt = quantrs.AdamW4bit()
+    assert opt.to("cpu") is opt
     for bad in ("tpu", "cuda:x", ""):
         with pytest.raises(quantrs.InvalidArgument, match="device"):
             layer.to(bad)
@@ -53,5 +58,5 @@ def test_nvrtc_compiles_every_kernel_without_a_device():
     pytest.importorskip("nvidia", reason="nvidia-cuda-nvrtc is not installed")
     for arch in ("sm_80", "sm_90"):
         sizes = quantrs._core._cuda_compile_all(arch)
-        assert set(sizes) == {"int4", "fp8", "linear"}
+        assert set(sizes) == {"int4", "fp8", "linear", "optim"}
         assert all(n > 1000 for n in sizes.values()), sizes

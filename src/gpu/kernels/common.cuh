@@ -69,3 +69,23 @@ __device__ __forceinline__ float warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
     return v;
 }
+
+// The 4x4 register micro-tile of the tiled FMA GEMMs (int4_gemm,
+// linear_*_gemm): acc[i][j] += xs[kk][ty*4+i] * ws[kk][tx*4+j] over the
+// BK rows of the two shared-memory tiles (row length W).
+template <int BK, int W>
+__device__ __forceinline__ void tile_fma_4x4(const float (&xs)[BK][W], const float (&ws)[BK][W],
+                                             int ty, int tx, float (&acc)[4][4]) {
+#pragma unroll 8
+    for (int kk = 0; kk < BK; ++kk) {
+        float a[4], b[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) a[i] = xs[kk][ty * 4 + i];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) b[j] = ws[kk][tx * 4 + j];
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+    }
+}

@@ -185,18 +185,7 @@ extern "C" __global__ void __launch_bounds__(256) int4_gemm(
             }
         }
         __syncthreads();
-#pragma unroll 8
-        for (int kk = 0; kk < GM_BK; ++kk) {
-            float a[4], b[4];
-#pragma unroll
-            for (int i = 0; i < 4; ++i) a[i] = xs[kk][ty * 4 + i];
-#pragma unroll
-            for (int j = 0; j < 4; ++j) b[j] = ws[kk][tx * 4 + j];
-#pragma unroll
-            for (int i = 0; i < 4; ++i)
-#pragma unroll
-                for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
-        }
+        tile_fma_4x4<GM_BK, GM_BM + 4>(xs, ws, ty, tx, acc);
         __syncthreads();
     }
 #pragma unroll

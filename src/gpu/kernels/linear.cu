@@ -76,18 +76,7 @@ __device__ void linear_gemm(const float* __restrict__ x, const void* __restrict_
             ws[kk][r] = (gc < n && gk < k) ? weight_at<KIND>(w, (long long)gc * k + gk) : 0.0f;
         }
         __syncthreads();
-#pragma unroll 8
-        for (int kk = 0; kk < LG_BK; ++kk) {
-            float a[4], b[4];
-#pragma unroll
-            for (int i = 0; i < 4; ++i) a[i] = xs[kk][ty * 4 + i];
-#pragma unroll
-            for (int j = 0; j < 4; ++j) b[j] = ws[kk][tx * 4 + j];
-#pragma unroll
-            for (int i = 0; i < 4; ++i)
-#pragma unroll
-                for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
-        }
+        tile_fma_4x4<LG_BK, LG_BM + 4>(xs, ws, ty, tx, acc);
         __syncthreads();
     }
 #pragma unroll

@@ -12,6 +12,9 @@ mod state;
 mod stats;
 mod torch_state;
 
+// `to(device)` is added by the GPU bindings (src/python/gpu.rs).
+pub(crate) use optimizer::{PyAdam4bit, PyAdamW4bit};
+
 use pyo3::prelude::*;
 
 /// Add the optimizer classes to the module.

@@ -1,0 +1,157 @@
+//! One parameter's 4-bit Adam state in device memory, laid out as
+//! `optim::ParamState` (codes, block scales or their double-quantized codes
+//! and group pairs, rank-1 statistics), with its copies to and from the host
+//! and the addresses the step kernel takes.
+
+use std::sync::Arc;
+
+use super::adam::StateAddrs;
+use super::context::Gpu;
+use super::memory::{to_host, DeviceBuffer};
+use crate::error::Result;
+use crate::optim::{ParamState, Scales, VScales};
+
+/// Block scales of one moment on the device.
+pub(crate) enum DevScales {
+    F32(DeviceBuffer),
+    Double {
+        codes: DeviceBuffer,
+        groups: DeviceBuffer,
+    },
+}
+
+/// v's scales on the device (`rows_new` / `cols_new`: the step's scratch).
+pub(crate) enum DevV {
+    Block(DevScales),
+    Rank1 {
+        rows: DeviceBuffer,
+        cols: DeviceBuffer,
+        rows_new: DeviceBuffer,
+        cols_new: DeviceBuffer,
+    },
+}
+
+/// One parameter's state on the device, laid out as `optim::ParamState`.
+pub(crate) struct DevParam {
+    pub(crate) shape: Vec<usize>,
+    m_codes: DeviceBuffer,
+    v_codes: DeviceBuffer,
+    m: DevScales,
+    v: DevV,
+}
+
+fn up_scales(gpu: &Arc<Gpu>, s: &Scales) -> Result<DevScales> {
+    Ok(match s {
+        Scales::F32(v) => DevScales::F32(DeviceBuffer::from_host(gpu, v)?),
+        Scales::Double { codes, groups } => DevScales::Double {
+            codes: DeviceBuffer::from_host(gpu, codes)?,
+            groups: DeviceBuffer::from_host(gpu, groups)?,
+        },
+    })
+}
+
+fn down_scales(gpu: &Gpu, s: &DevScales) -> Result<Scales> {
+    Ok(match s {
+        DevScales::F32(b) => Scales::F32(to_host(gpu, b.ptr(), b.bytes() / 4)?),
+        DevScales::Double { codes, groups } => Scales::Double {
+            codes: to_host(gpu, codes.ptr(), codes.bytes())?,
+            groups: to_host(gpu, groups.ptr(), groups.bytes() / 4)?,
+        },
+    })
+}
+
+fn scales_bytes(s: &DevScales) -> usize {
+    match s {
+        DevScales::F32(b) => b.bytes(),
+        DevScales::Double { codes, groups } => codes.bytes() + groups.bytes(),
+    }
+}
+
+impl DevParam {
+    pub(crate) fn upload(gpu: &Arc<Gpu>, st: &ParamState) -> Result<DevParam> {
+        let v = match &st.v_scales {
+            VScales::Block(s) => DevV::Block(up_scales(gpu, s)?),
+            VScales::Rank1 { rows, cols } => DevV::Rank1 {
+                rows: DeviceBuffer::from_host(gpu, rows)?,
+                cols: DeviceBuffer::from_host(gpu, cols)?,
+                rows_new: DeviceBuffer::alloc(gpu, 4 * rows.len())?,
+                cols_new: DeviceBuffer::alloc(gpu, 4 * cols.len())?,
+            },
+        };
+        Ok(DevParam {
+            shape: st.shape.clone(),
+            m_codes: DeviceBuffer::from_host(gpu, &st.m_codes)?,
+            v_codes: DeviceBuffer::from_host(gpu, &st.v_codes)?,
+            m: up_scales(gpu, &st.m_scales)?,
+            v,
+        })
+    }
+
+    pub(crate) fn download(&self, gpu: &Gpu) -> Result<ParamState> {
+        let v_scales = match &self.v {
+            DevV::Block(s) => VScales::Block(down_scales(gpu, s)?),
+            DevV::Rank1 { rows, cols, .. } => VScales::Rank1 {
+                rows: to_host(gpu, rows.ptr(), rows.bytes() / 4)?,
+                cols: to_host(gpu, cols.ptr(), cols.bytes() / 4)?,
+            },
+        };
+        Ok(ParamState {
+            shape: self.shape.clone(),
+            m_codes: to_host(gpu, self.m_codes.ptr(), self.m_codes.bytes())?,
+            v_codes: to_host(gpu, self.v_codes.ptr(), self.v_codes.bytes())?,
+            m_scales: down_scales(gpu, &self.m)?,
+            v_scales,
+        })
+    }
+
+    /// Bytes of the state proper (the rank-1 scratch is not state).
+    pub(crate) fn bytes(&self) -> usize {
+        let v = match &self.v {
+            DevV::Block(s) => scales_bytes(s),
+            DevV::Rank1 { rows, cols, .. } => rows.bytes() + cols.bytes(),
+        };
+        self.m_codes.bytes() + self.v_codes.bytes() + scales_bytes(&self.m) + v
+    }
+
+    pub(crate) fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    pub(crate) fn addrs(&self) -> StateAddrs {
+        let mut s = StateAddrs {
+            m_codes: self.m_codes.ptr(),
+            v_codes: self.v_codes.ptr(),
+            ..Default::default()
+        };
+        match &self.m {
+            DevScales::F32(b) => s.m_scales = b.ptr(),
+            DevScales::Double { codes, groups } => {
+                s.m_scale_codes = codes.ptr();
+                s.m_groups = groups.ptr();
+            }
+        }
+        match &self.v {
+            DevV::Block(DevScales::F32(b)) => s.v_scales = b.ptr(),
+            DevV::Block(DevScales::Double { codes, groups }) => {
+                s.v_scale_codes = codes.ptr();
+                s.v_groups = groups.ptr();
+            }
+            DevV::Rank1 {
+                rows,
+                cols,
+                rows_new,
+                cols_new,
+            } => {
+                s.rows = rows.ptr();
+                s.cols = cols.ptr();
+                s.rows_new = rows_new.ptr();
+                s.cols_new = cols_new.ptr();
+            }
+        }
+        s
+    }
+
+    pub(crate) fn rank1(&self) -> bool {
+        matches!(self.v, DevV::Rank1 { .. })
+    }
+}

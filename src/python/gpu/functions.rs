@@ -1,0 +1,204 @@
+//! The module functions of `quantrs.cuda` (device FP8 codecs, device
+//! queries, the NVRTC check, the benchmark helper) and the registration of
+//! every GPU class and function in `_core`.
+
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use super::array::{DType, DeviceArray};
+use super::device::gpu;
+use super::input::{device_input, is_cuda_array, output, DevInput};
+use super::layer::CudaLinear;
+use super::weight::CudaQuantizedWeight;
+use crate::error::QuantError;
+use crate::fp8::Fp8Format;
+use crate::gpu::context::Gpu;
+use crate::gpu::ops::Wait;
+use crate::python::errors::invalid;
+
+fn fmt_of(fmt: &str) -> PyResult<Fp8Format> {
+    Fp8Format::parse(fmt)
+        .ok_or_else(|| invalid("fmt", format!("expected 'e4m3' or 'e5m2', got {fmt:?}")))
+}
+
+/// A CUDA array argument of `dtype` (host arrays are refused: the device
+/// codecs are for data already on a device) and its device.
+fn cuda_only_input<'py>(
+    x: &Bound<'py, PyAny>,
+    arg: &str,
+    dtype: DType,
+) -> PyResult<(Arc<Gpu>, DevInput<'py>)> {
+    if !is_cuda_array(x)? {
+        return Err(invalid(
+            arg,
+            "expected a CUDA array (DeviceArray, torch.cuda tensor, CuPy array)",
+        ));
+    }
+    let g = gpu(x.py(), super::input::cuda_ordinal(x)?)?;
+    let input = device_input(&g, x, arg, dtype, "the call")?;
+    Ok((g, input))
+}
+
+/// FP8 encode of a CUDA float32 array into uint8 codes on the same device
+/// (bit-identical to `quantrs.fp8.encode`).
+#[pyfunction]
+#[pyo3(name = "cuda_fp8_encode", signature = (x, fmt = "e4m3", saturate = false))]
+fn fp8_encode(x: &Bound<'_, PyAny>, fmt: &str, saturate: bool) -> PyResult<Py<PyAny>> {
+    let py = x.py();
+    let f = fmt_of(fmt)?;
+    let (g, xi) = cuda_only_input(x, "x", DType::F32)?;
+    let out = DeviceArray::empty(&g, xi.shape.clone(), DType::U8)?;
+    let (xp, op, n) = (xi.ptr, out.buf.ptr(), out.len());
+    py.detach(|| crate::gpu::ops::fp8_encode(&g, xp, op, n, f, saturate))?;
+    output(py, out, false)
+}
+
+/// FP8 decode of CUDA uint8 codes into float32 on the same device
+/// (bit-identical to `quantrs.fp8.decode`).
+#[pyfunction]
+#[pyo3(name = "cuda_fp8_decode", signature = (codes, fmt = "e4m3"))]
+fn fp8_decode(codes: &Bound<'_, PyAny>, fmt: &str) -> PyResult<Py<PyAny>> {
+    let py = codes.py();
+    let f = fmt_of(fmt)?;
+    let (g, ci) = cuda_only_input(codes, "codes", DType::U8)?;
+    let out = DeviceArray::empty(&g, ci.shape.clone(), DType::F32)?;
+    let (cp, op, n) = (ci.ptr, out.buf.ptr(), out.len());
+    py.detach(|| crate::gpu::ops::fp8_decode(&g, cp, op, n, f))?;
+    output(py, out, false)
+}
+
+/// How many CUDA devices the driver sees (0 without a driver).
+#[pyfunction]
+#[pyo3(name = "cuda_device_count")]
+fn device_count() -> usize {
+    crate::gpu::context::device_count()
+}
+
+/// Why CUDA cannot be used, or None when device 0 can.
+#[pyfunction]
+#[pyo3(name = "cuda_unavailable_reason")]
+fn unavailable_reason(py: Python<'_>) -> Option<String> {
+    let _ = gpu(py, 0);
+    crate::gpu::unavailable_reason()
+}
+
+/// Name, compute capability, memory and NVRTC version of a device.
+#[pyfunction]
+#[pyo3(name = "cuda_device_info", signature = (device = 0))]
+fn device_info<'py>(py: Python<'py>, device: usize) -> PyResult<Bound<'py, PyDict>> {
+    let g = gpu(py, device)?;
+    let d = PyDict::new(py);
+    d.set_item("name", &g.name)?;
+    d.set_item("compute_capability", g.compute_capability)?;
+    d.set_item("arch", g.arch())?;
+    let (total, free) = g.memory_info()?;
+    d.set_item("total_memory", total)?;
+    d.set_item("free_memory", free)?;
+    d.set_item("nvrtc_version", crate::gpu::nvrtc::version().ok())?;
+    d.set_item("fp8_gemm", crate::gpu::caches::fp8_gemm_path(&g))?;
+    Ok(d)
+}
+
+/// Compile every kernel source for `arch` ("sm_90") without a device and
+/// return `{source name: PTX size}`; raises GpuError with NVRTC's log.
+#[pyfunction]
+#[pyo3(name = "_cuda_compile_all")]
+fn compile_all<'py>(py: Python<'py>, arch: &str) -> PyResult<Bound<'py, PyDict>> {
+    let _ = gpu(py, 0); // only to point at a pip-installed NVRTC
+    let d = PyDict::new(py);
+    for s in crate::gpu::nvrtc::SOURCES {
+        let ptx =
+            py.detach(|| crate::gpu::nvrtc::compile(s, arch, crate::gpu::nvrtc::Output::Ptx))?;
+        d.set_item(s.name, ptx.len())?;
+    }
+    Ok(d)
+}
+
+/// Benchmark helper: queue `iters` calls of `obj` (a CudaQuantizedWeight's
+/// matmul or a CudaLinear's forward) on the CUDA input `x` back to back,
+/// after one warm-up, and return the mean seconds per call measured with
+/// CUDA events (kernel time with launches pipelined; no host round trip).
+#[pyfunction]
+#[pyo3(name = "_cuda_bench")]
+fn bench_calls(obj: &Bound<'_, PyAny>, x: &Bound<'_, PyAny>, iters: usize) -> PyResult<f64> {
+    use cudarc::driver::{result as cu, sys};
+    let py = obj.py();
+    let iters = iters.max(1);
+    let (g, in_feat, out_feat) = if let Ok(w) = obj.cast::<CudaQuantizedWeight>() {
+        let w = &w.get().inner;
+        (w.gpu().clone(), w.in_feat, w.out_feat)
+    } else {
+        let l = obj.cast::<CudaLinear>()?;
+        let l = &l.get().inner;
+        (l.gpu.clone(), l.in_feat, l.out_feat)
+    };
+    let xi = device_input(&g, x, "x", DType::F32, "the object")?;
+    if xi.shape.len() != 2 || xi.shape[1] != in_feat {
+        return Err(
+            QuantError::dims("x", format!("[rows, {in_feat}]"), format!("{:?}", xi.shape)).into(),
+        );
+    }
+    let rows = xi.shape[0];
+    let y = DeviceArray::empty(&g, vec![rows, out_feat], DType::F32)?;
+    let (xp, yp) = (xi.ptr, y.buf.ptr());
+    let call = |wait: Wait| -> crate::Result<()> {
+        if let Ok(w) = obj.cast::<CudaQuantizedWeight>() {
+            w.get().inner.matmul(xp, rows, 0, yp, wait)
+        } else {
+            obj.cast::<CudaLinear>()
+                .expect("checked above")
+                .get()
+                .inner
+                .forward(xp, rows, yp, wait)
+        }
+    };
+    call(Wait::Yes)?;
+    g.bind()?;
+    let ev = |what| {
+        cu::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
+            .map_err(|e| crate::gpu::context::gpu_err(what, e))
+    };
+    let (start, end) = (ev("creating an event")?, ev("creating an event")?);
+    let run = || -> crate::Result<f32> {
+        // SAFETY: fresh events of the bound context, recorded on the null
+        // stream around the queued calls, destroyed below.
+        unsafe {
+            cu::event::record(start, cu::stream::null())
+                .map_err(|e| crate::gpu::context::gpu_err("event", e))?;
+            for _ in 0..iters {
+                call(Wait::No)?;
+            }
+            cu::event::record(end, cu::stream::null())
+                .map_err(|e| crate::gpu::context::gpu_err("event", e))?;
+            cu::event::synchronize(end).map_err(|e| crate::gpu::context::gpu_err("event", e))?;
+            cu::event::elapsed(start, end).map_err(|e| crate::gpu::context::gpu_err("event", e))
+        }
+    };
+    let r = run();
+    let _ = g.synchronize();
+    // SAFETY: created above, no longer recorded anywhere.
+    unsafe {
+        let _ = cu::event::destroy(start);
+        let _ = cu::event::destroy(end);
+    }
+    let _ = py;
+    Ok(f64::from(r?) * 1e-3 / iters as f64)
+}
+
+/// Adds the GPU classes and functions to `_core` (`quantrs.cuda` re-exports them).
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<DeviceArray>()?;
+    m.add_class::<CudaQuantizedWeight>()?;
+    m.add_class::<CudaLinear>()?;
+    m.add_class::<super::optim::CudaAdam>()?;
+    m.add_function(wrap_pyfunction!(fp8_encode, m)?)?;
+    m.add_function(wrap_pyfunction!(fp8_decode, m)?)?;
+    m.add_function(wrap_pyfunction!(device_count, m)?)?;
+    m.add_function(wrap_pyfunction!(unavailable_reason, m)?)?;
+    m.add_function(wrap_pyfunction!(device_info, m)?)?;
+    m.add_function(wrap_pyfunction!(compile_all, m)?)?;
+    m.add_function(wrap_pyfunction!(bench_calls, m)?)?;
+    Ok(())
+}
