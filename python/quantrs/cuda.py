@@ -234,6 +234,33 @@ class _DeviceAdam:
     def lr(self, value: float) -> None:
         self.set_lr(value)
 
+    # quantrs.torch's per-parameter state and hyper-parameter changes. They go through
+    # a host copy of the state (validated by the CPU code); lr changes, the common case
+    # under a scheduler, use set_lr and copy nothing.
+    def export_param_state(self, name: str) -> tuple[int, dict[str, Any]]:
+        """``(step, arrays)`` of parameter ``name``, as the CPU method (host copies)."""
+        return self.cpu().export_param_state(name)
+
+    def import_param_state(self, name: str, shape: Any, step: int, arrays: dict[str, Any]) -> None:
+        """Replace the state by one parameter's, as the CPU method; on error nothing
+        changes."""
+        cpu = self.cpu()
+        cpu.import_param_state(name, shape, step, arrays)
+        self._engine.load_bytes(cpu.__getstate__())
+
+    def set_hyper(
+        self,
+        learning_rate: float,
+        beta1: float,
+        beta2: float,
+        epsilon: float,
+        weight_decay: float,
+    ) -> None:
+        """Set every hyper-parameter at once (all or none change), as the CPU method."""
+        cpu = self.cpu()
+        cpu.set_hyper(learning_rate, beta1, beta2, epsilon, weight_decay)
+        self._engine.load_bytes(cpu.__getstate__())
+
     def state_dict(self) -> dict[str, Any]:
         """The CPU optimizer's ``state_dict()`` of this state (NumPy arrays)."""
         return dict(self.cpu().state_dict())

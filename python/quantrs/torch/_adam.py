@@ -23,8 +23,9 @@ import numpy as np
 import torch
 
 from .. import _core
+from . import _cuda
 from ._base import SlotOptimizer
-from ._checks import adam_hyper, numpy_view
+from ._checks import adam_hyper
 
 # Every engine holds one parameter, updated under this name.
 _KEY = "w"
@@ -95,6 +96,7 @@ def _step_of(where: str, state: dict) -> int:
 
 class _Adam4bitBase(SlotOptimizer):
     _engine_cls: ClassVar[Any]
+    _has_device_engine = True
     _name: ClassVar[str]
 
     def __init__(
@@ -150,10 +152,14 @@ class _Adam4bitBase(SlotOptimizer):
         except (TypeError, ValueError) as e:
             raise type(e)(f"{self._name}: param_groups[{gi}]: {e}") from None
 
-    def _new_engine(self, gi: int, group: dict, hyper: tuple) -> Any:
+    def _new_engine(self, gi: int, group: dict, hyper: tuple, p: torch.Tensor) -> Any:
+        """A CPU engine, or its device twin for a CUDA parameter (same interface)."""
         lr, b1, b2, eps, wd = hyper
-        return self._engine_cls.with_quantization_config(
-            _core.Adam4bitOptimizerConfig(lr, b1, b2, eps, wd), self._quant_config(gi, group)
+        return _cuda.new_engine(
+            self._engine_cls,
+            _core.Adam4bitOptimizerConfig(lr, b1, b2, eps, wd),
+            self._quant_config(gi, group),
+            p,
         )
 
     @staticmethod
@@ -168,7 +174,7 @@ class _Adam4bitBase(SlotOptimizer):
         if not isinstance(state, dict):
             raise TypeError(f"{where}: expected a dict of state, got {type(state).__name__}")
         hyper = adam_hyper(self._name, gi, group)
-        engine = self._new_engine(gi, group, hyper)
+        engine = self._new_engine(gi, group, hyper, p)
         step = _step_of(where, state)
         arrays = {k: _to_numpy(where, k, v) for k, v in state.items() if k != "step"}
         try:
@@ -199,12 +205,12 @@ class _Adam4bitBase(SlotOptimizer):
     def _update(self, i, gi, group, p, g, hyper) -> None:
         slot = self._slots.get(p)
         if slot is None:
-            slot = _Slot(self._new_engine(gi, group, hyper), hyper, self._quant_of(group), 0)
+            slot = _Slot(self._new_engine(gi, group, hyper, p), hyper, self._quant_of(group), 0)
             self._adopt(p, slot)
         elif slot.hyper != hyper:
             self._retune(slot, hyper)
         try:
-            slot.engine.update(numpy_view(p), numpy_view(g), name=_KEY)
+            slot.engine.update(_cuda.view(p), _cuda.view(g), name=_KEY)
         except (_core.QuantError, TypeError, ValueError) as e:
             raise type(e)(f"{self._name}: parameter {i}: {e}") from None
         slot.engine.step()

@@ -30,6 +30,8 @@ class SlotOptimizer(Optimizer):
     """
 
     _name: ClassVar[str]
+    # True where the engine has a device twin (quantrs.cuda): CUDA parameters are taken.
+    _has_device_engine: ClassVar[bool] = False
     _slots: dict[torch.Tensor, Any]
 
     # ---- hooks -------------------------------------------------------------------------
@@ -126,7 +128,7 @@ class SlotOptimizer(Optimizer):
                 st = state_dict.get("state", {}).get(pid)
                 if st:
                     p = id_map[pid]
-                    check_param(self._name, i, p)
+                    check_param(self._name, i, p, cuda=self._has_device_engine)
                     fresh[p] = self._import(i, gi, merged, p, st)
                 i += 1
         super().load_state_dict(state_dict)
@@ -145,7 +147,7 @@ class SlotOptimizer(Optimizer):
         for i, gi, group, p in self._indexed():
             if p.grad is None:
                 continue
-            check_param(self._name, i, p)
+            check_param(self._name, i, p, cuda=self._has_device_engine)
             g = check_grad(self._name, i, p, p.grad)
             if gi not in hypers:
                 hypers[gi] = self._group_hyper(gi, group)

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from .._core import CudaNotAvailable, InvalidArgument
+from . import _cuda
 
 
 def _is_dtensor(t: torch.Tensor) -> bool:
@@ -19,8 +20,10 @@ def _is_dtensor(t: torch.Tensor) -> bool:
     return isinstance(t, DTensor)
 
 
-def check_param(owner: str, index: int, p: torch.Tensor) -> None:
-    """A parameter the Rust kernels can update in place through a NumPy view."""
+def check_param(owner: str, index: int, p: torch.Tensor, *, cuda: bool = False) -> None:
+    """A parameter the Rust kernels can update in place: through a NumPy view on the
+    CPU, through DLPack on a CUDA device where the optimizer has a device engine
+    (``cuda=True``; docs/gpu.md)."""
     where = f"{owner}: parameter {index}"
     if _is_dtensor(p):
         raise TypeError(
@@ -29,9 +32,11 @@ def check_param(owner: str, index: int, p: torch.Tensor) -> None:
             "(docs/torch.md)"
         )
     if p.device.type == "cuda":
-        raise CudaNotAvailable(f"{where} is on {p.device}: the torch optimizers run on the CPU")
-    if p.device.type != "cpu":
-        raise ValueError(f"{where}: expected a CPU tensor, got device {p.device}")
+        if not cuda:
+            raise CudaNotAvailable(f"{where} is on {p.device}: {owner} runs on the CPU only")
+        _cuda.require(where, p.device)
+    elif p.device.type != "cpu":
+        raise ValueError(f"{where}: expected a CPU or CUDA tensor, got device {p.device}")
     if p.dtype != torch.float32:
         raise TypeError(f"{where}: expected dtype torch.float32, got {p.dtype}")
     if p.is_sparse or p.layout != torch.strided:
@@ -43,17 +48,17 @@ def check_param(owner: str, index: int, p: torch.Tensor) -> None:
 
 
 def check_grad(owner: str, index: int, p: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-    """The gradient of ``p`` as a dense contiguous float32 CPU tensor (a copy only when it
-    is not contiguous)."""
+    """The gradient of ``p`` as a dense contiguous float32 tensor on ``p``'s device (a copy
+    only when it is not contiguous)."""
     where = f"{owner}: parameter {index}"
     if g.is_sparse or g.layout != torch.strided:
         raise TypeError(f"{where}: sparse gradients are not supported (layout {g.layout})")
     if g.is_complex() or g.dtype != torch.float32:
         raise TypeError(f"{where}: expected a torch.float32 gradient, got {g.dtype}")
-    if g.device.type == "cuda":
-        raise CudaNotAvailable(f"{where}: the gradient is on {g.device}")
-    if g.device.type != "cpu":
-        raise ValueError(f"{where}: expected a CPU gradient, got device {g.device}")
+    if g.device != p.device:
+        raise InvalidArgument(
+            f"{where}: the gradient is on {g.device} but the parameter is on {p.device}"
+        )
     if g.shape != p.shape:
         raise ValueError(
             f"{where}: gradient shape {tuple(g.shape)} does not match the parameter's "

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from .. import _core
+from . import _cuda
 
 _F32 = torch.float32
 
@@ -26,9 +27,9 @@ def _check_input(owner: str, x: torch.Tensor, in_features: int) -> torch.Tensor:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{owner}: expected a torch.Tensor input, got {type(x).__name__}")
     if x.device.type == "cuda":
-        raise _core.CudaNotAvailable(f"{owner}: the input is on {x.device}; CPU only for now")
-    if x.device.type != "cpu":
-        raise ValueError(f"{owner}: expected a CPU input, got device {x.device}")
+        _cuda.require(f"{owner}: the input", x.device)
+    elif x.device.type != "cpu":
+        raise ValueError(f"{owner}: expected a CPU or CUDA input, got device {x.device}")
     if not x.is_floating_point():
         raise TypeError(f"{owner}: expected a floating-point input, got {x.dtype}")
     if x.dim() == 0 or x.shape[-1] != in_features:
@@ -44,11 +45,15 @@ def _weight_of(owner: str, linear: nn.Module) -> tuple[torch.Tensor, torch.Tenso
         raise TypeError(f"{owner}.from_linear: expected an nn.Linear, got {type(linear).__name__}")
     w = linear.weight
     if w.device.type == "cuda":
-        raise _core.CudaNotAvailable(f"{owner}.from_linear: the weight is on {w.device}")
-    if w.device.type != "cpu" or not w.is_floating_point():
-        raise TypeError(f"{owner}.from_linear: expected a floating-point CPU weight")
+        _cuda.require(f"{owner}.from_linear: the weight", w.device)
+    elif w.device.type != "cpu":
+        raise TypeError(f"{owner}.from_linear: expected a CPU or CUDA weight, got {w.device}")
+    if not w.is_floating_point():
+        raise TypeError(f"{owner}.from_linear: expected a floating-point weight, got {w.dtype}")
     b = linear.bias
-    return w.detach().to(_F32), (None if b is None else b.detach().to(_F32).contiguous())
+    # Quantized on the CPU; from_linear moves the module to the weight's device after.
+    w = w.detach().cpu().to(_F32)
+    return w, (None if b is None else b.detach().cpu().to(_F32).contiguous())
 
 
 class _Cached:
@@ -97,15 +102,15 @@ class Int4Linear(nn.Module):
         m.register_buffer("scales", torch.from_numpy(np.array(qw.scales)))
         m.register_buffer("bias", b)
         m._cache = _Cached()
-        return m
+        return m.to(linear.weight.device)
 
     def quantized_weight(self) -> _core.QuantizedWeight:
         """The ``quantrs.QuantizedWeight`` for the current buffers ([in, out] layout)."""
 
         def build():
             return _core.QuantizedWeight(
-                self.qweight.numpy(),
-                self.scales.numpy(),
+                self.qweight.cpu().numpy(),
+                self.scales.cpu().numpy(),
                 self.in_features,
                 self.out_features,
                 self.num_groups,
@@ -120,6 +125,8 @@ class Int4Linear(nn.Module):
     @torch.no_grad()
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x2 = _check_input("Int4Linear", x, self.in_features)
+        if x2.device.type == "cuda":
+            return _cuda.int4_forward(self, x2, tuple(x.shape[:-1]))
         y = torch.from_numpy(self.quantized_weight().matmul(x2.numpy()))
         if self.bias is not None:
             y += self.bias
@@ -173,7 +180,7 @@ class FP8Linear(nn.Module):
         m.weight_scale_inv.fill_(layer.weight_scale_inv)
         if b is not None:
             m.bias.copy_(b)
-        return m
+        return m.to(linear.weight.device)
 
     def layer(self) -> _core.PerTensorFP8Linear:
         """The ``quantrs.PerTensorFP8Linear`` for the current buffers."""
@@ -181,10 +188,10 @@ class FP8Linear(nn.Module):
         def build():
             a = self.activation_scale
             return _core.PerTensorFP8Linear(
-                self.weight.numpy(),
+                self.weight.cpu().numpy(),
                 float(self.weight_scale_inv),
                 activation_scale=None if a is None else float(a),
-                bias=None if self.bias is None else self.bias.numpy(),
+                bias=None if self.bias is None else self.bias.cpu().numpy(),
             )
 
         bufs = [self.weight, self.weight_scale_inv, self.activation_scale, self.bias]
@@ -197,6 +204,8 @@ class FP8Linear(nn.Module):
     @torch.no_grad()
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x2 = _check_input("FP8Linear", x, self.in_features)
+        if x2.device.type == "cuda":
+            return _cuda.fp8_forward(self, x2, tuple(x.shape[:-1]))
         y = torch.from_numpy(self.layer().forward(x2.numpy()))
         return y.reshape(*x.shape[:-1], self.out_features)
 
@@ -212,12 +221,12 @@ class FP8Linear(nn.Module):
 def default_filter(module: nn.Module, fqn: str) -> bool:
     """``quantize_``'s default: exactly ``nn.Linear`` (not subclasses such as
     ``MultiheadAttention.out_proj``, whose weight is read directly), with a floating-point
-    CPU weight, and not named ``lm_head`` (often tied to the embedding)."""
+    CPU or CUDA weight, and not named ``lm_head`` (often tied to the embedding)."""
     return (
         type(module) is nn.Linear
         and fqn.rsplit(".", 1)[-1] != "lm_head"
         and module.weight.is_floating_point()
-        and module.weight.device.type == "cpu"
+        and module.weight.device.type in ("cpu", "cuda")
     )
 
 

@@ -18,6 +18,7 @@ use crate::error::QuantError;
 use crate::gpu::adam_engine::{DevParamRef, DeviceAdam};
 use crate::optim::{checkpoint, Adam4bitConfig, Adam4bitCore};
 use crate::python::errors::invalid;
+use crate::python::scalars::with_bytes;
 
 /// The 4-bit Adam / AdamW engine with its state on one CUDA device.
 #[pyclass(name = "_CudaAdam", module = "quantrs.cuda")]
@@ -115,8 +116,14 @@ impl CudaAdam {
     /// `state` (`AdamW4bit.__getstate__()` bytes), on CUDA device `device`.
     #[new]
     #[pyo3(signature = (state, kind, device = 0))]
-    fn new(py: Python<'_>, state: &[u8], kind: &str, device: usize) -> PyResult<Self> {
-        let decoupled = match kind {
+    fn new(
+        py: Python<'_>,
+        state: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = crate::python::scalars::text::kind)] kind: String,
+        #[pyo3(from_py_with = crate::python::sizes::device)] device: usize,
+    ) -> PyResult<Self> {
+        let state = with_bytes(state, "state", <[u8]>::to_vec)?;
+        let decoupled = match kind.as_str() {
             "AdamW4bit" => true,
             "Adam4bit" => false,
             _ => {
@@ -128,7 +135,7 @@ impl CudaAdam {
         };
         let g = gpu(py, device)?;
         let mut core = Adam4bitCore::new(Adam4bitConfig::default(), decoupled)?;
-        checkpoint::from_bytes(&mut core, state)?;
+        checkpoint::from_bytes(&mut core, &state)?;
         let inner = py.detach(|| DeviceAdam::from_core(&g, &core))?;
         Ok(CudaAdam {
             inner,
@@ -144,8 +151,9 @@ impl CudaAdam {
         py: Python<'_>,
         param: &Bound<'_, PyAny>,
         grad: &Bound<'_, PyAny>,
-        name: Option<&str>,
+        #[pyo3(from_py_with = crate::python::scalars::opt_text::name)] name: Option<String>,
     ) -> PyResult<()> {
+        let name = name.as_deref();
         self.with_pair(py, param, grad, name, |inner, p| inner.update(p))
     }
 
@@ -156,8 +164,9 @@ impl CudaAdam {
         py: Python<'_>,
         param: &Bound<'_, PyAny>,
         grad: &Bound<'_, PyAny>,
-        name: Option<&str>,
+        #[pyo3(from_py_with = crate::python::scalars::opt_text::name)] name: Option<String>,
     ) -> PyResult<()> {
+        let name = name.as_deref();
         let key = self.with_pair(py, param, grad, name, |inner, p| inner.accumulate(p))?;
         self.accum_params.insert(key, param.clone().unbind());
         Ok(())
@@ -200,7 +209,13 @@ impl CudaAdam {
         f64::from(self.inner.get_lr())
     }
 
-    fn set_lr(&mut self, lr: f64) -> PyResult<()> {
+    fn set_lr(
+        &mut self,
+        #[pyo3(from_py_with = crate::python::scalars::float::lr)] lr: f64,
+    ) -> PyResult<()> {
+        if lr.is_finite() && !(lr as f32).is_finite() {
+            return Err(invalid("lr", format!("{lr} does not fit in float32")));
+        }
         Ok(self.inner.set_lr(lr as f32)?)
     }
 
@@ -213,9 +228,10 @@ impl CudaAdam {
     }
 
     /// Replace configuration and state from checkpoint bytes (validated first).
-    fn load_bytes(&mut self, py: Python<'_>, state: &[u8]) -> PyResult<()> {
+    fn load_bytes(&mut self, py: Python<'_>, state: &Bound<'_, PyAny>) -> PyResult<()> {
+        let state = with_bytes(state, "state", <[u8]>::to_vec)?;
         let inner = &mut self.inner;
-        py.detach(|| inner.load_bytes(state))?;
+        py.detach(|| inner.load_bytes(&state))?;
         self.accum_params.clear();
         Ok(())
     }
