@@ -2,8 +2,9 @@
 quantized inference modules (docs/torch.md).
 
 ``import quantrs`` never imports torch; this subpackage does (``pip install
-'quantrs[torch]'``). Everything runs on the CPU through zero-copy NumPy views of
-contiguous float32 tensors; CUDA tensors raise ``quantrs.CudaNotAvailable``.
+'quantrs[torch]'``). CPU tensors go to the kernels as zero-copy NumPy views; CUDA
+tensors (4-bit optimizers and inference modules; docs/gpu.md) through DLPack, and raise
+``quantrs.CudaNotAvailable`` with the reason where CUDA cannot be used.
 
 - :class:`AdamW4bit`, :class:`Adam4bit`: ``torch.optim.Optimizer`` subclasses with packed
   4-bit moments (about 1 byte of state per parameter);

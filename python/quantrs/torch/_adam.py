@@ -238,7 +238,7 @@ class AdamW4bit(_Adam4bitBase):
     ``quantrs.torch.AdamW4bit(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
     weight_decay=1e-2, *, block_size=64, method="nf4", ...)``; the keyword-only options
     are those of ``quantrs.AdvancedQuantizationConfig`` (None: its default). Parameters
-    must be contiguous float32 CPU tensors; see docs/torch.md.
+    must be contiguous float32 tensors, on the CPU or a CUDA device; see docs/torch.md.
     """
 
     _engine_cls = _core.AdamW4bit
