@@ -67,8 +67,6 @@ size_args! {
     // A restored step count: bounded like the checkpoints' (2**53, exact in
     // the float64 that torch state dicts carry).
     step: 0, 1 << 53;
-    // A CUDA device ordinal (CUDA numbers devices with a C int).
-    device: 0, i32::MAX as i64;
 }
 
 macro_rules! i32_args {

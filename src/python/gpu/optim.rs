@@ -18,7 +18,18 @@ use crate::error::QuantError;
 use crate::gpu::adam_engine::{DevParamRef, DeviceAdam};
 use crate::optim::{checkpoint, Adam4bitConfig, Adam4bitCore};
 use crate::python::errors::invalid;
-use crate::python::scalars::with_bytes;
+use crate::python::scalars::{str_arg, with_bytes};
+use crate::python::sizes::int_in;
+
+/// The `kind` argument: the optimizer class's name.
+fn kind_arg(obj: &Bound<'_, PyAny>) -> PyResult<String> {
+    str_arg(obj, "kind")
+}
+
+/// The `device` argument: a CUDA ordinal (CUDA numbers devices with a C int).
+fn device_arg(obj: &Bound<'_, PyAny>) -> PyResult<usize> {
+    int_in(obj, "device", 0, i32::MAX.into()).map(|v| v as usize)
+}
 
 /// The 4-bit Adam / AdamW engine with its state on one CUDA device.
 #[pyclass(name = "_CudaAdam", module = "quantrs.cuda")]
@@ -119,8 +130,8 @@ impl CudaAdam {
     fn new(
         py: Python<'_>,
         state: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = crate::python::scalars::text::kind)] kind: String,
-        #[pyo3(from_py_with = crate::python::sizes::device)] device: usize,
+        #[pyo3(from_py_with = kind_arg)] kind: String,
+        #[pyo3(from_py_with = device_arg)] device: usize,
     ) -> PyResult<Self> {
         let state = with_bytes(state, "state", <[u8]>::to_vec)?;
         let decoupled = match kind.as_str() {
