@@ -262,18 +262,17 @@ pub(super) unsafe fn gemm_micro<const M: usize>(
     for k in 0..kc {
         // SAFETY: k < kc, so b[k*NR .. k*NR + 32] and a[m*lda + k] are in
         // bounds per the function's contract.
+        // The M broadcasts first, then one panel vector at a time: 12
+        // accumulators, 3 broadcasts and 1 panel vector are the 16
+        // registers (all four panel vectors live at once spill two
+        // accumulators to the stack, which doubled the loop's latency).
         unsafe {
             let bk = bp.add(k * NR);
-            let bv = [
-                _mm256_loadu_ps(bk),
-                _mm256_loadu_ps(bk.add(8)),
-                _mm256_loadu_ps(bk.add(16)),
-                _mm256_loadu_ps(bk.add(24)),
-            ];
-            for (m, cm) in c.iter_mut().enumerate() {
-                let av = _mm256_set1_ps(*ap.add(m * lda + k));
-                for (cv, bvv) in cm.iter_mut().zip(bv.iter()) {
-                    *cv = _mm256_fmadd_ps(av, *bvv, *cv);
+            let av: [__m256; M] = std::array::from_fn(|m| _mm256_set1_ps(*ap.add(m * lda + k)));
+            for j in 0..4 {
+                let bv = _mm256_loadu_ps(bk.add(8 * j));
+                for (cm, a) in c.iter_mut().zip(av.iter()) {
+                    cm[j] = _mm256_fmadd_ps(*a, bv, cm[j]);
                 }
             }
         }

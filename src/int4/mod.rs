@@ -41,7 +41,11 @@ use crate::error::{QuantError, Result};
 use crate::simd::{self, SimdLevel};
 use dispatch::{Gemm, Matvec};
 
+/// The blocked GEMM's micro-kernels and panel layout, shared with the
+/// linear layers' batched forward (`crate::linear::kernels`).
+pub(crate) use dispatch::Gemm as GemmKernels;
 pub use dispatch::MatvecKernel;
+pub(crate) use format::{panel_stride, NR as PANEL_WIDTH};
 
 /// Default group size along the input dimension.
 pub const DEFAULT_GROUP_SIZE: usize = 32;
