@@ -12,9 +12,11 @@
 //!   `2*pair + 1` in the high nibble, both as 4-bit two's complement.
 //!
 //! The files import one way: this one (the type, validation) -> `quantize`
-//! (building) and the drivers `matvec` (batch 1 and small batches,
-//! dequantizing on the fly) and `gemm` (a blocked GEMM that dequantizes
-//! cache-sized tiles once for all rows of the batch) -> `dispatch` (the
+//! (building) and the drivers `matvec` (batch 1, and small batches row by
+//! row, dequantizing on the fly), `rows` (batches of 2 to `ROWS_MAX_BATCH`
+//! through a multi-row kernel that decodes the weights once for all rows)
+//! and `gemm` (a blocked GEMM that dequantizes cache-sized tiles once for
+//! all rows of the batch) -> `dispatch` (the
 //! kernel and its CPU proof token, chosen once per call) -> the per-ISA
 //! kernels `avx2`, `avx512`, `vnni` (with `strips`, their shared walk) ->
 //! `format` (argument structs, the scalar twins) and `xint`.
