@@ -6,6 +6,9 @@ machine whose speed drifts compares both under the same conditions),
 the GB/s of packed weight (+ scales) read, and for batch 1 the fraction of
 the machine's streaming read bandwidth; for large batches the GFLOP/s of both.
 
+When bitsandbytes and PyTorch are installed (not requirements), rows of its
+NF4 ``Linear4bit`` at batch 16 and 128 on 4096x4096 follow, against NumPy too.
+
 The read bandwidth is a multi-threaded sum over a buffer far larger than the
 caches (1 GiB; 256 MiB with --quick), on every core: the extension's
 ``_read_bandwidth_probe`` when it exports it (a non-default cargo feature),
@@ -136,6 +139,7 @@ def run(quick: bool = False) -> list[dict]:
                 }
                 rows.append(row)
                 settle()
+    rows.extend(bitsandbytes_rows(np, rng, [16, 128], quick))
     rows.append(
         {
             "bench": "machine streaming read (all cores)",
@@ -147,6 +151,52 @@ def run(quick: bool = False) -> list[dict]:
             "probe": probe.kind,
         }
     )
+    return rows
+
+
+def bitsandbytes_rows(np, rng, batches: list[int], quick: bool) -> list[dict]:
+    """bitsandbytes' NF4 ``Linear4bit`` (float32 compute) on 4096x4096
+    against NumPy float32, when bitsandbytes and PyTorch are installed (they
+    are not requirements). Its CPU-packed kernel runs only on CPUs with
+    AVX512-BF16; the row names which path ran."""
+    try:
+        import bitsandbytes as bnb
+        import torch
+    except ImportError:
+        return []
+    k = n = 4096
+    w = rng.standard_normal((k, n), dtype=np.float32)
+    lin = bnb.nn.Linear4bit(k, n, bias=False, compute_dtype=torch.float32, quant_type="nf4")
+    lin.weight = bnb.nn.Params4bit(
+        torch.from_numpy(np.ascontiguousarray(w.T)), requires_grad=False, quant_type="nf4"
+    )
+    lin = lin.to("cpu").eval()
+    packed = bool(bnb.functional.has_avx512bf16())
+    rows = []
+    for b in batches:
+        x = rng.standard_normal((b, k), dtype=np.float32)
+        xt = torch.from_numpy(x)
+        with torch.inference_mode():
+            base, ours, ratio = paired_ms(
+                lambda x=x: x @ w,
+                lambda xt=xt: lin(xt),
+                3 if quick else 5,
+                2,
+            )
+        kind = "CPU-packed" if packed else "unpacked (no AVX512-BF16)"
+        flops = 2.0 * b * k * n
+        rows.append(
+            {
+                "bench": f"bitsandbytes nf4 {kind} {k}x{n} b{b}",
+                "ours_ms": ours,
+                "baseline": "numpy f32 x@W",
+                "baseline_ms": base,
+                "ratio": ratio,
+                "ours_GFLOP/s": flops / (ours * 1e-3) / 1e9,
+                "numpy_GFLOP/s": flops / (base * 1e-3) / 1e9,
+            }
+        )
+        settle()
     return rows
 
 

@@ -9,7 +9,7 @@
 
 use std::arch::x86_64::*;
 
-use super::format::{dequant_tile_scalar, MatvecArgs, TileArgs, NR};
+use super::format::{dequant_tile_scalar, scalar_group, MatvecArgs, RowsArgs, TileArgs, NR};
 use super::strips::{walk, Ahead, STRIP_VECS};
 use crate::simd::Avx2;
 
@@ -78,6 +78,168 @@ unsafe fn strip<const V: usize>(
     }
 }
 
+/// Rows of `x` one pass of the multi-row kernel serves: 4 rows x 2 vectors
+/// are 8 accumulators, with the decoded nibbles, two broadcasts and the
+/// mask 15 of the 16 registers.
+const ROWS_PER_PASS: usize = 4;
+/// Vectors (of 8 columns) per multi-row strip.
+const ROW_VECS: usize = 2;
+
+/// Matvec of every row of `args` over the columns `o0 .. o0 + width`
+/// (`ys[r]` is row `r`'s output, `width` floats). Per group and strip of 16
+/// columns the strip's packed bytes (8 per pair of rows) are decoded once
+/// per pass of up to four rows of `x` and feed all of them; the passes over
+/// one strip follow each other, so the bytes come from memory once and from
+/// L1 after. Each row's sums are formed in the single-row kernel's order
+/// (per group: the pairs' two FMAs in turn, then one FMA with the scale), so
+/// a row's result equals [`matvec`]'s on the same columns and groups.
+///
+/// # Safety
+/// None beyond the token: it proves AVX2 and FMA.
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn matvec_rows(_: Avx2, args: &RowsArgs, o0: usize, ys: &mut [&mut [f32]]) {
+    let base = &args.base;
+    let width = ys.first().map_or(0, |y| y.len());
+    assert!(ys.len() == args.rows && ys.iter().all(|y| y.len() == width));
+    assert!(args.base.xs.len() >= args.rows * args.pitch);
+    for y in ys.iter_mut() {
+        y.fill(0.0);
+    }
+    let passes = args.rows.div_ceil(ROWS_PER_PASS);
+    // Balanced passes (7 rows: 3 + 4), none above ROWS_PER_PASS.
+    let pass = |i: usize| i * args.rows / passes..(i + 1) * args.rows / passes;
+    let wide = 8 * ROW_VECS;
+    let wrap = Ahead::wrap(base, width);
+    let mut acc_tail = [0.0f32; 16];
+    for g in base.groups.clone() {
+        let mut o = 0;
+        while o + wide <= width {
+            let ahead = wrap.at(o, width);
+            for i in 0..passes {
+                // SAFETY: the token proves the features; the strip's columns
+                // lie inside the matrix and every row of `ys` (checked
+                // above and in `strip_rows`).
+                unsafe {
+                    strip_pass::<ROW_VECS>(args, g, o0, o, pass(i), ys, (i == 0).then_some(ahead))
+                }
+            }
+            o += wide;
+        }
+        while o + 8 <= width {
+            for i in 0..passes {
+                // SAFETY: as above.
+                unsafe { strip_pass::<1>(args, g, o0, o, pass(i), ys, None) }
+            }
+            o += 8;
+        }
+        if o < width {
+            let n = width - o;
+            for (r, y) in ys.iter_mut().enumerate() {
+                scalar_group(&args.row(r), g, o0 + o, &mut acc_tail[..n], &mut y[o..]);
+            }
+        }
+    }
+}
+
+/// One pass of [`strip_rows`] over the rows `rows` (1 to 4 of them).
+///
+/// # Safety
+/// None beyond the features (AVX2 and FMA), which the caller's token proves.
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn strip_pass<const V: usize>(
+    args: &RowsArgs,
+    g: usize,
+    o0: usize,
+    o: usize,
+    rows: std::ops::Range<usize>,
+    ys: &mut [&mut [f32]],
+    ahead: Option<Ahead>,
+) {
+    let ys = &mut ys[rows.clone()];
+    let r0 = rows.start;
+    // SAFETY: (every arm) the caller's token proves the features, and `ys`
+    // holds exactly the pass's rows.
+    unsafe {
+        match ys.len() {
+            4 => strip_rows::<4, V>(args, g, o0 + o, o, r0, ys, ahead),
+            3 => strip_rows::<3, V>(args, g, o0 + o, o, r0, ys, ahead),
+            2 => strip_rows::<2, V>(args, g, o0 + o, o, r0, ys, ahead),
+            _ => strip_rows::<1, V>(args, g, o0 + o, o, r0, ys, ahead),
+        }
+    }
+}
+
+/// One group's contribution to `V * 8` columns from `c0` (column `o` of
+/// the task's outputs `ys`) for the `R` rows of `x` from `r0`.
+///
+/// # Safety
+/// None beyond the features (AVX2 and FMA); every index is checked.
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn strip_rows<const R: usize, const V: usize>(
+    args: &RowsArgs,
+    g: usize,
+    c0: usize,
+    o: usize,
+    r0: usize,
+    ys: &mut [&mut [f32]],
+    ahead: Option<Ahead>,
+) {
+    let base = &args.base;
+    let half = base.group_size / 2;
+    let n = base.out_feat;
+    let p_end = (g + 1) * half;
+    assert!(ys.len() == R && ys.iter().all(|y| y.len() >= o + 8 * V));
+    assert!(p_end * n <= base.data.len() && c0 + 8 * V <= n);
+    assert!(2 * p_end <= args.pitch && (r0 + R) * args.pitch <= base.xs.len());
+    let mask_hi = _mm256_set1_epi32(!0xF);
+    let mut acc = [[_mm256_setzero_ps(); V]; R];
+    if let Some(a) = ahead {
+        a.prefetch_scales(base, g, c0, (32 * V).div_ceil(64));
+    }
+    let xs = base.xs.as_ptr().wrapping_add(r0 * args.pitch);
+    for p in g * half..p_end {
+        // SAFETY: the row slice and the xs indices are in bounds (asserted
+        // above); `_mm_loadl_epi64` reads 8 bytes.
+        unsafe {
+            let row = base.data.as_ptr().add(p * n + c0);
+            if let Some(a) = ahead {
+                a.prefetch_row(row, 1);
+            }
+            let mut lo = [_mm256_setzero_ps(); V];
+            let mut hi = [_mm256_setzero_ps(); V];
+            for v in 0..V {
+                let bytes = _mm_loadl_epi64(row.add(8 * v) as *const __m128i);
+                let wide = _mm256_cvtepi8_epi32(bytes);
+                lo[v] = _mm256_cvtepi32_ps(_mm256_slli_epi32::<28>(wide));
+                hi[v] = _mm256_cvtepi32_ps(_mm256_and_si256(wide, mask_hi));
+            }
+            for (r, ar) in acc.iter_mut().enumerate() {
+                let xr = xs.add(r * args.pitch + 2 * p);
+                let x0 = _mm256_set1_ps(*xr);
+                let x1 = _mm256_set1_ps(*xr.add(1));
+                for v in 0..V {
+                    ar[v] = _mm256_fmadd_ps(lo[v], x0, ar[v]);
+                    ar[v] = _mm256_fmadd_ps(hi[v], x1, ar[v]);
+                }
+            }
+        }
+    }
+    let srow = &base.scales[g * n + c0..g * n + c0 + 8 * V];
+    for (ar, y) in acc.iter().zip(ys.iter_mut()) {
+        for (v, a) in ar.iter().enumerate() {
+            // SAFETY: y holds o + 8 V floats and srow 8 V (asserted above);
+            // unaligned loads and stores.
+            unsafe {
+                let yp = y.as_mut_ptr().add(o + 8 * v);
+                let s = _mm256_loadu_ps(srow.as_ptr().add(8 * v));
+                _mm256_storeu_ps(yp, _mm256_fmadd_ps(*a, s, _mm256_loadu_ps(yp)));
+            }
+        }
+    }
+}
+
 /// GEMM micro-kernel: `out[m][..] = sum_k a[m * lda + k] * b[k * NR ..]`
 /// for `M` rows of `a` and one packed panel `b` (`kc` rows of `NR` floats).
 ///
@@ -100,18 +262,17 @@ pub(super) unsafe fn gemm_micro<const M: usize>(
     for k in 0..kc {
         // SAFETY: k < kc, so b[k*NR .. k*NR + 32] and a[m*lda + k] are in
         // bounds per the function's contract.
+        // The M broadcasts first, then one panel vector at a time: 12
+        // accumulators, 3 broadcasts and 1 panel vector are the 16
+        // registers (all four panel vectors live at once spill two
+        // accumulators to the stack, which doubled the loop's latency).
         unsafe {
             let bk = bp.add(k * NR);
-            let bv = [
-                _mm256_loadu_ps(bk),
-                _mm256_loadu_ps(bk.add(8)),
-                _mm256_loadu_ps(bk.add(16)),
-                _mm256_loadu_ps(bk.add(24)),
-            ];
-            for (m, cm) in c.iter_mut().enumerate() {
-                let av = _mm256_set1_ps(*ap.add(m * lda + k));
-                for (cv, bvv) in cm.iter_mut().zip(bv.iter()) {
-                    *cv = _mm256_fmadd_ps(av, *bvv, *cv);
+            let av: [__m256; M] = std::array::from_fn(|m| _mm256_set1_ps(*ap.add(m * lda + k)));
+            for j in 0..4 {
+                let bv = _mm256_loadu_ps(bk.add(8 * j));
+                for (cm, a) in c.iter_mut().zip(av.iter()) {
+                    cm[j] = _mm256_fmadd_ps(*a, bv, cm[j]);
                 }
             }
         }

@@ -2,7 +2,7 @@
 //! [`SimdLevel`] into the proof tokens of `crate::simd`, once per call,
 //! and the only caller of the per-ISA files.
 
-use super::format::{self, MatvecArgs, TileArgs, NR};
+use super::format::{self, MatvecArgs, RowsArgs, TileArgs, NR};
 use super::xint::{self, XInt};
 #[cfg(target_arch = "x86_64")]
 use super::{avx2, avx512, vnni};
@@ -168,6 +168,39 @@ impl Matvec {
                 // SAFETY: as above (VNNI implies AVX-512).
                 None => unsafe { avx512::matvec(t.avx512(), args, o0, y) },
             },
+        }
+    }
+}
+
+impl Matvec {
+    /// Whether the kernel has a multi-row form that decodes the weights
+    /// once for several rows of `x` ([`Self::cols_rows`]); the others run
+    /// one matvec per row.
+    pub(crate) fn has_rows(self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        if let Matvec::Avx2(_) = self {
+            return true;
+        }
+        false
+    }
+
+    /// `ys[r][..] = (W^T x_r)[o0 .. o0 + width]` for every row of `args`;
+    /// kernels without a multi-row form (see [`Self::has_rows`]) run row by
+    /// row (the VNNI kernel then on its f32 path, having no integer `x`).
+    pub(crate) fn cols_rows(self, args: &RowsArgs, o0: usize, ys: &mut [&mut [f32]]) {
+        match self {
+            // SAFETY: the token proves the CPU features; `args` describes
+            // one matrix whose columns `o0 .. o0 + width` exist and `rows`
+            // rows of `x` (checked by the caller and the kernel).
+            #[cfg(target_arch = "x86_64")]
+            Matvec::Avx2(t) => unsafe { avx2::matvec_rows(t, args, o0, ys) },
+            Matvec::Scalar => format::matvec_rows_scalar(args, o0, ys),
+            #[cfg(target_arch = "x86_64")]
+            _ => {
+                for (r, y) in ys.iter_mut().enumerate() {
+                    self.cols(&args.row(r), None, o0, y);
+                }
+            }
         }
     }
 }

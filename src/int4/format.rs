@@ -47,6 +47,46 @@ pub(crate) struct MatvecArgs<'a> {
     pub groups: std::ops::Range<usize>,
 }
 
+/// The arguments of a matvec over several rows of `x` at once: `base.x`
+/// (and `base.xs` when filled) hold `rows` rows of `pitch` floats each
+/// (`pitch` = `in_padded`), everything else is one matrix as in
+/// [`MatvecArgs`].
+#[derive(Clone)]
+pub(crate) struct RowsArgs<'a> {
+    /// The matrix, and every row of `x` (and `xs`) back to back.
+    pub base: MatvecArgs<'a>,
+    /// Rows of `x`.
+    pub rows: usize,
+    /// Floats between consecutive rows of `x` (and of `xs`).
+    pub pitch: usize,
+}
+
+impl<'a> RowsArgs<'a> {
+    /// The single-row arguments of row `r`.
+    pub(crate) fn row(&self, r: usize) -> MatvecArgs<'a> {
+        let at = |v: &'a [f32]| {
+            if v.is_empty() {
+                v
+            } else {
+                &v[r * self.pitch..(r + 1) * self.pitch]
+            }
+        };
+        MatvecArgs {
+            x: at(self.base.x),
+            xs: at(self.base.xs),
+            ..self.base.clone()
+        }
+    }
+}
+
+/// The scalar twin of the multi-row kernels: `ys[r][..] = (W^T x_r)[o0 ..
+/// o0 + ys[r].len()]`, one row at a time through [`matvec_scalar`].
+pub(crate) fn matvec_rows_scalar(args: &RowsArgs, o0: usize, ys: &mut [&mut [f32]]) {
+    for (r, y) in ys.iter_mut().enumerate() {
+        matvec_scalar(&args.row(r), o0, y);
+    }
+}
+
 /// What one GEMM tile dequantization needs.
 pub(crate) struct TileArgs<'a> {
     /// Packed nibbles, `[num_pairs * out_feat]`.

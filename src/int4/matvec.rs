@@ -16,7 +16,7 @@ use super::QuantizedWeight;
 use crate::par;
 
 /// Fewer weights than this run on the calling thread.
-const PAR_MIN_WEIGHTS: usize = 1 << 18;
+pub(super) const PAR_MIN_WEIGHTS: usize = 1 << 18;
 
 /// `y = W^T x` for one row `x` `[in_feat]` into `y` `[out_feat]`.
 pub(super) fn matvec(qw: &QuantizedWeight, x: &[f32], y: &mut [f32], kernel: Matvec) {
@@ -197,7 +197,7 @@ const COL_PARTS: usize = 2;
 
 /// Output columns per rayon task: about four tasks per thread, whole cache
 /// lines, at most 4096 columns (16 KiB of `y` in L1).
-fn chunk_width(out_feat: usize) -> usize {
+pub(super) fn chunk_width(out_feat: usize) -> usize {
     let tasks = 4 * rayon::current_num_threads().max(1);
     let w = out_feat.div_ceil(tasks).next_multiple_of(128);
     w.clamp(128, 4096)

@@ -12,9 +12,11 @@
 //!   `2*pair + 1` in the high nibble, both as 4-bit two's complement.
 //!
 //! The files import one way: this one (the type, validation) -> `quantize`
-//! (building) and the drivers `matvec` (batch 1 and small batches,
-//! dequantizing on the fly) and `gemm` (a blocked GEMM that dequantizes
-//! cache-sized tiles once for all rows of the batch) -> `dispatch` (the
+//! (building) and the drivers `matvec` (batch 1, and small batches row by
+//! row, dequantizing on the fly), `rows` (batches of 2 to `ROWS_MAX_BATCH`
+//! through a multi-row kernel that decodes the weights once for all rows)
+//! and `gemm` (a blocked GEMM that dequantizes cache-sized tiles once for
+//! all rows of the batch) -> `dispatch` (the
 //! kernel and its CPU proof token, chosen once per call) -> the per-ISA
 //! kernels `avx2`, `avx512`, `vnni` (with `strips`, their shared walk) ->
 //! `format` (argument structs, the scalar twins) and `xint`.
@@ -29,6 +31,7 @@ mod format;
 mod gemm;
 mod matvec;
 mod quantize;
+mod rows;
 mod serde;
 #[cfg(target_arch = "x86_64")]
 mod strips;
@@ -40,14 +43,22 @@ use crate::error::{QuantError, Result};
 use crate::simd::{self, SimdLevel};
 use dispatch::{Gemm, Matvec};
 
+/// The blocked GEMM's micro-kernels and panel layout, shared with the
+/// linear layers' batched forward (`crate::linear::kernels`).
+pub(crate) use dispatch::Gemm as GemmKernels;
 pub use dispatch::MatvecKernel;
+pub(crate) use format::{panel_stride, NR as PANEL_WIDTH};
 
 /// Default group size along the input dimension.
 pub const DEFAULT_GROUP_SIZE: usize = 32;
 /// Smallest scale a group can have, so all-zero groups stay finite.
 pub const MIN_SCALE: f32 = 1e-8;
-/// Batch size from which `matmul` uses the blocked GEMM instead of matvecs.
+/// Batch size from which `matmul` uses the blocked GEMM instead of matvecs
+/// (where no multi-row matvec serves the batch, see [`ROWS_MAX_BATCH`]).
 pub const GEMM_MIN_BATCH: usize = 8;
+/// Largest batch `matmul` runs through the multi-row matvec (AVX2), which
+/// decodes the packed weights once for all rows; above it, the blocked GEMM.
+pub const ROWS_MAX_BATCH: usize = 16;
 
 /// Packed INT4 weight tensor with per-group f32 scales.
 #[derive(Clone, Debug, PartialEq)]
@@ -307,9 +318,11 @@ impl QuantizedWeight {
         self.matmul(x, 1, y)
     }
 
-    /// `Y = X W`: `x` `[batch, in_feat]`, `y` `[batch, out_feat]`. From
+    /// `Y = X W`: `x` `[batch, in_feat]`, `y` `[batch, out_feat]`. With the
+    /// AVX2 kernel, batches of 2 to [`ROWS_MAX_BATCH`] rows run a multi-row
+    /// matvec that decodes the weights once for all rows; otherwise from
     /// [`GEMM_MIN_BATCH`] rows on this is a blocked GEMM over dequantized
-    /// tiles; below it, one on-the-fly matvec per row.
+    /// tiles, and below it one on-the-fly matvec per row.
     pub fn matmul(&self, x: &[f32], batch: usize, y: &mut [f32]) -> Result<()> {
         let nx = checked_len(batch, self.in_feat, "x")?;
         if x.len() != nx {
@@ -328,16 +341,21 @@ impl QuantizedWeight {
             ));
         }
         let level = simd::level();
-        if batch >= GEMM_MIN_BATCH {
-            self.run(x, batch, y, Kernels::Gemm(Gemm::new(level)?))
+        let mv = Matvec::new(MatvecKernel::for_weights(level, self.group_size()))?;
+        let kernels = if (2..=ROWS_MAX_BATCH).contains(&batch) && mv.has_rows() {
+            Kernels::Rows(mv)
+        } else if batch >= GEMM_MIN_BATCH {
+            Kernels::Gemm(Gemm::new(level)?)
         } else {
-            let kernel = MatvecKernel::for_weights(level, self.group_size());
-            self.run(x, batch, y, Kernels::Matvec(Matvec::new(kernel)?))
-        }
+            Kernels::Matvec(mv)
+        };
+        self.run(x, batch, y, kernels)
     }
 
     /// [`Self::matmul`] at an explicit SIMD level (for tests and benches);
-    /// `use_gemm` forces the blocked GEMM even for small batches. A level
+    /// `use_gemm` forces the blocked GEMM even for small batches, and
+    /// without it every batch runs the matvec kernels (the multi-row one
+    /// where the level has it, from 2 rows on). A level
     /// above the one in force (see [`crate::simd::level`]) is an error.
     pub fn matmul_with(
         &self,
@@ -360,8 +378,13 @@ impl QuantizedWeight {
         if use_gemm {
             self.run(x, batch, y, Kernels::Gemm(Gemm::new(level)?))
         } else {
-            let kernel = MatvecKernel::for_weights(level, self.group_size());
-            self.run(x, batch, y, Kernels::Matvec(Matvec::new(kernel)?))
+            let mv = Matvec::new(MatvecKernel::for_weights(level, self.group_size()))?;
+            let kernels = if batch >= 2 && mv.has_rows() {
+                Kernels::Rows(mv)
+            } else {
+                Kernels::Matvec(mv)
+            };
+            self.run(x, batch, y, kernels)
         }
     }
 
@@ -396,6 +419,7 @@ impl QuantizedWeight {
     fn run_kernels(&self, x: &[f32], batch: usize, y: &mut [f32], kernels: Kernels) {
         match kernels {
             Kernels::Gemm(g) => gemm::matmul(self, x, batch, y, g),
+            Kernels::Rows(k) => rows::matmul_rows(self, x, batch, y, k),
             Kernels::Matvec(k) => {
                 for (xr, yr) in x
                     .chunks_exact(self.in_feat)
@@ -423,6 +447,8 @@ impl QuantizedWeight {
 #[derive(Clone, Copy)]
 enum Kernels {
     Gemm(Gemm),
+    /// The multi-row matvec (a kernel with [`Matvec::has_rows`]).
+    Rows(Matvec),
     Matvec(Matvec),
 }
 

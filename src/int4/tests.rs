@@ -289,6 +289,67 @@ fn matmul_dispatch_uses_both_paths_consistently() {
     }
 }
 
+/// The multi-row matvec (batches 2 to `ROWS_MAX_BATCH` with the AVX2
+/// kernel) against the float64 reference and bound, and, row by row, equal
+/// to the single-row AVX2 matvec on matrices small enough that it runs in
+/// one piece (both sum each row in the same order); large ones, split into
+/// column pieces, must not depend on the thread count.
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn multi_row_matvec_matches_the_single_row_kernel() {
+    if crate::simd::Avx2::at(simd::level()).is_none() {
+        eprintln!("skipped: AVX2 is not in force here (CPU or QUANTRS_SIMD)");
+        return;
+    }
+    let shapes = [
+        (33, 129, 32),
+        (100, 257, 16),
+        (257, 33, 2),
+        (300, 301, 128),
+        (7, 23, 32),
+    ];
+    for (i, &(k, n, gs)) in shapes.iter().enumerate() {
+        let qw =
+            QuantizedWeight::quantize_grouped(&rand_vec(k * n, 200 + i as u64), k, n, gs).unwrap();
+        for batch in [2, 3, 4, 5, 7, 8, 9, 16] {
+            let x = mixed_range_x(batch * k, 300 + (i * 17 + batch) as u64);
+            let mut y = vec![f32::NAN; batch * n];
+            qw.matmul_with(&x, batch, &mut y, SimdLevel::Avx2, false)
+                .unwrap();
+            let what = format!("rows [{k}x{n}] gs {gs} b {batch}");
+            assert_close(&qw, &x, batch, &y, &what);
+            for (r, (xr, yr)) in x.chunks_exact(k).zip(y.chunks_exact(n)).enumerate() {
+                let mut y1 = vec![f32::NAN; n];
+                qw.matvec_with(xr, &mut y1, MatvecKernel::Avx2).unwrap();
+                assert_eq!(yr, &y1[..], "{what}: row {r}");
+            }
+            if batch <= ROWS_MAX_BATCH {
+                let mut yd = vec![f32::NAN; batch * n];
+                qw.matmul(&x, batch, &mut yd).unwrap();
+                assert_eq!(yd, y, "{what}: matmul dispatch");
+            }
+        }
+    }
+    // Column pieces on every thread: the same as on one.
+    let (k, n) = (1024, 1000);
+    let qw = QuantizedWeight::quantize(&rand_vec(k * n, 7), k, n).unwrap();
+    for batch in [2, 4, 7, 16] {
+        let x = rand_vec(batch * k, 8 + batch as u64);
+        let mut y = vec![f32::NAN; batch * n];
+        qw.matmul_with(&x, batch, &mut y, SimdLevel::Avx2, false)
+            .unwrap();
+        assert_close(&qw, &x, batch, &y, &format!("rows [{k}x{n}] b {batch}"));
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
+        let mut y1 = vec![f32::NAN; batch * n];
+        pool.install(|| qw.matmul_with(&x, batch, &mut y1, SimdLevel::Avx2, false))
+            .unwrap();
+        assert_eq!(y, y1, "b {batch}: one thread vs the pool");
+    }
+}
+
 #[test]
 fn large_parallel_matvec_is_deterministic() {
     // Row blocks in two column pieces (the second shorter), one piece
@@ -353,6 +414,20 @@ fn a_broken_public_layout_panics_instead_of_reading_out_of_bounds() {
             r.is_err(),
             "{}: no panic on truncated scales",
             kernel.name()
+        );
+    }
+    // The multi-row driver checks the same layout.
+    let x2 = rand_vec(2 * k, 72);
+    for level in available_levels() {
+        let mut bad = qw.clone();
+        bad.scales.truncate(n);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut y = vec![0.0f32; 2 * n];
+            bad.matmul_with(&x2, 2, &mut y, level, false)
+        }));
+        assert!(
+            r.is_err(),
+            "{level:?} batch 2: no panic on truncated scales"
         );
     }
 }

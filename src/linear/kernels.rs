@@ -5,10 +5,18 @@
 //!   decode-and-dot over the stored row (SIMD per format, rayon over output
 //!   rows). Each weight byte is read once per batch row, straight from
 //!   memory: the batch-1 case is bound by the weight's size.
-//! - More batch rows: rayon over blocks of `RB` output rows; each task decodes
-//!   a tile `[RB, KC]` of the weight into an f32 buffer that stays in cache and
-//!   runs a 4x4 register-blocked dot micro-kernel over it for every batch row,
-//!   so the weight is decoded once per call and never materialized whole.
+//! - Up to `GEMM_MIN_ROWS` batch rows: rayon over blocks of `RB`
+//!   output rows; each task decodes a tile `[RB, KC]` of the weight into an
+//!   f32 buffer that stays in cache and runs a 4x4 register-blocked dot
+//!   micro-kernel over it for every batch row.
+//! - Many batch rows: the INT4 blocked GEMM's design (src/int4/gemm.rs) with
+//!   its micro-kernels: each task decodes a tile of `GNC` output rows by
+//!   `GKC` inputs into panels of `PANEL_WIDTH` output rows, input-major (the
+//!   layout the micro-kernels broadcast `x` against), and runs every batch row
+//!   of its block through an `MR x PANEL_WIDTH` FMA micro-kernel.
+//!
+//! Either way the weight is decoded once per call (per batch block) and never
+//! materialized whole.
 //!
 //! Each output element is computed by one task in a fixed order, so results
 //! do not depend on the thread count.
@@ -16,6 +24,7 @@
 use rayon::prelude::*;
 
 use super::dispatch::Dots;
+use crate::int4::{panel_stride, GemmKernels, PANEL_WIDTH};
 
 /// A weight stored as rows; values are "unscaled" (the layer's multiplier per
 /// output row is applied after accumulation).
@@ -33,6 +42,16 @@ const TILE_MIN_ROWS: usize = 4;
 const RB: usize = 16;
 /// Columns per tile: 16 x 512 f32 = 32 KiB, the size of L1d.
 const KC: usize = 512;
+/// Batch rows from which the panel GEMM is used: its decode writes the
+/// tile transposed, one scalar store per weight, which at 16 rows still
+/// costs more than its micro-kernel saves (docs/benchmarks.md).
+const GEMM_MIN_ROWS: usize = 32;
+/// Inputs per GEMM tile: a panel is `GKC x PANEL_WIDTH` f32 = 32 KiB.
+const GKC: usize = 256;
+/// Output rows per GEMM tile (one rayon task): four panels, 128 KiB, in L2.
+const GNC: usize = 128;
+/// Largest micro-kernel height across levels (`GemmKernels::mr`).
+const MR_MAX: usize = 12;
 
 /// A raw output pointer shared by tasks that write disjoint elements.
 #[derive(Clone, Copy)]
@@ -107,6 +126,11 @@ pub(crate) fn matmul_rows<S: RowSource>(
             });
         return;
     }
+    if m >= GEMM_MIN_ROWS {
+        let gemm = GemmKernels::new(crate::simd::level()).unwrap_or(GemmKernels::Scalar);
+        gemm_rows(src, n, k, x, m, y, &b_at, scale, gemm);
+        return;
+    }
     (0..n.div_ceil(RB)).into_par_iter().for_each(|blk| {
         let r0 = blk * RB;
         let rb = RB.min(n - r0);
@@ -153,6 +177,103 @@ pub(crate) fn matmul_rows<S: RowSource>(
             }
         }
     });
+}
+
+/// The panel GEMM of `matmul_rows` (`m >= GEMM_MIN_ROWS`, `k > 0`): tasks
+/// own `GNC` output rows of a block of batch rows; per `GKC` inputs they
+/// decode the tile into panels (`panel[i * PANEL_WIDTH + c]` = input `i` of
+/// output row `c` of the panel, rows past `n` zero) and add each batch row's
+/// products into `y`; the epilogue applies scale and bias at the end. Every
+/// element of `y` is summed by one task in input order.
+#[allow(clippy::too_many_arguments)]
+fn gemm_rows<S: RowSource>(
+    src: &S,
+    n: usize,
+    k: usize,
+    x: &[f32],
+    m: usize,
+    y: &mut [f32],
+    b_at: &(dyn Fn(usize) -> f32 + Sync),
+    scale: &(dyn Fn(usize) -> f32 + Sync),
+    gemm: GemmKernels,
+) {
+    let mr = gemm.mr();
+    let tiles = n.div_ceil(GNC);
+    // Enough tasks for every thread: split the batch when there are few
+    // tiles (each block then decodes the tile again).
+    let want = 2 * rayon::current_num_threads().max(1);
+    let b_blocks = if tiles >= want {
+        1
+    } else {
+        want.div_ceil(tiles).min(m.div_ceil(mr)).max(1)
+    };
+    let bb = m.div_ceil(b_blocks).next_multiple_of(mr);
+    let b_blocks = m.div_ceil(bb);
+    let out = OutPtr(y.as_mut_ptr());
+    let panels = GNC / PANEL_WIDTH;
+    let scratch = || (vec![0f32; panels * panel_stride(GKC)], vec![0f32; GKC]);
+    (0..tiles * b_blocks)
+        .into_par_iter()
+        .for_each_init(scratch, |(packed, row), t| {
+            let (r0, b0) = ((t % tiles) * GNC, (t / tiles) * bb);
+            let (nr, b1) = (GNC.min(n - r0), (b0 + bb).min(m));
+            let mut part = [[0f32; PANEL_WIDTH]; MR_MAX];
+            for k0 in (0..k).step_by(GKC) {
+                let kc = GKC.min(k - k0);
+                for j in 0..nr.div_ceil(PANEL_WIDTH) {
+                    let panel = &mut packed[j * panel_stride(kc)..][..kc * PANEL_WIDTH];
+                    for c in 0..PANEL_WIDTH {
+                        let r = r0 + j * PANEL_WIDTH + c;
+                        if r < r0 + nr {
+                            src.decode(r, k0, &mut row[..kc]);
+                            for (i, &v) in row[..kc].iter().enumerate() {
+                                panel[i * PANEL_WIDTH + c] = v;
+                            }
+                        } else {
+                            for i in 0..kc {
+                                panel[i * PANEL_WIDTH + c] = 0.0;
+                            }
+                        }
+                    }
+                }
+                for j in 0..nr.div_ceil(PANEL_WIDTH) {
+                    let panel = &packed[j * panel_stride(kc)..][..kc * PANEL_WIDTH];
+                    let cj = r0 + j * PANEL_WIDTH;
+                    let ncols = PANEL_WIDTH.min(r0 + nr - cj);
+                    let mut b = b0;
+                    while b < b1 {
+                        let h = mr.min(b1 - b);
+                        let a = &x[b * k + k0..(b + h - 1) * k + k0 + kc];
+                        gemm.micro(a, k, panel, kc, h, &mut part);
+                        for (bi, p) in part.iter().take(h).enumerate() {
+                            let o = out;
+                            // SAFETY: batch row b + bi < m and output rows cj ..
+                            // cj + ncols <= n belong to this task only (its tile
+                            // of rows, its block of the batch).
+                            let yrow = unsafe {
+                                std::slice::from_raw_parts_mut(o.0.add((b + bi) * n + cj), ncols)
+                            };
+                            if k0 == 0 {
+                                yrow.copy_from_slice(&p[..ncols]);
+                            } else {
+                                for (yv, pv) in yrow.iter_mut().zip(p) {
+                                    *yv += pv;
+                                }
+                            }
+                        }
+                        b += h;
+                    }
+                }
+            }
+            for b in b0..b1 {
+                let o = out;
+                // SAFETY: as above, this task's rows r0 .. r0 + nr of batch row b.
+                let yrow = unsafe { std::slice::from_raw_parts_mut(o.0.add(b * n + r0), nr) };
+                for (j, v) in yrow.iter_mut().enumerate() {
+                    *v = *v * scale(r0 + j) + b_at(r0 + j);
+                }
+            }
+        });
 }
 
 #[cfg(test)]
@@ -255,6 +376,10 @@ mod tests {
             (4, 16, 512),
             (9, 35, 1100),
             (5, 3, 7),
+            (16, 35, 300),
+            (17, 130, 513),
+            (33, 33, 1100),
+            (40, 1, 3),
         ] {
             let w = rng_vals(n * k, 11);
             let x = rng_vals(m * k, 12);
