@@ -345,7 +345,10 @@ def test_int4_huge_x_stays_finite(batch):
     y = w.matvec(x[0]) if batch == 1 else w.matmul(x)
     y = np.atleast_2d(y)
     assert np.all(np.isfinite(y))
-    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=0)
+    # float32 summation error bound, relative to sum |x_i w_ij| rather than to the result:
+    # the huge terms may cancel, so a bound relative to |ref| would depend on the draw.
+    mag = np.abs(x[: y.shape[0]].astype(np.float64)) @ np.abs(w.dequantize().astype(np.float64))
+    assert np.all(np.abs(y - ref[: y.shape[0]]) <= 64 * 2.0**-24 * mag)
 
 
 @pytest.mark.kernel
