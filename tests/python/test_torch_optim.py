@@ -425,6 +425,13 @@ def test_a_bad_group_change_raises_before_anything_changes():
     with pytest.raises(ValueError, match=r"param_groups\[1\]\['lr'\]"):
         opt.step()
     assert torch.equal(a, torch.ones(3))
+    # finite in float64 but not in the engines' float32: refused before any parameter moves
+    for key, value in (("lr", 1e39), ("eps", 1e-50), ("weight_decay", 1e39)):
+        opt.param_groups[1][key] = value
+        with pytest.raises(ValueError, match=rf"param_groups\[1\]\['{key}'\].*float32"):
+            opt.step()
+        assert torch.equal(a, torch.ones(3)) and torch.equal(b, torch.ones(3))
+        opt.param_groups[1][key] = {"lr": 0.1, "eps": 1e-8, "weight_decay": 1e-2}[key]
     opt.param_groups[1]["lr"] = 0.1
     opt.step()
     opt.param_groups[0]["block_size"] = 128

@@ -93,6 +93,10 @@ def as_float(owner: str, group: int, key: str, value: Any) -> float:
     return x
 
 
+_F32_MAX = float(np.finfo(np.float32).max)
+_F32_TINY = 2.0**-149  # the smallest float32 above 0
+
+
 def adam_hyper(owner: str, gi: int, group: dict) -> tuple[float, float, float, float, float]:
     """``(lr, beta1, beta2, eps, weight_decay)`` of one group, checked like torch.optim."""
     lr = as_float(owner, gi, "lr", group["lr"])
@@ -112,6 +116,14 @@ def adam_hyper(owner: str, gi: int, group: dict) -> tuple[float, float, float, f
         raise ValueError(f"{owner}: param_groups[{gi}]['eps']: expected > 0, got {eps}")
     if wd < 0:
         raise ValueError(f"{owner}: param_groups[{gi}]['weight_decay']: expected >= 0, got {wd}")
+    # The engines hold float32 hyper-parameters: a value that overflows float32 (or an eps
+    # that rounds to 0) would be refused by the engine of some parameter in the middle of
+    # a step, after others had moved; refuse it here, before anything changes.
+    for k, x in (("lr", lr), ("eps", eps), ("weight_decay", wd)):
+        if x > _F32_MAX or (k == "eps" and x < _F32_TINY):
+            raise ValueError(
+                f"{owner}: param_groups[{gi}][{k!r}]: {x} is not representable in float32"
+            )
     return lr, b1, b2, eps, wd
 
 
