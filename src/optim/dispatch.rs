@@ -1,20 +1,23 @@
 //! The optimizer's kernels, chosen once per optimizer: a [`Kernels`] holds
 //! the proof tokens of the SIMD level it was made for and routes each call
-//! to the AVX-512 twin when one fits, else to the scalar twin of
-//! `format.rs` / `scale_format.rs`. The two give bit-identical results.
+//! to the AVX-512 twin when one fits, else to the AVX2 twin when one fits,
+//! else to the scalar twin of `format.rs` / `scale_format.rs`. All give
+//! bit-identical results.
 
 use super::format::{self, Codecs, Pass1, Pass2, StepConsts};
 use super::scale_format::{self, PrefixSearch};
 #[cfg(target_arch = "x86_64")]
-use super::{avx512, avx512_scales};
+use super::{avx2, avx512, avx512_scales};
 use crate::error::Result;
-use crate::simd::{self, Avx512, SimdLevel};
+use crate::simd::{self, Avx2, Avx512, SimdLevel};
 
 /// The kernels of one SIMD level.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Kernels {
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     avx512: Option<Avx512>,
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    avx2: Option<Avx2>,
 }
 
 impl Kernels {
@@ -22,6 +25,7 @@ impl Kernels {
     pub(crate) fn in_force() -> Kernels {
         Kernels {
             avx512: Avx512::new(),
+            avx2: Avx2::new(),
         }
     }
 
@@ -31,20 +35,29 @@ impl Kernels {
         simd::require(level)?;
         Ok(Kernels {
             avx512: Avx512::at(level),
+            avx2: Avx2::at(level),
         })
     }
 
     /// Only the scalar twins.
     #[cfg(test)]
     pub(crate) fn scalar() -> Kernels {
-        Kernels { avx512: None }
+        Kernels {
+            avx512: None,
+            avx2: None,
+        }
     }
 
-    /// Pass 1 of one group (the AVX-512 kernel handles per-block v scales).
+    /// Pass 1 of one group (the AVX-512 kernel handles per-block v scales,
+    /// the AVX2 kernel per-block v scales with 4-bit m).
     pub(crate) fn pass1(&self, k: &StepConsts, c: &Codecs, bs: usize, p: Pass1<'_>) {
         #[cfg(target_arch = "x86_64")]
         if let (Some(t), format::VScale::Block(_)) = (self.avx512, &p.v_scale) {
             return avx512::pass1(t, k, c, bs, p);
+        }
+        #[cfg(target_arch = "x86_64")]
+        if let Some(t) = self.avx2.filter(|_| avx2::covers(c, &p.v_scale)) {
+            return avx2::pass1(t, k, c, bs, p);
         }
         format::pass1(k, c, bs, p)
     }
@@ -55,6 +68,10 @@ impl Kernels {
         if let (Some(t), format::VScale::Block(_)) = (self.avx512, &p.v_inv) {
             return avx512::pass2(t, c, bs, p);
         }
+        #[cfg(target_arch = "x86_64")]
+        if let Some(t) = self.avx2.filter(|_| avx2::covers(c, &p.v_inv)) {
+            return avx2::pass2(t, c, bs, p);
+        }
         format::pass2(c, bs, p)
     }
 
@@ -63,6 +80,10 @@ impl Kernels {
         #[cfg(target_arch = "x86_64")]
         if let Some(t) = self.avx512 {
             return avx512::all_finite(t, x);
+        }
+        #[cfg(target_arch = "x86_64")]
+        if let Some(t) = self.avx2 {
+            return avx2::all_finite(t, x);
         }
         format::all_finite(x)
     }
@@ -121,15 +142,19 @@ mod tests {
     use crate::optim::VarianceMap;
     use crate::testutil::xorshift_f32;
 
-    /// The SIMD kernels, or `None` (with the reason printed) when the CPU or
+    /// The kernels of every SIMD level in force (AVX2 and, where the CPU
+    /// has it, AVX-512), empty (with the reason printed) when the CPU or
     /// `QUANTRS_SIMD` leaves only the scalar twin to compare with itself.
-    fn simd_kernels() -> Option<Kernels> {
-        let k = Kernels::in_force();
-        if k.avx512.is_none() {
-            eprintln!("skipped: no AVX-512 in force, only the scalar twin would run");
-            return None;
+    fn simd_kernels() -> Vec<Kernels> {
+        let ks: Vec<Kernels> = simd::available_levels()
+            .into_iter()
+            .filter(|&l| l != SimdLevel::Scalar)
+            .map(|l| Kernels::at(l).unwrap())
+            .collect();
+        if ks.is_empty() {
+            eprintln!("skipped: no SIMD level in force, only the scalar twin would run");
         }
-        Some(k)
+        ks
     }
 
     #[test]
@@ -143,16 +168,17 @@ mod tests {
 
     #[test]
     fn all_finite_matches_scalar() {
-        let Some(k) = simd_kernels() else { return };
-        for n in [0usize, 1, 15, 16, 17, 100] {
-            let x = xorshift_f32(n as u64, n, 1e30);
-            assert!(k.all_finite(&x));
-            for pos in 0..n {
-                for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
-                    let mut y = x.clone();
-                    y[pos] = bad;
-                    assert!(!k.all_finite(&y), "{n} {pos}");
-                    assert!(!format::all_finite(&y), "{n} {pos}");
+        for k in simd_kernels() {
+            for n in [0usize, 1, 15, 16, 17, 100] {
+                let x = xorshift_f32(n as u64, n, 1e30);
+                assert!(k.all_finite(&x));
+                for pos in 0..n {
+                    for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+                        let mut y = x.clone();
+                        y[pos] = bad;
+                        assert!(!k.all_finite(&y), "{n} {pos}");
+                        assert!(!format::all_finite(&y), "{n} {pos}");
+                    }
                 }
             }
         }
@@ -160,82 +186,84 @@ mod tests {
 
     #[test]
     fn dq_codes_and_tables_match_scalar() {
-        let Some(k) = simd_kernels() else { return };
-        for spread in [1.0001f32, 1.3, 2.0, 1e3, 1e20] {
-            let base: Vec<f32> = (0..256)
-                .map(|i| {
-                    if i % 31 == 0 {
-                        0.0
-                    } else {
-                        spread.powf(((i * 97) % 256) as f32 / 255.0) * 3e-4
-                    }
-                })
-                .collect();
-            for n in [256usize, 255, 17, 3] {
-                let (mut s0, mut c0) = (base[..n].to_vec(), vec![0u8; n]);
-                let (mut s1, mut c1) = (base[..n].to_vec(), vec![0u8; n]);
-                let p0 = scale_format::encode(&mut s0, &mut c0);
-                let p1 = k.dq_encode(&mut s1, &mut c1);
-                assert_eq!((p0, &c0, &s0), (p1, &c1, &s1), "spread {spread} n {n}");
-                let (mut d0, mut d1) = (vec![0f32; n], vec![0f32; n]);
-                scale_format::decode(&c0, p0.0, p0.1, &mut d0);
-                k.dq_decode(&c1, p1.0, p1.1, &mut d1);
-                assert_eq!(d0, d1);
+        for k in simd_kernels() {
+            for spread in [1.0001f32, 1.3, 2.0, 1e3, 1e20] {
+                let base: Vec<f32> = (0..256)
+                    .map(|i| {
+                        if i % 31 == 0 {
+                            0.0
+                        } else {
+                            spread.powf(((i * 97) % 256) as f32 / 255.0) * 3e-4
+                        }
+                    })
+                    .collect();
+                for n in [256usize, 255, 17, 3] {
+                    let (mut s0, mut c0) = (base[..n].to_vec(), vec![0u8; n]);
+                    let (mut s1, mut c1) = (base[..n].to_vec(), vec![0u8; n]);
+                    let p0 = scale_format::encode(&mut s0, &mut c0);
+                    let p1 = k.dq_encode(&mut s1, &mut c1);
+                    assert_eq!((p0, &c0, &s0), (p1, &c1, &s1), "spread {spread} n {n}");
+                    let (mut d0, mut d1) = (vec![0f32; n], vec![0f32; n]);
+                    scale_format::decode(&c0, p0.0, p0.1, &mut d0);
+                    k.dq_decode(&c1, p1.0, p1.1, &mut d1);
+                    assert_eq!(d0, d1);
+                }
             }
-        }
-        for (max, step) in [(1.0f32, -0.001f32), (3e-7, -0.37), (5e3, -1.0), (2.0, 0.0)] {
-            let (mut t0, mut t1) = ([0f32; 256], [0f32; 256]);
-            scale_format::table_with(max, step, &mut t0, scale_format::fill_table);
-            scale_format::table_with(max, step, &mut t1, |m, s, t| k.fill_table(m, s, t));
-            assert_eq!(t0, t1, "{max} {step}");
+            for (max, step) in [(1.0f32, -0.001f32), (3e-7, -0.37), (5e3, -1.0), (2.0, 0.0)] {
+                let (mut t0, mut t1) = ([0f32; 256], [0f32; 256]);
+                scale_format::table_with(max, step, &mut t0, scale_format::fill_table);
+                scale_format::table_with(max, step, &mut t1, |m, s, t| k.fill_table(m, s, t));
+                assert_eq!(t0, t1, "{max} {step}");
+            }
         }
     }
 
     #[test]
     fn pass2_codes_match_scalar_at_midpoints_and_extremes() {
-        let Some(k) = simd_kernels() else { return };
-        // Every midpoint, its f32 neighbours, the code values, 0, -0, huge, subnormal.
-        for map in VarianceMap::ALL {
-            let c = Codecs {
-                m: MCodec::Four(Codebook16::new(NF4)),
-                v: Codebook16::new(map.table()),
-                sqrt_domain: map.sqrt_domain(),
-            };
-            let mut xs = vec![0.0f32, -0.0, 1e-45, 1e-38, 1.0, 2.0, 1e30, f32::MAX];
-            for i in 0..16 {
-                for base in [c.v.mids[i], c.v.values[i], c.v.mids[i] * 16.0] {
-                    if base.is_finite() {
-                        xs.extend([
-                            base,
-                            f32::from_bits(base.to_bits() + 1),
-                            f32::from_bits(base.to_bits() - 1),
-                        ]);
+        for k in simd_kernels() {
+            // Every midpoint, its f32 neighbours, the code values, 0, -0, huge, subnormal.
+            for map in VarianceMap::ALL {
+                let c = Codecs {
+                    m: MCodec::Four(Codebook16::new(NF4)),
+                    v: Codebook16::new(map.table()),
+                    sqrt_domain: map.sqrt_domain(),
+                };
+                let mut xs = vec![0.0f32, -0.0, 1e-45, 1e-38, 1.0, 2.0, 1e30, f32::MAX];
+                for i in 0..16 {
+                    for base in [c.v.mids[i], c.v.values[i], c.v.mids[i] * 16.0] {
+                        if base.is_finite() {
+                            xs.extend([
+                                base,
+                                f32::from_bits(base.to_bits() + 1),
+                                f32::from_bits(base.to_bits() - 1),
+                            ]);
+                        }
                     }
                 }
+                let neg: Vec<f32> = xs.iter().map(|x| -x).collect();
+                xs.extend(neg);
+                xs.resize(xs.len().next_multiple_of(64), 0.5);
+                let n = xs.len();
+                let inv = vec![1.0f32; n / 64];
+                let mut outs = Vec::new();
+                for kernels in [Kernels::scalar(), k] {
+                    let (mut mc, mut vc) = (vec![0u8; n / 2], vec![0u8; n / 2]);
+                    kernels.pass2(
+                        &c,
+                        64,
+                        Pass2 {
+                            sm: &xs,
+                            su: &xs,
+                            m_inv: &inv,
+                            v_inv: VScale::Block(&inv),
+                            m_codes: &mut mc,
+                            v_codes: &mut vc,
+                        },
+                    );
+                    outs.push((mc, vc));
+                }
+                assert_eq!(outs[0], outs[1], "{map:?}");
             }
-            let neg: Vec<f32> = xs.iter().map(|x| -x).collect();
-            xs.extend(neg);
-            xs.resize(xs.len().next_multiple_of(64), 0.5);
-            let n = xs.len();
-            let inv = vec![1.0f32; n / 64];
-            let mut outs = Vec::new();
-            for kernels in [Kernels::scalar(), k] {
-                let (mut mc, mut vc) = (vec![0u8; n / 2], vec![0u8; n / 2]);
-                kernels.pass2(
-                    &c,
-                    64,
-                    Pass2 {
-                        sm: &xs,
-                        su: &xs,
-                        m_inv: &inv,
-                        v_inv: VScale::Block(&inv),
-                        m_codes: &mut mc,
-                        v_codes: &mut vc,
-                    },
-                );
-                outs.push((mc, vc));
-            }
-            assert_eq!(outs[0], outs[1], "{map:?}");
         }
     }
 }

@@ -11,19 +11,21 @@
 //!   rounded without bias (`dither.rs`); lpmm's rank-1 normalization of v
 //!   for 2-D parameters as an option.
 //! - the step is fused per group of 256 blocks (`format.rs`): decode,
-//!   update, encode, with AVX-512 for the look-up and the nearest-code
-//!   search (`avx512.rs`) and rayon over groups (`state.rs`); each group's
+//!   update, encode, with AVX-512 (`avx512.rs`) or AVX2 (`avx2.rs`) for the
+//!   look-up and the nearest-code search and rayon over groups (`state.rs`); each group's
 //!   arithmetic is independent of the thread count, so results are too.
 //!
 //! Modules import one way: `adam` (public types) -> `array_api` (the
 //! seed's ndarray views, checked for layout) -> `engine` (validation,
 //! keys, accumulation) -> `state` (parallel step) -> `dither` -> `dispatch` (kernels
-//! chosen once per optimizer from proof tokens) -> `avx512*` -> the leaves
+//! chosen once per optimizer from proof tokens) -> `avx2`, `avx512*` -> the leaves
 //! `format`, `scale_format`, `codebook`; `checkpoint` reads and writes the
 //! engine's state; `traits` and `config` are leaves.
 
 mod adam;
 mod array_api;
+#[cfg(target_arch = "x86_64")]
+mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 #[cfg(target_arch = "x86_64")]
