@@ -1,13 +1,15 @@
-//! AVX2 twins of the two passes of `format.rs` for 4-bit m and per-block v
-//! scales, and of the finiteness check. Each `unsafe fn` here is private;
-//! the `pub(super)` wrappers take an [`Avx2`] token, the proof that the CPU
-//! runs them. The int8 m codec, rank-1 v scales and the double-quantization
-//! search stay on the scalar twins.
+//! AVX2 twins of the two passes of `format.rs` for per-block v scales (4-bit
+//! or int8 m), and of the finiteness check. Each `unsafe fn` here is
+//! private; the `pub(super)` wrappers take an [`Avx2`] token, the proof that
+//! the CPU runs them. Rank-1 v scales and the double-quantization search
+//! stay on the scalar twins.
 //!
 //! A 16-entry code book takes two 8-lane registers: a look-up is two
 //! `vpermps` (which read the index's low 3 bits) and a blend on bit 3; the
 //! nearest-code search is the four-step binary search over the midpoints of
-//! `Codebook16::encode`, lane-wise. No FMA: the element math is the scalar
+//! `Codebook16::encode`, lane-wise. The int8 m code book (256 entries) is
+//! read with gathers, its search is the 8-step one of `Codebook256::encode`.
+//! No FMA: the element math is the scalar
 //! one, operation for operation, so results are bit-identical. 8 elements
 //! per iteration, the block's remainder through the scalar element code.
 
@@ -15,9 +17,9 @@
 
 use std::arch::x86_64::*;
 
-use super::codebook::Codebook16;
 use super::format::{
-    pass1_elements, pass2_elements, Codecs, MCodec, Pass1, Pass2, StepConsts, VScale,
+    m_decode, m_encode, pass1_elements, pass2_elements, Codecs, MCodec, Pass1, Pass2, StepConsts,
+    VScale,
 };
 use crate::simd::Avx2;
 
@@ -146,12 +148,93 @@ unsafe fn hmax(x: __m256) -> f32 {
     }
 }
 
-/// True when this kernel covers the call: 4-bit m, per-block v scales.
-pub(super) fn covers(c: &Codecs, v_scale: &VScale<'_>) -> bool {
-    matches!((&c.m, v_scale), (MCodec::Four(_), VScale::Block(_)))
+/// The m code book as the kernels see it: values and midpoints in
+/// registers, or the 256-entry int8 tables (gathers).
+#[derive(Clone, Copy)]
+enum MLut<'a> {
+    Four(Lut16, Lut16),
+    Eight(&'a [f32; 256], &'a [f32; 256]),
 }
 
-/// Pass 1 (see `format::pass1`) for 4-bit m and per-block v scales.
+impl MLut<'_> {
+    /// # Safety
+    /// The CPU must support AVX.
+    #[inline(always)]
+    unsafe fn new(m: &MCodec) -> MLut<'_> {
+        match m {
+            // SAFETY: AVX per this function's contract.
+            MCodec::Four(cb) => unsafe {
+                MLut::Four(Lut16::load(&cb.values), Lut16::load(&cb.mids))
+            },
+            MCodec::Eight(cb) => MLut::Eight(&cb.values, &cb.mids),
+        }
+    }
+
+    /// Decoded (unscaled) m of elements `e..e + 8`.
+    #[inline(always)]
+    unsafe fn decode8(self, codes: &[u8], e: usize) -> __m256 {
+        // SAFETY: the caller guarantees `e + 8` elements of codes (4 bytes
+        // of nibbles at `e / 2`, or 8 int8 codes at `e`) and AVX2; int8
+        // gather indices are bytes, inside the 256-entry table.
+        unsafe {
+            match self {
+                MLut::Four(lut, _) => lut.decode(unpack8(codes.as_ptr().add(e / 2))),
+                MLut::Eight(values, _) => {
+                    let idx = _mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                        codes.as_ptr().add(e) as *const __m128i
+                    ));
+                    _mm256_i32gather_ps::<4>(values.as_ptr(), idx)
+                }
+            }
+        }
+    }
+
+    /// Encode 8 normalized values and store their codes for elements
+    /// `e..e + 8` (4 bytes at `e / 2`, or 8 int8 codes at `e`).
+    #[inline(always)]
+    unsafe fn encode8_store(self, x: __m256, codes: &mut [u8], e: usize) {
+        // SAFETY: the caller guarantees room for the codes of `e + 8`
+        // elements and AVX2; the int8 search's gather indices stay in
+        // 0..=254 (at most 2^8 - 1 minus one).
+        unsafe {
+            match self {
+                MLut::Four(_, mids) => pack8_store(mids.encode(x), codes.as_mut_ptr().add(e / 2)),
+                MLut::Eight(_, mids) => {
+                    let mut idx = _mm256_setzero_si256();
+                    for shift in (0..8).rev() {
+                        let step = _mm256_set1_epi32(1 << shift);
+                        let at =
+                            _mm256_sub_epi32(_mm256_add_epi32(idx, step), _mm256_set1_epi32(1));
+                        let mid = _mm256_i32gather_ps::<4>(mids.as_ptr(), at);
+                        let gt = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_GT_OQ>(x, mid));
+                        idx = _mm256_add_epi32(idx, _mm256_and_si256(gt, step));
+                    }
+                    // Byte 0 of each i32 to bytes 0..4 of each 128-bit half,
+                    // then the halves' first dwords side by side.
+                    let sel = _mm256_setr_epi8(
+                        0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, //
+                        0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                    );
+                    let b = _mm256_permutevar8x32_epi32(
+                        _mm256_shuffle_epi8(idx, sel),
+                        _mm256_setr_epi32(0, 4, 0, 0, 0, 0, 0, 0),
+                    );
+                    _mm_storel_epi64(
+                        codes.as_mut_ptr().add(e) as *mut __m128i,
+                        _mm256_castsi256_si128(b),
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// True when this kernel covers the call: per-block v scales.
+pub(super) fn covers(v_scale: &VScale<'_>) -> bool {
+    matches!(v_scale, VScale::Block(_))
+}
+
+/// Pass 1 (see `format::pass1`) for per-block v scales.
 pub(super) fn pass1(_proof: Avx2, k: &StepConsts, c: &Codecs, bs: usize, p: Pass1<'_>) {
     // SAFETY: the token proves AVX2 (and FMA, unused); `pass1_impl` checks
     // every slice length it relies on.
@@ -162,18 +245,22 @@ pub(super) fn pass1(_proof: Avx2, k: &StepConsts, c: &Codecs, bs: usize, p: Pass
 /// The CPU must support AVX2.
 #[target_feature(enable = "avx2")]
 unsafe fn pass1_impl(k: &StepConsts, c: &Codecs, bs: usize, mut p: Pass1<'_>) {
-    let (VScale::Block(v_scale), MCodec::Four(m_cb)) = (p.v_scale, &c.m) else {
-        unreachable!("pass1 avx2: 4-bit m and block scales only")
+    let VScale::Block(v_scale) = p.v_scale else {
+        unreachable!("pass1 avx2: block scales only")
     };
     let n = p.w.len();
+    let m_bytes = if matches!(c.m, MCodec::Eight(_)) {
+        n
+    } else {
+        n.div_ceil(2)
+    };
     assert!(p.g.len() == n && p.sm.len() >= n && p.su.len() >= n);
-    assert!(p.m_codes.len() * 2 >= n && p.v_codes.len() * 2 >= n);
-    let m_dec = |m: &[u8], e: usize| m_cb.decode(super::format::nibble(m, e));
+    assert!(p.m_codes.len() >= m_bytes && p.v_codes.len() * 2 >= n);
     // SAFETY: AVX2 is enabled (this function's contract); every load and
     // store below is bounded by `e + 8 <= end <= n` and the lengths asserted
-    // above (the code slices hold n / 2 bytes, e is even: blocks are even).
+    // above (the nibble slices hold n / 2 bytes, e is even: blocks are even).
     unsafe {
-        let (lut_m, lut_v) = (Lut16::load(&m_cb.values), Lut16::load(&c.v.values));
+        let (lut_m, lut_v) = (MLut::new(&c.m), Lut16::load(&c.v.values));
         let (b1, b2) = (_mm256_set1_ps(k.b1), _mm256_set1_ps(k.b2));
         let (omb1, omb2) = (_mm256_set1_ps(k.omb1), _mm256_set1_ps(k.omb2));
         let (isb2, eps) = (_mm256_set1_ps(k.inv_sqrt_bc2), _mm256_set1_ps(k.eps));
@@ -189,7 +276,7 @@ unsafe fn pass1_impl(k: &StepConsts, c: &Codecs, bs: usize, mut p: Pass1<'_>) {
             let (mut am, mut au) = (_mm256_setzero_ps(), _mm256_setzero_ps());
             let mut e = start;
             while e + 8 <= end {
-                let m_hat = _mm256_mul_ps(lut_m.decode(unpack8(p.m_codes.as_ptr().add(e / 2))), sm);
+                let m_hat = _mm256_mul_ps(lut_m.decode8(p.m_codes, e), sm);
                 let mut v_hat =
                     _mm256_mul_ps(lut_v.decode(unpack8(p.v_codes.as_ptr().add(e / 2))), sv);
                 if c.sqrt_domain {
@@ -222,15 +309,23 @@ unsafe fn pass1_impl(k: &StepConsts, c: &Codecs, bs: usize, mut p: Pass1<'_>) {
                 e += 8;
             }
             let acc = (hmax(am), hmax(au));
-            let (am_s, au_s) =
-                pass1_elements(k, c, &mut p, b, e..end, m_dec, |b, _| v_scale[b], acc);
+            let (am_s, au_s) = pass1_elements(
+                k,
+                c,
+                &mut p,
+                b,
+                e..end,
+                |m, e| m_decode(&c.m, m, e),
+                |b, _| v_scale[b],
+                acc,
+            );
             p.m_absmax[b] = am_s;
             p.u_max[b] = au_s;
         }
     }
 }
 
-/// Pass 2 (see `format::pass2`) for 4-bit m and per-block v scales.
+/// Pass 2 (see `format::pass2`) for per-block v scales.
 pub(super) fn pass2(_proof: Avx2, c: &Codecs, bs: usize, p: Pass2<'_>) {
     // SAFETY: the token proves AVX2; `pass2_impl` checks every slice length
     // it relies on.
@@ -241,26 +336,30 @@ pub(super) fn pass2(_proof: Avx2, c: &Codecs, bs: usize, p: Pass2<'_>) {
 /// The CPU must support AVX2.
 #[target_feature(enable = "avx2")]
 unsafe fn pass2_impl(c: &Codecs, bs: usize, mut p: Pass2<'_>) {
-    let (VScale::Block(v_inv), MCodec::Four(m_cb)) = (p.v_inv, &c.m) else {
-        unreachable!("pass2 avx2: 4-bit m and block scales only")
+    let VScale::Block(v_inv) = p.v_inv else {
+        unreachable!("pass2 avx2: block scales only")
     };
-    let m_cb: &Codebook16 = m_cb;
     let n = p.sm.len();
-    assert!(p.su.len() == n && p.m_codes.len() * 2 >= n && p.v_codes.len() * 2 >= n);
+    let m_bytes = if matches!(c.m, MCodec::Eight(_)) {
+        n
+    } else {
+        n.div_ceil(2)
+    };
+    assert!(p.su.len() == n && p.m_codes.len() >= m_bytes && p.v_codes.len() * 2 >= n);
     let uniform = (0..16).all(|k| c.v.values[k] == (k + 1) as f32 / 16.0);
-    let m_enc = |m: &mut [u8], e: usize, x: f32| super::format::set_nibble(m, e, m_cb.encode(x));
     // SAFETY: AVX2 is enabled (this function's contract); the loop bounds
-    // every load by `e + 8 <= end <= n` and every 4-byte store at `e / 2`
-    // by the code lengths asserted above (e is even: blocks are even).
+    // every load by `e + 8 <= end <= n` and every store by the code lengths
+    // asserted above (nibbles: 4 bytes at `e / 2`, e even as blocks are
+    // even; int8: 8 bytes at `e`).
     unsafe {
-        let (mids_m, mids_v) = (Lut16::load(&m_cb.mids), Lut16::load(&c.v.mids));
+        let (mlut, mids_v) = (MLut::new(&c.m), Lut16::load(&c.v.mids));
         for (b, start) in (0..n).step_by(bs).enumerate() {
             let end = (start + bs).min(n);
             let (im, iv) = (_mm256_set1_ps(p.m_inv[b]), _mm256_set1_ps(v_inv[b]));
             let mut e = start;
             while e + 8 <= end {
                 let xm = _mm256_mul_ps(_mm256_loadu_ps(p.sm.as_ptr().add(e)), im);
-                pack8_store(mids_m.encode(xm), p.m_codes.as_mut_ptr().add(e / 2));
+                mlut.encode8_store(xm, p.m_codes, e);
                 let xv = _mm256_mul_ps(_mm256_loadu_ps(p.su.as_ptr().add(e)), iv);
                 let cv = if uniform {
                     encode8_uniform(xv)
@@ -270,7 +369,14 @@ unsafe fn pass2_impl(c: &Codecs, bs: usize, mut p: Pass2<'_>) {
                 pack8_store(cv, p.v_codes.as_mut_ptr().add(e / 2));
                 e += 8;
             }
-            pass2_elements(c, &mut p, b, e..end, m_enc, |b, _| v_inv[b]);
+            pass2_elements(
+                c,
+                &mut p,
+                b,
+                e..end,
+                |m, e, x| m_encode(&c.m, m, e, x),
+                |b, _| v_inv[b],
+            );
         }
     }
 }

@@ -48,15 +48,15 @@ impl Kernels {
         }
     }
 
-    /// Pass 1 of one group (the AVX-512 kernel handles per-block v scales,
-    /// the AVX2 kernel per-block v scales with 4-bit m).
+    /// Pass 1 of one group (the AVX-512 and AVX2 kernels handle per-block v
+    /// scales).
     pub(crate) fn pass1(&self, k: &StepConsts, c: &Codecs, bs: usize, p: Pass1<'_>) {
         #[cfg(target_arch = "x86_64")]
         if let (Some(t), format::VScale::Block(_)) = (self.avx512, &p.v_scale) {
             return avx512::pass1(t, k, c, bs, p);
         }
         #[cfg(target_arch = "x86_64")]
-        if let Some(t) = self.avx2.filter(|_| avx2::covers(c, &p.v_scale)) {
+        if let Some(t) = self.avx2.filter(|_| avx2::covers(&p.v_scale)) {
             return avx2::pass1(t, k, c, bs, p);
         }
         format::pass1(k, c, bs, p)
@@ -69,7 +69,7 @@ impl Kernels {
             return avx512::pass2(t, c, bs, p);
         }
         #[cfg(target_arch = "x86_64")]
-        if let Some(t) = self.avx2.filter(|_| avx2::covers(c, &p.v_inv)) {
+        if let Some(t) = self.avx2.filter(|_| avx2::covers(&p.v_inv)) {
             return avx2::pass2(t, c, bs, p);
         }
         format::pass2(c, bs, p)
