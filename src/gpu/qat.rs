@@ -85,7 +85,14 @@ impl DevMaster for f64 {
 impl QatArgs {
     /// The view's target and rounding: `params` for an integer target
     /// (None for FP8), `key` the stream key of stochastic rounding.
-    pub(crate) fn set_view(&mut self, config: &QatConfig, params: Option<&QuantParams>, key: u64) {
+    /// An integer target without parameters is an error (calibration always
+    /// gives them, so this guards the sequence, not the input).
+    pub(crate) fn set_view(
+        &mut self,
+        config: &QatConfig,
+        params: Option<&QuantParams>,
+        key: u64,
+    ) -> Result<()> {
         match (config.target, params) {
             (QuantTarget::Int(_), Some(p)) => {
                 self.target = 0;
@@ -104,14 +111,14 @@ impl QatArgs {
                 self.fp8_max = f.max_value() as f64;
             }
             (QuantTarget::Int(_), None) => {
-                // Integer targets always calibrate before a view is made;
-                // a grid of scale 0 would be a bug, not a silent view.
-                self.target = 0;
-                self.grid = QatGrid::default();
+                return Err(QuantError::InvalidState(
+                    "an integer target's view needs quantization parameters".into(),
+                ))
             }
         }
         self.stochastic = (config.rounding == RoundingMode::Stochastic) as i32;
         self.key = key;
+        Ok(())
     }
 }
 
@@ -204,7 +211,7 @@ pub(crate) fn step<T: DevMaster, E: QatExec>(
     let (params, _) = calibrate_for(&s.config, min, max)?;
     // Nothing can fail from here on but the device itself.
     let key = stream_key(seed.unwrap_or(s.seed), t);
-    a.set_view(&s.config, params.as_ref(), key);
+    a.set_view(&s.config, params.as_ref(), key)?;
     exec.commit::<T>(&a)?;
     s.params = params;
     s.step = t;
