@@ -76,6 +76,8 @@ mod optim;
 #[cfg(feature = "gpu")]
 mod qat;
 #[cfg(feature = "gpu")]
+mod qat_calibrate;
+#[cfg(feature = "gpu")]
 mod weight;
 #[cfg(feature = "gpu")]
 mod imp {
