@@ -167,10 +167,10 @@ def main() -> int:
         mm = [{"bench": "matmul", "error": repr(e)}]
         traceback.print_exc()
     opt_rows = bench_gpu_optim.step_rows(torch, quantrs, copy, args.quick, _events_ms)
+    qat_rows = bench_gpu_optim.qat_rows(torch, quantrs, args.quick, _events_ms)
     if args.json:
-        print(
-            json.dumps({"copy_gbs": copy, "matvec": mv, "matmul": mm, "optim": opt_rows}, indent=1)
-        )
+        out = {"copy_gbs": copy, "matvec": mv, "matmul": mm, "optim": opt_rows, "qat": qat_rows}
+        print(json.dumps(out, indent=1))
     print(f"\ndevice-to-device copy: {copy:.0f} GB/s (read + write)")
     print(f"\n{'INT4 matvec':34} {'ms':>8} {'quantrs':>12} {'baseline':>16} {'of copy':>8}")
     for r in mv:
@@ -198,6 +198,7 @@ def main() -> int:
         )
     print(f"\nquantrs FP8 W8A8 GEMM path: {quantrs.cuda.device_info(0)['fp8_gemm']}")
     bench_gpu_optim.print_rows(opt_rows)
+    bench_gpu_optim.print_qat_rows(qat_rows)
     return 0
 
 

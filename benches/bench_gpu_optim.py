@@ -7,7 +7,10 @@ in the same run:
   and GB/s over the bytes each step must move at least (quantrs: weight read and
   written, gradient read, state read and written, 12 + 2 x state B/param; torch:
   12 + 16 B/param) as a fraction of the device-to-device copy bandwidth;
-- one step over a GPT-2-small-shaped parameter list (148 tensors, 124 M parameters).
+- one step over a GPT-2-small-shaped parameter list (148 tensors, 124 M parameters);
+- one QAT int4 step (``quantrs.cuda.QatOptimizer``: AdamW on a float32 master, per-tensor
+  calibration, int4 fake quantization) on 2^24 and 2^26 parameters against the same loop
+  in PyTorch (``torch.optim.AdamW(fused=True)`` then absmax / 7, round, clamp, rescale).
 
 Every quantrs call returns when its result is complete (it checks the gradient for
 NaN / inf on the device and reads the answer back first), so its time includes that
@@ -96,6 +99,67 @@ def print_rows(rows: list[dict]) -> None:
         )
     print(
         "(x fused / x foreach: torch's time over ours, > 1 = quantrs faster; torch.optim.AdamW "
-        "keeps 8 B/param of state)\nQAT int4 on a device: not implemented (QatOptimizer runs "
-        "on the CPU only), so no QAT row."
+        "keeps 8 B/param of state)"
+    )
+
+
+def _torch_qat_step(torch, p, g):
+    """PyTorch's QAT int4 step: fused AdamW on the master, then symmetric per-tensor
+    fake quantization into a view (the loop quantrs.cuda.QatOptimizer fuses)."""
+    master = torch.nn.Parameter(p.clone())
+    master.grad = g
+    opt = torch.optim.AdamW([master], lr=1e-3, weight_decay=0.01, fused=True)
+    view = torch.empty_like(p)
+
+    def step():
+        opt.step()
+        with torch.no_grad():
+            scale = master.abs().max() / 7
+            torch.clamp(torch.round(master / scale), -7, 7, out=view).mul_(scale)
+
+    return step
+
+
+def _ours_qat(quantrs, p, g):
+    master = p.clone()
+    cfg = quantrs.QatConfig("int4", lr=1e-3, weight_decay=0.01)
+    opt = quantrs.cuda.QatOptimizer(master, cfg, rng=0)
+    return lambda: opt.step(master, g)
+
+
+def qat_rows(torch, quantrs, quick: bool, timer: Callable) -> list[dict]:
+    """The QAT int4 rows; ``timer`` as for :func:`step_rows`."""
+    rows = []
+    for n in [1 << 24] if quick else [1 << 24, 1 << 26]:
+        name = f"QAT int4 step 2^{n.bit_length() - 1}"
+        try:
+            gen = torch.Generator(device="cuda").manual_seed(0)
+            p = torch.randn(n, device="cuda", generator=gen)
+            g = torch.randn(n, device="cuda", generator=gen) * 1e-3
+            ours_ms = timer(torch, _ours_qat(quantrs, p, g), 10)
+            torch_ms = timer(torch, _torch_qat_step(torch, p, g), 10)
+            rows.append({"bench": name, "params": n, "ours_ms": ours_ms, "torch_ms": torch_ms})
+            del p, g
+            torch.cuda.empty_cache()
+        except Exception as e:  # a failing row is reported, the rest still runs
+            rows.append({"bench": name, "error": repr(e)})
+    return rows
+
+
+def print_qat_rows(rows: list[dict]) -> None:
+    print(
+        f"\n{'QAT (quantrs.cuda.QatOptimizer)':38} {'params':>11} {'ms':>8} {'torch ms':>9} "
+        f"{'x torch':>8}"
+    )
+    for r in rows:
+        if "error" in r:
+            print(f"{r['bench']:38} ERROR {r['error']}")
+            continue
+        print(
+            f"{r['bench']:38} {r['params']:>11} {r['ours_ms']:8.3f} {r['torch_ms']:9.3f} "
+            f"{r['torch_ms'] / r['ours_ms']:8.2f}"
+        )
+    print(
+        "(torch: fused AdamW + absmax / round / clamp / rescale on the master; x torch > 1 = "
+        "quantrs faster; quantrs' time includes reading the calibration range back)"
     )

@@ -22,6 +22,12 @@ system or from PyPI's ``nvidia-cuda-nvrtc`` wheel (found automatically), or
   optimizers; ``opt.to("cuda")`` (or ``from_cpu(opt, device)``) and ``.to("cpu")`` move an optimizer
   with its state, and ``state_dict()`` / ``save_state`` write exactly the CPU
   format.
+- ``QatOptimizer``: quantization-aware training's AdamW + fake-quantization step with
+  the moments and the view on a device, float32 or float64 masters that are CUDA
+  arrays (updated in place), bit-identical to ``quantrs.QatOptimizer``; ``to_bytes()``
+  is exactly the CPU optimizer's, ``from_cpu`` / ``.to("cpu")`` move it with its state.
+- ``calibrate``: ``quantrs.qat.calibrate`` of a CUDA array (min / max reduced on the
+  device; the parameters are the CPU's).
 """
 
 from __future__ import annotations
@@ -50,6 +56,8 @@ else:  # pragma: no cover - a build without the `gpu` feature
 __all__ = [
     "Adam4bit",
     "AdamW4bit",
+    "QatOptimizer",
+    "calibrate",
     "CudaLinear",
     "MemoryUsage",
     "CudaNotAvailable",
@@ -331,3 +339,189 @@ class Adam4bit(_DeviceAdam):
 
     _cpu_cls = _core.Adam4bit
     _kind = "Adam4bit"
+
+
+def _host_copy(x: Any) -> Any:
+    """A NumPy copy of an array on any device (DeviceArray, torch, CuPy, NumPy)."""
+    import numpy as np
+
+    if _HAS_GPU_BUILD and isinstance(x, DeviceArray):
+        return x.numpy()
+    if hasattr(x, "detach") and hasattr(x, "cpu"):  # torch
+        return x.detach().cpu().numpy()
+    if hasattr(x, "get") and is_cuda_array(x):  # CuPy
+        return x.get()
+    return np.asarray(x)
+
+
+def _cuda_device_of(x: Any, arg: str) -> int:
+    if not is_cuda_array(x):
+        raise _core.InvalidArgument(
+            f"{arg}: expected a CUDA array (quantrs.cuda.DeviceArray, a torch.cuda tensor, a "
+            "CuPy array); for a host array use quantrs.QatOptimizer and .to('cuda')"
+        )
+    return int(x.__dlpack_device__()[1])
+
+
+class QatOptimizer:
+    """``quantrs.QatOptimizer`` with its AdamW moments and fake-quantized view on a CUDA
+    device (docs/gpu.md): ``QatOptimizer(master, config, rng=None)`` for a float32 or
+    float64 CUDA ``master`` (the view is derived by the CPU code from a host copy, once),
+    then ``step(master, grad, rng=None)`` updates the CUDA master in place with a CUDA
+    gradient of the same dtype and shape, bit-identical to the CPU optimizer.
+    ``quantized_weights`` is a ``DeviceArray`` over the optimizer's own buffer (every step
+    rewrites it in place); ``moments()`` are device copies. ``to_bytes()`` / pickling are
+    exactly the CPU optimizer's bytes."""
+
+    def __init__(self, master: Any, config: Any, rng: Any = None) -> None:
+        ordinal = _cuda_device_of(master, "master")
+        cpu = _core.QatOptimizer(_host_copy(master), config, rng)
+        self._engine = self._engine_of(cpu, ordinal)
+
+    @staticmethod
+    def _engine_of(cpu: Any, device: Any) -> Any:
+        if not _HAS_GPU_BUILD:
+            raise CudaNotAvailable("quantrs was built without the `gpu` feature")
+        return _core._CudaQat(cpu.to_bytes(), cpu.shape, _ordinal(device))
+
+    @classmethod
+    def from_cpu(cls, optimizer: Any, device: Any = "cuda") -> QatOptimizer:
+        """The CPU optimizer ``optimizer`` (configuration, step count, moments, view) on
+        ``device``; ``optimizer`` is unchanged."""
+        if not isinstance(optimizer, _core.QatOptimizer):
+            raise TypeError(
+                f"optimizer: expected a quantrs.QatOptimizer, got {type(optimizer).__name__}"
+            )
+        obj = cls.__new__(cls)
+        obj._engine = cls._engine_of(optimizer, device)
+        return obj
+
+    @classmethod
+    def from_bytes(cls, data: Any, shape: Any, device: Any = "cuda") -> QatOptimizer:
+        """Rebuild from ``to_bytes()`` output (the CPU format) on ``device``."""
+        return cls.from_cpu(_core.QatOptimizer.from_bytes(data, shape), device)
+
+    def cpu(self) -> Any:
+        """A ``quantrs.QatOptimizer`` with this configuration and a host copy of the state."""
+        return _core.QatOptimizer.from_bytes(self._engine.to_bytes(), self.shape)
+
+    def to(self, device: Any) -> Any:
+        """``"cpu"``: :meth:`cpu`; this device: ``self``; another: a moved copy."""
+        if str(device) == "cpu":
+            return self.cpu()
+        if f"cuda:{_ordinal(device)}" == self.device:
+            return self
+        return type(self).from_cpu(self.cpu(), device)
+
+    def step(self, master: Any, grad: Any, rng: Any = None) -> None:
+        """One AdamW step on ``master`` in place, then a new view. Transactional: on
+        error (a non-finite gradient or master, an overflowing update, a degenerate
+        calibration) master, moments, step count and view are unchanged."""
+        self._engine.step(master, grad, rng)
+
+    @property
+    def quantized_weights(self) -> Any:
+        return self._engine.quantized_weights
+
+    def quant_params(self) -> Any:
+        return self._engine.quant_params()
+
+    def step_count(self) -> int:
+        return int(self._engine.step_count())
+
+    @property
+    def config(self) -> Any:
+        return self._engine.config
+
+    @property
+    def dtype(self) -> str:
+        return str(self._engine.dtype_name)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self._engine.shape)
+
+    @property
+    def seed(self) -> int:
+        return int(self._engine.seed)
+
+    @property
+    def device(self) -> str:
+        return str(self._engine.device)
+
+    def moments(self) -> tuple[Any, Any]:
+        """Device copies of the AdamW moments ``(m, v)`` (``DeviceArray``)."""
+        return self._engine.moments()
+
+    def to_bytes(self) -> bytes:
+        """Exactly ``quantrs.QatOptimizer.to_bytes()`` of this state."""
+        return bytes(self._engine.to_bytes())
+
+    def memory_usage(self) -> int:
+        """Device bytes held: moments, view and the step's scratch."""
+        return int(self._engine.memory_usage())
+
+    def set_hyper(
+        self, lr: float, beta1: float, beta2: float, eps: float, weight_decay: float
+    ) -> None:
+        """Set all five AdamW hyper-parameters (validated first; all or none change)."""
+        self._engine.set_hyper(lr, beta1, beta2, eps, weight_decay)
+
+    def set_lr(self, lr: float) -> None:
+        c = self.config
+        self.set_hyper(lr, c.beta1, c.beta2, c.eps, c.weight_decay)
+
+    def set_betas(self, beta1: float, beta2: float) -> None:
+        c = self.config
+        self.set_hyper(c.lr, beta1, beta2, c.eps, c.weight_decay)
+
+    def set_eps(self, eps: float) -> None:
+        c = self.config
+        self.set_hyper(c.lr, c.beta1, c.beta2, eps, c.weight_decay)
+
+    def set_weight_decay(self, weight_decay: float) -> None:
+        c = self.config
+        self.set_hyper(c.lr, c.beta1, c.beta2, c.eps, weight_decay)
+
+    def set_rounding(self, rounding: Any) -> None:
+        self._engine.set_rounding(rounding)
+
+    def set_seed(self, seed: int) -> None:
+        self._engine.set_seed(seed)
+
+    def set_moments(self, step: int, m: Any, v: Any) -> None:
+        """Replace the step count and the moments (any arrays of the master's shape and
+        dtype; validated by the CPU code on host copies; unchanged on error)."""
+        cpu = self.cpu()
+        cpu.set_moments(step, _host_copy(m), _host_copy(v))
+        self._engine.load_bytes(cpu.to_bytes())
+
+    def __len__(self) -> int:
+        return len(self._engine)
+
+    def __reduce__(self) -> Any:
+        return (QatOptimizer.from_bytes, (self.to_bytes(), self.shape, self.device))
+
+    def __repr__(self) -> str:
+        return (
+            f"quantrs.cuda.QatOptimizer(shape={self.shape}, dtype={self.dtype!r}, "
+            f"target={self.config.target.value!r}, device={self.device!r})  "
+            f"# step_count={self.step_count()}"
+        )
+
+
+def calibrate(
+    x: Any,
+    target: Any = "int8",
+    scheme: Any = "symmetric",
+    *,
+    clip_fraction: float = 0.0,
+    axis: int | None = None,
+) -> Any:
+    """``quantrs.qat.calibrate`` of a CUDA float32 / float64 array: the same parameters
+    (per tensor, or per channel along ``axis`` of a 2-D ``x``). Min / max are reduced on
+    the device; percentile calibration (``clip_fraction > 0``) and error reports read a
+    host copy."""
+    if not _HAS_GPU_BUILD:
+        raise CudaNotAvailable("quantrs was built without the `gpu` feature")
+    return _core.cuda_qat_calibrate(x, target, scheme, float(clip_fraction), axis)

@@ -9,7 +9,6 @@
 //!
 //! Skipped (with the reason printed) where no `g++` is installed.
 
-use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use super::adam::{self, AdamArgs, Exec, StateAddrs, StepPlan};
@@ -37,24 +36,10 @@ struct Harness {
 fn harness() -> std::result::Result<&'static Harness, String> {
     static H: OnceLock<std::result::Result<Harness, String>> = OnceLock::new();
     H.get_or_init(|| {
-        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/gpu/host_test");
-        let out =
-            std::env::temp_dir().join(format!("quantrs-optim-host-{}.so", std::process::id()));
-        let status = std::process::Command::new("g++")
-            .args(["-O2", "-std=c++17", "-ffp-contract=off", "-fno-fast-math"])
-            .args(["-Wall", "-Wno-unknown-pragmas", "-fPIC", "-shared", "-o"])
-            .arg(&out)
-            .arg(dir.join("harness.cpp"))
-            .status()
-            .map_err(|e| format!("g++ could not be run: {e}"))?;
-        if !status.success() {
-            panic!("g++ failed to compile the optimizer kernels ({status})");
-        }
-        // SAFETY: our own library, whose initialisers do nothing; the
-        // symbols below have the declared C signatures (harness.cpp).
+        let lib = super::host_build::load("harness.cpp", "optim")?;
+        // SAFETY: the symbols below have the declared C signatures
+        // (harness.cpp).
         unsafe {
-            let lib = libloading::Library::new(&out).map_err(|e| e.to_string())?;
-            let _ = std::fs::remove_file(&out);
             let step = *lib
                 .get::<StepFn>(b"host_adam4bit_step")
                 .map_err(|e| e.to_string())?;

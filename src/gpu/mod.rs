@@ -20,6 +20,9 @@
 //!   `adam_engine`: `AdamW4bit` / `Adam4bit` with their state on a device,
 //!   over `adam_state` (one parameter's device state) and `adam_launch`
 //!   (the optimizer kernels' launches).
+//! - `qat`: the QAT step's arguments and sequence (`QatOptimizer` on a
+//!   device); `qat_engine`: its state on a device, over `qat_launch` (the
+//!   QAT kernels' launches); `qat_channels`: calibration of device arrays.
 
 // The device objects are driven from the Python bindings only (no Rust API
 // for them yet), so a `gpu` build without `python` leaves them unused.
@@ -42,6 +45,8 @@ pub(crate) mod context;
 #[cfg(feature = "gpu")]
 pub(crate) mod cublaslt;
 #[cfg(all(test, feature = "gpu"))]
+mod host_build;
+#[cfg(all(test, feature = "gpu"))]
 mod host_math;
 #[cfg(feature = "gpu")]
 pub(crate) mod layers;
@@ -51,6 +56,16 @@ pub(crate) mod memory;
 pub mod nvrtc;
 #[cfg(feature = "gpu")]
 pub(crate) mod ops;
+#[cfg(feature = "gpu")]
+pub(crate) mod qat;
+#[cfg(feature = "gpu")]
+pub(crate) mod qat_channels;
+#[cfg(feature = "gpu")]
+pub(crate) mod qat_engine;
+#[cfg(all(test, feature = "gpu"))]
+mod qat_host;
+#[cfg(feature = "gpu")]
+pub(crate) mod qat_launch;
 
 /// Whether a CUDA device can be used by this build: decided at run time
 /// (libcuda loads, device 0 exists, its compute capability is supported).

@@ -89,8 +89,28 @@ pub const OPTIM: KernelSource = KernelSource {
     options: &["--fmad=false"],
 };
 
+/// The QAT step (`QatOptimizer`, float32 and float64 masters) and the
+/// per-channel calibration reduction (CPU twin in `src/qat`).
+/// `--fmad=false` as for [`OPTIM`]: bit-identical to the CPU step.
+pub const QAT: KernelSource = KernelSource {
+    name: "qat",
+    code: concat!(
+        include_str!("kernels/qat_math.cuh"),
+        include_str!("kernels/qat.cu")
+    ),
+    kernels: &[
+        "qat_dry_f32",
+        "qat_dry_f64",
+        "qat_commit_f32",
+        "qat_commit_f64",
+        "qat_channel_minmax_f32",
+        "qat_channel_minmax_f64",
+    ],
+    options: &["--fmad=false"],
+};
+
 /// Every kernel source of the crate.
-pub const SOURCES: [&KernelSource; 4] = [&INT4, &FP8, &LINEAR, &OPTIM];
+pub const SOURCES: [&KernelSource; 5] = [&INT4, &FP8, &LINEAR, &OPTIM, &QAT];
 
 /// What NVRTC produces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

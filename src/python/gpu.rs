@@ -74,6 +74,10 @@ mod layer;
 #[cfg(feature = "gpu")]
 mod optim;
 #[cfg(feature = "gpu")]
+mod qat;
+#[cfg(feature = "gpu")]
+mod qat_calibrate;
+#[cfg(feature = "gpu")]
 mod weight;
 #[cfg(feature = "gpu")]
 mod imp {
@@ -86,6 +90,7 @@ pub(crate) use imp::{layer_to, quantized_weight_to, register};
 
 use super::linear::{PyFp8Linear, PyInt4Linear, PyInt8Linear, PyUnquantLinear};
 use super::optim::{PyAdam4bit, PyAdamW4bit};
+use super::qat::PyQatOptimizer;
 
 /// `layer.to(device)`: a new layer on `device` (`"cpu"` returns the layer
 /// itself); the original is unchanged.
@@ -145,3 +150,4 @@ macro_rules! optimizer_to_method {
 
 optimizer_to_method!(PyAdamW4bit, "AdamW4bit");
 optimizer_to_method!(PyAdam4bit, "Adam4bit");
+optimizer_to_method!(PyQatOptimizer, "QatOptimizer");

@@ -72,8 +72,9 @@ fn rounding(config: &QatConfig, key: u64) -> Rounding {
     }
 }
 
-/// Calibrate `x` for `config` (None for FP8 targets).
-fn calibrate_for(
+/// Calibrate `x` for `config` (None for FP8 targets); the device step
+/// (`gpu::qat`) calibrates with this very function.
+pub(crate) fn calibrate_for(
     config: &QatConfig,
     min: f64,
     max: f64,
@@ -330,7 +331,7 @@ impl<T: Master> QatOptimizer<T> {
         let coef = Coef::<T>::new(c.lr, c.beta1, c.beta2, c.eps, c.weight_decay, t);
         let stats = kernels.dry(master, grad, &self.m, &self.v, &coef);
         if stats.non_finite {
-            return Err(self.diagnose(master, grad));
+            return Err(diagnose(master, grad));
         }
         let (params, quant) = calibrate_for(&self.config, stats.min, stats.max)?;
         // Nothing can fail from here on.
@@ -349,24 +350,6 @@ impl<T: Master> QatOptimizer<T> {
         self.params = params;
         self.step = t;
         Ok(())
-    }
-
-    /// The error for a dry pass that met a non-finite value.
-    fn diagnose(&self, master: &[T], grad: &[T]) -> QuantError {
-        if let Some(i) = first_non_finite(grad) {
-            let g: f64 = grad[i].into();
-            return QuantError::arg(format!("grad: non-finite value {g} at index {i}"));
-        }
-        if let Some(i) = first_non_finite(master) {
-            let w: f64 = master[i].into();
-            return QuantError::arg(format!("master: non-finite value {w} at index {i}"));
-        }
-        QuantError::arg(format!(
-            "grad: the AdamW update overflows {} (a moment or the master becomes non-finite; \
-             max |grad| is {:e})",
-            T::DTYPE,
-            grad.iter().fold(0.0f64, |a, &g| a.max(g.into().abs()))
-        ))
     }
 
     /// Rebuild from parts (deserialization), validating every invariant.
@@ -415,4 +398,24 @@ impl<T: Master> QatOptimizer<T> {
             params,
         })
     }
+}
+
+/// The error of a step whose dry pass met a non-finite value: the first
+/// non-finite gradient, else master, else the overflow (shared with the
+/// device step, which reads host copies of both).
+pub(crate) fn diagnose<T: Master>(master: &[T], grad: &[T]) -> QuantError {
+    if let Some(i) = first_non_finite(grad) {
+        let g: f64 = grad[i].into();
+        return QuantError::arg(format!("grad: non-finite value {g} at index {i}"));
+    }
+    if let Some(i) = first_non_finite(master) {
+        let w: f64 = master[i].into();
+        return QuantError::arg(format!("master: non-finite value {w} at index {i}"));
+    }
+    QuantError::arg(format!(
+        "grad: the AdamW update overflows {} (a moment or the master becomes non-finite; \
+         max |grad| is {:e})",
+        T::DTYPE,
+        grad.iter().fold(0.0f64, |a, &g| a.max(g.into().abs()))
+    ))
 }

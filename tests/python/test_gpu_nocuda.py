@@ -58,5 +58,5 @@ def test_nvrtc_compiles_every_kernel_without_a_device():
     pytest.importorskip("nvidia", reason="nvidia-cuda-nvrtc is not installed")
     for arch in ("sm_80", "sm_90"):
         sizes = quantrs._core._cuda_compile_all(arch)
-        assert set(sizes) == {"int4", "fp8", "linear", "optim"}
+        assert set(sizes) == {"int4", "fp8", "linear", "optim", "qat"}
         assert all(n > 1000 for n in sizes.values()), sizes

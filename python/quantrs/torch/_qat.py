@@ -13,6 +13,10 @@ at every step and a change goes to the engine's setters (no copy of its state); 
 and ``scheme`` are fixed once a parameter has state (the view's grid and its integer
 parameters belong to them). The step loop and the state-dict round trip are
 ``_base.SlotOptimizer``'s.
+
+CUDA parameters get a ``quantrs.cuda.QatOptimizer`` on their device (``_cuda.py``): the
+master stays a CUDA tensor, master and gradient reach the kernels through DLPack and the
+view is copied into the parameter on the device, bit-identical to the CPU path.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import numpy as np
 import torch
 
 from .. import _core
+from . import _cuda
 from ._base import SlotOptimizer
 from ._checks import adam_hyper, check_param, numpy_view
 
@@ -62,10 +67,13 @@ class QatAdamW(SlotOptimizer):
     betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, *, scheme="symmetric",
     rounding="nearest", seed=0)``. ``seed`` keys the stochastic-rounding streams (one per
     parameter, derived from the seed and the parameter's index). Parameters must be
-    contiguous float32 CPU tensors; they are overwritten with the quantized view at once.
+    contiguous float32 tensors on the CPU or a CUDA device (there the state lives on the
+    device, ``quantrs.cuda.QatOptimizer``); they are overwritten with the quantized view at
+    once.
     """
 
     _name = _NAME
+    _has_device_engine = True
 
     def __init__(
         self,
@@ -125,18 +133,22 @@ class QatAdamW(SlotOptimizer):
             cfg = self._config(gi, group, hyper)
             fresh = {}
             for k, p in enumerate(group["params"]):
-                check_param(_NAME, first + k, p)
+                check_param(_NAME, first + k, p, cuda=True)
                 fresh[p] = self._new_slot(first + k, group, hyper, cfg, p.detach().clone())
         except Exception:
             self.param_groups.pop()
             raise
         for p, slot in fresh.items():
             self._adopt(p, slot)
-            np.copyto(numpy_view(p), slot.engine.quantized_weights.reshape(p.shape))
+            _write_view(p, slot.engine)
 
     def _new_slot(self, i: int, group: dict, hyper: tuple, cfg: Any, master: torch.Tensor):
         try:
-            engine = _core.QatOptimizer(numpy_view(master), cfg, rng=_seed(group["seed"], i))
+            seed = _seed(group["seed"], i)
+            if _cuda.is_cuda(master):
+                engine = _cuda.qcuda.QatOptimizer(master.detach(), cfg, rng=seed)
+            else:
+                engine = _core.QatOptimizer(numpy_view(master), cfg, rng=seed)
         except (_core.QuantError, TypeError, ValueError) as e:
             raise type(e)(f"{_NAME}: parameter {i}: {e}") from None
         return _Slot(engine, master, hyper, group)
@@ -166,7 +178,7 @@ class QatAdamW(SlotOptimizer):
         if not (step >= 0 and step == int(step)):
             raise ValueError(f"{where}: state['step']: expected a whole number >= 0, got {step}")
         hyper = self._group_hyper(gi, group)
-        master = arrays["master"].clone()
+        master = arrays["master"].to(p.device, copy=True)
         slot = self._new_slot(i, group, hyper, self._config(gi, group, hyper), master)
         try:
             slot.engine.set_moments(
@@ -201,10 +213,10 @@ class QatAdamW(SlotOptimizer):
         slot = self._slots[p]
         self._retune(i, slot, group, hyper)
         try:
-            slot.engine.step(numpy_view(slot.master), numpy_view(g))
+            slot.engine.step(_cuda.view(slot.master), _cuda.view(g))
         except (_core.QuantError, TypeError, ValueError) as e:
             raise type(e)(f"{_NAME}: parameter {i}: {e}") from None
-        np.copyto(numpy_view(p), slot.engine.quantized_weights.reshape(p.shape))
+        _write_view(p, slot.engine)
         slot.sync_light()
 
     @staticmethod
@@ -224,6 +236,15 @@ class QatAdamW(SlotOptimizer):
     def state_bytes(self) -> int:
         """Bytes of optimizer state: masters and the engines' moments and views."""
         return sum(4 * 4 * s.master.numel() for s in self._slots.values())
+
+
+def _write_view(p: torch.Tensor, engine: Any) -> None:
+    """The engine's fake-quantized view into the parameter: a NumPy copy on the CPU, a
+    device-to-device copy (the view read zero-copy through DLPack) on CUDA."""
+    if _cuda.is_cuda(p):
+        p.detach().copy_(torch.from_dlpack(engine.quantized_weights).reshape(p.shape))
+    else:
+        np.copyto(numpy_view(p), engine.quantized_weights.reshape(p.shape))
 
 
 def _seed_of(gi: int, group: dict) -> int:

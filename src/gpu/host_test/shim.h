@@ -49,3 +49,12 @@ static inline unsigned atomicOr(unsigned* p, unsigned v) {
 static inline float __shfl_xor_sync(unsigned, float v, int) { return v; }
 template <class T> static inline T __ldg(const T* p) { return *p; }
 using std::isfinite;
+static inline double __longlong_as_double(long long i) {
+    double d;
+    std::memcpy(&d, &i, 8);
+    return d;
+}
+using std::copysign;
+using std::fabs;
+using std::isnan;
+using std::sqrt;

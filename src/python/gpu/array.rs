@@ -20,6 +20,8 @@ use crate::python::errors::{invalid, wrong_dtype};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DType {
     F32,
+    /// float64: the QAT optimizer's masters, moments and view.
+    F64,
     U8,
     I8,
 }
@@ -28,6 +30,7 @@ impl DType {
     pub fn name(self) -> &'static str {
         match self {
             DType::F32 => "float32",
+            DType::F64 => "float64",
             DType::U8 => "uint8",
             DType::I8 => "int8",
         }
@@ -36,6 +39,7 @@ impl DType {
     pub fn size(self) -> usize {
         match self {
             DType::F32 => 4,
+            DType::F64 => 8,
             DType::U8 | DType::I8 => 1,
         }
     }
@@ -43,6 +47,7 @@ impl DType {
     pub fn dl(self) -> DLDataType {
         let (code, bits) = match self {
             DType::F32 => (DL_FLOAT, 32),
+            DType::F64 => (DL_FLOAT, 64),
             DType::U8 => (DL_UINT, 8),
             DType::I8 => (DL_INT, 8),
         };
@@ -54,7 +59,7 @@ impl DType {
     }
 
     pub(super) fn from_dl(t: DLDataType) -> Option<DType> {
-        [DType::F32, DType::U8, DType::I8]
+        [DType::F32, DType::F64, DType::U8, DType::I8]
             .into_iter()
             .find(|d| d.dl() == t)
     }
@@ -62,6 +67,7 @@ impl DType {
     fn from_name(name: &str) -> Option<DType> {
         match name {
             "float32" => Some(DType::F32),
+            "float64" => Some(DType::F64),
             "uint8" => Some(DType::U8),
             "int8" => Some(DType::I8),
             _ => None,
@@ -84,7 +90,7 @@ pub(super) fn describe_dl(t: DLDataType) -> String {
     }
 }
 
-/// A C-contiguous array in device memory (float32, uint8 or int8).
+/// A C-contiguous array in device memory (float32, float64, uint8 or int8).
 #[pyclass(name = "DeviceArray", module = "quantrs.cuda", frozen)]
 pub struct DeviceArray {
     pub buf: Arc<DeviceBuffer>,
@@ -114,6 +120,10 @@ impl DeviceArray {
         Ok(match self.dtype {
             DType::F32 => {
                 let v: Vec<f32> = py.detach(|| to_host(g, p, n))?;
+                numpy::PyArray1::from_vec(py, v).reshape(shape)?.into_any()
+            }
+            DType::F64 => {
+                let v: Vec<f64> = py.detach(|| to_host(g, p, n))?;
                 numpy::PyArray1::from_vec(py, v).reshape(shape)?.into_any()
             }
             DType::U8 => {
@@ -161,6 +171,7 @@ pub(super) fn upload(
     }
     Ok(match dtype {
         DType::F32 => go!(f32),
+        DType::F64 => go!(f64),
         DType::U8 => go!(u8),
         DType::I8 => go!(i8),
     })
@@ -168,7 +179,7 @@ pub(super) fn upload(
 
 #[pymethods]
 impl DeviceArray {
-    /// Copy a NumPy array (float32, uint8 or int8) to `device` (an index,
+    /// Copy a NumPy array (float32, float64, uint8 or int8) to `device` (an index,
     /// "cuda" or "cuda:N").
     #[staticmethod]
     #[pyo3(signature = (a, device = None))]
@@ -181,7 +192,7 @@ impl DeviceArray {
         let arr = numpy_module(py)?.call_method1("asarray", (a,))?;
         let name: String = arr.getattr("dtype")?.getattr("name")?.extract()?;
         let dtype = DType::from_name(&name)
-            .ok_or_else(|| wrong_dtype("a", "float32, uint8 or int8", &name))?;
+            .ok_or_else(|| wrong_dtype("a", "float32, float64, uint8 or int8", &name))?;
         let g = gpu(py, ordinal)?;
         upload(&g, &arr, dtype, "a")
     }
