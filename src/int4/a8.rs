@@ -1,0 +1,172 @@
+//! `activations = "int8"`: `Y = X W` with `x` quantized to int8 per group
+//! ([`super::xq8`]) and integer dot products against the packed nibbles
+//! (docs/int4.md, "Int8 activations"). Opt-in: it trades the float32 path's
+//! 1e-5 relative bound for the activation rounding error, stated as
+//! `|y_o - (x @ W)_o| <= sum_g d[g] / 2 * sum_{i in g} |w_io|` plus f32
+//! rounding, and runs on fewer instructions per weight.
+//!
+//! The work is cut into pieces fixed by the shape alone (blocks of rows of
+//! `x` times column chunks), each summing its outputs over every group in
+//! order, so results do not depend on the thread count; the scalar twin and
+//! the AVX2 kernel give the same bits.
+
+use std::ops::Range;
+use std::sync::{Mutex, MutexGuard};
+
+#[cfg(target_arch = "x86_64")]
+use super::a8_avx2;
+use super::a8_scalar::{cols_scalar, A8Args};
+use super::matvec::{chunk_width, PAR_MIN_WEIGHTS};
+use super::xq8::Xq8;
+use super::QuantizedWeight;
+use crate::error::{QuantError, Result};
+use crate::par;
+#[cfg(target_arch = "x86_64")]
+use crate::simd::Avx2;
+use crate::simd::{self, SimdLevel};
+
+/// Rows of `x` one piece of a batched call serves (a pass of the AVX2
+/// kernel takes 4; 16 keep a piece's outputs in L2).
+const ROW_BLOCK: usize = 16;
+
+/// How `matvec` / `matmul` treat the activations `x`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Activations {
+    /// `x` as given, float32 arithmetic (the default, within 1e-5).
+    #[default]
+    Float32,
+    /// `x` quantized to int8 per group, integer dot products.
+    Int8,
+}
+
+impl Activations {
+    /// Parse `"float32"` or `"int8"`; anything else is an error naming the
+    /// argument and the expected values.
+    pub fn parse(s: &str) -> Result<Activations> {
+        match s {
+            "float32" => Ok(Activations::Float32),
+            "int8" => Ok(Activations::Int8),
+            _ => Err(QuantError::arg(format!(
+                "activations: expected 'float32' or 'int8', got {s:?}"
+            ))),
+        }
+    }
+}
+
+/// An int8-activation kernel with the token that lets it run.
+#[derive(Clone, Copy, Debug)]
+enum A8 {
+    Scalar,
+    #[cfg(target_arch = "x86_64")]
+    Avx2(Avx2),
+}
+
+impl A8 {
+    /// The best kernel allowed at `level` for weights of `group_size`.
+    fn for_weights(level: SimdLevel, group_size: usize) -> A8 {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(t) = Avx2::at(level) {
+            if a8_avx2::eligible(group_size) {
+                return A8::Avx2(t);
+            }
+        }
+        let _ = (level, group_size);
+        A8::Scalar
+    }
+
+    fn cols(self, args: &A8Args, rows: Range<usize>, o0: usize, ys: &mut [&mut [f32]]) {
+        match self {
+            A8::Scalar => cols_scalar(args, rows, o0, ys),
+            // SAFETY: the token proves AVX2; the kernel checks every size.
+            #[cfg(target_arch = "x86_64")]
+            A8::Avx2(t) => unsafe { a8_avx2::cols(t, args, rows, o0, ys) },
+        }
+    }
+}
+
+impl QuantizedWeight {
+    /// [`Self::matmul`] with the activations treated as `act` says.
+    pub fn matmul_act(
+        &self,
+        x: &[f32],
+        batch: usize,
+        y: &mut [f32],
+        act: Activations,
+    ) -> Result<()> {
+        match act {
+            Activations::Float32 => self.matmul(x, batch, y),
+            Activations::Int8 => self.matmul_a8_with(x, batch, y, simd::level()),
+        }
+    }
+
+    /// `Y = X W` with int8 activations (see the module docs) at an explicit
+    /// SIMD level (for tests and benches); a level above the one in force
+    /// is an error. A non-finite `x` is an error.
+    pub fn matmul_a8_with(
+        &self,
+        x: &[f32],
+        batch: usize,
+        y: &mut [f32],
+        level: SimdLevel,
+    ) -> Result<()> {
+        let nx = batch.checked_mul(self.in_feat);
+        let ny = batch.checked_mul(self.out_feat);
+        if nx != Some(x.len()) || ny != Some(y.len()) {
+            return Err(QuantError::dims(
+                "x/y",
+                format!("[{batch}, {}] / [{batch}, {}]", self.in_feat, self.out_feat),
+                format!("{} / {} elements", x.len(), y.len()),
+            ));
+        }
+        simd::require(level)?;
+        if batch == 0 {
+            return Ok(());
+        }
+        let gs = self.group_size();
+        let xq = Xq8::quantize(x, batch, self.in_feat, self.in_padded(), gs)?;
+        let args = A8Args {
+            data: &self.data,
+            scales: &self.scales,
+            out_feat: self.out_feat,
+            group_size: gs,
+            x: &xq,
+        };
+        args.check();
+        run(&args, batch, y, A8::for_weights(level, gs));
+        Ok(())
+    }
+}
+
+/// Every row of `y` `[batch, out_feat]` from checked arguments.
+fn run(args: &A8Args, batch: usize, y: &mut [f32], kernel: A8) {
+    let n = args.out_feat;
+    if batch * args.x.pitch * n < PAR_MIN_WEIGHTS {
+        let mut ys: Vec<&mut [f32]> = y.chunks_exact_mut(n).collect();
+        kernel.cols(args, 0..batch, 0, &mut ys);
+        return;
+    }
+    // Pieces: a block of rows times a column chunk, each holding its
+    // columns of its rows of `y`.
+    let width = chunk_width(n);
+    let chunks = n.div_ceil(width);
+    let mut pieces: Vec<Vec<&mut [f32]>> = (0..batch.div_ceil(ROW_BLOCK) * chunks)
+        .map(|_| Vec::new())
+        .collect();
+    for (r, yr) in y.chunks_exact_mut(n).enumerate() {
+        for (c, part) in yr.chunks_mut(width).enumerate() {
+            pieces[r / ROW_BLOCK * chunks + c].push(part);
+        }
+    }
+    let slots: Vec<Mutex<Vec<&mut [f32]>>> = pieces.into_iter().map(Mutex::new).collect();
+    par::for_each_block(slots.len(), |t| {
+        let (rb, c) = (t / chunks, t % chunks);
+        let rows = rb * ROW_BLOCK..((rb + 1) * ROW_BLOCK).min(batch);
+        kernel.cols(args, rows, c * width, &mut lock(&slots[t]));
+    });
+}
+
+/// Lock a piece's slot (a panic in another piece does not poison the data
+/// for this one: each piece writes only its own slot).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}

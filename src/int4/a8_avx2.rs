@@ -1,0 +1,203 @@
+//! AVX2 kernel of the int8-activation INT4 matvec. Callable only with an
+//! [`Avx2`] token, which proves the CPU has the features.
+//!
+//! A strip is 32 output columns: one 32-byte load per pair of input rows
+//! (`data[p * out_feat + c ..]`, low nibble row `2p`, high nibble row
+//! `2p + 1`). XOR with `0x88` turns both two's-complement nibbles into
+//! `q + 8` in 0..15; the nibbles are split (and, shift + and) and
+//! interleaved back (`unpacklo/hi_epi8`) so that each 16-bit lane holds
+//! rows `2p` and `2p + 1` of one column: `vpmaddubsw` against the byte pair
+//! `(x_q[2p], x_q[2p + 1])` broadcast to every lane then gives that
+//! column's two products already added. Eight pairs are summed in i16
+//! (at most `8 * 2 * 15 * 127 = 30480`, below `i16::MAX`), then widened
+//! and added in i32; per group `8 * sum(x_q)` is taken back off (the
+//! offset), and the f32 epilogue is the scalar twin's, operation for
+//! operation, so both give the same bits.
+
+use std::arch::x86_64::*;
+use std::ops::Range;
+
+use super::a8_scalar::{cols_scalar, A8Args};
+use crate::simd::Avx2;
+
+/// Output columns per strip (one 256-bit load of packed bytes).
+const STRIP: usize = 32;
+/// Pairs of rows summed in i16 before widening (see the module docs).
+const BATCH_PAIRS: usize = 8;
+/// Rows of `x` a strip serves at once: their 16-bit sums are 2 registers
+/// each, next to the decoded weights.
+const ROWS_PER_PASS: usize = 4;
+/// Largest group size the kernel takes: its i32 sums (at most
+/// `15 * 127 * group_size`) stay exact far below `i32::MAX`.
+const MAX_GROUP: usize = 1 << 16;
+
+/// Whether the kernel takes weights of `group_size` (whole batches of
+/// `BATCH_PAIRS` pairs); other group sizes run the scalar twin.
+pub(crate) fn eligible(group_size: usize) -> bool {
+    group_size.is_multiple_of(2 * BATCH_PAIRS) && group_size <= MAX_GROUP
+}
+
+/// `ys[j][..] = (W^T x_r)[o0 .. o0 + width]` for the rows `r` of `rows`
+/// (`ys[j]` is row `rows.start + j`). Whole strips run here, the columns
+/// short of a strip through the scalar twin.
+///
+/// # Safety
+/// None beyond the token: it proves AVX2 and FMA. Every size is checked.
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn cols(
+    _: Avx2,
+    args: &A8Args,
+    rows: Range<usize>,
+    o0: usize,
+    ys: &mut [&mut [f32]],
+) {
+    args.check();
+    assert!(eligible(args.group_size));
+    let width = ys.first().map_or(0, |y| y.len());
+    assert!(ys.len() == rows.len() && ys.iter().all(|y| y.len() == width));
+    assert!(o0 + width <= args.out_feat && rows.end <= args.x.rows);
+    let main = width / STRIP * STRIP;
+    for y in ys.iter_mut() {
+        y[..main].fill(0.0);
+    }
+    let count = rows.len();
+    let passes = count.div_ceil(ROWS_PER_PASS);
+    let half = args.group_size / 2;
+    let line_stride = args.group_size / 2 * args.out_feat;
+    for g in 0..args.x.num_groups {
+        for c in (0..main).step_by(STRIP) {
+            if c % 64 == 0 {
+                // The next group's rows and scales for these columns: a
+                // group's worth of strips ahead, which is about the DRAM
+                // latency (a task's rows are short, too short for the
+                // hardware prefetchers to lock on).
+                let row = args
+                    .data
+                    .as_ptr()
+                    .wrapping_add((g + 1) * line_stride + o0 + c);
+                for p in 0..half {
+                    prefetch(row.wrapping_add(p * args.out_feat));
+                }
+                let s = args
+                    .scales
+                    .as_ptr()
+                    .wrapping_add((g + 1) * args.out_feat + o0 + c);
+                prefetch(s as *const u8);
+                prefetch(s.wrapping_add(16) as *const u8);
+            }
+            for i in 0..passes {
+                // Balanced passes (7 rows: 3 + 4), none above ROWS_PER_PASS.
+                let (a, b) = (i * count / passes, (i + 1) * count / passes);
+                let part = &mut ys[a..b];
+                let r0 = rows.start + a;
+                // SAFETY: (every arm) the features are this function's;
+                // `part` holds exactly the arm's row count, and the strip's
+                // columns lie inside the matrix and every row (checked
+                // above and in `strip`).
+                unsafe {
+                    match part.len() {
+                        4 => strip::<4>(args, g, o0 + c, c, r0, part),
+                        3 => strip::<3>(args, g, o0 + c, c, r0, part),
+                        2 => strip::<2>(args, g, o0 + c, c, r0, part),
+                        _ => strip::<1>(args, g, o0 + c, c, r0, part),
+                    }
+                }
+            }
+        }
+    }
+    if main < width {
+        let mut tails: Vec<&mut [f32]> = ys.iter_mut().map(|y| &mut y[main..]).collect();
+        cols_scalar(args, rows, o0 + main, &mut tails);
+    }
+}
+
+/// Prefetch one cache line into L2 (`T1`: faster from DRAM than into L1,
+/// see docs/benchmarks.md).
+#[inline(always)]
+fn prefetch(at: *const u8) {
+    // SAFETY: a prefetch never faults, whatever the address; SSE is part of
+    // x86_64.
+    unsafe { _mm_prefetch::<_MM_HINT_T1>(at as *const i8) };
+}
+
+/// Group `g`'s contribution to the 32 columns from `col` (column `yoff` of
+/// each `ys[j]`) for the `R` rows of `x` from `r0`.
+///
+/// # Safety
+/// None beyond the features (AVX2), which the caller's token proves; every
+/// index is checked.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn strip<const R: usize>(
+    args: &A8Args,
+    g: usize,
+    col: usize,
+    yoff: usize,
+    r0: usize,
+    ys: &mut [&mut [f32]],
+) {
+    let (n, x) = (args.out_feat, args.x);
+    let half = args.group_size / 2;
+    let (p0, p_end) = (g * half, (g + 1) * half);
+    assert!(p_end * n <= args.data.len() && col + STRIP <= n && g < x.num_groups);
+    assert!(ys.len() == R && ys.iter().all(|y| y.len() >= yoff + STRIP));
+    assert!(r0 + R <= x.rows && 2 * p_end <= x.pitch);
+    let flip = _mm256_set1_epi8(0x88u8 as i8);
+    let low = _mm256_set1_epi8(0x0F);
+    let xq: [*const i8; R] = std::array::from_fn(|j| x.row(r0 + j).as_ptr());
+    let mut acc32 = [[_mm256_setzero_si256(); 4]; R];
+    for b0 in (p0..p_end).step_by(BATCH_PAIRS) {
+        let mut acc16 = [[_mm256_setzero_si256(); 2]; R];
+        for p in b0..b0 + BATCH_PAIRS {
+            // SAFETY: p < p_end and col + 32 <= n, so the 32 bytes lie in
+            // `data` (asserted above); 2p + 1 < pitch for every row's codes.
+            unsafe {
+                let bytes =
+                    _mm256_loadu_si256(args.data.as_ptr().add(p * n + col) as *const __m256i);
+                let u = _mm256_xor_si256(bytes, flip);
+                let lo = _mm256_and_si256(u, low);
+                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(u), low);
+                // Columns 0..7 | 16..23 and 8..15 | 24..31, each 16-bit
+                // lane holding (row 2p, row 2p + 1) of one column.
+                let wa = _mm256_unpacklo_epi8(lo, hi);
+                let wb = _mm256_unpackhi_epi8(lo, hi);
+                for (j, a) in acc16.iter_mut().enumerate() {
+                    let pair = (xq[j].add(2 * p) as *const i16).read_unaligned();
+                    let xv = _mm256_set1_epi16(pair);
+                    a[0] = _mm256_add_epi16(a[0], _mm256_maddubs_epi16(wa, xv));
+                    a[1] = _mm256_add_epi16(a[1], _mm256_maddubs_epi16(wb, xv));
+                }
+            }
+        }
+        for (a32, a16) in acc32.iter_mut().zip(acc16.iter()) {
+            let halves = [
+                _mm256_castsi256_si128(a16[0]),
+                _mm256_castsi256_si128(a16[1]),
+                _mm256_extracti128_si256::<1>(a16[0]),
+                _mm256_extracti128_si256::<1>(a16[1]),
+            ];
+            // Columns 0..7, 8..15, 16..23, 24..31.
+            for (v, h) in a32.iter_mut().zip(halves) {
+                *v = _mm256_add_epi32(*v, _mm256_cvtepi16_epi32(h));
+            }
+        }
+    }
+    let srow = &args.scales[g * n + col..g * n + col + STRIP];
+    for (j, (a32, y)) in acc32.iter().zip(ys.iter_mut()).enumerate() {
+        let at = (r0 + j) * x.num_groups + g;
+        let d = _mm256_set1_ps(x.d[at]);
+        let off = _mm256_set1_epi32(8 * x.sums[at]);
+        for (v, a) in a32.iter().enumerate() {
+            // SAFETY: srow holds 32 floats and y at least yoff + 32
+            // (asserted above); unaligned loads and stores.
+            unsafe {
+                let t = _mm256_mul_ps(_mm256_loadu_ps(srow.as_ptr().add(8 * v)), d);
+                let accf = _mm256_cvtepi32_ps(_mm256_sub_epi32(*a, off));
+                let yp = y.as_mut_ptr().add(yoff + 8 * v);
+                _mm256_storeu_ps(
+                    yp,
+                    _mm256_add_ps(_mm256_loadu_ps(yp), _mm256_mul_ps(accf, t)),
+                );
+            }
+        }
+    }
+}
