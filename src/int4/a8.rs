@@ -28,6 +28,13 @@ use crate::simd::{self, SimdLevel};
 /// Rows of `x` one piece of a batched call serves (a pass of the AVX2
 /// kernel takes 4; 16 keep a piece's outputs in L2).
 const ROW_BLOCK: usize = 16;
+/// Largest batch split along the groups (`run_split`); its partial
+/// outputs grow with the batch while the weights' share of the time falls.
+const SPLIT_MAX_BATCH: usize = 4;
+/// Group blocks of a split call (fixed, for determinism).
+const K_BLOCKS: usize = 8;
+/// Column parts of a split call.
+const COL_PARTS: usize = 2;
 
 /// How `matvec` / `matmul` treat the activations `x`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -123,13 +130,18 @@ impl QuantizedWeight {
             return Ok(());
         }
         let gs = self.group_size();
-        let xq = Xq8::quantize(x, batch, self.in_feat, self.in_padded(), gs)?;
+        #[cfg(target_arch = "x86_64")]
+        let fast = Avx2::at(level);
+        #[cfg(not(target_arch = "x86_64"))]
+        let fast = None;
+        let xq = Xq8::quantize(x, batch, self.in_feat, self.in_padded(), gs, fast)?;
         let args = A8Args {
             data: &self.data,
             scales: &self.scales,
             out_feat: self.out_feat,
             group_size: gs,
             x: &xq,
+            groups: 0..xq.num_groups,
         };
         args.check();
         run(&args, batch, y, A8::for_weights(level, gs));
@@ -143,10 +155,17 @@ fn run(args: &A8Args, batch: usize, y: &mut [f32], kernel: A8) {
     if batch * args.x.pitch * n < PAR_MIN_WEIGHTS {
         let mut ys: Vec<&mut [f32]> = y.chunks_exact_mut(n).collect();
         kernel.cols(args, 0..batch, 0, &mut ys);
-        return;
+    } else if batch <= SPLIT_MAX_BATCH && args.x.num_groups >= K_BLOCKS {
+        run_split(args, batch, y, kernel);
+    } else {
+        run_columns(args, batch, y, kernel);
     }
-    // Pieces: a block of rows times a column chunk, each holding its
-    // columns of its rows of `y`.
+}
+
+/// Pieces of a block of rows of `x` times a column chunk, each holding its
+/// columns of its rows of `y` and summing them over every group.
+fn run_columns(args: &A8Args, batch: usize, y: &mut [f32], kernel: A8) {
+    let n = args.out_feat;
     let width = chunk_width(n);
     let chunks = n.div_ceil(width);
     let mut pieces: Vec<Vec<&mut [f32]>> = (0..batch.div_ceil(ROW_BLOCK) * chunks)
@@ -163,6 +182,44 @@ fn run(args: &A8Args, batch: usize, y: &mut [f32], kernel: A8) {
         let rows = rb * ROW_BLOCK..((rb + 1) * ROW_BLOCK).min(batch);
         kernel.cols(args, rows, c * width, &mut lock(&slots[t]));
     });
+}
+
+/// Few rows: pieces of a block of groups times half the columns, so that
+/// each piece streams long runs of every packed row (what DRAM and the
+/// prefetchers like best, as in the float32 matvec), into partial outputs
+/// added in block order afterwards. The split depends on the shape alone.
+fn run_split(args: &A8Args, batch: usize, y: &mut [f32], kernel: A8) {
+    let (n, g) = (args.out_feat, args.x.num_groups);
+    let per_block = g.div_ceil(K_BLOCKS);
+    let blocks = g.div_ceil(per_block);
+    // Whole strips of the AVX2 kernel in every part but the last.
+    let width = n.div_ceil(COL_PARTS).next_multiple_of(64);
+    let parts = n.div_ceil(width);
+    let mut partial = vec![0.0f32; blocks * batch * n];
+    let mut pieces: Vec<Vec<&mut [f32]>> = (0..blocks * parts).map(|_| Vec::new()).collect();
+    for (i, yr) in partial.chunks_exact_mut(n).enumerate() {
+        let b = i / batch;
+        for (c, part) in yr.chunks_mut(width).enumerate() {
+            pieces[b * parts + c].push(part);
+        }
+    }
+    let slots: Vec<Mutex<Vec<&mut [f32]>>> = pieces.into_iter().map(Mutex::new).collect();
+    par::for_each_block(slots.len(), |t| {
+        let (b, c) = (t / parts, t % parts);
+        let block = A8Args {
+            groups: b * per_block..((b + 1) * per_block).min(g),
+            ..*args
+        };
+        kernel.cols(&block, 0..batch, c * width, &mut lock(&slots[t]));
+    });
+    drop(slots);
+    let (first, rest) = partial.split_at(batch * n);
+    y.copy_from_slice(first);
+    for p in rest.chunks_exact(batch * n) {
+        for (yv, pv) in y.iter_mut().zip(p) {
+            *yv += pv;
+        }
+    }
 }
 
 /// Lock a piece's slot (a panic in another piece does not poison the data

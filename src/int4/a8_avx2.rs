@@ -64,7 +64,7 @@ pub(super) unsafe fn cols(
     let passes = count.div_ceil(ROWS_PER_PASS);
     let half = args.group_size / 2;
     let line_stride = args.group_size / 2 * args.out_feat;
-    for g in 0..args.x.num_groups {
+    for g in args.groups.clone() {
         for c in (0..main).step_by(STRIP) {
             if c % 64 == 0 {
                 // The next group's rows and scales for these columns: a
@@ -138,21 +138,27 @@ unsafe fn strip<const R: usize>(
     let (n, x) = (args.out_feat, args.x);
     let half = args.group_size / 2;
     let (p0, p_end) = (g * half, (g + 1) * half);
+    debug_assert!(half.is_multiple_of(BATCH_PAIRS));
     assert!(p_end * n <= args.data.len() && col + STRIP <= n && g < x.num_groups);
     assert!(ys.len() == R && ys.iter().all(|y| y.len() >= yoff + STRIP));
     assert!(r0 + R <= x.rows && 2 * p_end <= x.pitch);
     let flip = _mm256_set1_epi8(0x88u8 as i8);
     let low = _mm256_set1_epi8(0x0F);
-    let xq: [*const i8; R] = std::array::from_fn(|j| x.row(r0 + j).as_ptr());
+    // Raw pointers stepped along the group (fixed trip counts, no index
+    // arithmetic in the loop): the weights one row pitch per pair, each
+    // row's codes two per pair. In bounds by the asserts above.
+    let mut wp = args.data.as_ptr().wrapping_add(p0 * n + col);
+    let mut xp: [*const i8; R] =
+        std::array::from_fn(|j| x.row(r0 + j).as_ptr().wrapping_add(2 * p0));
     let mut acc32 = [[_mm256_setzero_si256(); 4]; R];
-    for b0 in (p0..p_end).step_by(BATCH_PAIRS) {
+    for _ in 0..half / BATCH_PAIRS {
         let mut acc16 = [[_mm256_setzero_si256(); 2]; R];
-        for p in b0..b0 + BATCH_PAIRS {
-            // SAFETY: p < p_end and col + 32 <= n, so the 32 bytes lie in
-            // `data` (asserted above); 2p + 1 < pitch for every row's codes.
+        for _ in 0..BATCH_PAIRS {
+            // SAFETY: `wp` is pair p's row at column `col` with p < p_end
+            // and col + 32 <= n, so its 32 bytes lie in `data`; each `xp`
+            // points at codes 2p, 2p + 1 of its row (2 p_end <= pitch).
             unsafe {
-                let bytes =
-                    _mm256_loadu_si256(args.data.as_ptr().add(p * n + col) as *const __m256i);
+                let bytes = _mm256_loadu_si256(wp as *const __m256i);
                 let u = _mm256_xor_si256(bytes, flip);
                 let lo = _mm256_and_si256(u, low);
                 let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(u), low);
@@ -160,12 +166,13 @@ unsafe fn strip<const R: usize>(
                 // lane holding (row 2p, row 2p + 1) of one column.
                 let wa = _mm256_unpacklo_epi8(lo, hi);
                 let wb = _mm256_unpackhi_epi8(lo, hi);
-                for (j, a) in acc16.iter_mut().enumerate() {
-                    let pair = (xq[j].add(2 * p) as *const i16).read_unaligned();
-                    let xv = _mm256_set1_epi16(pair);
+                for (a, x) in acc16.iter_mut().zip(xp.iter_mut()) {
+                    let xv = _mm256_set1_epi16((*x as *const i16).read_unaligned());
                     a[0] = _mm256_add_epi16(a[0], _mm256_maddubs_epi16(wa, xv));
                     a[1] = _mm256_add_epi16(a[1], _mm256_maddubs_epi16(wb, xv));
+                    *x = x.add(2);
                 }
+                wp = wp.add(n);
             }
         }
         for (a32, a16) in acc32.iter_mut().zip(acc16.iter()) {

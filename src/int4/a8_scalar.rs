@@ -3,8 +3,8 @@
 //!
 //! Per output column `o` and group `g` both compute the exact integer
 //! `acc = sum_{i in g} q_w[i, o] * q_x[i]` and then, in f32 and in this
-//! order, `y[o] = y[o] + (acc as f32) * (scale_w[g, o] * d[g])`, groups in
-//! ascending order starting from `y[o] = 0`.
+//! order, `y[o] = y[o] + (acc as f32) * (scale_w[g, o] * d[g])`, over the
+//! call's groups in ascending order starting from `y[o] = 0`.
 
 use std::ops::Range;
 
@@ -25,6 +25,9 @@ pub(crate) struct A8Args<'a> {
     pub group_size: usize,
     /// The quantized rows of `x`.
     pub x: &'a Xq8,
+    /// The groups this call sums over, in order (all of them, or one block
+    /// of a split whose partial sums the driver adds in block order).
+    pub groups: Range<usize>,
 }
 
 impl A8Args<'_> {
@@ -41,7 +44,8 @@ impl A8Args<'_> {
                 && self.scales.len() == x.num_groups * n
                 && x.q.len() == x.rows * x.pitch
                 && x.d.len() == x.rows * x.num_groups
-                && x.sums.len() == x.rows * x.num_groups,
+                && x.sums.len() == x.rows * x.num_groups
+                && self.groups.end <= x.num_groups,
             "int8-activation matvec: inconsistent sizes"
         );
     }
@@ -71,7 +75,7 @@ pub(crate) fn cols_scalar(args: &A8Args, rows: Range<usize>, o0: usize, ys: &mut
         assert!(o0 + y.len() <= n);
         y.fill(0.0);
         let xq = x.row(r);
-        for g in 0..x.num_groups {
+        for g in args.groups.clone() {
             let dx = x.d[r * x.num_groups + g];
             for c in (0..y.len()).step_by(TILE) {
                 let w = TILE.min(y.len() - c);

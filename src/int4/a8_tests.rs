@@ -11,18 +11,28 @@ use crate::testutil::rand_vec;
 /// The documented formula, one column at a time, straight from `code()`:
 /// `y = y + (acc as f32) * (scale_w * d)` per group in order.
 fn formula(qw: &QuantizedWeight, x: &[f32], batch: usize) -> Vec<f32> {
+    formula_blocks(qw, x, batch, qw.num_groups)
+}
+
+/// [`formula`] summed in blocks of `per_block` groups, the blocks' partial
+/// sums then added in order (the driver's split of large calls).
+fn formula_blocks(qw: &QuantizedWeight, x: &[f32], batch: usize, per_block: usize) -> Vec<f32> {
     let (k, n, gs) = (qw.in_feat, qw.out_feat, qw.group_size());
-    let xq = Xq8::quantize(x, batch, k, qw.in_padded(), gs).unwrap();
+    let xq = Xq8::quantize(x, batch, k, qw.in_padded(), gs, None).unwrap();
     let mut y = vec![0.0f32; batch * n];
     for b in 0..batch {
         for o in 0..n {
-            let mut yo = 0.0f32;
+            let (mut yo, mut part) = (0.0f32, 0.0f32);
             for g in 0..qw.num_groups {
                 let acc: i64 = (g * gs..(g + 1) * gs)
                     .map(|i| qw.code(i, o) as i64 * xq.row(b)[i] as i64)
                     .sum();
                 let t = qw.scales[g * n + o] * xq.d[b * qw.num_groups + g];
-                yo += acc as f32 * t;
+                part += acc as f32 * t;
+                if (g + 1) % per_block == 0 || g + 1 == qw.num_groups {
+                    yo = if g < per_block { part } else { yo + part };
+                    part = 0.0;
+                }
             }
             y[b * n + o] = yo;
         }
@@ -35,7 +45,7 @@ fn formula(qw: &QuantizedWeight, x: &[f32], batch: usize) -> Vec<f32> {
 fn assert_within_a8_bound(qw: &QuantizedWeight, x: &[f32], batch: usize, y: &[f32], what: &str) {
     let (k, n, gs) = (qw.in_feat, qw.out_feat, qw.group_size());
     let w = qw.dequantize();
-    let xq = Xq8::quantize(x, batch, k, qw.in_padded(), gs).unwrap();
+    let xq = Xq8::quantize(x, batch, k, qw.in_padded(), gs, None).unwrap();
     for b in 0..batch {
         for o in 0..n {
             let (mut exact, mut mag, mut quant) = (0.0f64, 0.0f64, 0.0f64);
@@ -69,7 +79,7 @@ fn activation_codes_round_half_even_per_group() {
     // -0.5 -> 0. Group 1: absmax 2.54 -> d = 2.54 / 127 (f32), -1 -> -50,
     // 1e-3 -> 0.
     let x = [127.0, 63.5, -0.5, 2.5, 2.54, -1.0, 0.0, 1e-3];
-    let xq = Xq8::quantize(&x, 1, 8, 8, 4).unwrap();
+    let xq = Xq8::quantize(&x, 1, 8, 8, 4, None).unwrap();
     assert_eq!(xq.d[0], 1.0);
     assert_eq!(&xq.q[..4], &[127, 64, 0, 2]);
     assert_eq!(xq.sums[0], 127 + 64 + 2);
@@ -82,11 +92,11 @@ fn activation_codes_round_half_even_per_group() {
     assert_eq!(&xq.q[4..], &expect[..]);
     assert_eq!(&xq.q[4..], &[127, -50, 0, 0]);
     // A group whose scale would be subnormal is all zero with d = 0.
-    let xq = Xq8::quantize(&[1e-40, -1e-41], 1, 2, 2, 2).unwrap();
+    let xq = Xq8::quantize(&[1e-40, -1e-41], 1, 2, 2, 2, None).unwrap();
     assert_eq!((xq.d[0], &xq.q[..]), (0.0, &[0i8, 0][..]));
     // Non-finite x has no code.
     for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
-        let e = Xq8::quantize(&[1.0, bad], 1, 2, 2, 2).unwrap_err();
+        let e = Xq8::quantize(&[1.0, bad], 1, 2, 2, 2, None).unwrap_err();
         assert!(e.to_string().contains("non-finite"), "{e}");
     }
 }
@@ -155,14 +165,18 @@ fn bound_holds_on_mixed_magnitudes_and_the_error_is_real() {
 
 #[test]
 fn large_calls_do_not_depend_on_the_thread_count() {
-    // Above PAR_MIN_WEIGHTS: column chunks, and row blocks of 16.
+    // Above PAR_MIN_WEIGHTS: up to 4 rows split in 8 blocks of 4 groups
+    // (the partial sums added in block order), more in column chunks and
+    // row blocks of 16.
     let (k, n) = (1024, 1000);
     let qw = QuantizedWeight::quantize(&rand_vec(k * n, 7), k, n).unwrap();
-    for batch in [1, 4, 17, 40] {
+    for batch in [1, 4, 5, 17, 40] {
         let x = rand_vec(batch * k, 8 + batch as u64);
         let mut y = vec![f32::NAN; batch * n];
         qw.matmul_act(&x, batch, &mut y, Activations::Int8).unwrap();
-        assert_eq!(y, formula(&qw, &x, batch), "b {batch}");
+        let per_block = if batch <= 4 { 4 } else { qw.num_groups };
+        assert_eq!(y, formula_blocks(&qw, &x, batch, per_block), "b {batch}");
+        assert_within_a8_bound(&qw, &x, batch, &y, &format!("b {batch}"));
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(1)
             .build()

@@ -14,6 +14,15 @@
 //!   `1.5e-36 * sum |w|` to any output.
 
 use crate::error::{QuantError, Result};
+#[cfg(target_arch = "x86_64")]
+use crate::simd::Avx2;
+
+/// The token of the AVX2 build of the quantizer (a unit type elsewhere).
+#[cfg(target_arch = "x86_64")]
+pub(crate) type Fast = Avx2;
+/// The token of the AVX2 build of the quantizer (a unit type elsewhere).
+#[cfg(not(target_arch = "x86_64"))]
+pub(crate) type Fast = ();
 
 /// Largest |q|: symmetric, so `-q` never overflows and the kernels'
 /// products stay within `15 * 127`.
@@ -41,16 +50,26 @@ impl Xq8 {
     /// Quantize `x` `[rows, in_feat]` in groups of `group_size` (the last
     /// one zero-padded up to `pitch`). A NaN or infinity is an error: it
     /// has no int8 code (the float32 path propagates it instead).
+    ///
+    /// With `fast` the same code runs compiled for AVX2 (8 lanes); the
+    /// operations, and so the codes, are the same.
     pub(crate) fn quantize(
         x: &[f32],
         rows: usize,
         in_feat: usize,
         pitch: usize,
         group_size: usize,
+        fast: Option<Fast>,
     ) -> Result<Xq8> {
         debug_assert!(x.len() == rows * in_feat && pitch >= in_feat);
         debug_assert!(group_size > 0 && pitch.is_multiple_of(group_size));
-        if let Some(i) = x.iter().position(|v| !v.is_finite()) {
+        // One vectorizable pass (exponent all ones: inf or NaN); the index
+        // only on the error path.
+        let exp = 0x7F80_0000u32;
+        if x.iter()
+            .fold(false, |bad, v| bad | (v.to_bits() & exp == exp))
+        {
+            let i = x.iter().position(|v| !v.is_finite()).unwrap_or(0);
             return Err(QuantError::arg(format!(
                 "x: non-finite value {} at index [{}, {}] cannot be quantized to int8 \
                  (activations='int8'; use activations='float32' to propagate it)",
@@ -59,30 +78,13 @@ impl Xq8 {
                 i % in_feat
             )));
         }
-        let num_groups = pitch / group_size;
-        let mut out = Xq8 {
-            q: vec![0; rows * pitch],
-            d: vec![0.0; rows * num_groups],
-            sums: vec![0; rows * num_groups],
-            rows,
-            pitch,
-            num_groups,
-        };
-        let mut padded = vec![0.0f32; pitch];
-        for r in 0..rows {
-            padded[..in_feat].copy_from_slice(&x[r * in_feat..(r + 1) * in_feat]);
-            let qrow = &mut out.q[r * pitch..(r + 1) * pitch];
-            for (g, (xs, qs)) in padded
-                .chunks_exact(group_size)
-                .zip(qrow.chunks_exact_mut(group_size))
-                .enumerate()
-            {
-                let (d, sum) = quantize_group(xs, qs);
-                out.d[r * num_groups + g] = d;
-                out.sums[r * num_groups + g] = sum;
-            }
+        #[cfg(target_arch = "x86_64")]
+        if let Some(t) = fast {
+            // SAFETY: the token proves AVX2 and FMA.
+            return Ok(unsafe { quantize_avx2(t, x, rows, in_feat, pitch, group_size) });
         }
-        Ok(out)
+        let _ = fast;
+        Ok(quantize_rows(x, rows, in_feat, pitch, group_size))
     }
 
     /// Codes of row `r`.
@@ -91,10 +93,71 @@ impl Xq8 {
     }
 }
 
+/// [`quantize_rows`] compiled for AVX2.
+///
+/// # Safety
+/// None beyond the token: it proves AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn quantize_avx2(
+    _: Avx2,
+    x: &[f32],
+    rows: usize,
+    in_feat: usize,
+    pitch: usize,
+    group_size: usize,
+) -> Xq8 {
+    quantize_rows(x, rows, in_feat, pitch, group_size)
+}
+
+/// Every row of finite `x`, group by group.
+#[inline(always)]
+fn quantize_rows(x: &[f32], rows: usize, in_feat: usize, pitch: usize, group_size: usize) -> Xq8 {
+    let num_groups = pitch / group_size;
+    let mut out = Xq8 {
+        q: vec![0; rows * pitch],
+        d: vec![0.0; rows * num_groups],
+        sums: vec![0; rows * num_groups],
+        rows,
+        pitch,
+        num_groups,
+    };
+    let mut padded = vec![0.0f32; pitch];
+    for r in 0..rows {
+        padded[..in_feat].copy_from_slice(&x[r * in_feat..(r + 1) * in_feat]);
+        let qrow = &mut out.q[r * pitch..(r + 1) * pitch];
+        for (g, (xs, qs)) in padded
+            .chunks_exact(group_size)
+            .zip(qrow.chunks_exact_mut(group_size))
+            .enumerate()
+        {
+            let (d, sum) = quantize_group(xs, qs);
+            out.d[r * num_groups + g] = d;
+            out.sums[r * num_groups + g] = sum;
+        }
+    }
+    out
+}
+
+/// `1.5 * 2^23`: for `|t| <= 127`, `t + ROUNDER` lies in `[2^23, 2^24)`,
+/// where the f32 spacing is 1, so the addition rounds `t` to an integer,
+/// ties to even (the default rounding mode), and that integer is the
+/// difference of the bit patterns. Plain operations the compiler
+/// vectorizes: `f32::round_ties_even` is a library call on baseline x86_64
+/// and the saturating `as i32` a branch per element, which made quantizing
+/// `x` cost as much as the matvec.
+const ROUNDER: f32 = 12_582_912.0;
+
 /// One group: its scale and the sum of its codes (finite input).
+#[inline(always)]
 fn quantize_group(xs: &[f32], qs: &mut [i8]) -> (f32, i32) {
-    let amax = xs.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-    let d = amax / Q_MAX;
+    // The largest |x| by its bits: for non-negative finite floats the
+    // integer order is the float order (an integer max vectorizes, a float
+    // max fold does not, lacking a NaN-free guarantee).
+    let amax_bits = xs
+        .iter()
+        .fold(0u32, |m, v| m.max(v.to_bits() & 0x7FFF_FFFF));
+    let d = f32::from_bits(amax_bits) / Q_MAX;
     if d < f32::MIN_POSITIVE {
         qs.fill(0);
         return (0.0, 0);
@@ -103,9 +166,10 @@ fn quantize_group(xs: &[f32], qs: &mut [i8]) -> (f32, i32) {
     for (q, v) in qs.iter_mut().zip(xs) {
         // |v / d| <= 127 up to the division's rounding; the clamp keeps a
         // quotient a hair above it at 127.
-        let c = (v / d).round_ties_even().clamp(-Q_MAX, Q_MAX) as i8;
-        *q = c;
-        sum += c as i32;
+        let t = (v / d).clamp(-Q_MAX, Q_MAX);
+        let c = (t + ROUNDER).to_bits() as i32 - ROUNDER.to_bits() as i32;
+        *q = c as i8;
+        sum += c;
     }
     (d, sum)
 }
