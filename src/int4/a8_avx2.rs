@@ -27,6 +27,9 @@ const BATCH_PAIRS: usize = 8;
 /// Rows of `x` a strip serves at once: their 16-bit sums are 2 registers
 /// each, next to the decoded weights.
 const ROWS_PER_PASS: usize = 4;
+/// Most rows one [`strip_block`] serves (its 32-bit sums, 128 bytes per
+/// row, live on the stack).
+const ROW_BLOCK: usize = 16;
 /// Largest group size the kernel takes: its i32 sums (at most
 /// `15 * 127 * group_size`) stay exact far below `i32::MAX`.
 const MAX_GROUP: usize = 1 << 16;
@@ -61,7 +64,6 @@ pub(super) unsafe fn cols(
         y[..main].fill(0.0);
     }
     let count = rows.len();
-    let passes = count.div_ceil(ROWS_PER_PASS);
     let half = args.group_size / 2;
     let line_stride = args.group_size / 2 * args.out_feat;
     for g in args.groups.clone() {
@@ -85,23 +87,24 @@ pub(super) unsafe fn cols(
                 prefetch(s as *const u8);
                 prefetch(s.wrapping_add(16) as *const u8);
             }
-            for i in 0..passes {
-                // Balanced passes (7 rows: 3 + 4), none above ROWS_PER_PASS.
-                let (a, b) = (i * count / passes, (i + 1) * count / passes);
-                let part = &mut ys[a..b];
-                let r0 = rows.start + a;
+            if count <= ROWS_PER_PASS {
                 // SAFETY: (every arm) the features are this function's;
-                // `part` holds exactly the arm's row count, and the strip's
+                // `ys` holds exactly the arm's row count, and the strip's
                 // columns lie inside the matrix and every row (checked
                 // above and in `strip`).
                 unsafe {
-                    match part.len() {
-                        4 => strip::<4>(args, g, o0 + c, c, r0, part),
-                        3 => strip::<3>(args, g, o0 + c, c, r0, part),
-                        2 => strip::<2>(args, g, o0 + c, c, r0, part),
-                        _ => strip::<1>(args, g, o0 + c, c, r0, part),
+                    match count {
+                        4 => strip::<4>(args, g, o0 + c, c, rows.start, ys),
+                        3 => strip::<3>(args, g, o0 + c, c, rows.start, ys),
+                        2 => strip::<2>(args, g, o0 + c, c, rows.start, ys),
+                        _ => strip::<1>(args, g, o0 + c, c, rows.start, ys),
                     }
                 }
+                continue;
+            }
+            for (b, part) in ys.chunks_mut(ROW_BLOCK).enumerate() {
+                // SAFETY: as above; `part` holds at most ROW_BLOCK rows.
+                unsafe { strip_block(args, g, o0 + c, c, rows.start + b * ROW_BLOCK, part) }
             }
         }
     }
@@ -142,15 +145,16 @@ unsafe fn strip<const R: usize>(
     assert!(p_end * n <= args.data.len() && col + STRIP <= n && g < x.num_groups);
     assert!(ys.len() == R && ys.iter().all(|y| y.len() >= yoff + STRIP));
     assert!(r0 + R <= x.rows && 2 * p_end <= x.pitch);
-    let flip = _mm256_set1_epi8(0x88u8 as i8);
-    let low = _mm256_set1_epi8(0x0F);
     // Raw pointers stepped along the group (fixed trip counts, no index
     // arithmetic in the loop): the weights one row pitch per pair, each
     // row's codes two per pair. In bounds by the asserts above.
     let mut wp = args.data.as_ptr().wrapping_add(p0 * n + col);
     let mut xp: [*const i8; R] =
         std::array::from_fn(|j| x.row(r0 + j).as_ptr().wrapping_add(2 * p0));
-    let mut acc32 = [[_mm256_setzero_si256(); 4]; R];
+    // The sums start at -8 sum(x_q), the offset of the nibbles (see the
+    // module docs): the same integers as subtracting it at the end.
+    let mut acc32: [[__m256i; 4]; R] =
+        std::array::from_fn(|j| [_mm256_set1_epi32(-8 * x.sums[(r0 + j) * x.num_groups + g]); 4]);
     for _ in 0..half / BATCH_PAIRS {
         let mut acc16 = [[_mm256_setzero_si256(); 2]; R];
         for _ in 0..BATCH_PAIRS {
@@ -158,14 +162,7 @@ unsafe fn strip<const R: usize>(
             // and col + 32 <= n, so its 32 bytes lie in `data`; each `xp`
             // points at codes 2p, 2p + 1 of its row (2 p_end <= pitch).
             unsafe {
-                let bytes = _mm256_loadu_si256(wp as *const __m256i);
-                let u = _mm256_xor_si256(bytes, flip);
-                let lo = _mm256_and_si256(u, low);
-                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(u), low);
-                // Columns 0..7 | 16..23 and 8..15 | 24..31, each 16-bit
-                // lane holding (row 2p, row 2p + 1) of one column.
-                let wa = _mm256_unpacklo_epi8(lo, hi);
-                let wb = _mm256_unpackhi_epi8(lo, hi);
+                let [wa, wb] = decode(_mm256_loadu_si256(wp as *const __m256i));
                 for (a, x) in acc16.iter_mut().zip(xp.iter_mut()) {
                     let xv = _mm256_set1_epi16((*x as *const i16).read_unaligned());
                     a[0] = _mm256_add_epi16(a[0], _mm256_maddubs_epi16(wa, xv));
@@ -176,35 +173,177 @@ unsafe fn strip<const R: usize>(
             }
         }
         for (a32, a16) in acc32.iter_mut().zip(acc16.iter()) {
-            let halves = [
-                _mm256_castsi256_si128(a16[0]),
-                _mm256_castsi256_si128(a16[1]),
-                _mm256_extracti128_si256::<1>(a16[0]),
-                _mm256_extracti128_si256::<1>(a16[1]),
-            ];
-            // Columns 0..7, 8..15, 16..23, 24..31.
-            for (v, h) in a32.iter_mut().zip(halves) {
-                *v = _mm256_add_epi32(*v, _mm256_cvtepi16_epi32(h));
-            }
+            // SAFETY: the features are this function's.
+            unsafe { widen_add(a32, a16) };
         }
     }
+    // SAFETY: the features are this function's; `acc32` holds a row per
+    // row of `ys`.
+    unsafe { epilogue(args, g, col, yoff, r0, &acc32, ys) }
+}
+
+/// `y[j][yoff ..][..32] = y + f32(acc32[j]) * (scale_w[g, col ..] * d[r0 + j, g])`
+/// for every row `j` of `ys`, the scalar twin's operations.
+///
+/// # Safety
+/// None beyond the features (AVX2), which the caller's token proves; every
+/// index is checked.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn epilogue(
+    args: &A8Args,
+    g: usize,
+    col: usize,
+    yoff: usize,
+    r0: usize,
+    acc32: &[[__m256i; 4]],
+    ys: &mut [&mut [f32]],
+) {
+    let (n, x) = (args.out_feat, args.x);
     let srow = &args.scales[g * n + col..g * n + col + STRIP];
+    assert!(acc32.len() >= ys.len() && r0 + ys.len() <= x.rows);
     for (j, (a32, y)) in acc32.iter().zip(ys.iter_mut()).enumerate() {
-        let at = (r0 + j) * x.num_groups + g;
-        let d = _mm256_set1_ps(x.d[at]);
-        let off = _mm256_set1_epi32(8 * x.sums[at]);
+        let d = _mm256_set1_ps(x.d[(r0 + j) * x.num_groups + g]);
+        let y = &mut y[yoff..yoff + STRIP];
         for (v, a) in a32.iter().enumerate() {
-            // SAFETY: srow holds 32 floats and y at least yoff + 32
-            // (asserted above); unaligned loads and stores.
+            // SAFETY: srow and y hold 32 floats; unaligned loads and stores.
             unsafe {
                 let t = _mm256_mul_ps(_mm256_loadu_ps(srow.as_ptr().add(8 * v)), d);
-                let accf = _mm256_cvtepi32_ps(_mm256_sub_epi32(*a, off));
-                let yp = y.as_mut_ptr().add(yoff + 8 * v);
+                let accf = _mm256_cvtepi32_ps(*a);
+                let yp = y.as_mut_ptr().add(8 * v);
                 _mm256_storeu_ps(
                     yp,
                     _mm256_add_ps(_mm256_loadu_ps(yp), _mm256_mul_ps(accf, t)),
                 );
             }
         }
+    }
+}
+
+/// [`strip`] for 5 to `ROW_BLOCK` rows: each batch of pairs is decoded
+/// once into a buffer in L1 and read by every pass of up to four rows, so
+/// the decode is paid once per strip, not once per pass.
+///
+/// # Safety
+/// None beyond the features (AVX2), which the caller's token proves; every
+/// index is checked.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn strip_block(
+    args: &A8Args,
+    g: usize,
+    col: usize,
+    yoff: usize,
+    r0: usize,
+    ys: &mut [&mut [f32]],
+) {
+    let (n, x) = (args.out_feat, args.x);
+    let half = args.group_size / 2;
+    let (p0, p_end) = (g * half, (g + 1) * half);
+    let count = ys.len();
+    assert!(p_end * n <= args.data.len() && col + STRIP <= n && g < x.num_groups);
+    assert!(count <= ROW_BLOCK && ys.iter().all(|y| y.len() >= yoff + STRIP));
+    assert!(r0 + count <= x.rows && 2 * p_end <= x.pitch);
+    let mut acc32 = [[_mm256_setzero_si256(); 4]; ROW_BLOCK];
+    for (j, a) in acc32.iter_mut().take(count).enumerate() {
+        // The nibbles' offset, as in `strip`.
+        *a = [_mm256_set1_epi32(-8 * x.sums[(r0 + j) * x.num_groups + g]); 4];
+    }
+    let passes = count.div_ceil(ROWS_PER_PASS);
+    let mut dec = [_mm256_setzero_si256(); 2 * BATCH_PAIRS];
+    for pb in (p0..p_end).step_by(BATCH_PAIRS) {
+        for (k, d) in dec.chunks_exact_mut(2).enumerate() {
+            // SAFETY: pair pb + k < p_end at column col + 32 <= n lies in
+            // `data` (asserted above).
+            let bytes = unsafe {
+                _mm256_loadu_si256(args.data.as_ptr().add((pb + k) * n + col) as *const __m256i)
+            };
+            // SAFETY: the features are this function's.
+            let [a, b] = unsafe { decode(bytes) };
+            d[0] = a;
+            d[1] = b;
+        }
+        for i in 0..passes {
+            // Balanced passes (7 rows: 3 + 4), none above ROWS_PER_PASS.
+            let (a, b) = (i * count / passes, (i + 1) * count / passes);
+            let acc = &mut acc32[a..b];
+            // SAFETY: (every arm) the features are this function's; `acc`
+            // holds exactly the arm's row count, rows r0 + a .. r0 + b
+            // exist and hold codes up to 2 p_end (asserted above).
+            unsafe {
+                match acc.len() {
+                    4 => pass::<4>(&dec, x, r0 + a, pb, acc),
+                    3 => pass::<3>(&dec, x, r0 + a, pb, acc),
+                    2 => pass::<2>(&dec, x, r0 + a, pb, acc),
+                    _ => pass::<1>(&dec, x, r0 + a, pb, acc),
+                }
+            }
+        }
+    }
+    // SAFETY: as in `strip`.
+    unsafe { epilogue(args, g, col, yoff, r0, &acc32[..count], ys) }
+}
+
+/// The decoded pairs `dec` (see [`decode`]) of the batch from pair `pb`
+/// against the `R` rows of `x` from `r0`, added into `acc32`.
+///
+/// # Safety
+/// None beyond the features (AVX2); the caller checks that the rows exist
+/// and hold codes up to `2 (pb + BATCH_PAIRS)`.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn pass<const R: usize>(
+    dec: &[__m256i; 2 * BATCH_PAIRS],
+    x: &super::xq8::Xq8,
+    r0: usize,
+    pb: usize,
+    acc32: &mut [[__m256i; 4]],
+) {
+    assert!(acc32.len() == R && r0 + R <= x.rows && 2 * (pb + BATCH_PAIRS) <= x.pitch);
+    let xp: [*const i8; R] = std::array::from_fn(|j| x.row(r0 + j).as_ptr().wrapping_add(2 * pb));
+    let mut acc16 = [[_mm256_setzero_si256(); 2]; R];
+    for (k, d) in dec.chunks_exact(2).enumerate() {
+        for (a, x) in acc16.iter_mut().zip(xp.iter()) {
+            // SAFETY: codes 2 (pb + k) and 2 (pb + k) + 1 of the row exist
+            // (asserted above).
+            let xv = _mm256_set1_epi16(unsafe { (x.add(2 * k) as *const i16).read_unaligned() });
+            a[0] = _mm256_add_epi16(a[0], _mm256_maddubs_epi16(d[0], xv));
+            a[1] = _mm256_add_epi16(a[1], _mm256_maddubs_epi16(d[1], xv));
+        }
+    }
+    for (a32, a16) in acc32.iter_mut().zip(acc16.iter()) {
+        // SAFETY: the features are this function's.
+        unsafe { widen_add(a32, a16) };
+    }
+}
+
+/// One pair row's 32 bytes as the two `vpmaddubsw` operands: columns
+/// 0..7 | 16..23 and 8..15 | 24..31, each 16-bit lane holding
+/// (row 2p + 8, row 2p + 1 + 8) of one column.
+///
+/// # Safety
+/// None beyond the features (AVX2), which the caller's token proves.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn decode(bytes: __m256i) -> [__m256i; 2] {
+    let u = _mm256_xor_si256(bytes, _mm256_set1_epi8(0x88u8 as i8));
+    let low = _mm256_set1_epi8(0x0F);
+    let lo = _mm256_and_si256(u, low);
+    let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(u), low);
+    [_mm256_unpacklo_epi8(lo, hi), _mm256_unpackhi_epi8(lo, hi)]
+}
+
+/// `a32 += widen(a16)`: columns 0..7, 8..15, 16..23, 24..31.
+///
+/// # Safety
+/// None beyond the features (AVX2), which the caller's token proves.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn widen_add(a32: &mut [__m256i; 4], a16: &[__m256i; 2]) {
+    let halves = [
+        _mm256_castsi256_si128(a16[0]),
+        _mm256_castsi256_si128(a16[1]),
+        _mm256_extracti128_si256::<1>(a16[0]),
+        _mm256_extracti128_si256::<1>(a16[1]),
+    ];
+    for (v, h) in a32.iter_mut().zip(halves) {
+        *v = _mm256_add_epi32(*v, _mm256_cvtepi16_epi32(h));
     }
 }
