@@ -32,9 +32,10 @@ const ROW_BLOCK: usize = 16;
 /// outputs grow with the batch while the weights' share of the time falls.
 const SPLIT_MAX_BATCH: usize = 4;
 /// Group blocks of a split call (fixed, for determinism).
-const K_BLOCKS: usize = 8;
-/// Column parts of a split call.
-const COL_PARTS: usize = 2;
+pub(super) const K_BLOCKS: usize = 8;
+/// Column parts of a split call: one, so that a piece's packed bytes are
+/// one contiguous stretch (its groups' rows, every column).
+const COL_PARTS: usize = 1;
 
 /// How `matvec` / `matmul` treat the activations `x`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -184,10 +185,10 @@ fn run_columns(args: &A8Args, batch: usize, y: &mut [f32], kernel: A8) {
     });
 }
 
-/// Few rows: pieces of a block of groups times half the columns, so that
-/// each piece streams long runs of every packed row (what DRAM and the
-/// prefetchers like best, as in the float32 matvec), into partial outputs
-/// added in block order afterwards. The split depends on the shape alone.
+/// Few rows: pieces of a block of groups and every column, so that each
+/// piece streams one contiguous stretch of the packed bytes (what DRAM
+/// and the prefetchers like best), into partial outputs added in block
+/// order afterwards. The split depends on the shape alone.
 fn run_split(args: &A8Args, batch: usize, y: &mut [f32], kernel: A8) {
     let (n, g) = (args.out_feat, args.x.num_groups);
     let per_block = g.div_ceil(K_BLOCKS);
@@ -195,7 +196,11 @@ fn run_split(args: &A8Args, batch: usize, y: &mut [f32], kernel: A8) {
     // Whole strips of the AVX2 kernel in every part but the last.
     let width = n.div_ceil(COL_PARTS).next_multiple_of(64);
     let parts = n.div_ceil(width);
-    let mut partial = vec![0.0f32; blocks * batch * n];
+    // Kept per thread between calls: a fresh buffer of this size is mapped
+    // and faulted in on every call. Its contents do not matter (the kernels
+    // write every output before reading it).
+    let mut partial = PARTIAL.with(|p| std::mem::take(&mut *p.borrow_mut()));
+    partial.resize(blocks * batch * n, 0.0);
     let mut pieces: Vec<Vec<&mut [f32]>> = (0..blocks * parts).map(|_| Vec::new()).collect();
     for (i, yr) in partial.chunks_exact_mut(n).enumerate() {
         let b = i / batch;
@@ -220,6 +225,17 @@ fn run_split(args: &A8Args, batch: usize, y: &mut [f32], kernel: A8) {
             *yv += pv;
         }
     }
+    if partial.len() <= PARTIAL_KEEP {
+        PARTIAL.with(|p| *p.borrow_mut() = partial);
+    }
+}
+
+/// Largest partial-sum buffer (floats, 4 MiB) a thread keeps between calls.
+const PARTIAL_KEEP: usize = 1 << 20;
+
+thread_local! {
+    /// The calling thread's partial sums of its last split call.
+    static PARTIAL: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Lock a piece's slot (a panic in another piece does not poison the data

@@ -64,53 +64,85 @@ pub(super) unsafe fn cols(
         y[..main].fill(0.0);
     }
     let count = rows.len();
-    let half = args.group_size / 2;
-    let line_stride = args.group_size / 2 * args.out_feat;
+    let full = width == args.out_feat;
     for g in args.groups.clone() {
-        for c in (0..main).step_by(STRIP) {
-            if c % 64 == 0 {
-                // The next group's rows and scales for these columns: a
-                // group's worth of strips ahead, which is about the DRAM
-                // latency (a task's rows are short, too short for the
-                // hardware prefetchers to lock on).
-                let row = args
-                    .data
-                    .as_ptr()
-                    .wrapping_add((g + 1) * line_stride + o0 + c);
-                for p in 0..half {
-                    prefetch(row.wrapping_add(p * args.out_feat));
-                }
-                let s = args
-                    .scales
-                    .as_ptr()
-                    .wrapping_add((g + 1) * args.out_feat + o0 + c);
-                prefetch(s as *const u8);
-                prefetch(s.wrapping_add(16) as *const u8);
+        let mut c = 0;
+        while c < main {
+            // Two strips at once where they fit: a strip uses half of each
+            // cache line it loads, and with a row pitch that is a multiple
+            // of 4 KiB the group's rows all fall in one L1 set, so the line
+            // would be gone before the next strip came back for its other
+            // half.
+            let h = if c + 2 * STRIP <= main { 2 } else { 1 };
+            for k in 0..h {
+                prefetch_next_group(args, g, o0, c + k * STRIP, full);
             }
             if count <= ROWS_PER_PASS {
                 // SAFETY: (every arm) the features are this function's;
-                // `ys` holds exactly the arm's row count, and the strip's
+                // `ys` holds exactly the arm's row count, and the strips'
                 // columns lie inside the matrix and every row (checked
                 // above and in `strip`).
                 unsafe {
-                    match count {
-                        4 => strip::<4>(args, g, o0 + c, c, rows.start, ys),
-                        3 => strip::<3>(args, g, o0 + c, c, rows.start, ys),
-                        2 => strip::<2>(args, g, o0 + c, c, rows.start, ys),
-                        _ => strip::<1>(args, g, o0 + c, c, rows.start, ys),
+                    let (o, r0) = (o0 + c, rows.start);
+                    match (count, h) {
+                        (4, 2) => strip::<4, 2>(args, g, o, c, r0, ys),
+                        (4, _) => strip::<4, 1>(args, g, o, c, r0, ys),
+                        (3, 2) => strip::<3, 2>(args, g, o, c, r0, ys),
+                        (3, _) => strip::<3, 1>(args, g, o, c, r0, ys),
+                        (2, 2) => strip::<2, 2>(args, g, o, c, r0, ys),
+                        (2, _) => strip::<2, 1>(args, g, o, c, r0, ys),
+                        (_, 2) => strip::<1, 2>(args, g, o, c, r0, ys),
+                        _ => strip::<1, 1>(args, g, o, c, r0, ys),
                     }
                 }
-                continue;
+            } else {
+                for k in 0..h {
+                    let cs = c + k * STRIP;
+                    for (b, part) in ys.chunks_mut(ROW_BLOCK).enumerate() {
+                        let r0 = rows.start + b * ROW_BLOCK;
+                        // SAFETY: as above; `part` holds at most ROW_BLOCK
+                        // rows.
+                        unsafe { strip_block(args, g, o0 + cs, cs, r0, part) }
+                    }
+                }
             }
-            for (b, part) in ys.chunks_mut(ROW_BLOCK).enumerate() {
-                // SAFETY: as above; `part` holds at most ROW_BLOCK rows.
-                unsafe { strip_block(args, g, o0 + c, c, rows.start + b * ROW_BLOCK, part) }
-            }
+            c += h * STRIP;
         }
     }
     if main < width {
         let mut tails: Vec<&mut [f32]> = ys.iter_mut().map(|y| &mut y[main..]).collect();
         cols_scalar(args, rows, o0 + main, &mut tails);
+    }
+}
+
+/// Prefetch, while strip `c` (column `o0 + c`) of group `g` runs, a
+/// strip's share of group `g + 1`: a group's worth of strips ahead, about
+/// the DRAM latency. When the call spans every column (`full`) a group's
+/// packed rows are one contiguous block, fetched in order (a single
+/// sequential stream, what DRAM serves fastest); otherwise the same
+/// columns of the next group's rows (a task's rows are too short for the
+/// hardware prefetchers to lock on), every other strip.
+#[inline(always)]
+fn prefetch_next_group(args: &A8Args, g: usize, o0: usize, c: usize, full: bool) {
+    let (n, half) = (args.out_feat, args.group_size / 2);
+    let next = args.data.as_ptr().wrapping_add((g + 1) * half * n);
+    if full {
+        // Strip c of n / 32 covers bytes c * half .. (c + 32) * half of the
+        // block of half * n bytes.
+        let at = next.wrapping_add(c * half);
+        for line in 0..(STRIP * half).div_ceil(64) {
+            prefetch(at.wrapping_add(64 * line));
+        }
+    } else if c.is_multiple_of(64) {
+        let row = next.wrapping_add(o0 + c);
+        for p in 0..half {
+            prefetch(row.wrapping_add(p * n));
+        }
+    }
+    if c.is_multiple_of(64) {
+        let s = args.scales.as_ptr().wrapping_add((g + 1) * n + o0 + c);
+        prefetch(s as *const u8);
+        prefetch(s.wrapping_add(16) as *const u8);
     }
 }
 
@@ -123,14 +155,16 @@ fn prefetch(at: *const u8) {
     unsafe { _mm_prefetch::<_MM_HINT_T1>(at as *const i8) };
 }
 
-/// Group `g`'s contribution to the 32 columns from `col` (column `yoff` of
-/// each `ys[j]`) for the `R` rows of `x` from `r0`.
+/// Group `g`'s contribution to the `32 H` columns from `col` (column
+/// `yoff` of each `ys[j]`) for the `R` rows of `x` from `r0`: per batch of
+/// eight pairs, each 32-column half in turn, so that the batch's eight
+/// cache lines are read whole while they are in L1.
 ///
 /// # Safety
 /// None beyond the features (AVX2), which the caller's token proves; every
 /// index is checked.
 #[target_feature(enable = "avx2,fma")]
-unsafe fn strip<const R: usize>(
+unsafe fn strip<const R: usize, const H: usize>(
     args: &A8Args,
     g: usize,
     col: usize,
@@ -142,44 +176,51 @@ unsafe fn strip<const R: usize>(
     let half = args.group_size / 2;
     let (p0, p_end) = (g * half, (g + 1) * half);
     debug_assert!(half.is_multiple_of(BATCH_PAIRS));
-    assert!(p_end * n <= args.data.len() && col + STRIP <= n && g < x.num_groups);
-    assert!(ys.len() == R && ys.iter().all(|y| y.len() >= yoff + STRIP));
+    assert!(p_end * n <= args.data.len() && col + H * STRIP <= n && g < x.num_groups);
+    assert!(ys.len() == R && ys.iter().all(|y| y.len() >= yoff + H * STRIP));
     assert!(r0 + R <= x.rows && 2 * p_end <= x.pitch);
     // Raw pointers stepped along the group (fixed trip counts, no index
     // arithmetic in the loop): the weights one row pitch per pair, each
     // row's codes two per pair. In bounds by the asserts above.
-    let mut wp = args.data.as_ptr().wrapping_add(p0 * n + col);
-    let mut xp: [*const i8; R] =
-        std::array::from_fn(|j| x.row(r0 + j).as_ptr().wrapping_add(2 * p0));
+    let base = args.data.as_ptr().wrapping_add(p0 * n + col);
+    let xrow: [*const i8; R] = std::array::from_fn(|j| x.row(r0 + j).as_ptr().wrapping_add(2 * p0));
     // The sums start at -8 sum(x_q), the offset of the nibbles (see the
     // module docs): the same integers as subtracting it at the end.
-    let mut acc32: [[__m256i; 4]; R] =
+    let start: [[__m256i; 4]; R] =
         std::array::from_fn(|j| [_mm256_set1_epi32(-8 * x.sums[(r0 + j) * x.num_groups + g]); 4]);
-    for _ in 0..half / BATCH_PAIRS {
-        let mut acc16 = [[_mm256_setzero_si256(); 2]; R];
-        for _ in 0..BATCH_PAIRS {
-            // SAFETY: `wp` is pair p's row at column `col` with p < p_end
-            // and col + 32 <= n, so its 32 bytes lie in `data`; each `xp`
-            // points at codes 2p, 2p + 1 of its row (2 p_end <= pitch).
-            unsafe {
-                let [wa, wb] = decode(_mm256_loadu_si256(wp as *const __m256i));
-                for (a, x) in acc16.iter_mut().zip(xp.iter_mut()) {
-                    let xv = _mm256_set1_epi16((*x as *const i16).read_unaligned());
-                    a[0] = _mm256_add_epi16(a[0], _mm256_maddubs_epi16(wa, xv));
-                    a[1] = _mm256_add_epi16(a[1], _mm256_maddubs_epi16(wb, xv));
-                    *x = x.add(2);
+    let mut acc32: [[[__m256i; 4]; R]; H] = [start; H];
+    for b in 0..half / BATCH_PAIRS {
+        for (h, acc_h) in acc32.iter_mut().enumerate() {
+            let mut wp = base.wrapping_add(b * BATCH_PAIRS * n + h * STRIP);
+            let mut xp = xrow.map(|p| p.wrapping_add(2 * b * BATCH_PAIRS));
+            let mut acc16 = [[_mm256_setzero_si256(); 2]; R];
+            for _ in 0..BATCH_PAIRS {
+                // SAFETY: `wp` is pair p's row at column `col + 32 h` with
+                // p < p_end and col + 32 H <= n, so its 32 bytes lie in
+                // `data`; each `xp` points at codes 2p, 2p + 1 of its row
+                // (2 p_end <= pitch).
+                unsafe {
+                    let [wa, wb] = decode(_mm256_loadu_si256(wp as *const __m256i));
+                    for (a, x) in acc16.iter_mut().zip(xp.iter_mut()) {
+                        let xv = _mm256_set1_epi16((*x as *const i16).read_unaligned());
+                        a[0] = _mm256_add_epi16(a[0], _mm256_maddubs_epi16(wa, xv));
+                        a[1] = _mm256_add_epi16(a[1], _mm256_maddubs_epi16(wb, xv));
+                        *x = x.add(2);
+                    }
+                    wp = wp.add(n);
                 }
-                wp = wp.add(n);
+            }
+            for (a32, a16) in acc_h.iter_mut().zip(acc16.iter()) {
+                // SAFETY: the features are this function's.
+                unsafe { widen_add(a32, a16) };
             }
         }
-        for (a32, a16) in acc32.iter_mut().zip(acc16.iter()) {
-            // SAFETY: the features are this function's.
-            unsafe { widen_add(a32, a16) };
-        }
     }
-    // SAFETY: the features are this function's; `acc32` holds a row per
-    // row of `ys`.
-    unsafe { epilogue(args, g, col, yoff, r0, &acc32, ys) }
+    for (h, acc) in acc32.iter().enumerate() {
+        // SAFETY: the features are this function's; `acc` holds a row per
+        // row of `ys`, and columns yoff + 32 h .. + 32 exist (asserted).
+        unsafe { epilogue(args, g, col + h * STRIP, yoff + h * STRIP, r0, acc, ys) }
+    }
 }
 
 /// `y[j][yoff ..][..32] = y + f32(acc32[j]) * (scale_w[g, col ..] * d[r0 + j, g])`

@@ -165,16 +165,20 @@ fn bound_holds_on_mixed_magnitudes_and_the_error_is_real() {
 
 #[test]
 fn large_calls_do_not_depend_on_the_thread_count() {
-    // Above PAR_MIN_WEIGHTS: up to 4 rows split in 8 blocks of 4 groups
-    // (the partial sums added in block order), more in column chunks and
-    // row blocks of 16.
+    // Above PAR_MIN_WEIGHTS: up to 4 rows split in K_BLOCKS blocks of
+    // groups (the partial sums added in block order), more in column chunks
+    // and row blocks of 16.
     let (k, n) = (1024, 1000);
     let qw = QuantizedWeight::quantize(&rand_vec(k * n, 7), k, n).unwrap();
     for batch in [1, 4, 5, 17, 40] {
         let x = rand_vec(batch * k, 8 + batch as u64);
         let mut y = vec![f32::NAN; batch * n];
         qw.matmul_act(&x, batch, &mut y, Activations::Int8).unwrap();
-        let per_block = if batch <= 4 { 4 } else { qw.num_groups };
+        let per_block = if batch <= 4 {
+            qw.num_groups.div_ceil(super::a8::K_BLOCKS)
+        } else {
+            qw.num_groups
+        };
         assert_eq!(y, formula_blocks(&qw, &x, batch, per_block), "b {batch}");
         assert_within_a8_bound(&qw, &x, batch, &y, &format!("b {batch}"));
         let pool = rayon::ThreadPoolBuilder::new()
