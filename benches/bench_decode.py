@@ -15,6 +15,8 @@ Variants, differing only in the seven linears of each layer:
 - ``numpy``: float32 ``W @ x`` at batch 1 (a 1-D GEMV, NumPy's fastest path
   for it), ``x @ W.T`` above, ``W`` stored ``[out, in]``;
 - ``int4-g32``, ``int4-g128``: ``QuantizedWeight.matvec`` / ``matmul``;
+- ``int4-g32-a8`` (INT4 g32 A8): the same with ``activations="int8"`` (the
+  activations quantized per group to int8, integer dot products);
 - ``fp8-w8a32``, ``fp8-w8a8``: ``PerTensorFP8Linear.forward`` weight-only and
   with a static activation scale (calibrated per linear on one NumPy step:
   2 x absmax / 448).
@@ -46,7 +48,7 @@ from _common import emit, machine_note, reexec_without_openblas_overrides  # noq
 D, FF, HEADS, CTX = 4096, 11008, 32, 512
 HEAD_DIM = D // HEADS
 PROJ = ("q", "k", "v", "o", "gate", "up", "down")
-VARIANTS = ("numpy", "int4-g32", "int4-g128", "fp8-w8a32", "fp8-w8a8")
+VARIANTS = ("numpy", "int4-g32", "int4-g128", "int4-g32-a8", "fp8-w8a32", "fp8-w8a8")
 
 
 def _shape(name: str) -> tuple[int, int]:
@@ -106,8 +108,11 @@ def build(np, variants, layers: int, rng):
 
         fns = [{n: np_lin(ws[n]) for n in PROJ} for ws in w32]
         linears["numpy"] = Timed("numpy", fns, sum(w.nbytes for ws in w32 for w in ws.values()))
-    for gs in (32, 128):
-        v = f"int4-g{gs}"
+    for v, gs, act in (
+        ("int4-g32", 32, "float32"),
+        ("int4-g128", 128, "float32"),
+        ("int4-g32-a8", 32, "int8"),
+    ):
         if v not in variants:
             continue
         fns, nbytes = [], 0
@@ -116,7 +121,9 @@ def build(np, variants, layers: int, rng):
             for n in PROJ:
                 qw = quantrs.QuantizedWeight.quantize(np.ascontiguousarray(ws[n].T), group_size=gs)
                 nbytes += qw.nbytes
-                layer[n] = lambda x, qw=qw: qw.matvec(x) if x.ndim == 1 else qw.matmul(x)
+                layer[n] = lambda x, qw=qw, a=act: (
+                    qw.matvec(x, activations=a) if x.ndim == 1 else qw.matmul(x, activations=a)
+                )
             fns.append(layer)
         linears[v] = Timed(v, fns, nbytes)
     fp8 = [v for v in ("fp8-w8a32", "fp8-w8a8") if v in variants]

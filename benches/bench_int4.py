@@ -6,6 +6,11 @@ machine whose speed drifts compares both under the same conditions),
 the GB/s of packed weight (+ scales) read, and for batch 1 the fraction of
 the machine's streaming read bandwidth; for large batches the GFLOP/s of both.
 
+Then the ``activations="int8"`` rows (``A8``: x quantized per group to int8,
+integer dot products, docs/int4.md) for g32 on 4096x4096, 4096x11008 and
+11008x4096 at batch 1, 4, 16 and 128, each paired with NumPy the same way
+(``--no-a8`` skips them, ``--a8-only`` runs only them).
+
 When bitsandbytes and PyTorch are installed (not requirements), rows of its
 NF4 ``Linear4bit`` at batch 16 and 128 on 4096x4096 follow, against NumPy too.
 
@@ -19,7 +24,7 @@ shared or virtual machine the rate drifts within a minute, and a single probe
 at the start of the run would compare our kernel with whatever the neighbours
 were doing then. The last row gives the median of all probes of the run.
 
-    python benches/bench_int4.py [--quick] [--json]
+    python benches/bench_int4.py [--quick] [--json] [--no-a8 | --a8-only]
 """
 
 from __future__ import annotations
@@ -73,13 +78,74 @@ class ReadProbe:
         return gbs
 
 
-def run(quick: bool = False) -> list[dict]:
+def dram_copies(quantrs, qw) -> list:
+    """`qw` and enough copies of it (>= 96 MiB in all) that a call rotating
+    over them finds none still cached: batch 1 then streams its weights from
+    DRAM, as a layer of a model larger than the caches does."""
+    return [qw] + [
+        quantrs.QuantizedWeight.from_bytes(qw.to_bytes())
+        for _ in range(-(-(96 << 20) // qw.nbytes) - 1)
+    ]
+
+
+def a8_rows(np, quantrs, rng, quick: bool) -> list[dict]:
+    """``activations="int8"`` against NumPy float32, g32."""
+    shapes = [(4096, 11008)] if quick else [(4096, 4096), (4096, 11008), (11008, 4096)]
+    batches = [1, 4, 16, 128]
+    rows = []
+    for k, n in shapes:
+        w = rng.standard_normal((k, n), dtype=np.float32)
+        qw = quantrs.QuantizedWeight.quantize(w, group_size=32)
+        copies = dram_copies(quantrs, qw)
+        for b in batches:
+            x = rng.standard_normal((b, k), dtype=np.float32)
+            out = np.empty((b, n), dtype=np.float32)
+            pairs, inner = (3, 2) if b == 128 else (7, 5)
+            if quick:
+                pairs = max(3, pairs // 2)
+            if b == 1:
+                xv, ov, cycle = x[0], out[0], itertools.cycle(copies)
+                base, ours, ratio = paired_ms(
+                    lambda xv=xv, w=w: xv @ w,
+                    lambda xv=xv, ov=ov, cyc=cycle: next(cyc).matvec(
+                        xv, out=ov, activations="int8"
+                    ),
+                    pairs,
+                    inner,
+                )
+            else:
+                base, ours, ratio = paired_ms(
+                    lambda x=x, w=w: x @ w,
+                    lambda x=x, out=out, qw=qw: qw.matmul(x, out=out, activations="int8"),
+                    pairs,
+                    inner,
+                )
+            flops = 2.0 * b * k * n
+            rows.append(
+                {
+                    "bench": f"int4 A8 {'matvec' if b == 1 else 'matmul'} {k}x{n} g32 b{b}",
+                    "ours_ms": ours,
+                    "baseline": "numpy f32 x@W",
+                    "baseline_ms": base,
+                    "ratio": ratio,
+                    "weight_GB/s": qw.nbytes / (ours * 1e-3) / 1e9,
+                    "ours_GFLOP/s": flops / (ours * 1e-3) / 1e9,
+                    "numpy_GFLOP/s": flops / (base * 1e-3) / 1e9,
+                }
+            )
+            settle()
+    return rows
+
+
+def run(quick: bool = False, a8: str = "with") -> list[dict]:
     import numpy as np
 
     import quantrs
     from quantrs import _core
 
     rng = np.random.default_rng(0)
+    if a8 == "only":
+        return a8_rows(np, quantrs, rng, quick)
     probe = ReadProbe(np, _core, (1 << 28) if quick else (1 << 30))
     shapes = [(4096, 11008)] if quick else [(4096, 4096), (4096, 11008)]
     groups = [32] if quick else [32, 128]
@@ -89,13 +155,7 @@ def run(quick: bool = False) -> list[dict]:
         w = rng.standard_normal((k, n), dtype=np.float32)
         for gs in groups:
             qw = quantrs.QuantizedWeight.quantize(w, group_size=gs)
-            # Batch 1 streams its weights from DRAM, as a layer of a model
-            # larger than the caches does: calls rotate over enough copies
-            # (>= 96 MiB in all) that none is still cached when reused.
-            copies = [qw] + [
-                quantrs.QuantizedWeight.from_bytes(qw.to_bytes())
-                for _ in range(-(-(96 << 20) // qw.nbytes) - 1)
-            ]
+            copies = dram_copies(quantrs, qw)
             for b in batches:
                 x = rng.standard_normal((b, k), dtype=np.float32)
                 out = np.empty((b, n), dtype=np.float32)
@@ -139,6 +199,8 @@ def run(quick: bool = False) -> list[dict]:
                 }
                 rows.append(row)
                 settle()
+    if a8 == "with":
+        rows.extend(a8_rows(np, quantrs, rng, quick))
     rows.extend(bitsandbytes_rows(np, rng, [16, 128], quick))
     rows.append(
         {
@@ -218,12 +280,16 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="fewer shapes and repeats")
     ap.add_argument("--json", action="store_true", help="print JSON rows")
     ap.add_argument("--keep-env", action="store_true", help="keep OPENBLAS_* overrides")
+    a8 = ap.add_mutually_exclusive_group()
+    a8.add_argument("--no-a8", action="store_true", help="skip the activations='int8' rows")
+    a8.add_argument("--a8-only", action="store_true", help="only the activations='int8' rows")
     args = ap.parse_args()
     import quantrs
 
     if not args.json:
         print(f"quantrs {quantrs.build_info()}; {machine_note()}")
-    emit(run(args.quick), COLUMNS, args.json)
+    mode = "without" if args.no_a8 else "only" if args.a8_only else "with"
+    emit(run(args.quick, mode), COLUMNS, args.json)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Type stubs for the Rust extension module ``quantrs._core``."""
 
 import os
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -58,10 +58,18 @@ class QuantizedWeight:
     def dequantize(self) -> npt.NDArray[np.float32]: ...
     def dequantize_to(self, out: npt.NDArray[np.float32]) -> None: ...
     def matvec(
-        self, x: npt.ArrayLike, out: npt.NDArray[np.float32] | None = None
+        self,
+        x: npt.ArrayLike,
+        out: npt.NDArray[np.float32] | None = None,
+        *,
+        activations: Literal["float32", "int8"] = "float32",
     ) -> npt.NDArray[np.float32]: ...
     def matmul(
-        self, x: npt.ArrayLike, out: npt.NDArray[np.float32] | None = None
+        self,
+        x: npt.ArrayLike,
+        out: npt.NDArray[np.float32] | None = None,
+        *,
+        activations: Literal["float32", "int8"] = "float32",
     ) -> npt.NDArray[np.float32]: ...
     def save(self, path: str | os.PathLike[str]) -> None: ...
     @staticmethod

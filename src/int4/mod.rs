@@ -19,8 +19,14 @@
 //! all rows of the batch) -> `dispatch` (the
 //! kernel and its CPU proof token, chosen once per call) -> the per-ISA
 //! kernels `avx2`, `avx512`, `vnni` (with `strips`, their shared walk) ->
-//! `format` (argument structs, the scalar twins) and `xint`.
+//! `format` (argument structs, the scalar twins) and `xint`. The opt-in
+//! int8-activation path is `a8` (driver) -> `xq8` (quantizing `x`) and the
+//! kernels `a8_avx2` / `a8_scalar`.
 
+mod a8;
+#[cfg(target_arch = "x86_64")]
+mod a8_avx2;
+mod a8_scalar;
 mod array_api;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -38,11 +44,13 @@ mod strips;
 #[cfg(target_arch = "x86_64")]
 mod vnni;
 mod xint;
+mod xq8;
 
 use crate::error::{QuantError, Result};
 use crate::simd::{self, SimdLevel};
 use dispatch::{Gemm, Matvec};
 
+pub use a8::Activations;
 /// The blocked GEMM's micro-kernels and panel layout, shared with the
 /// linear layers' batched forward (`crate::linear::kernels`).
 pub(crate) use dispatch::Gemm as GemmKernels;
@@ -452,5 +460,7 @@ enum Kernels {
     Matvec(Matvec),
 }
 
+#[cfg(test)]
+mod a8_tests;
 #[cfg(test)]
 mod tests;

@@ -2,8 +2,8 @@
 
 use std::path::PathBuf;
 
-use numpy::ndarray::{ArrayView1, Ix1, Ix2};
-use numpy::{PyArray1, PyArray2, PyArrayMethods, PyUntypedArrayMethods};
+use numpy::ndarray::{ArrayD, ArrayView1, Ix1, Ix2, IxDyn};
+use numpy::{PyArray1, PyArray2, PyArrayDyn, PyArrayMethods, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
@@ -11,7 +11,7 @@ use super::arrays::{check_shape, inplace, input};
 use super::errors::invalid;
 use super::fields::pymethods_with_getters;
 use crate::error::QuantError;
-use crate::int4::QuantizedWeight as Core;
+use crate::int4::{Activations, QuantizedWeight as Core};
 
 /// Packed INT4 weight `[in_feat, out_feat]` with one f32 scale per group of
 /// `group_size` input rows and output column.
@@ -39,16 +39,20 @@ impl PyQuantizedWeight {
         Ok(arr)
     }
 
-    /// `y = x @ W`: `x` `[in_feat]` (`vector`) or `[batch, in_feat]`, through
-    /// the crate's `matvec_array` / `matmul_array` on a zero-copy view of `x`
-    /// (the result moves into NumPy without a copy), or into `out`.
+    /// `y = x @ W`: `x` `[in_feat]` (`vector`) or `[batch, in_feat]`. With
+    /// float32 activations and no `out`, through the crate's `matvec_array`
+    /// / `matmul_array` on a zero-copy view of `x` (the result moves into
+    /// NumPy without a copy); otherwise the slice kernels write into `out`
+    /// or a new array.
     fn run_matmul<'py>(
         &self,
         py: Python<'py>,
         x: &Bound<'py, PyAny>,
         out: Option<&Bound<'py, PyAny>>,
         vector: bool,
+        activations: &str,
     ) -> PyResult<Bound<'py, PyAny>> {
+        let act = Activations::parse(activations)?;
         let w = &self.inner;
         let xa = input::<f32>(x, "x")?;
         let expected = || {
@@ -59,8 +63,8 @@ impl PyQuantizedWeight {
             }
         };
         let wrong_x = || QuantError::dims("x", expected(), format!("{:?}", xa.shape()));
-        let xv = xa.as_array();
-        let Some(out) = out else {
+        if let (None, Activations::Float32) = (out, act) {
+            let xv = xa.as_array();
             return Ok(if vector {
                 let x1 = xv.into_dimensionality::<Ix1>().map_err(|_| wrong_x())?;
                 if x1.len() != w.in_feat {
@@ -74,19 +78,25 @@ impl PyQuantizedWeight {
                 }
                 PyArray2::from_owned_array(py, py.detach(|| w.matmul_array(x2))?).into_any()
             });
-        };
-        // `out=` is the caller's buffer: the slice kernel writes into it (the
-        // array API allocates its result).
+        }
         let (batch, out_shape) = match (vector, xa.shape()) {
             (true, [k]) if *k == w.in_feat => (1, vec![w.out_feat]),
             (false, [b, k]) if *k == w.in_feat => (*b, vec![*b, w.out_feat]),
             _ => return Err(wrong_x().into()),
         };
         let xs = xa.as_slice().map_err(|e| invalid("x", e))?;
+        let Some(out) = out else {
+            let mut y = vec![0.0f32; batch * w.out_feat];
+            py.detach(|| w.matmul_act(xs, batch, &mut y, act))?;
+            let arr =
+                ArrayD::from_shape_vec(IxDyn(&out_shape), y).map_err(|e| invalid("out", e))?;
+            return Ok(PyArrayDyn::from_owned_array(py, arr).into_any());
+        };
+        // `out=` is the caller's buffer: the slice kernel writes into it.
         let mut ya = inplace::<f32>(out, "out")?;
         check_shape("out", ya.shape(), &out_shape)?;
         let ys = ya.as_slice_mut().map_err(|e| invalid("out", e))?;
-        py.detach(|| w.matmul(xs, batch, ys))?;
+        py.detach(|| w.matmul_act(xs, batch, ys, act))?;
         Ok(out.clone())
     }
 }
@@ -226,26 +236,30 @@ pymethods_with_getters!(PyQuantizedWeight, {
     }
 
     /// `y = W^T x`: `x` `[in_feat]` -> `[out_feat]` (into `out` if given).
-    #[pyo3(signature = (x, out = None))]
+    /// `activations="int8"` quantizes `x` per group to int8 and runs integer
+    /// dot products (docs/int4.md, "Int8 activations").
+    #[pyo3(signature = (x, out = None, *, activations = "float32"))]
     fn matvec<'py>(
         &self,
         py: Python<'py>,
         x: &Bound<'py, PyAny>,
         out: Option<&Bound<'py, PyAny>>,
+        activations: &str,
     ) -> PyResult<Bound<'py, PyAny>> {
-        self.run_matmul(py, x, out, true)
+        self.run_matmul(py, x, out, true, activations)
     }
 
     /// `Y = X W`: `x` `[batch, in_feat]` -> `[batch, out_feat]` (into `out` if
-    /// given). A blocked GEMM from batch 8 on.
-    #[pyo3(signature = (x, out = None))]
+    /// given). A blocked GEMM from batch 8 on; `activations` as in `matvec`.
+    #[pyo3(signature = (x, out = None, *, activations = "float32"))]
     fn matmul<'py>(
         &self,
         py: Python<'py>,
         x: &Bound<'py, PyAny>,
         out: Option<&Bound<'py, PyAny>>,
+        activations: &str,
     ) -> PyResult<Bound<'py, PyAny>> {
-        self.run_matmul(py, x, out, false)
+        self.run_matmul(py, x, out, false, activations)
     }
 
     /// Save as safetensors (`data` U8, `scales` F32, shape metadata), atomically.
