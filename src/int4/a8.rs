@@ -7,8 +7,9 @@
 //!
 //! The work is cut into pieces fixed by the shape alone (blocks of rows of
 //! `x` times column chunks), each summing its outputs over every group in
-//! order, so results do not depend on the thread count; the scalar twin and
-//! the AVX2 kernel give the same bits.
+//! order, so results do not depend on the thread count; the scalar twin,
+//! the AVX2 per-row kernel and the blocked GEMM ([`super::a8_gemm`], from
+//! 5 rows, in pieces of 64 rows) give the same bits.
 
 use std::ops::Range;
 use std::sync::{Mutex, MutexGuard};

@@ -20,9 +20,12 @@ use super::a8_micro;
 use super::a8_scalar::{cols_scalar, A8Args};
 use crate::simd::{Avx2, Avx512, Avx512Vnni, SimdLevel};
 
-/// Smallest batch the driver sends here (below it the per-row kernel's
-/// decode is shared by few enough rows that packing does not pay).
-pub(super) const MIN_BATCH: usize = 17;
+/// Smallest batch the driver sends here: from 5 rows the panel decode,
+/// paid once per piece of 64 rows, costs less than the per-row kernel's
+/// decode per pass of 4 (measured, docs/benchmarks.md); up to 4 rows the
+/// driver's split along the groups, which streams the weights from DRAM in
+/// order, is the faster shape.
+pub(super) const MIN_BATCH: usize = 5;
 /// Rows of `x` one piece of a call serves.
 pub(super) const ROW_BLOCK: usize = 64;
 /// Output columns per decoded panel (two 512-bit vectors of i32).
@@ -98,8 +101,9 @@ pub(super) fn cols(
             // SAFETY: the token proves AVX2; `pack` checks every size.
             unsafe { pack(micro.avx2(), args, block.clone(), o0 + c, &mut panel) };
             let first = gb == groups.start;
-            for (b, part) in ys.chunks_mut(a8_micro::ROWS).enumerate() {
-                let r0 = rows.start + b * a8_micro::ROWS;
+            let mr = a8_micro::rows(micro);
+            for (b, part) in ys.chunks_mut(mr).enumerate() {
+                let r0 = rows.start + b * mr;
                 let at = a8_micro::At {
                     groups: block.clone(),
                     col: o0 + c,

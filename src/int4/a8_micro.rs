@@ -1,6 +1,6 @@
-//! The micro-kernels of the int8-activation GEMM ([`super::a8_gemm`]): up to
-//! [`ROWS`] rows of `x` times one decoded panel of 32 columns, over a block
-//! of groups.
+//! The micro-kernels of the int8-activation GEMM ([`super::a8_gemm`]): a
+//! few rows of `x` times one decoded panel of 32 columns, over a block of
+//! groups.
 //!
 //! Per group each row's 32 sums start at `-8 sum(x_q)` (the codes' offset)
 //! and add, per quad of input rows, the four products of each column's
@@ -17,8 +17,20 @@ use super::a8_gemm::{Micro, PANEL};
 use super::a8_scalar::A8Args;
 use crate::simd::{Avx2, Avx512Vnni};
 
-/// Most rows one call serves.
-pub(super) const ROWS: usize = 4;
+/// Most rows one call of the VNNI kernel serves: 12 accumulators and 12
+/// outputs in registers, next to the two weight vectors and the scales.
+const VNNI_ROWS: usize = 6;
+/// Most rows one call of the AVX2 kernel serves (8 accumulators of its 16
+/// registers; the outputs stay in L1).
+const AVX2_ROWS: usize = 4;
+
+/// Most rows one call of `micro` serves.
+pub(super) fn rows(micro: Micro) -> usize {
+    match micro {
+        Micro::Vnni(_) => VNNI_ROWS,
+        Micro::Avx2(_) => AVX2_ROWS,
+    }
+}
 /// Bytes of a decoded quad of input rows (32 columns x 4 rows).
 const QUAD: usize = 4 * PANEL;
 
@@ -36,10 +48,11 @@ pub(super) struct At {
     pub first: bool,
 }
 
-/// Add the groups of `at` from `panel` into the rows `ys` (1 to [`ROWS`]).
+/// Add the groups of `at` from `panel` into the rows `ys` (1 to
+/// [`rows`]`(micro)`).
 pub(super) fn run(micro: Micro, args: &A8Args, panel: &[u8], at: &At, ys: &mut [&mut [f32]]) {
     let (x, gs) = (args.x, args.group_size);
-    assert!(!ys.is_empty() && ys.len() <= ROWS && at.r0 + ys.len() <= x.rows);
+    assert!(!ys.is_empty() && ys.len() <= rows(micro) && at.r0 + ys.len() <= x.rows);
     assert!(ys.iter().all(|y| y.len() >= at.yoff + PANEL));
     assert!(at.col + PANEL <= args.out_feat && at.groups.end <= x.num_groups);
     assert!(gs.is_multiple_of(4) && at.groups.len() * gs * PANEL <= panel.len());
@@ -49,6 +62,8 @@ pub(super) fn run(micro: Micro, args: &A8Args, panel: &[u8], at: &At, ys: &mut [
     // passes exactly its row count.
     unsafe {
         match (micro, ys.len()) {
+            (Micro::Vnni(t), 6) => vnni::<6>(t, args, panel, at, ys),
+            (Micro::Vnni(t), 5) => vnni::<5>(t, args, panel, at, ys),
             (Micro::Vnni(t), 4) => vnni::<4>(t, args, panel, at, ys),
             (Micro::Vnni(t), 3) => vnni::<3>(t, args, panel, at, ys),
             (Micro::Vnni(t), 2) => vnni::<2>(t, args, panel, at, ys),

@@ -21,7 +21,7 @@
 //! kernels `avx2`, `avx512`, `vnni` (with `strips`, their shared walk) ->
 //! `format` (argument structs, the scalar twins) and `xint`. The opt-in
 //! int8-activation path is `a8` (driver) -> `xq8` (quantizing `x`) and the
-//! kernels `a8_avx2` / `a8_scalar`, and from 17 rows the blocked GEMM
+//! kernels `a8_avx2` / `a8_scalar`, and from 5 rows the blocked GEMM
 //! `a8_gemm` (decoded panels) with its micro-kernels `a8_micro`.
 
 mod a8;
