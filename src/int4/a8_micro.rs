@@ -5,8 +5,8 @@
 //! Per group each row's 32 sums start at `-8 sum(x_q)` (the codes' offset)
 //! and add, per quad of input rows, the four products of each column's
 //! lane against the row's four codes broadcast: `vpdpbusd` directly
-//! (AVX-512 VNNI), or `vpmaddubsw` (pairs, at most `2 * 15 * 127` in i16)
-//! then `vpmaddwd` by ones (AVX2). Then the scalar twin's epilogue,
+//! (AVX-512 VNNI), or `vpmaddubsw` (pairs, summed in i16 over up to 8
+//! quads) then `vpmaddwd` by ones (AVX2). Then the scalar twin's epilogue,
 //! `y = y + f32(acc) * (scale_w * d)`, one rounding per operation, so both
 //! give its bits.
 
@@ -20,9 +20,10 @@ use crate::simd::{Avx2, Avx512Vnni};
 /// Most rows one call of the VNNI kernel serves: 12 accumulators and 12
 /// outputs in registers, next to the two weight vectors and the scales.
 const VNNI_ROWS: usize = 6;
-/// Most rows one call of the AVX2 kernel serves (8 accumulators of its 16
-/// registers; the outputs stay in L1).
-const AVX2_ROWS: usize = 4;
+/// Most rows one call of the AVX2 kernel serves: 6 i32 and 6 i16 sums, two
+/// weight vectors, the broadcast codes and the ones fill its 16 registers
+/// (the outputs stay in L1; 4 rows spilled and ran slower).
+const AVX2_ROWS: usize = 3;
 
 /// Most rows one call of `micro` serves.
 pub(super) fn rows(micro: Micro) -> usize {
@@ -31,6 +32,10 @@ pub(super) fn rows(micro: Micro) -> usize {
         Micro::Avx2(_) => AVX2_ROWS,
     }
 }
+/// Quads the AVX2 kernel sums in i16 before widening: each `vpmaddubsw`
+/// lane is at most `2 * 15 * 127 = 3810` in magnitude, so eight stay below
+/// `i16::MAX`.
+const I16_QUADS: usize = 8;
 /// Bytes of a decoded quad of input rows (32 columns x 4 rows).
 const QUAD: usize = 4 * PANEL;
 
@@ -68,7 +73,6 @@ pub(super) fn run(micro: Micro, args: &A8Args, panel: &[u8], at: &At, ys: &mut [
             (Micro::Vnni(t), 3) => vnni::<3>(t, args, panel, at, ys),
             (Micro::Vnni(t), 2) => vnni::<2>(t, args, panel, at, ys),
             (Micro::Vnni(t), _) => vnni::<1>(t, args, panel, at, ys),
-            (Micro::Avx2(t), 4) => avx2::<4>(t, args, panel, at, ys),
             (Micro::Avx2(t), 3) => avx2::<3>(t, args, panel, at, ys),
             (Micro::Avx2(t), 2) => avx2::<2>(t, args, panel, at, ys),
             (Micro::Avx2(t), _) => avx2::<1>(t, args, panel, at, ys),
@@ -171,21 +175,29 @@ unsafe fn avx2<const R: usize>(
                 std::array::from_fn(|j| [_mm256_set1_epi32(-8 * x.sums[(at.r0 + j) * ng + g]); 2]);
             let mut xp: [*const i8; R] =
                 std::array::from_fn(|j| x.row(at.r0 + j).as_ptr().wrapping_add(g * gs));
-            for _ in 0..gs / 4 {
-                // SAFETY: as in `vnni`: 64 bytes of this half of the quad
-                // lie in the panel, and 4 codes of the row in `x`.
-                unsafe {
-                    let w0 = _mm256_loadu_si256(wp as *const __m256i);
-                    let w1 = _mm256_loadu_si256(wp.add(32) as *const __m256i);
-                    for (a, p) in acc.iter_mut().zip(xp.iter_mut()) {
-                        let xv = _mm256_set1_epi32((*p as *const i32).read_unaligned());
-                        let s0 = _mm256_madd_epi16(_mm256_maddubs_epi16(w0, xv), ones);
-                        let s1 = _mm256_madd_epi16(_mm256_maddubs_epi16(w1, xv), ones);
-                        a[0] = _mm256_add_epi32(a[0], s0);
-                        a[1] = _mm256_add_epi32(a[1], s1);
-                        *p = p.add(4);
+            let mut left = gs / 4;
+            while left > 0 {
+                let quads = left.min(I16_QUADS);
+                left -= quads;
+                let mut a16 = [[_mm256_setzero_si256(); 2]; R];
+                for _ in 0..quads {
+                    // SAFETY: as in `vnni`: 64 bytes of this half of the
+                    // quad lie in the panel, and 4 codes of the row in `x`.
+                    unsafe {
+                        let w0 = _mm256_loadu_si256(wp as *const __m256i);
+                        let w1 = _mm256_loadu_si256(wp.add(32) as *const __m256i);
+                        for (a, p) in a16.iter_mut().zip(xp.iter_mut()) {
+                            let xv = _mm256_set1_epi32((*p as *const i32).read_unaligned());
+                            a[0] = _mm256_add_epi16(a[0], _mm256_maddubs_epi16(w0, xv));
+                            a[1] = _mm256_add_epi16(a[1], _mm256_maddubs_epi16(w1, xv));
+                            *p = p.add(4);
+                        }
+                        wp = wp.add(QUAD);
                     }
-                    wp = wp.add(QUAD);
+                }
+                for (a, s) in acc.iter_mut().zip(a16.iter()) {
+                    a[0] = _mm256_add_epi32(a[0], _mm256_madd_epi16(s[0], ones));
+                    a[1] = _mm256_add_epi32(a[1], _mm256_madd_epi16(s[1], ones));
                 }
             }
             let col = at.col + 16 * h;
