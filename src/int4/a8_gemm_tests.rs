@@ -156,3 +156,34 @@ fn large_batches_do_not_depend_on_the_thread_count() {
         assert_eq!(bits(&y), bits(&ys), "b {batch}: vs the scalar twin");
     }
 }
+
+#[test]
+fn the_per_row_kernel_still_matches_on_many_rows() {
+    // The driver sends 5 rows or more to the GEMM, so the AVX2 per-row
+    // kernel's many-row path (decoded batches shared by passes of 4) is
+    // reached only directly: keep it checked.
+    let Some(t) = Avx2::new() else { return };
+    let (k, n, gs) = (256, 100, 32);
+    let qw = QuantizedWeight::quantize_grouped(&rand_vec(k * n, 60), k, n, gs).unwrap();
+    let batch = 23;
+    let x = rand_vec(batch * k, 61);
+    let xq = Xq8::quantize(&x, batch, k, qw.in_padded(), gs, None).unwrap();
+    let args = A8Args {
+        data: &qw.data,
+        scales: &qw.scales,
+        out_feat: n,
+        group_size: gs,
+        x: &xq,
+        groups: 0..xq.num_groups,
+    };
+    let (rows, o0) = (2..batch, 3);
+    let width = n - o0;
+    let mut want = vec![f32::NAN; rows.len() * width];
+    let mut ys: Vec<&mut [f32]> = want.chunks_exact_mut(width).collect();
+    cols_scalar(&args, rows.clone(), o0, &mut ys);
+    let mut got = vec![f32::NAN; rows.len() * width];
+    let mut ys: Vec<&mut [f32]> = got.chunks_exact_mut(width).collect();
+    // SAFETY: the token proves AVX2; the kernel checks every size.
+    unsafe { super::a8_avx2::cols(t, &args, rows, o0, &mut ys) };
+    assert_eq!(bits(&got), bits(&want));
+}
