@@ -91,7 +91,7 @@ def dram_copies(quantrs, qw) -> list:
 def a8_rows(np, quantrs, rng, quick: bool) -> list[dict]:
     """``activations="int8"`` against NumPy float32, g32."""
     shapes = [(4096, 11008)] if quick else [(4096, 4096), (4096, 11008), (11008, 4096)]
-    batches = [1, 4, 16, 128]
+    batches = [1, 4, 16, 32, 128]
     rows = []
     for k, n in shapes:
         w = rng.standard_normal((k, n), dtype=np.float32)

@@ -254,6 +254,12 @@ impl Avx512Vnni {
     pub(crate) fn avx512(self) -> Avx512 {
         Avx512 { _proof: () }
     }
+
+    /// The AVX2 + FMA token this one implies (AVX-512 is in force only on
+    /// top of them, see [`SimdLevel`]).
+    pub(crate) fn avx2(self) -> Avx2 {
+        Avx2 { _proof: () }
+    }
 }
 
 /// Proof that AVX-512 F/BW/VL and DQ may run.

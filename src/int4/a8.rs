@@ -7,14 +7,17 @@
 //!
 //! The work is cut into pieces fixed by the shape alone (blocks of rows of
 //! `x` times column chunks), each summing its outputs over every group in
-//! order, so results do not depend on the thread count; the scalar twin and
-//! the AVX2 kernel give the same bits.
+//! order, so results do not depend on the thread count; the scalar twin,
+//! the AVX2 per-row kernel and the blocked GEMM ([`super::a8_gemm`], from
+//! 5 rows, in pieces of 64 rows) give the same bits.
 
 use std::ops::Range;
 use std::sync::{Mutex, MutexGuard};
 
 #[cfg(target_arch = "x86_64")]
 use super::a8_avx2;
+#[cfg(target_arch = "x86_64")]
+use super::a8_gemm::{self, Micro};
 use super::a8_scalar::{cols_scalar, A8Args};
 use super::matvec::{chunk_width, PAR_MIN_WEIGHTS};
 use super::xq8::Xq8;
@@ -67,10 +70,36 @@ enum A8 {
     Scalar,
     #[cfg(target_arch = "x86_64")]
     Avx2(Avx2),
+    /// The blocked GEMM ([`a8_gemm`]), for large batches.
+    #[cfg(target_arch = "x86_64")]
+    Gemm(Micro),
 }
 
 impl A8 {
-    /// The best kernel allowed at `level` for weights of `group_size`.
+    /// The kernel for a call of `batch` rows: the blocked GEMM from
+    /// `a8_gemm::MIN_BATCH` rows where it may run, else
+    /// [`Self::for_weights`].
+    fn for_call(level: SimdLevel, group_size: usize, batch: usize) -> A8 {
+        #[cfg(target_arch = "x86_64")]
+        if batch >= a8_gemm::MIN_BATCH {
+            if let Some(m) = Micro::at(level, group_size) {
+                return A8::Gemm(m);
+            }
+        }
+        let _ = batch;
+        A8::for_weights(level, group_size)
+    }
+
+    /// Rows of `x` per piece of a parallel call.
+    fn row_block(self) -> usize {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            A8::Gemm(_) => a8_gemm::ROW_BLOCK,
+            _ => ROW_BLOCK,
+        }
+    }
+
+    /// The best per-row kernel allowed at `level` for weights of `group_size`.
     fn for_weights(level: SimdLevel, group_size: usize) -> A8 {
         #[cfg(target_arch = "x86_64")]
         if let Some(t) = Avx2::at(level) {
@@ -88,6 +117,8 @@ impl A8 {
             // SAFETY: the token proves AVX2; the kernel checks every size.
             #[cfg(target_arch = "x86_64")]
             A8::Avx2(t) => unsafe { a8_avx2::cols(t, args, rows, o0, ys) },
+            #[cfg(target_arch = "x86_64")]
+            A8::Gemm(m) => a8_gemm::cols(m, args, rows, o0, ys),
         }
     }
 }
@@ -145,7 +176,7 @@ impl QuantizedWeight {
             groups: 0..xq.num_groups,
         };
         args.check();
-        run(&args, batch, y, A8::for_weights(level, gs));
+        run(&args, batch, y, A8::for_call(level, gs, batch));
         Ok(())
     }
 }
@@ -169,18 +200,19 @@ fn run_columns(args: &A8Args, batch: usize, y: &mut [f32], kernel: A8) {
     let n = args.out_feat;
     let width = chunk_width(n);
     let chunks = n.div_ceil(width);
-    let mut pieces: Vec<Vec<&mut [f32]>> = (0..batch.div_ceil(ROW_BLOCK) * chunks)
+    let rblock = kernel.row_block();
+    let mut pieces: Vec<Vec<&mut [f32]>> = (0..batch.div_ceil(rblock) * chunks)
         .map(|_| Vec::new())
         .collect();
     for (r, yr) in y.chunks_exact_mut(n).enumerate() {
         for (c, part) in yr.chunks_mut(width).enumerate() {
-            pieces[r / ROW_BLOCK * chunks + c].push(part);
+            pieces[r / rblock * chunks + c].push(part);
         }
     }
     let slots: Vec<Mutex<Vec<&mut [f32]>>> = pieces.into_iter().map(Mutex::new).collect();
     par::for_each_block(slots.len(), |t| {
         let (rb, c) = (t / chunks, t % chunks);
-        let rows = rb * ROW_BLOCK..((rb + 1) * ROW_BLOCK).min(batch);
+        let rows = rb * rblock..((rb + 1) * rblock).min(batch);
         kernel.cols(args, rows, c * width, &mut lock(&slots[t]));
     });
 }

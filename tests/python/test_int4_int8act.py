@@ -111,7 +111,35 @@ def test_matvec_equals_matmul_row_and_formula(gs):
     np.testing.assert_array_equal(y, qw.matmul(x[None], activations="int8")[0])
 
 
-@pytest.mark.parametrize("batch", [1, 3, 4, 5, 17, 40])
+@given(
+    k=st.integers(1, 700),
+    n=st.integers(1, 70),
+    gs_quarter=st.sampled_from([1, 2, 4, 8, 10, 16, 32]),
+    batch=st.integers(5, 40),
+    seed=st.integers(0, 2**16),
+)
+def test_gemm_bit_exact_against_numpy_formula(k, n, gs_quarter, batch, seed):
+    """From 5 rows (the blocked GEMM, for group sizes that are multiples of
+    4; several blocks of groups past 512 inputs): the same formula, bit for
+    bit. Small enough to run in one piece, in group order from y = 0."""
+    qw = QuantizedWeight.quantize(rand((k, n), seed), group_size=4 * gs_quarter)
+    x = rand((batch, k), seed + 1)
+    y = qw.matmul(x, activations="int8")
+    np.testing.assert_array_equal(y.view(np.uint32), formula_f32(qw, x).view(np.uint32))
+
+
+@pytest.mark.parametrize(("batch", "gs"), [(128, 32), (130, 64), (33, 16), (129, 128), (40, 6)])
+def test_large_batches_bit_exact_against_numpy_formula(batch, gs):
+    """Large batches (pieces of rows times column chunks, each summing every
+    group in order) equal the formula bit for bit, and stay in the bound."""
+    qw = QuantizedWeight.quantize(rand((640, 300), 11), group_size=gs)
+    x = rand((batch, 640), 12 + batch)
+    y = qw.matmul(x, activations="int8")
+    np.testing.assert_array_equal(y.view(np.uint32), formula_f32(qw, x).view(np.uint32))
+    assert_within_bound(qw, x, y)
+
+
+@pytest.mark.parametrize("batch", [1, 3, 4, 5, 17, 40, 128])
 def test_large_calls_against_formula_and_bound(batch):
     """Above the parallel threshold (split in blocks of groups up to 4 rows,
     column chunks and row blocks beyond)."""

@@ -1,0 +1,175 @@
+//! Blocked integer GEMM for the int8-activation path at large batch
+//! (docs/int4.md, "Int8 activations"). Callable only with a [`Micro`],
+//! which carries the CPU proof token of its micro-kernel.
+//!
+//! The per-row kernel ([`super::a8_avx2`]) decodes a batch of nibbles per
+//! pass of four rows and pays a float epilogue per pass; at batch 128 that
+//! decode, not the arithmetic, sets its speed. Here a panel of 32 columns
+//! times a block of whole groups is decoded once into `u8` codes `q + 8`,
+//! laid out so that one 32-bit lane holds four consecutive input rows of
+//! one column (what `vpdpbusd`, and `vpmaddubsw` + `vpmaddwd`, consume),
+//! and every row of the piece then runs over it from L1 (the order of the
+//! float path's blocked GEMM, [`super::gemm`]). Per column and group the
+//! integer sum is the scalar twin's exactly, and the f32 epilogue is its
+//! operations in its order, so the results are the same bits.
+
+use std::arch::x86_64::*;
+use std::ops::Range;
+
+use super::a8_micro;
+use super::a8_scalar::{cols_scalar, A8Args};
+use crate::simd::{Avx2, Avx512, Avx512Vnni, SimdLevel};
+
+/// Smallest batch the driver sends here: from 5 rows the panel decode,
+/// paid once per piece of 64 rows, costs less than the per-row kernel's
+/// decode per pass of 4 (measured, docs/benchmarks.md); up to 4 rows the
+/// driver's split along the groups, which streams the weights from DRAM in
+/// order, is the faster shape.
+pub(super) const MIN_BATCH: usize = 5;
+/// Rows of `x` one piece of a call serves.
+pub(super) const ROW_BLOCK: usize = 64;
+/// Output columns per decoded panel (two 512-bit vectors of i32).
+pub(super) const PANEL: usize = 32;
+/// Input rows per decoded panel, rounded down to whole groups (at least
+/// one): `PANEL * DEPTH` = 16 KiB of codes stay in L1 while every row of
+/// the piece reads them.
+const DEPTH: usize = 512;
+/// Largest group size taken: the i32 sums (at most `23 * 127 * group_size`
+/// in magnitude, the offset included) stay exact far below `i32::MAX`.
+const MAX_GROUP: usize = 1 << 16;
+
+/// A micro-kernel with the token that lets it run.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Micro {
+    /// AVX2 `vpmaddubsw` + `vpmaddwd`.
+    Avx2(Avx2),
+    /// AVX-512 VNNI `vpdpbusd`.
+    Vnni(Avx512Vnni),
+}
+
+impl Micro {
+    /// The best micro-kernel allowed at `level` for weights of
+    /// `group_size`, if any (whole 4-row lanes per group).
+    pub(super) fn at(level: SimdLevel, group_size: usize) -> Option<Micro> {
+        if !eligible(group_size) {
+            return None;
+        }
+        if let Some(t) = Avx512::at(level).and_then(Avx512::vnni) {
+            return Some(Micro::Vnni(t));
+        }
+        Avx2::at(level).map(Micro::Avx2)
+    }
+
+    /// The AVX2 token every micro-kernel implies (the packing runs on it).
+    fn avx2(self) -> Avx2 {
+        match self {
+            Micro::Avx2(t) => t,
+            Micro::Vnni(t) => t.avx2(),
+        }
+    }
+}
+
+/// Whether the GEMM takes weights of `group_size`.
+pub(super) fn eligible(group_size: usize) -> bool {
+    group_size.is_multiple_of(4) && group_size <= MAX_GROUP
+}
+
+/// `ys[j][..] = (W^T x_r)[o0 .. o0 + width]` for the rows `r` of `rows`
+/// (`ys[j]` is row `rows.start + j`), the contract of the other kernels.
+/// Whole panels run here, the columns short of a panel through the scalar
+/// twin.
+pub(super) fn cols(
+    micro: Micro,
+    args: &A8Args,
+    rows: Range<usize>,
+    o0: usize,
+    ys: &mut [&mut [f32]],
+) {
+    args.check();
+    assert!(eligible(args.group_size));
+    let width = ys.first().map_or(0, |y| y.len());
+    assert!(ys.len() == rows.len() && ys.iter().all(|y| y.len() == width));
+    assert!(o0 + width <= args.out_feat && rows.end <= args.x.rows);
+    let gs = args.group_size;
+    let main = width / PANEL * PANEL;
+    let per_block = (DEPTH / gs).max(1);
+    let mut panel = vec![0u8; per_block * gs * PANEL];
+    let groups = args.groups.clone();
+    for gb in groups.clone().step_by(per_block) {
+        let block = gb..(gb + per_block).min(groups.end);
+        for c in (0..main).step_by(PANEL) {
+            // SAFETY: the token proves AVX2; `pack` checks every size.
+            unsafe { pack(micro.avx2(), args, block.clone(), o0 + c, &mut panel) };
+            let first = gb == groups.start;
+            let mr = a8_micro::rows(micro);
+            for (b, part) in ys.chunks_mut(mr).enumerate() {
+                let r0 = rows.start + b * mr;
+                let at = a8_micro::At {
+                    groups: block.clone(),
+                    col: o0 + c,
+                    yoff: c,
+                    r0,
+                    first,
+                };
+                a8_micro::run(micro, args, &panel, &at, part);
+            }
+        }
+    }
+    if main < width {
+        let mut tails: Vec<&mut [f32]> = ys.iter_mut().map(|y| &mut y[main..]).collect();
+        cols_scalar(args, rows, o0 + main, &mut tails);
+    }
+}
+
+/// Decode the groups `groups` of the 32 columns from `col` into `panel`:
+/// per group, per quad of input rows `4t .. 4t + 3`, 32 columns of 4 bytes
+/// `q + 8` (rows in order), 128 bytes per quad.
+///
+/// Per pair of packed rows (16 columns at a time): XOR `0x88` turns both
+/// two's-complement nibbles into `q + 8`; the nibbles are split and
+/// interleaved bytewise (rows `2p`, `2p + 1` per 16-bit lane), and the two
+/// pairs' lanes interleaved wordwise (four rows per 32-bit lane). The
+/// unpacks stay within 128-bit lanes, so 16 columns per register keep the
+/// columns in order.
+///
+/// # Safety
+/// None beyond the token: it proves AVX2. Every size is checked.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn pack(_: Avx2, args: &A8Args, groups: Range<usize>, col: usize, panel: &mut [u8]) {
+    let (n, half) = (args.out_feat, args.group_size / 2);
+    let (p0, p_end) = (groups.start * half, groups.end * half);
+    assert!(half.is_multiple_of(2) && col + PANEL <= n && p_end * n <= args.data.len());
+    assert!(panel.len() >= (p_end - p0) / 2 * 4 * PANEL);
+    let flip = _mm_set1_epi8(0x88u8 as i8);
+    let low = _mm_set1_epi8(0x0F);
+    let mut out = panel.as_mut_ptr();
+    for p in (p0..p_end).step_by(2) {
+        for h in 0..PANEL / 16 {
+            // SAFETY: pairs p, p + 1 < p_end at columns col + 16 h .. + 16
+            // <= n lie in `data` (asserted above); `out` stays inside the
+            // quad's 128 bytes of `panel`, whose length is asserted.
+            unsafe {
+                let src = args.data.as_ptr().add(p * n + col + 16 * h);
+                let a = _mm_xor_si128(_mm_loadu_si128(src as *const __m128i), flip);
+                let b = _mm_xor_si128(_mm_loadu_si128(src.add(n) as *const __m128i), flip);
+                let (la, ha) = (
+                    _mm_and_si128(a, low),
+                    _mm_and_si128(_mm_srli_epi16::<4>(a), low),
+                );
+                let (lb, hb) = (
+                    _mm_and_si128(b, low),
+                    _mm_and_si128(_mm_srli_epi16::<4>(b), low),
+                );
+                let (a0, a1) = (_mm_unpacklo_epi8(la, ha), _mm_unpackhi_epi8(la, ha));
+                let (b0, b1) = (_mm_unpacklo_epi8(lb, hb), _mm_unpackhi_epi8(lb, hb));
+                let dst = out.add(64 * h) as *mut __m128i;
+                _mm_storeu_si128(dst, _mm_unpacklo_epi16(a0, b0));
+                _mm_storeu_si128(dst.add(1), _mm_unpackhi_epi16(a0, b0));
+                _mm_storeu_si128(dst.add(2), _mm_unpacklo_epi16(a1, b1));
+                _mm_storeu_si128(dst.add(3), _mm_unpackhi_epi16(a1, b1));
+            }
+        }
+        // SAFETY: at most one past the last quad written (asserted above).
+        out = unsafe { out.add(4 * PANEL) };
+    }
+}
