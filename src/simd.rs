@@ -8,8 +8,9 @@
 //! the CPU lacks, whatever `SimdLevel` a caller asks for.
 //!
 //! `QUANTRS_SIMD=scalar|avx2|avx512|neon` may lower the level in force (so one
-//! machine can test every path) but never raise it above what the CPU has.
-//! It is read here and nowhere else.
+//! machine can test every path) but never raise it above what the CPU has;
+//! `QUANTRS_AMX=0` turns the AMX tile kernels off. Both are read here and
+//! nowhere else.
 
 use std::sync::OnceLock;
 
@@ -266,6 +267,71 @@ impl Avx512Vnni {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Avx512Dq {
     _proof: (),
+}
+
+/// Proof that the AMX-BF16 tile instructions may run on every thread of
+/// this process, and AVX-512 F/BW/VL with AVX512-BF16 alongside: AVX-512 is
+/// in force, the CPU reports AMX-TILE, AMX-BF16 and AVX512-BF16, `QUANTRS_AMX`
+/// is not `0`, and Linux granted the process the tile-data state
+/// (`arch_prctl(ARCH_REQ_XCOMP_PERM)`, which covers threads started before
+/// and after). Elsewhere (other systems, CPUs without AMX) never made.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Amx {
+    _proof: (),
+}
+
+impl Amx {
+    /// `Some` when the tile kernels may run (see the type).
+    pub(crate) fn new() -> Option<Self> {
+        static GRANTED: OnceLock<bool> = OnceLock::new();
+        let granted = *GRANTED.get_or_init(|| {
+            let off = std::env::var("QUANTRS_AMX").is_ok_and(|v| v.trim() == "0");
+            !off && level() == SimdLevel::Avx512 && amx_granted()
+        });
+        granted.then_some(Amx { _proof: () })
+    }
+
+    /// The AVX-512 token this one implies.
+    pub(crate) fn avx512(self) -> Avx512 {
+        Avx512 { _proof: () }
+    }
+}
+
+/// Whether the CPU has AMX-TILE, AMX-BF16 and AVX512-BF16 and the kernel
+/// lets this process use the tile registers (asked once).
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+fn amx_granted() -> bool {
+    // CPUID leaf 7, sub-leaf 0, EDX: bit 22 AMX-BF16, bit 24 AMX-TILE
+    // (Intel SDM vol. 2A, CPUID).
+    let edx = std::arch::x86_64::__cpuid_count(7, 0).edx;
+    let cpu = edx >> 22 & 1 == 1 && edx >> 24 & 1 == 1 && is_x86_feature_detected!("avx512bf16");
+    if !cpu {
+        return false;
+    }
+    // arch_prctl(ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18):
+    // Linux (>= 5.16) keeps the 8 KiB tile state off until a process asks;
+    // using a tile instruction without it is SIGILL. Returns 0 when granted.
+    let ret: i64;
+    // SAFETY: a plain system call (number 158, arch_prctl) with integer
+    // arguments; it touches no memory of ours and clobbers rcx and r11, as
+    // declared.
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            inlateout("rax") 158i64 => ret,
+            in("rdi") 0x1023i64,
+            in("rsi") 18i64,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
+    ret == 0
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+fn amx_granted() -> bool {
+    false
 }
 
 #[cfg(test)]

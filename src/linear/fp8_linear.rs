@@ -94,6 +94,9 @@ impl RowSource for Rows<'_> {
     fn dot(&self, dots: Dots, r: usize, x: &[f32]) -> f32 {
         dots.e4m3(&self.codes[r * self.k..(r + 1) * self.k], x)
     }
+    fn e4m3_codes(&self) -> Option<&[u8]> {
+        Some(self.codes)
+    }
 }
 
 impl PerTensorFP8Linear {

@@ -34,6 +34,11 @@ pub(crate) trait RowSource: Sync {
     /// Dot product of the whole row `r` with `x` (`x.len()` = in), with the
     /// kernels `dots`.
     fn dot(&self, dots: Dots, r: usize, x: &[f32]) -> f32;
+    /// The rows as E4M3 codes `[n, k]`, when that is what they are (the
+    /// AMX path, `amx.rs`, decodes them itself).
+    fn e4m3_codes(&self) -> Option<&[u8]> {
+        None
+    }
 }
 
 /// Batch rows from which the tiled path is used.
@@ -55,7 +60,7 @@ const MR_MAX: usize = 12;
 
 /// A raw output pointer shared by tasks that write disjoint elements.
 #[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
+pub(super) struct OutPtr(pub(super) *mut f32);
 // SAFETY: tasks write disjoint indices of one live buffer (see each use).
 unsafe impl Send for OutPtr {}
 // SAFETY: as above.
@@ -100,6 +105,14 @@ pub(crate) fn matmul_rows<S: RowSource>(
                     .for_each(|row| row.iter_mut().zip(b).for_each(|(v, bb)| *v += bb));
             }
             return;
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    if m >= super::amx::AMX_MIN_ROWS && k > 0 {
+        if let (Some(tok), Some(codes)) = (crate::simd::Amx::new(), src.e4m3_codes()) {
+            if super::amx::gemm_e4m3(tok, codes, n, k, x, m, y, epi) {
+                return;
+            }
         }
     }
     let dots = Dots::current();

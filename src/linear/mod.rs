@@ -20,6 +20,8 @@
 //! `Comm` are dropped (one device, no tensor parallelism); `begin_track_stats` takes `&self` (stats live behind
 //! a mutex) so that layers shared through `Arc` can be tracked.
 
+#[cfg(target_arch = "x86_64")]
+mod amx;
 mod array_api;
 #[macro_use]
 mod common;

@@ -37,6 +37,8 @@ fn build_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
         )
         .name(),
     )?;
+    // Whether batched FP8 forwards run on the AMX tile unit (docs/linear.md).
+    d.set_item("amx", crate::simd::Amx::new().is_some())?;
     d.set_item("threads", rayon::current_num_threads())?;
     d.set_item("cuda_available", crate::gpu::cuda_available())?;
     Ok(d)

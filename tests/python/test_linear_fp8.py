@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import pickle
 import struct
+import subprocess
+import sys
 
 import ml_dtypes
 import numpy as np
@@ -70,6 +74,40 @@ def test_big_layer_both_paths():
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
     y1 = np.stack([layer.forward(x[i]) for i in range(4)])  # batch-1 path
     np.testing.assert_allclose(y1, ref[:4], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize("rows", [8, 17, 40, 128])
+@pytest.mark.parametrize("act", [None, 0.05])
+def test_batched_forward_matches_reference(rows, act):
+    # From 8 rows the AMX tile path runs where the CPU has it
+    # (build_info()["amx"]), else the FMA engine: the same bound holds.
+    w = rand((70, 1100), 6)  # 3 tasks of 32 rows, inputs past a 512 chunk and not a multiple of 32
+    b = rand(70, 7)
+    layer = PerTensorFP8Linear.from_float(w, bias=b, activation_scale=act)
+    x = rand((rows, 1100), 8) * np.float32(3.0)
+    y = layer.forward(x)
+    ref = fp8_linear_forward(x, decoded(layer), layer.weight_scale_inv, act, b)
+    assert np.all(np.abs(y - ref) <= bound(x, decoded(layer) * layer.weight_scale_inv))
+
+
+def test_amx_can_be_turned_off():
+    code = (
+        "import sys, numpy as np, quantrs; print(quantrs.build_info()['amx'], flush=True);"
+        "w = np.linspace(-1, 1, 64 * 96, dtype=np.float32).reshape(64, 96);"
+        "x = np.linspace(-2, 3, 16 * 96, dtype=np.float32).reshape(16, 96);"
+        "np.save(sys.stdout.buffer, quantrs.PerTensorFP8Linear.from_float(w).forward(x))"
+    )
+    runs = {}
+    for amx in ("1", "0"):
+        env = dict(os.environ, QUANTRS_AMX=amx)
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, check=True)
+        flag, _, data = out.stdout.partition(b"\n")
+        runs[amx] = (flag.decode(), np.load(io.BytesIO(data)))
+    assert runs["0"][0] == "False"
+    assert runs["1"][0] == str(quantrs.build_info()["amx"])
+    # Both paths sum exact products in f32, in different orders.
+    np.testing.assert_allclose(runs["1"][1], runs["0"][1], rtol=1e-5, atol=1e-5)
 
 
 def test_from_float_scale_and_codes():
