@@ -52,70 +52,99 @@ const ROWS: usize = 2 * T;
 /// Largest number of bf16 parts of an f32.
 const MAX_PARTS: usize = 3;
 
-/// `bf16(v)` rounded to nearest even, as bits (finite `v` below 2^127).
+/// `bf16(v)` rounded to nearest even, as bits (meaningful for finite `v`
+/// below 2^127; wrapping, so other inputs give garbage, never a panic).
 fn bf16_rne(v: f32) -> u16 {
     let b = v.to_bits();
-    ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) as u16
+    (b.wrapping_add(0x7FFF + ((b >> 16) & 1)) >> 16) as u16
 }
 
 fn bf16_value(h: u16) -> f32 {
     f32::from_bits(u32::from(h) << 16)
 }
 
-/// `v = p[0] + p[1] + p[2]` exactly, each a bf16.
+/// `v = p[0] + p[1] + p[2]` exactly, each a bf16 (finite `v`).
 fn split3(v: f32) -> [u16; MAX_PARTS] {
     let hi = bf16_rne(v);
     let r = v - bf16_value(hi);
     let mid = bf16_rne(r);
     let lo = r - bf16_value(mid);
-    debug_assert_eq!(lo.to_bits() & 0xFFFF, 0, "split of {v}");
     [hi, mid, (lo.to_bits() >> 16) as u16]
 }
 
 /// How many bf16 parts the elements of `x` need (1..=3), or `None` when one
 /// is not finite (the float32 engine then gives IEEE's inf / NaN results).
-fn parts_needed(x: &[f32]) -> Option<usize> {
-    x.par_chunks(1 << 14)
-        .map(|c| {
-            let mut need = 1;
-            for &v in c {
-                if !v.is_finite() {
-                    return None;
-                }
-                let p = split3(v);
-                need = need.max(if p[2] != 0 {
-                    3
-                } else if p[1] != 0 {
-                    2
-                } else {
-                    1
-                });
-            }
-            Some(need)
-        })
-        .try_reduce(|| 1, |a, b| Some(a.max(b)))
+fn parts_needed(tok: Avx512, x: &[f32]) -> Option<usize> {
+    let flags = x.par_chunks(1 << 14).map(|c| scan(tok, c)).reduce(
+        || [false; 3],
+        |a, b| [a[0] | b[0], a[1] | b[1], a[2] | b[2]],
+    );
+    match flags {
+        [true, _, _] => None,
+        [_, _, true] => Some(3),
+        [_, true, _] => Some(2),
+        _ => Some(1),
+    }
 }
 
-/// The B panel of `x` (`[m, k]`): per 16-row batch block, per part, `pairs`
-/// rows of 16 lanes; inputs past `k` and rows past `m` are zero.
-fn build_panel(x: &[f32], m: usize, k: usize, pairs: usize, parts: usize) -> Vec<u32> {
+/// Over `c`: whether an element is not finite, needs a second part, needs a
+/// third. Branch-free so that it vectorizes.
+fn scan(tok: Avx512, c: &[f32]) -> [bool; 3] {
+    // SAFETY: the token proves AVX-512 F/BW/VL.
+    unsafe { scan_avx512(tok, c) }
+}
+
+/// # Safety
+/// AVX-512 F/BW/VL must be available (the token).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+unsafe fn scan_avx512(_: Avx512, c: &[f32]) -> [bool; 3] {
+    let (mut bad, mut two, mut three) = (false, false, false);
+    for &v in c {
+        bad |= v.to_bits() & 0x7F80_0000 == 0x7F80_0000;
+        let p = split3(v);
+        two |= p[1] != 0;
+        three |= p[2] != 0;
+    }
+    [bad, two, three]
+}
+
+/// `parts[p][i]` = part `p` of `row[i]` (finite values), zero past `row`.
+fn split_row(tok: Avx512, row: &[f32], parts: &mut [Vec<u16>; MAX_PARTS]) {
+    // SAFETY: the token proves AVX-512 F/BW/VL.
+    unsafe { split_row_avx512(tok, row, parts) }
+}
+
+/// # Safety
+/// AVX-512 F/BW/VL must be available (the token).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+unsafe fn split_row_avx512(_: Avx512, row: &[f32], parts: &mut [Vec<u16>; MAX_PARTS]) {
+    let [p0, p1, p2] = parts;
+    let n = row.len();
+    for (i, &v) in row.iter().enumerate() {
+        let p = split3(v);
+        (p0[i], p1[i], p2[i]) = (p[0], p[1], p[2]);
+    }
+    for p in [p0, p1, p2] {
+        p[n..].fill(0);
+    }
+}
+
+/// The B panel of `x` (`[m, k]`, finite): per 16-row batch block, per part,
+/// `pairs` rows of 16 lanes; inputs past `k` and rows past `m` are zero.
+fn build_panel(tok: Avx512, x: &[f32], m: usize, k: usize, pairs: usize, parts: usize) -> Vec<u32> {
     let block_len = parts * pairs * T;
     let mut panel = vec![0u32; m.div_ceil(T) * block_len];
     panel
         .par_chunks_mut(block_len)
         .enumerate()
         .for_each(|(blk, out)| {
-            let mut row = vec![[0u16; MAX_PARTS]; 2 * pairs];
+            let mut split: [Vec<u16>; MAX_PARTS] = std::array::from_fn(|_| vec![0u16; 2 * pairs]);
             for lane in 0..T.min(m - blk * T) {
                 let b = blk * T + lane;
-                for (dst, &v) in row.iter_mut().zip(&x[b * k..(b + 1) * k]) {
-                    *dst = split3(v);
-                }
-                for (part, rows) in out.chunks_exact_mut(pairs * T).enumerate() {
-                    for p in 0..pairs {
-                        let pair =
-                            u32::from(row[2 * p][part]) | u32::from(row[2 * p + 1][part]) << 16;
-                        rows[p * T + lane] = pair;
+                split_row(tok, &x[b * k..(b + 1) * k], &mut split);
+                for (rows, part) in out.chunks_exact_mut(pairs * T).zip(&split) {
+                    for (p, pair) in part.chunks_exact(2).enumerate() {
+                        rows[p * T + lane] = u32::from(pair[0]) | u32::from(pair[1]) << 16;
                     }
                 }
             }
@@ -143,13 +172,13 @@ pub(crate) fn gemm_e4m3(
     if m == 0 || n == 0 || k == 0 {
         return false;
     }
-    let Some(parts) = parts_needed(x) else {
+    let Some(parts) = parts_needed(tok.avx512(), x) else {
         return false;
     };
     let kpad = k.next_multiple_of(KSTEP);
     let pairs = kpad / 2;
     let nblk = m.div_ceil(T);
-    let panel = build_panel(x, m, k, pairs, parts);
+    let panel = build_panel(tok.avx512(), x, m, k, pairs, parts);
     let geom = Geometry { nblk, pairs, parts };
     let out = OutPtr(y.as_mut_ptr());
     let scratch = || (vec![0u16; ROWS * KC], vec![0f32; 2 * nblk * T * T]);
@@ -410,21 +439,25 @@ mod tests {
 
     #[test]
     fn split_is_exact_and_minimal() {
+        let Some(tok) = crate::simd::Avx512::new() else {
+            eprintln!("skipped: no AVX-512 here");
+            return;
+        };
         for v in vals(10_000, 3).iter().map(|v| v * 1e3 - 300.0) {
             let p = split3(v);
             let sum = f64::from(bf16_value(p[0])) + f64::from(bf16_value(p[1]));
             assert_eq!(sum + f64::from(bf16_value(p[2])), f64::from(v), "{v}");
         }
         assert_eq!(split3(1.5), [0x3FC0, 0, 0]);
-        assert_eq!(parts_needed(&[1.5, -448.0, 0.0]), Some(1));
-        assert_eq!(parts_needed(&[1.0 + 1.0 / 256.0]), Some(2));
-        assert_eq!(parts_needed(&[1.0 + 1.0 / 65536.0]), Some(2));
+        assert_eq!(parts_needed(tok, &[1.5, -448.0, 0.0]), Some(1));
+        assert_eq!(parts_needed(tok, &[1.0 + 1.0 / 256.0]), Some(2));
+        assert_eq!(parts_needed(tok, &[1.0 + 1.0 / 65536.0]), Some(2));
         assert_eq!(
-            parts_needed(&[1.0 + 1.0 / 512.0 + 1.0 / 1048576.0]),
+            parts_needed(tok, &[1.0 + 1.0 / 512.0 + 1.0 / 1048576.0]),
             Some(3)
         );
-        assert_eq!(parts_needed(&[1.0, f32::NAN]), None);
-        assert_eq!(parts_needed(&[f32::NEG_INFINITY]), None);
+        assert_eq!(parts_needed(tok, &[1.0, f32::NAN]), None);
+        assert_eq!(parts_needed(tok, &[f32::NEG_INFINITY]), None);
     }
 
     #[test]
