@@ -193,7 +193,7 @@ pub(crate) fn gemm_e4m3(
                 for (j, dst) in wbuf.chunks_exact_mut(KC).enumerate() {
                     if j < nr {
                         let row = &codes[(r0 + j) * k..(r0 + j + 1) * k];
-                        decode_bf16(tok.avx512(), &row[k0..k.min(k0 + kc)], &mut dst[..kc]);
+                        decode_bf16(tok, &row[k0..k.min(k0 + kc)], &mut dst[..kc]);
                     } else {
                         dst[..kc].fill(0);
                     }
@@ -230,16 +230,15 @@ struct Geometry {
 }
 
 /// E4M3 `codes` as bf16 bits into `out[..codes.len()]`, zeros after.
-fn decode_bf16(tok: Avx512, codes: &[u8], out: &mut [u16]) {
-    // SAFETY: the token proves AVX-512 F/BW/VL; the Amx token it came from
-    // proves AVX512-BF16.
+fn decode_bf16(tok: Amx, codes: &[u8], out: &mut [u16]) {
+    // SAFETY: the Amx token proves AVX-512 F/BW/VL and AVX512-BF16.
     unsafe { decode_bf16_avx512(tok, codes, out) }
 }
 
 /// # Safety
 /// AVX-512 F/BW/VL and AVX512-BF16 must be available (an [`Amx`] token).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-unsafe fn decode_bf16_avx512(_: Avx512, codes: &[u8], out: &mut [u16]) {
+unsafe fn decode_bf16_avx512(_: Amx, codes: &[u8], out: &mut [u16]) {
     assert!(codes.len() <= out.len());
     // The E4M3 bits shifted into a float16 (`sign << 15 | magnitude << 7`)
     // are the value times 2^-8, subnormals included (src/linear/avx512.rs);
@@ -470,7 +469,7 @@ mod tests {
         let table = crate::fp8::decode_table(crate::fp8::Fp8Format::E4M3);
         for len in [0, 1, 31, 32, 33, all.len()] {
             let mut out = vec![0xFFFFu16; len + 40];
-            decode_bf16(tok.avx512(), &all[..len], &mut out);
+            decode_bf16(tok, &all[..len], &mut out);
             for (i, &c) in all[..len].iter().enumerate() {
                 assert_eq!(bf16_value(out[i]), table[c as usize], "code {c:#x}");
             }
