@@ -100,6 +100,7 @@ impl DeviceAdam {
 
     /// Replace configuration and state from checkpoint bytes (validated
     /// first, on the host; unchanged on error).
+    #[allow(dead_code)] // Rust-side API; the bindings load a parsed core instead
     pub(crate) fn load_bytes(&mut self, bytes: &[u8]) -> Result<()> {
         let mut core = self.core.clone();
         checkpoint::from_bytes(&mut core, bytes)?;
@@ -278,6 +279,7 @@ impl DeviceAdam {
         self.core.step();
     }
 
+    #[allow(dead_code)] // Rust-side API; the bindings read the configuration instead
     pub(crate) fn step_count(&self) -> u64 {
         self.core.state().step
     }
@@ -290,8 +292,22 @@ impl DeviceAdam {
         self.core.set_lr(lr)
     }
 
+    #[allow(dead_code)] // Rust-side API; the bindings read the configuration instead
     pub(crate) fn decoupled(&self) -> bool {
         self.core.decoupled()
+    }
+
+    /// The configuration (kept on the host: reading it copies no state).
+    pub(crate) fn config(&self) -> &crate::optim::Adam4bitConfig {
+        self.core.config()
+    }
+
+    /// Replace the hyper-parameters (validated first); the state is kept.
+    pub(crate) fn set_optimizer_config(
+        &mut self,
+        c: crate::optim::Adam4bitOptimizerConfig,
+    ) -> Result<()> {
+        self.core.set_optimizer_config(c)
     }
 
     /// Elements and device bytes of the state.

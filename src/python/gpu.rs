@@ -9,7 +9,8 @@
 //! complete.
 //!
 //! The layer classes get their `to()` here (pyo3's `multiple-pymethods`);
-//! `QuantizedWeight.to` and `apply_isq(device=...)` call into this file.
+//! `QuantizedWeight.to` and `apply_isq(device=...)` call into this file,
+//! and the optimizer classes hold the device backends it exports.
 
 use pyo3::prelude::*;
 
@@ -31,6 +32,18 @@ pub(crate) fn parse_device(device: &Bound<'_, PyAny>) -> PyResult<Device> {
     })
 }
 
+/// The error of a move to a CUDA device in a build without the `gpu` feature.
+#[cfg(not(feature = "gpu"))]
+pub(crate) fn without_gpu() -> PyErr {
+    match crate::gpu::require_cuda() {
+        Err(e) => e.into(),
+        Ok(()) => crate::error::QuantError::CudaNotAvailable(
+            "quantrs was built without the `gpu` feature".into(),
+        )
+        .into(),
+    }
+}
+
 #[cfg(not(feature = "gpu"))]
 mod imp {
     use pyo3::prelude::*;
@@ -50,7 +63,7 @@ mod imp {
     ) -> PyResult<Bound<'py, PyAny>> {
         match super::parse_device(device)? {
             crate::linear::Device::Cpu => Ok(slf.clone()),
-            crate::linear::Device::Cuda(_) => Err(crate::gpu::require_cuda().unwrap_err().into()),
+            crate::linear::Device::Cuda(_) => Err(super::without_gpu()),
         }
     }
 
@@ -87,10 +100,13 @@ mod imp {
 }
 
 pub(crate) use imp::{layer_to, quantized_weight_to, register};
+// The device backends of the optimizer classes (`python/optim`, `python/qat`).
+#[cfg(feature = "gpu")]
+pub(crate) use optim::CudaAdam;
+#[cfg(feature = "gpu")]
+pub(crate) use qat::CudaQat;
 
 use super::linear::{PyFp8Linear, PyInt4Linear, PyInt8Linear, PyUnquantLinear};
-use super::optim::{PyAdam4bit, PyAdamW4bit};
-use super::qat::PyQatOptimizer;
 
 /// `layer.to(device)`: a new layer on `device` (`"cpu"` returns the layer
 /// itself); the original is unchanged.
@@ -113,41 +129,3 @@ layer_to_method!(PyFp8Linear);
 layer_to_method!(PyUnquantLinear);
 layer_to_method!(PyInt8Linear);
 layer_to_method!(PyInt4Linear);
-
-/// `optimizer.to(device)`: "cpu" returns the optimizer; "cuda" / "cuda:N"
-/// gives `quantrs.cuda.<kind>.from_cpu(optimizer, device)`, a device twin
-/// with a copy of the configuration and state (the original is unchanged).
-fn optimizer_to<'py>(
-    slf: &Bound<'py, PyAny>,
-    device: &Bound<'py, PyAny>,
-    kind: &str,
-) -> PyResult<Bound<'py, PyAny>> {
-    match parse_device(device)? {
-        Device::Cpu => Ok(slf.clone()),
-        Device::Cuda(i) => slf
-            .py()
-            .import("quantrs.cuda")?
-            .getattr(kind)?
-            .call_method1("from_cpu", (slf, format!("cuda:{i}"))),
-    }
-}
-
-macro_rules! optimizer_to_method {
-    ($py:ty, $kind:literal) => {
-        #[pymethods]
-        impl $py {
-            /// This optimizer on `device`: "cpu" returns it; "cuda" / "cuda:N" a
-            /// `quantrs.cuda` twin holding a copy of the state on that device.
-            fn to<'py>(
-                slf: &Bound<'py, Self>,
-                device: &Bound<'py, PyAny>,
-            ) -> PyResult<Bound<'py, PyAny>> {
-                optimizer_to(slf.as_any(), device, $kind)
-            }
-        }
-    };
-}
-
-optimizer_to_method!(PyAdamW4bit, "AdamW4bit");
-optimizer_to_method!(PyAdam4bit, "Adam4bit");
-optimizer_to_method!(PyQatOptimizer, "QatOptimizer");

@@ -15,16 +15,11 @@ mod rng;
 
 use pyo3::prelude::*;
 
-// What the device optimizer's binding (`python/gpu/qat.rs`) shares.
+// What the device calibration's binding (`python/gpu/qat_calibrate.rs`) shares.
 #[cfg(feature = "gpu")]
-pub(crate) use config::PyQatConfig;
-#[cfg(feature = "gpu")]
-pub(crate) use enums::{int_dtype, rounding_arg, scheme_arg, target_arg};
-pub(crate) use optimizer::PyQatOptimizer;
+pub(crate) use enums::{int_dtype, scheme_arg, target_arg};
 #[cfg(feature = "gpu")]
 pub(crate) use params::PyQuantParams;
-#[cfg(feature = "gpu")]
-pub(crate) use rng::{seed_arg, PyRng};
 
 /// Add the QAT classes and functions to the module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -34,9 +34,9 @@ def test_device_entry_points_raise_cuda_not_available():
         ),
         lambda: qc.DeviceArray.from_numpy(np.ones(3, np.float32)),
         lambda: qc.device_info(0),
-        lambda: qc.AdamW4bit(1e-3),
-        lambda: qc.Adam4bit.from_cpu(quantrs.Adam4bit()),
-        lambda: quantrs.AdamW4bit().to("cuda"),
+        lambda: quantrs.AdamW4bit(1e-3).to("cuda"),
+        lambda: quantrs.Adam4bit().to("cuda:0"),
+        lambda: quantrs.QatOptimizer(np.ones(4, np.float32), "int8", rng=0).to("cuda"),
     ):
         with pytest.raises(quantrs.CudaNotAvailable):
             call()

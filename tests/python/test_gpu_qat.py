@@ -1,4 +1,4 @@
-"""``quantrs.cuda.QatOptimizer`` on a GPU against ``quantrs.QatOptimizer`` (``pytest -m
+"""``quantrs.QatOptimizer`` moved to a GPU against the same class on the CPU (``pytest -m
 gpu``).
 
 Bit-identical: the same master, moments, view, parameters and bytes after every step, for
@@ -60,7 +60,8 @@ def test_bit_identical_to_the_cpu_over_20_steps(target, scheme, rounding, dtype)
     w = np.random.default_rng(1).standard_normal(n).astype(dtype)
     wd = qc.DeviceArray.from_numpy(w)
     cpu = quantrs.QatOptimizer(w, cfg, rng=11)
-    dev = qc.QatOptimizer(wd, cfg, rng=11)
+    dev = quantrs.QatOptimizer(w.copy(), cfg, rng=11).to("cuda")
+    assert dev.device == "cuda:0"
     assert_same(cpu, dev, w, wd)
     for t in range(20):
         g = grads(t, n, dtype)
@@ -76,7 +77,7 @@ def test_failed_steps_change_nothing_and_fail_as_on_the_cpu(dtype):
     w = np.random.default_rng(2).standard_normal(n).astype(dtype)
     wd = qc.DeviceArray.from_numpy(w)
     cpu = quantrs.QatOptimizer(w, "int8", rng=5)
-    dev = qc.QatOptimizer(wd, "int8", rng=5)
+    dev = quantrs.QatOptimizer(w.copy(), "int8", rng=5).to("cuda")
     bad = grads(0, n, dtype)
     bad[2345] = np.nan
     huge = grads(1, n, dtype)
@@ -91,7 +92,7 @@ def test_failed_steps_change_nothing_and_fail_as_on_the_cpu(dtype):
         assert dev.to_bytes() == before and np.array_equal(wd.numpy(), w_before)
     # Degenerate calibration: lr * weight_decay = 1 and a zero gradient zero the master.
     cfg = quantrs.QatConfig("int4", lr=1.0, weight_decay=1.0)
-    dev = qc.QatOptimizer(wd, cfg, rng=1)
+    dev = quantrs.QatOptimizer(wd.numpy(), cfg, rng=1).to("cuda")
     before = dev.to_bytes()
     with pytest.raises(quantrs.InvalidState, match="degenerate calibration"):
         dev.step(wd, qc.DeviceArray.from_numpy(np.zeros(n, dtype)))
@@ -117,16 +118,18 @@ def test_moves_between_cpu_and_gpu_mid_training():
         ref.step(ref_w, grads(t, n, np.float64))
         cpu.step(w, grads(t, n, np.float64))
     dev = cpu.to("cuda")
+    assert dev is cpu and dev.device == "cuda:0"
     wd = qc.DeviceArray.from_numpy(w)
     for t in range(3, 6):
         ref.step(ref_w, grads(t, n, np.float64))
         dev.step(wd, qc.DeviceArray.from_numpy(grads(t, n, np.float64)))
+    assert dev.memory_usage() >= 3 * 8 * n
     back, w = dev.to("cpu"), wd.numpy()
+    assert back is dev and back.device == "cpu"
     for t in range(6, 8):
         ref.step(ref_w, grads(t, n, np.float64))
         back.step(w, grads(t, n, np.float64))
     assert np.array_equal(w, ref_w) and back.to_bytes() == ref.to_bytes()
-    assert dev.memory_usage() >= 3 * 8 * n
 
 
 @pytest.mark.parametrize("clip", [0.0, 0.01])

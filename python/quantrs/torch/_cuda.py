@@ -7,7 +7,7 @@ to run on a GPU through ``quantrs.cuda`` (docs/gpu.md, docs/torch.md).
   asks torch for them on the legacy default stream, so torch orders its pending work on
   the current stream before quantrs reads, and every quantrs call returns when its
   result is complete (no synchronisation needed on either side).
-- One device engine per parameter, on the parameter's device; its ``state_dict()``
+- One engine per parameter, moved to the parameter's device; its ``state_dict()``
   is the CPU format, so torch-format state dicts are the same on CPU and GPU (the
   quantized state is exported as CPU tensors, as the engine keeps the device copy).
 - ``Int4Linear`` / ``FP8Linear`` on CUDA inputs: the module's CPU layer (built from its
@@ -47,19 +47,22 @@ def view(t: torch.Tensor) -> Any:
     return t.detach().numpy()
 
 
-def engine_class(cpu_cls: Any) -> Any:
-    """The device twin of ``_core.AdamW4bit`` / ``_core.Adam4bit``."""
-    return qcuda.AdamW4bit if cpu_cls is _core.AdamW4bit else qcuda.Adam4bit
-
-
 def new_engine(cpu_cls: Any, optimizer_config: Any, quantization_config: Any, p: torch.Tensor):
-    """An engine for parameter ``p``: the CPU class for CPU tensors, its device twin on
-    ``p``'s device for CUDA tensors (same interface)."""
-    if not is_cuda(p):
-        return cpu_cls.with_quantization_config(optimizer_config, quantization_config)
-    return engine_class(cpu_cls).with_quantization_config(
-        optimizer_config, quantization_config, device=require("parameter", p.device)
-    )
+    """An engine for parameter ``p``, moved to ``p``'s device when that is a GPU."""
+    engine = cpu_cls.with_quantization_config(optimizer_config, quantization_config)
+    if is_cuda(p):
+        engine.to(f"cuda:{require('parameter', p.device)}")
+    return engine
+
+
+def new_qat_engine(master: torch.Tensor, config: Any, seed: int) -> Any:
+    """A ``QatOptimizer`` for ``master``, on ``master``'s device (built from a host copy,
+    once, then moved)."""
+    if not is_cuda(master):
+        return _core.QatOptimizer(master.detach().numpy(), config, rng=seed)
+    ordinal = require("parameter", master.device)
+    engine = _core.QatOptimizer(master.detach().cpu().numpy(), config, rng=seed)
+    return engine.to(f"cuda:{ordinal}")
 
 
 def _on_device(module: torch.nn.Module, device: torch.device, cpu_layer: Any) -> Any:

@@ -14,7 +14,7 @@ and ``scheme`` are fixed once a parameter has state (the view's grid and its int
 parameters belong to them). The step loop and the state-dict round trip are
 ``_base.SlotOptimizer``'s.
 
-CUDA parameters get a ``quantrs.cuda.QatOptimizer`` on their device (``_cuda.py``): the
+CUDA parameters get a ``quantrs.QatOptimizer`` moved to their device (``_cuda.py``): the
 master stays a CUDA tensor, master and gradient reach the kernels through DLPack and the
 view is copied into the parameter on the device, bit-identical to the CPU path.
 """
@@ -68,7 +68,7 @@ class QatAdamW(SlotOptimizer):
     rounding="nearest", seed=0)``. ``seed`` keys the stochastic-rounding streams (one per
     parameter, derived from the seed and the parameter's index). Parameters must be
     contiguous float32 tensors on the CPU or a CUDA device (there the state lives on the
-    device, ``quantrs.cuda.QatOptimizer``); they are overwritten with the quantized view at
+    device, ``quantrs.QatOptimizer`` moved there); they are overwritten with the quantized view at
     once.
     """
 
@@ -146,7 +146,7 @@ class QatAdamW(SlotOptimizer):
         try:
             seed = _seed(group["seed"], i)
             if _cuda.is_cuda(master):
-                engine = _cuda.qcuda.QatOptimizer(master.detach(), cfg, rng=seed)
+                engine = _cuda.new_qat_engine(master, cfg, seed)
             else:
                 engine = _core.QatOptimizer(numpy_view(master), cfg, rng=seed)
         except (_core.QuantError, TypeError, ValueError) as e:

@@ -192,8 +192,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<DeviceArray>()?;
     m.add_class::<CudaQuantizedWeight>()?;
     m.add_class::<CudaLinear>()?;
-    m.add_class::<super::optim::CudaAdam>()?;
-    super::qat::register(m)?;
+    super::qat_calibrate::register(m)?;
     m.add_function(wrap_pyfunction!(fp8_encode, m)?)?;
     m.add_function(wrap_pyfunction!(fp8_decode, m)?)?;
     m.add_function(wrap_pyfunction!(device_count, m)?)?;

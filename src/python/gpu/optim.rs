@@ -1,39 +1,24 @@
-//! `quantrs._core._CudaAdam`: the device engine behind
-//! `quantrs.cuda.AdamW4bit` / `Adam4bit` (python/quantrs/cuda.py, which
-//! adds the CPU optimizers' state-dict and file methods through
-//! checkpoint bytes). Parameters and gradients are CUDA arrays
-//! (`DeviceArray`, or any CUDA DLPack producer: a torch.cuda tensor, a CuPy
-//! array), float32, C-contiguous, on the optimizer's device; the parameter
-//! is updated in place.
+//! The CUDA backend of `quantrs.AdamW4bit` / `Adam4bit` (the pyclass in
+//! `python/optim/optimizer.rs` holds it after `.to("cuda")`). Parameters and
+//! gradients are CUDA arrays (`DeviceArray`, or any CUDA DLPack producer: a
+//! torch.cuda tensor, a CuPy array), float32, C-contiguous, on the
+//! optimizer's device; the parameter is updated in place. The configuration
+//! stays on the host inside the engine, so reading it copies no state.
 
 use std::collections::HashMap;
 
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
 
 use super::array::DType;
 use super::device::gpu;
 use super::input::{cuda_ordinal, device_input, is_cuda_array};
 use crate::error::QuantError;
 use crate::gpu::adam_engine::{DevParamRef, DeviceAdam};
-use crate::optim::{checkpoint, Adam4bitConfig, Adam4bitCore};
+use crate::optim::{Adam4bitConfig, Adam4bitCore, Adam4bitOptimizerConfig, StateMemoryStats};
 use crate::python::errors::invalid;
-use crate::python::scalars::{str_arg, with_bytes};
-use crate::python::sizes::int_in;
-
-/// The `kind` argument: the optimizer class's name.
-fn kind_arg(obj: &Bound<'_, PyAny>) -> PyResult<String> {
-    str_arg(obj, "kind")
-}
-
-/// The `device` argument: a CUDA ordinal (CUDA numbers devices with a C int).
-fn device_arg(obj: &Bound<'_, PyAny>) -> PyResult<usize> {
-    int_in(obj, "device", 0, i32::MAX.into()).map(|v| v as usize)
-}
 
 /// The 4-bit Adam / AdamW engine with its state on one CUDA device.
-#[pyclass(name = "_CudaAdam", module = "quantrs.cuda")]
-pub struct CudaAdam {
+pub(crate) struct CudaAdam {
     inner: DeviceAdam,
     /// Key -> the parameter `apply_accumulated_grads` will update.
     accum_params: HashMap<String, Py<PyAny>>,
@@ -49,6 +34,39 @@ struct Pair {
 }
 
 impl CudaAdam {
+    /// The CPU optimizer `core` (configuration, step count, state) copied to
+    /// CUDA device `ordinal`.
+    pub(crate) fn from_core(py: Python<'_>, core: &Adam4bitCore, ordinal: usize) -> PyResult<Self> {
+        let g = gpu(py, ordinal)?;
+        let inner = py.detach(|| DeviceAdam::from_core(&g, core))?;
+        Ok(CudaAdam {
+            inner,
+            accum_params: HashMap::new(),
+        })
+    }
+
+    /// A CPU optimizer with this configuration and a host copy of the state.
+    pub(crate) fn to_core(&self, py: Python<'_>) -> PyResult<Adam4bitCore> {
+        let inner = &self.inner;
+        Ok(py.detach(|| inner.to_core())?)
+    }
+
+    /// The configuration and a host copy of the state as checkpoint bytes.
+    pub(crate) fn to_bytes(&self, py: Python<'_>) -> PyResult<Vec<u8>> {
+        let inner = &self.inner;
+        Ok(py.detach(|| inner.to_bytes())?)
+    }
+
+    /// Replace configuration and state by `core`'s (copied to this device).
+    pub(crate) fn load_core(&mut self, py: Python<'_>, core: &Adam4bitCore) -> PyResult<()> {
+        *self = CudaAdam::from_core(py, core, self.ordinal())?;
+        Ok(())
+    }
+
+    pub(crate) fn ordinal(&self) -> usize {
+        self.inner.gpu.ordinal
+    }
+
     /// Validate `(param, grad)`, then run `f` on the engine with the GIL released.
     fn with_pair<R: Send>(
         &mut self,
@@ -74,25 +92,21 @@ impl CudaAdam {
         Ok(r)
     }
 
-    fn where_(&self) -> String {
-        format!("cuda:{}", self.inner.gpu.ordinal)
-    }
-
     /// A CUDA float32 array on this device, or an error naming both devices.
     fn device_array(&self, obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<(u64, Vec<usize>)> {
+        let here = self.ordinal();
         if !is_cuda_array(obj)? {
             return Err(QuantError::arg(format!(
-                "{arg} is on the host but the optimizer is on {}: pass a CUDA array \
-                 (quantrs.cuda.DeviceArray, a torch.cuda tensor, a CuPy array)",
-                self.where_()
+                "{arg} is on the host but the optimizer is on cuda:{here}: pass a CUDA array \
+                 (quantrs.cuda.DeviceArray, a torch.cuda tensor, a CuPy array) or move the \
+                 optimizer with .to('cpu')"
             ))
             .into());
         }
         let on = cuda_ordinal(obj)?;
-        if on != self.inner.gpu.ordinal {
+        if on != here {
             return Err(QuantError::arg(format!(
-                "{arg} is on cuda:{on} but the optimizer is on {}",
-                self.where_()
+                "{arg} is on cuda:{on} but the optimizer is on cuda:{here}"
             ))
             .into());
         }
@@ -119,76 +133,33 @@ impl CudaAdam {
             _keep: vec![param.clone().unbind(), grad.clone().unbind()],
         })
     }
-}
 
-#[pymethods]
-impl CudaAdam {
-    /// The optimizer whose configuration and state are the checkpoint
-    /// `state` (`AdamW4bit.__getstate__()` bytes), on CUDA device `device`.
-    #[new]
-    #[pyo3(signature = (state, kind, device = 0))]
-    fn new(
-        py: Python<'_>,
-        state: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = kind_arg)] kind: String,
-        #[pyo3(from_py_with = device_arg)] device: usize,
-    ) -> PyResult<Self> {
-        let state = with_bytes(state, "state", <[u8]>::to_vec)?;
-        let decoupled = match kind.as_str() {
-            "AdamW4bit" => true,
-            "Adam4bit" => false,
-            _ => {
-                return Err(invalid(
-                    "kind",
-                    format!("expected 'AdamW4bit' or 'Adam4bit', got {kind:?}"),
-                ))
-            }
-        };
-        let g = gpu(py, device)?;
-        let mut core = Adam4bitCore::new(Adam4bitConfig::default(), decoupled)?;
-        checkpoint::from_bytes(&mut core, &state)?;
-        let inner = py.detach(|| DeviceAdam::from_core(&g, &core))?;
-        Ok(CudaAdam {
-            inner,
-            accum_params: HashMap::new(),
-        })
-    }
-
-    /// One step of `param` (updated in place) with `grad`; `name` keys the
-    /// state (default: the parameter's device address).
-    #[pyo3(signature = (param, grad, *, name = None))]
-    fn update(
+    /// One step of `param` (updated in place) with `grad`.
+    pub(crate) fn update(
         &mut self,
         py: Python<'_>,
         param: &Bound<'_, PyAny>,
         grad: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = crate::python::scalars::opt_text::name)] name: Option<String>,
+        name: Option<&str>,
     ) -> PyResult<()> {
-        let name = name.as_deref();
         self.with_pair(py, param, grad, name, |inner, p| inner.update(p))
     }
 
     /// Add `grad` to the parameter's device accumulator.
-    #[pyo3(signature = (param, grad, *, name = None))]
-    fn accumulate_grad(
+    pub(crate) fn accumulate(
         &mut self,
         py: Python<'_>,
         param: &Bound<'_, PyAny>,
         grad: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = crate::python::scalars::opt_text::name)] name: Option<String>,
+        name: Option<&str>,
     ) -> PyResult<()> {
-        let name = name.as_deref();
         let key = self.with_pair(py, param, grad, name, |inner, p| inner.accumulate(p))?;
         self.accum_params.insert(key, param.clone().unbind());
         Ok(())
     }
 
     /// Step every accumulated parameter with its mean gradient.
-    fn apply_accumulated_grads(
-        &mut self,
-        py: Python<'_>,
-        #[pyo3(from_py_with = crate::python::sizes::accumulation_steps)] accumulation_steps: usize,
-    ) -> PyResult<()> {
+    pub(crate) fn apply_accumulated(&mut self, py: Python<'_>, steps: usize) -> PyResult<()> {
         let mut params = Vec::new();
         for k in self.inner.accumulated_keys() {
             let obj = self.accum_params.get(&k).ok_or_else(|| {
@@ -198,89 +169,51 @@ impl CudaAdam {
             params.push((k, shape, w));
         }
         let inner = &mut self.inner;
-        py.detach(|| inner.apply_accumulated(accumulation_steps, &params))?;
+        py.detach(|| inner.apply_accumulated(steps, &params))?;
         self.accum_params.clear();
         Ok(())
     }
 
-    fn zero_grad(&mut self) {
+    pub(crate) fn has_accumulated(&self) -> bool {
+        !self.inner.accumulated_keys().is_empty()
+    }
+
+    pub(crate) fn zero_grad(&mut self) {
         self.inner.zero_grad();
         self.accum_params.clear();
     }
 
-    fn step(&mut self) {
+    pub(crate) fn step(&mut self) {
         self.inner.step();
     }
 
-    fn step_count(&self) -> u64 {
-        self.inner.step_count()
+    pub(crate) fn get_lr(&self) -> f32 {
+        self.inner.get_lr()
     }
 
-    fn get_lr(&self) -> f64 {
-        f64::from(self.inner.get_lr())
+    pub(crate) fn set_lr(&mut self, lr: f32) -> PyResult<()> {
+        Ok(self.inner.set_lr(lr)?)
     }
 
-    fn set_lr(
-        &mut self,
-        #[pyo3(from_py_with = crate::python::scalars::float::lr)] lr: f64,
-    ) -> PyResult<()> {
-        if lr.is_finite() && !(lr as f32).is_finite() {
-            return Err(invalid("lr", format!("{lr} does not fit in float32")));
-        }
-        Ok(self.inner.set_lr(lr as f32)?)
+    pub(crate) fn config(&self) -> &Adam4bitConfig {
+        self.inner.config()
     }
 
-    /// The configuration and a host copy of the state as checkpoint bytes
-    /// (the CPU optimizer's `__getstate__` format).
-    fn to_bytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
-        let inner = &self.inner;
-        let b = py.detach(|| inner.to_bytes())?;
-        Ok(PyBytes::new(py, &b))
+    pub(crate) fn set_optimizer_config(&mut self, c: Adam4bitOptimizerConfig) -> PyResult<()> {
+        Ok(self.inner.set_optimizer_config(c)?)
     }
 
-    /// Replace configuration and state from checkpoint bytes (validated first).
-    fn load_bytes(&mut self, py: Python<'_>, state: &Bound<'_, PyAny>) -> PyResult<()> {
-        let state = with_bytes(state, "state", <[u8]>::to_vec)?;
-        let inner = &mut self.inner;
-        py.detach(|| inner.load_bytes(&state))?;
-        self.accum_params.clear();
-        Ok(())
+    /// Elements and device bytes of the state.
+    pub(crate) fn memory_usage(&self) -> StateMemoryStats {
+        self.inner.memory_usage()
     }
 
-    /// (momentum elements, variance elements, third-moment elements,
-    /// device bytes of the state, parameters with state).
-    fn memory_usage(&self) -> (usize, usize, usize, usize, usize) {
-        let s = self.inner.memory_usage();
-        (
-            s.momentum_elements,
-            s.variance_elements,
-            s.third_moment_elements,
-            s.total_bytes,
-            s.num_parameters,
-        )
-    }
-
-    fn num_parameters(&self) -> usize {
+    pub(crate) fn num_parameters(&self) -> usize {
         self.inner.num_parameters()
     }
 
-    fn reset_state(&mut self) {
+    pub(crate) fn reset_state(&mut self) {
         self.inner.reset_state();
         self.accum_params.clear();
-    }
-
-    /// "AdamW4bit" or "Adam4bit".
-    #[getter]
-    fn kind(&self) -> &'static str {
-        if self.inner.decoupled() {
-            "AdamW4bit"
-        } else {
-            "Adam4bit"
-        }
-    }
-
-    #[getter]
-    fn device(&self) -> String {
-        self.where_()
     }
 }

@@ -1,12 +1,11 @@
-//! `quantrs._core._CudaQat`: the device engine behind
-//! `quantrs.cuda.QatOptimizer` (python/quantrs/cuda.py, which adds
-//! construction from a master, `from_cpu` / `cpu()` and the setters that go
-//! through the CPU code). Masters and gradients are CUDA arrays
+//! The CUDA backend of `quantrs.QatOptimizer` (the pyclass in
+//! `python/qat/optimizer.rs` holds it after `.to("cuda")`; moves go through
+//! the CPU optimizer's bytes). Masters and gradients are CUDA arrays
 //! (`DeviceArray`, or any CUDA DLPack producer) of the optimizer's dtype,
-//! C-contiguous, on its device; the master is updated in place.
+//! C-contiguous, on its device; the master is updated in place. The
+//! configuration, step count and seed stay on the host inside the engine.
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyTuple};
 
 use super::array::{DType, DeviceArray};
 use super::device::gpu;
@@ -16,11 +15,8 @@ use crate::gpu::memory::DeviceBuffer;
 use crate::gpu::qat::DevMaster;
 use crate::gpu::qat_engine::DeviceQat;
 use crate::python::errors::invalid;
-use crate::python::qat::{rounding_arg, seed_arg, PyQatConfig, PyQuantParams, PyRng};
-use crate::python::scalars::with_bytes;
-use crate::python::sizes::int_in;
 use crate::qat::serde::dtype_tag;
-use crate::qat::QatOptimizer;
+use crate::qat::{QatConfig, QatOptimizer, QuantParams, RoundingMode};
 
 enum Engine {
     F32(DeviceQat<f32>),
@@ -38,14 +34,9 @@ macro_rules! each {
 }
 
 /// `QatOptimizer` with its moments and view on a CUDA device.
-#[pyclass(name = "_CudaQat", module = "quantrs.cuda")]
-pub struct CudaQat {
+pub(crate) struct CudaQat {
     inner: Engine,
     shape: Vec<usize>,
-}
-
-fn device_arg(obj: &Bound<'_, PyAny>) -> PyResult<usize> {
-    int_in(obj, "device", 0, i32::MAX.into()).map(|v| v as usize)
 }
 
 /// A CPU optimizer from its bytes, checked against `shape`.
@@ -70,7 +61,11 @@ impl CudaQat {
         }
     }
 
-    fn ordinal(&self) -> usize {
+    pub(crate) fn dtype_name(&self) -> &'static str {
+        self.dtype().name()
+    }
+
+    pub(crate) fn ordinal(&self) -> usize {
         each!(&self.inner, e => e.gpu.ordinal)
     }
 
@@ -83,7 +78,8 @@ impl CudaQat {
         if !is_cuda_array(obj)? {
             return Err(QuantError::arg(format!(
                 "{arg} is on the host but the optimizer is on cuda:{}: pass a CUDA array \
-                 (quantrs.cuda.DeviceArray, a torch.cuda tensor, a CuPy array)",
+                 (quantrs.cuda.DeviceArray, a torch.cuda tensor, a CuPy array) or move the \
+                 optimizer with .to('cpu')",
                 self.ordinal()
             ))
             .into());
@@ -116,45 +112,38 @@ impl CudaQat {
             dtype: self.dtype(),
         }
     }
-}
 
-#[pymethods]
-impl CudaQat {
     /// The optimizer whose state is `state` (`QatOptimizer.to_bytes()`) for
     /// a master of `shape`, on CUDA device `device`.
-    #[new]
-    #[pyo3(signature = (state, shape, device = 0))]
-    fn new(
+    pub(crate) fn new(
         py: Python<'_>,
-        state: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = crate::python::scalars::shape)] shape: Vec<usize>,
-        #[pyo3(from_py_with = device_arg)] device: usize,
+        state: &[u8],
+        shape: Vec<usize>,
+        device: usize,
     ) -> PyResult<Self> {
-        let state = with_bytes(state, "state", <[u8]>::to_vec)?;
         let g = gpu(py, device)?;
-        let inner = match dtype_tag(&state)? {
+        let inner = match dtype_tag(state)? {
             2 => {
-                let o = cpu_from::<f64>(&state, &shape)?;
+                let o = cpu_from::<f64>(state, &shape)?;
                 Engine::F64(py.detach(|| DeviceQat::from_cpu(&g, &o))?)
             }
             _ => {
-                let o = cpu_from::<f32>(&state, &shape)?;
+                let o = cpu_from::<f32>(state, &shape)?;
                 Engine::F32(py.detach(|| DeviceQat::from_cpu(&g, &o))?)
             }
         };
         Ok(CudaQat { inner, shape })
     }
 
-    /// One AdamW step on `master` in place, then a new view; `rng` (an int
-    /// or a `quantrs.Rng`, advanced only on success) overrides the stream
-    /// seed for this step. Transactional: on error nothing changes.
-    #[pyo3(signature = (master, grad, rng = None))]
-    fn step(
+    /// One AdamW step on `master` in place, then a new view; `seed`
+    /// overrides the stream seed for this step. Transactional: on error
+    /// nothing changes.
+    pub(crate) fn step(
         &mut self,
         py: Python<'_>,
         master: &Bound<'_, PyAny>,
         grad: &Bound<'_, PyAny>,
-        rng: Option<&Bound<'_, PyAny>>,
+        seed: Option<u64>,
     ) -> PyResult<()> {
         let w = self.operand(master, "master")?;
         let g = self.operand(grad, "grad")?;
@@ -165,88 +154,58 @@ impl CudaQat {
                 "overlaps the master array (it is updated in place)",
             ));
         }
-        let generator = rng.and_then(|r| r.cast::<PyRng>().ok());
-        let saved = generator.map(|g| g.borrow().inner);
-        let seed = seed_arg(rng)?;
         let (wp, gp) = (w.ptr, g.ptr);
         let inner = &mut self.inner;
-        let res = py.detach(|| each!(inner, e => e.step(wp, gp, seed)));
-        if let (Err(_), Some(g), Some(state)) = (&res, generator, saved) {
-            g.borrow_mut().inner = state;
-        }
-        Ok(res?)
+        Ok(py.detach(|| each!(inner, e => e.step(wp, gp, seed)))?)
     }
 
     /// The fake-quantized view: a `DeviceArray` over the optimizer's own
     /// buffer (every step rewrites it in place).
-    #[getter]
-    fn quantized_weights(&self) -> DeviceArray {
+    pub(crate) fn quantized_weights(&self) -> DeviceArray {
         self.array(each!(&self.inner, e => e.view()))
     }
 
     /// Device copies of the AdamW moments `(m, v)`.
-    fn moments(&self, py: Python<'_>) -> PyResult<(DeviceArray, DeviceArray)> {
+    pub(crate) fn moments(&self, py: Python<'_>) -> PyResult<(DeviceArray, DeviceArray)> {
         let inner = &self.inner;
         let (m, v) = py.detach(|| each!(inner, e => e.moments()))?;
         Ok((self.array(m.into()), self.array(v.into())))
     }
 
-    fn quant_params(&self) -> Option<PyQuantParams> {
-        each!(&self.inner, e => e.quant_params()).map(PyQuantParams::wrap)
+    pub(crate) fn quant_params(&self) -> Option<QuantParams> {
+        each!(&self.inner, e => e.quant_params())
     }
 
-    fn step_count(&self) -> u64 {
+    pub(crate) fn step_count(&self) -> u64 {
         each!(&self.inner, e => e.scalars().step)
     }
 
-    #[getter]
-    fn config(&self) -> PyQatConfig {
-        PyQatConfig {
-            inner: each!(&self.inner, e => e.scalars().config),
-        }
+    pub(crate) fn config(&self) -> QatConfig {
+        each!(&self.inner, e => e.scalars().config)
     }
 
-    #[getter]
-    fn seed(&self) -> u64 {
+    pub(crate) fn seed(&self) -> u64 {
         each!(&self.inner, e => e.scalars().seed)
-    }
-
-    /// `"float32"` or `"float64"`.
-    #[getter]
-    fn dtype_name(&self) -> &'static str {
-        self.dtype().name()
-    }
-
-    #[getter]
-    fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        PyTuple::new(py, &self.shape)
-    }
-
-    #[getter]
-    fn device(&self) -> String {
-        format!("cuda:{}", self.ordinal())
     }
 
     /// The state as bytes: exactly `QatOptimizer.to_bytes()` of the CPU
     /// optimizer holding this state.
-    fn to_bytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+    pub(crate) fn to_bytes(&self, py: Python<'_>) -> PyResult<Vec<u8>> {
         let inner = &self.inner;
-        let b = py.detach(|| each!(inner, e => e.to_cpu().map(|o| o.to_bytes())))?;
-        Ok(PyBytes::new(py, &b))
+        Ok(py.detach(|| each!(inner, e => e.to_cpu().map(|o| o.to_bytes())))?)
     }
 
     /// Replace the whole state by `state` (same dtype and length; checked
     /// on the host first, unchanged on error).
-    fn load_bytes(&mut self, py: Python<'_>, state: &Bound<'_, PyAny>) -> PyResult<()> {
-        let state = with_bytes(state, "state", <[u8]>::to_vec)?;
+    pub(crate) fn load_bytes(&mut self, py: Python<'_>, state: &[u8]) -> PyResult<()> {
         let shape = self.shape.clone();
         match &mut self.inner {
             Engine::F32(e) => {
-                let o = cpu_from::<f32>(&state, &shape)?;
+                let o = cpu_from::<f32>(state, &shape)?;
                 py.detach(|| e.load(&o))?;
             }
             Engine::F64(e) => {
-                let o = cpu_from::<f64>(&state, &shape)?;
+                let o = cpu_from::<f64>(state, &shape)?;
                 py.detach(|| e.load(&o))?;
             }
         }
@@ -254,38 +213,31 @@ impl CudaQat {
     }
 
     /// Device bytes held: moments, view and the step's scratch.
-    fn memory_usage(&self) -> usize {
+    pub(crate) fn memory_usage(&self) -> usize {
         each!(&self.inner, e => e.device_bytes())
     }
 
     /// All five AdamW hyper-parameters (validated first; all or none).
-    fn set_hyper(
+    pub(crate) fn set_hyper(
         &mut self,
-        #[pyo3(from_py_with = crate::python::scalars::float::lr)] lr: f64,
-        #[pyo3(from_py_with = crate::python::scalars::float::beta1)] beta1: f64,
-        #[pyo3(from_py_with = crate::python::scalars::float::beta2)] beta2: f64,
-        #[pyo3(from_py_with = crate::python::scalars::float::eps)] eps: f64,
-        #[pyo3(from_py_with = crate::python::scalars::float::weight_decay)] weight_decay: f64,
-    ) -> PyResult<()> {
-        Ok(each!(&mut self.inner, e => e.set_hyper(lr, beta1, beta2, eps, weight_decay))?)
+        lr: f64,
+        beta1: f64,
+        beta2: f64,
+        eps: f64,
+        weight_decay: f64,
+    ) -> crate::Result<()> {
+        each!(&mut self.inner, e => e.set_hyper(lr, beta1, beta2, eps, weight_decay))
     }
 
-    fn set_rounding(&mut self, rounding: &Bound<'_, PyAny>) -> PyResult<()> {
-        let r = rounding_arg(rounding)?;
+    pub(crate) fn set_rounding(&mut self, r: RoundingMode) {
         each!(&mut self.inner, e => e.set_rounding(r));
-        Ok(())
     }
 
-    fn set_seed(&mut self, seed: u64) {
-        each!(&mut self.inner, e => e.set_seed(seed));
-    }
-
-    fn __len__(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         each!(&self.inner, e => e.len())
     }
-}
 
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<CudaQat>()?;
-    super::qat_calibrate::register(m)
+    pub(crate) fn set_seed(&mut self, seed: u64) {
+        each!(&mut self.inner, e => e.set_seed(seed));
+    }
 }

@@ -2,18 +2,18 @@
 //! statistics classes (docs/optim.md). Validation and conversion only; the
 //! numerics are in `crate::optim`.
 //!
-//! One way down: `optimizer.rs` (the two classes) -> `state.rs` (what both
-//! hold: update, accumulation, checkpoints) -> `config.rs` (the config
-//! classes, `QuantizationMethod`, float conversions) and `stats.rs`.
+//! One way down: `optimizer.rs` (the two classes) and `torch_state.rs`
+//! (their per-parameter methods) -> `backend.rs` (host or device state) ->
+//! `state.rs` (the host state: update, accumulation, checkpoints) ->
+//! `config.rs` (the config classes, `QuantizationMethod`, float
+//! conversions) and `stats.rs`. The device state is `python/gpu/optim.rs`.
 
+mod backend;
 mod config;
 mod optimizer;
 mod state;
 mod stats;
 mod torch_state;
-
-// `to(device)` is added by the GPU bindings (src/python/gpu.rs).
-pub(crate) use optimizer::{PyAdam4bit, PyAdamW4bit};
 
 use pyo3::prelude::*;
 

@@ -1,13 +1,16 @@
 //! `quantrs.Adam4bit` and `quantrs.AdamW4bit`: one macro writes both
-//! classes, which differ only in how weight decay is applied.
+//! classes, which differ only in how weight decay is applied. Each object
+//! holds its state on the host or on a CUDA device (`backend.rs`);
+//! `.to(device)` moves it in place.
 
 use std::path::PathBuf;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyType};
 
+use super::backend::{on_backend, Backend};
 use super::config::{f32_arg, pyf, PyAdamCfg, PyOptCfg, PyQCfg};
-use super::state::{Inner, Pair};
+use super::state::{config_dict, repr, Inner, Pair};
 use super::stats::{PyState, PyStats};
 use crate::optim::{checkpoint, Adam4bitCore};
 
@@ -16,7 +19,7 @@ macro_rules! py_optimizer {
         #[doc = $doc]
         #[pyclass(name = $name, module = "quantrs")]
         pub struct $ty {
-            pub(super) inner: Inner,
+            pub(super) backend: Backend,
         }
 
         #[pymethods]
@@ -34,7 +37,7 @@ macro_rules! py_optimizer {
             ) -> PyResult<Self> {
                 let o = PyOptCfg::new(learning_rate, beta1, beta2, epsilon, weight_decay)?;
                 Ok($ty {
-                    inner: Inner::build(Some(o), None, $decoupled)?,
+                    backend: Backend::Cpu(Inner::build(Some(o), None, $decoupled)?),
                 })
             }
 
@@ -47,12 +50,13 @@ macro_rules! py_optimizer {
                 quantization_config: Option<PyQCfg>,
             ) -> PyResult<Self> {
                 Ok($ty {
-                    inner: Inner::build(optimizer_config, quantization_config, $decoupled)?,
+                    backend: Backend::Cpu(Inner::build(optimizer_config, quantization_config, $decoupled)?),
                 })
             }
 
-            /// Update `param` (float32, writable, C-contiguous) in place with
-            /// `grad`; `name` keys the state (default: the array's memory).
+            /// Update `param` (float32, writable, C-contiguous; a CUDA array on
+            /// the optimizer's device when it is on one) in place with `grad`;
+            /// `name` keys the state (default: the array's memory).
             #[pyo3(signature = (param, grad, *, name=None))]
             fn update(
                 &mut self,
@@ -61,18 +65,23 @@ macro_rules! py_optimizer {
                 grad: &Bound<'_, PyAny>,
                 #[pyo3(from_py_with = crate::python::scalars::opt_text::name)] name: Option<String>,
             ) -> PyResult<()> {
-                self.inner.update(py, Pair::new(param, grad)?, name.as_deref())
+                let name = name.as_deref();
+                on_backend!(&mut self.backend,
+                    i => i.update(py, Pair::new(param, grad)?, name),
+                    c => c.update(py, param, grad, name))
             }
 
             /// Drop accumulated gradients (the moments are kept).
             fn zero_grad(&mut self) {
-                self.inner.core.zero_grad();
-                self.inner.forget_params();
+                on_backend!(&mut self.backend, i => {
+                    i.core.zero_grad();
+                    i.forget_params();
+                }, c => c.zero_grad())
             }
 
             /// Advance the step counter used by the bias correction of the next updates.
             fn step(&mut self) {
-                self.inner.core.step()
+                on_backend!(&mut self.backend, i => i.core.step(), c => c.step())
             }
 
             /// The learning rate (settable; validated as `set_lr`).
@@ -83,12 +92,12 @@ macro_rules! py_optimizer {
 
             /// The current learning rate.
             fn get_lr(&self) -> f64 {
-                pyf(self.inner.core.get_lr())
+                pyf(self.backend.get_lr())
             }
 
             /// Set the learning rate (finite and >= 0, else `InvalidArgument`).
             fn set_lr(&mut self, #[pyo3(from_py_with = crate::python::scalars::float::lr)] lr: f64) -> PyResult<()> {
-                Ok(self.inner.core.set_lr(f32_arg("lr", lr)?)?)
+                self.backend.set_lr(f32_arg("lr", lr)?)
             }
 
             #[setter(lr)]
@@ -106,7 +115,10 @@ macro_rules! py_optimizer {
                 grad: &Bound<'_, PyAny>,
                 #[pyo3(from_py_with = crate::python::scalars::opt_text::name)] name: Option<String>,
             ) -> PyResult<()> {
-                self.inner.accumulate(py, param, Pair::new(param, grad)?, name.as_deref())
+                let name = name.as_deref();
+                on_backend!(&mut self.backend,
+                    i => i.accumulate(py, param, Pair::new(param, grad)?, name),
+                    c => c.accumulate(py, param, grad, name))
             }
 
             /// Update every accumulated parameter with its summed gradient
@@ -116,31 +128,41 @@ macro_rules! py_optimizer {
                 py: Python<'_>,
                 #[pyo3(from_py_with = crate::python::sizes::accumulation_steps)] accumulation_steps: usize,
             ) -> PyResult<()> {
-                self.inner.apply_accumulated(py, accumulation_steps)
+                on_backend!(&mut self.backend,
+                    i => i.apply_accumulated(py, accumulation_steps),
+                    c => c.apply_accumulated(py, accumulation_steps))
             }
 
-            /// The state as a dict of NumPy arrays (uint8 codes, float32 values).
+            /// The state as a dict of NumPy arrays (uint8 codes, float32 values;
+            /// host copies of a device state).
             fn state_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-                self.inner.state_dict(py)
+                self.backend.read_host(py, |i| i.state_dict(py))
             }
 
             /// Replace the state with `state_dict()` output, validated first.
-            fn load_state_dict(&mut self, state: &Bound<'_, PyAny>) -> PyResult<()> {
+            fn load_state_dict(&mut self, py: Python<'_>, state: &Bound<'_, PyAny>) -> PyResult<()> {
                 let state = state
                     .cast::<PyDict>()
                     .map_err(|_| crate::python::errors::wrong_type("state", "dict", state))?;
-                self.inner.load_state_dict(state)
+                self.backend.with_host(py, |i| i.load_state_dict(state))
             }
 
             /// Elements and bytes of the state, measured from the live buffers.
             fn memory_usage(&self) -> PyStats {
-                self.inner.core.memory_usage().into()
+                on_backend!(&self.backend, i => i.core.memory_usage(), c => c.memory_usage()).into()
             }
 
             /// `1 - state bytes / (8 bytes per element)`: the saving against
             /// two float32 moments (0.0 before any state exists).
             fn memory_savings(&self) -> f64 {
-                self.inner.core.memory_savings() as f64
+                on_backend!(&self.backend, i => i.core.memory_savings() as f64, c => {
+                    let m = c.memory_usage();
+                    if m.num_parameters == 0 {
+                        0.0
+                    } else {
+                        1.0 - m.total_bytes as f64 / (8.0 * m.num_parameters as f64)
+                    }
+                })
             }
 
             /// Write config and state to a safetensors file, atomically.
@@ -149,8 +171,10 @@ macro_rules! py_optimizer {
                 py: Python<'_>,
                 #[pyo3(from_py_with = crate::python::scalars::path)] path: PathBuf,
             ) -> PyResult<()> {
-                let core = &self.inner.core;
-                Ok(py.detach(|| checkpoint::save(core, &path))?)
+                self.backend.read_host(py, |i| {
+                    let core = &i.core;
+                    Ok(py.detach(|| checkpoint::save(core, &path))?)
+                })
             }
 
             /// Replace config and state with a `save_state` file's (validated first).
@@ -159,58 +183,88 @@ macro_rules! py_optimizer {
                 py: Python<'_>,
                 #[pyo3(from_py_with = crate::python::scalars::path)] path: PathBuf,
             ) -> PyResult<()> {
-                let core = &mut self.inner.core;
-                py.detach(|| checkpoint::load(core, &path))?;
-                self.inner.forget_params();
-                Ok(())
+                self.backend.with_host(py, |i| {
+                    let core = &mut i.core;
+                    py.detach(|| checkpoint::load(core, &path))?;
+                    i.forget_params();
+                    Ok(())
+                })
             }
 
             /// Drop all state: moments, accumulators, step count, parameter keys.
             fn reset_state(&mut self) {
-                self.inner.core.reset_state();
-                self.inner.forget_params();
+                on_backend!(&mut self.backend, i => {
+                    i.core.reset_state();
+                    i.forget_params();
+                }, c => c.reset_state())
             }
 
             /// Parameter elements with state.
             fn num_parameters(&self) -> usize {
-                self.inner.core.num_parameters()
+                on_backend!(&self.backend, i => i.core.num_parameters(), c => c.num_parameters())
             }
 
             /// The configuration object (`Adam4bitConfig`: `.optimizer`,
             /// `.quantization`), as the Rust `StatefulOptimizer::config`.
             fn config(&self) -> PyAdamCfg {
                 PyAdamCfg {
-                    inner: *self.inner.core.config(),
+                    inner: *self.backend.config(),
                 }
             }
 
             /// Every hyper-parameter and quantization setting as one dict.
             fn config_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-                self.inner.config_dict(py)
+                config_dict(py, self.backend.config())
             }
 
             /// A read-only summary: step, parameter shapes, state bytes.
             fn state(&self, py: Python<'_>) -> PyResult<PyState> {
-                self.inner.state(py)
+                self.backend.read_host(py, |i| i.state(py))
+            }
+
+            /// Where the state lives: `"cpu"` or `"cuda:N"`.
+            #[getter]
+            fn device(&self) -> String {
+                self.backend.device().name()
+            }
+
+            /// Move the state (and so the updates) to `device` ("cpu", "cuda",
+            /// "cuda:N") in place, as `torch.nn.Module.to` does, and return
+            /// this optimizer. On a device, parameters and gradients are CUDA
+            /// arrays there (a torch.cuda tensor, a CuPy array, a
+            /// `quantrs.cuda.DeviceArray`).
+            fn to<'py>(slf: &Bound<'py, Self>, device: &Bound<'py, PyAny>) -> PyResult<Bound<'py, Self>> {
+                let device = crate::python::gpu::parse_device(device)?;
+                slf.borrow_mut().backend.move_to(slf.py(), device)?;
+                Ok(slf.clone())
             }
 
             fn __repr__(&self) -> String {
-                self.inner.repr($name)
+                repr($name, self.backend.config(), &self.backend.device().name())
             }
 
+            /// The configuration and state as checkpoint bytes (a host copy
+            /// of a device state: an unpickled optimizer is on the host).
             fn __getstate__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
-                let bytes = checkpoint::to_bytes(&self.inner.core)?;
+                let bytes = on_backend!(&self.backend,
+                    i => checkpoint::to_bytes(&i.core)?,
+                    c => c.to_bytes(py)?);
                 Ok(PyBytes::new(py, &bytes))
             }
 
-            fn __setstate__(&mut self, state: &Bound<'_, PyAny>) -> PyResult<()> {
+            /// Replace configuration and state with `__getstate__` bytes
+            /// (validated first), on this optimizer's device.
+            fn __setstate__(&mut self, py: Python<'_>, state: &Bound<'_, PyAny>) -> PyResult<()> {
                 let f = crate::python::scalars::with_bytes(state, "state", crate::st::from_bytes)??;
                 let t: checkpoint::Tensors = f.tensors.into_iter().collect();
                 let (config, st) = checkpoint::parse(t, $name)?;
                 let mut core = Adam4bitCore::new(config, $decoupled)?;
                 core.restore(config, st);
-                self.inner = Inner::of(core);
-                Ok(())
+                let _ = py;
+                on_backend!(&mut self.backend, i => {
+                    *i = Inner::of(core);
+                    Ok(())
+                }, c => c.load_core(py, &core))
             }
         }
     };

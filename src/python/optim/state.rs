@@ -233,15 +233,6 @@ impl Inner {
         Ok(())
     }
 
-    /// Every hyper-parameter and quantization setting as one dict.
-    pub(super) fn config_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let c = self.core.config();
-        let d = PyDict::new(py);
-        set_fields(&d, &c.optimizer)?;
-        set_fields(&d, &c.quantization)?;
-        Ok(d)
-    }
-
     /// The `OptimizerState` summary.
     pub(super) fn state(&self, py: Python<'_>) -> PyResult<PyState> {
         let s = self.core.state();
@@ -255,19 +246,35 @@ impl Inner {
             total_bytes: s.bytes(),
         })
     }
+}
 
-    /// The repr of an optimizer of class `cls`: the call that rebuilds its config.
-    pub(super) fn repr(&self, cls: &str) -> String {
-        let c = self.core.config();
-        let head = fields_repr(&c.optimizer);
-        if c.quantization == CoreQCfg::default() {
-            format!("{cls}({head})")
-        } else {
-            format!(
-                "{cls}.with_quantization_config({}, {})",
-                class_repr(&c.optimizer),
-                class_repr(&c.quantization)
-            )
-        }
+/// Every hyper-parameter and quantization setting of `c` as one dict.
+pub(super) fn config_dict<'py>(
+    py: Python<'py>,
+    c: &Adam4bitConfig,
+) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    set_fields(&d, &c.optimizer)?;
+    set_fields(&d, &c.quantization)?;
+    Ok(d)
+}
+
+/// The repr of an optimizer of class `cls` with configuration `c`: the call
+/// that rebuilds it (with `.to(device)` when it is not on the host).
+pub(super) fn repr(cls: &str, c: &Adam4bitConfig, device: &str) -> String {
+    let head = fields_repr(&c.optimizer);
+    let call = if c.quantization == CoreQCfg::default() {
+        format!("{cls}({head})")
+    } else {
+        format!(
+            "{cls}.with_quantization_config({}, {})",
+            class_repr(&c.optimizer),
+            class_repr(&c.quantization)
+        )
+    };
+    if device == "cpu" {
+        call
+    } else {
+        format!("{call}.to('{device}')")
     }
 }

@@ -55,12 +55,6 @@ fn import(
     Ok(())
 }
 
-/// Validate like `Adam4bitOptimizerConfig(...)`, then adopt.
-fn retune(inner: &mut Inner, lr: f64, b1: f64, b2: f64, eps: f64, wd: f64) -> PyResult<()> {
-    let o = PyOptCfg::new(lr, b1, b2, eps, wd)?;
-    Ok(inner.core.set_optimizer_config(o.inner)?)
-}
-
 macro_rules! torch_state {
     ($ty:ident) => {
         #[pymethods]
@@ -73,7 +67,7 @@ macro_rules! torch_state {
                 py: Python<'py>,
                 #[pyo3(from_py_with = crate::python::scalars::text::name)] name: String,
             ) -> PyResult<(u64, Bound<'py, PyDict>)> {
-                export(py, &self.inner, &name)
+                self.backend.read_host(py, |i| export(py, i, &name))
             }
 
             /// Replace the state with one parameter `name` of `shape` at
@@ -83,12 +77,13 @@ macro_rules! torch_state {
             /// kept. On error nothing changes.
             fn import_param_state(
                 &mut self,
+                py: Python<'_>,
                 #[pyo3(from_py_with = crate::python::scalars::text::name)] name: String,
                 #[pyo3(from_py_with = crate::python::scalars::shape)] shape: Vec<usize>,
                 #[pyo3(from_py_with = crate::python::sizes::step)] step: usize,
                 arrays: &Bound<'_, PyDict>,
             ) -> PyResult<()> {
-                import(&mut self.inner, &name, shape, step as u64, arrays)
+                self.backend.with_host(py, |i| import(i, &name, shape, step as u64, arrays))
             }
 
             /// Set learning_rate, beta1, beta2, epsilon and weight_decay at
@@ -102,14 +97,8 @@ macro_rules! torch_state {
                 #[pyo3(from_py_with = crate::python::scalars::float::epsilon)] epsilon: f64,
                 #[pyo3(from_py_with = crate::python::scalars::float::weight_decay)] weight_decay: f64,
             ) -> PyResult<()> {
-                retune(
-                    &mut self.inner,
-                    learning_rate,
-                    beta1,
-                    beta2,
-                    epsilon,
-                    weight_decay,
-                )
+                let o = PyOptCfg::new(learning_rate, beta1, beta2, epsilon, weight_decay)?;
+                self.backend.set_optimizer_config(o.inner)
             }
         }
     };

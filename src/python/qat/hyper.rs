@@ -1,26 +1,29 @@
 //! `QatOptimizer`'s setters (a second `#[pymethods]` block): a live
-//! optimizer takes new hyper-parameters without a copy of its state, as a
-//! torch lr scheduler needs at every step, and a restored step count and
-//! moments without going through the byte format (docs/torch.md).
+//! optimizer takes new hyper-parameters without a copy of its state (on
+//! either device), as a torch lr scheduler needs at every step, and a
+//! restored step count and moments without going through the byte format
+//! (docs/torch.md; on a device, through a host copy).
 
 use pyo3::prelude::*;
 
 use numpy::{Element, PyUntypedArrayMethods};
 
 use super::enums::rounding_arg;
-use super::optimizer::{Inner, PyQatOptimizer};
+use super::optimizer::{on_backend, Inner, PyQatOptimizer};
 use crate::python::arrays::{check_shape, input};
 use crate::qat::RoundingMode;
 use crate::qat::{Master, QatOptimizer};
 use crate::QuantError;
 
-/// Apply `f` to the optimizer whatever its master dtype.
+/// Apply `f` to the optimizer whatever its master dtype and device; on a
+/// device the five hyper-parameters are set at once (`hyper` completes the
+/// call from the current configuration).
 macro_rules! each {
-    ($inner:expr, $o:ident => $body:expr) => {
-        match $inner {
+    ($self:expr, $o:ident => $body:expr, $c:ident => $dev:expr) => {
+        on_backend!(&mut $self.backend, i => match i {
             Inner::F64($o) => $body,
             Inner::F32($o) => $body,
-        }
+        }, $c => $dev)
     };
 }
 
@@ -49,7 +52,9 @@ impl PyQatOptimizer {
         &mut self,
         #[pyo3(from_py_with = crate::python::scalars::float::lr)] lr: f64,
     ) -> PyResult<()> {
-        done(each!(&mut self.inner, o => o.set_lr(lr)))
+        done(
+            each!(self, o => o.set_lr(lr), d => { let c = d.config(); d.set_hyper(lr, c.beta1, c.beta2, c.eps, c.weight_decay) }),
+        )
     }
 
     /// Set the moment decays (each in [0, 1); both or neither change).
@@ -58,7 +63,9 @@ impl PyQatOptimizer {
         #[pyo3(from_py_with = crate::python::scalars::float::beta1)] beta1: f64,
         #[pyo3(from_py_with = crate::python::scalars::float::beta2)] beta2: f64,
     ) -> PyResult<()> {
-        done(each!(&mut self.inner, o => o.set_betas(beta1, beta2)))
+        done(
+            each!(self, o => o.set_betas(beta1, beta2), d => { let c = d.config(); d.set_hyper(c.lr, beta1, beta2, c.eps, c.weight_decay) }),
+        )
     }
 
     /// Set epsilon (finite, > 0).
@@ -66,7 +73,9 @@ impl PyQatOptimizer {
         &mut self,
         #[pyo3(from_py_with = crate::python::scalars::float::eps)] eps: f64,
     ) -> PyResult<()> {
-        done(each!(&mut self.inner, o => o.set_eps(eps)))
+        done(
+            each!(self, o => o.set_eps(eps), d => { let c = d.config(); d.set_hyper(c.lr, c.beta1, c.beta2, eps, c.weight_decay) }),
+        )
     }
 
     /// Set the decoupled weight decay (finite, >= 0).
@@ -74,7 +83,9 @@ impl PyQatOptimizer {
         &mut self,
         #[pyo3(from_py_with = crate::python::scalars::float::weight_decay)] weight_decay: f64,
     ) -> PyResult<()> {
-        done(each!(&mut self.inner, o => o.set_weight_decay(weight_decay)))
+        done(
+            each!(self, o => o.set_weight_decay(weight_decay), d => { let c = d.config(); d.set_hyper(c.lr, c.beta1, c.beta2, c.eps, weight_decay) }),
+        )
     }
 
     /// Set lr, beta1, beta2, eps and weight_decay at once (all or none change).
@@ -86,14 +97,16 @@ impl PyQatOptimizer {
         #[pyo3(from_py_with = crate::python::scalars::float::eps)] eps: f64,
         #[pyo3(from_py_with = crate::python::scalars::float::weight_decay)] weight_decay: f64,
     ) -> PyResult<()> {
-        done(each!(&mut self.inner, o => o.set_hyper(lr, beta1, beta2, eps, weight_decay)))
+        done(
+            each!(self, o => o.set_hyper(lr, beta1, beta2, eps, weight_decay), d => d.set_hyper(lr, beta1, beta2, eps, weight_decay)),
+        )
     }
 
     /// Set the rounding of the next views (`"nearest"`, `"stochastic"` or a
     /// `RoundingMode`); the current view is kept.
     fn set_rounding(&mut self, rounding: &Bound<'_, PyAny>) -> PyResult<()> {
         let r: RoundingMode = rounding_arg(rounding)?;
-        each!(&mut self.inner, o => o.set_rounding(r));
+        each!(self, o => o.set_rounding(r), d => d.set_rounding(r));
         Ok(())
     }
 
@@ -101,7 +114,7 @@ impl PyQatOptimizer {
     /// rounding streams.
     fn set_seed(&mut self, seed: &Bound<'_, PyAny>) -> PyResult<()> {
         let seed = super::rng::u64_arg(seed, "seed")?;
-        each!(&mut self.inner, o => o.set_seed(seed));
+        each!(self, o => o.set_seed(seed), d => d.set_seed(seed));
         Ok(())
     }
 
@@ -114,7 +127,9 @@ impl PyQatOptimizer {
         m: &Bound<'_, PyAny>,
         v: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        let shape = self.shape.clone();
-        each!(&mut self.inner, o => set_moments_typed(o, &shape, step as u64, m, v))
+        self.with_host(m.py(), |i, shape| match i {
+            Inner::F64(o) => set_moments_typed(o, shape, step as u64, m, v),
+            Inner::F32(o) => set_moments_typed(o, shape, step as u64, m, v),
+        })
     }
 }

@@ -1,4 +1,6 @@
 //! `QatOptimizer` binding: in-place master update, zero-copy read-only view.
+//! The state lives on the host (`Inner`) or on a CUDA device (`CudaQat`, in
+//! a `gpu` build); `.to(device)` moves it in place through the byte format.
 
 use numpy::ndarray::{ArrayView, IxDyn};
 use numpy::{Element, PyArray, PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
@@ -10,6 +12,7 @@ use super::convert::to_array;
 use super::enums::target_arg;
 use super::params::PyQuantParams;
 use super::rng::{seed_arg, PyRng};
+use crate::linear::Device;
 use crate::python::arrays::{check_shape, inplace, input, numpy_module, overlaps};
 use crate::python::errors::{wrong_dtype, wrong_type};
 use crate::python::fields::class_repr;
@@ -22,14 +25,32 @@ pub(super) enum Inner {
     F32(QatOptimizer<f32>),
 }
 
+/// Where the state lives: the host, or a CUDA device.
+pub(super) enum Backend {
+    Cpu(Inner),
+    #[cfg(feature = "gpu")]
+    Cuda(crate::python::gpu::CudaQat),
+}
+
+/// `match` over the backends; the CUDA arm exists only in `gpu` builds.
+macro_rules! on_backend {
+    ($b:expr, $cpu:ident => $ce:expr, $cuda:ident => $ge:expr) => {
+        match $b {
+            $crate::python::qat::optimizer::Backend::Cpu($cpu) => $ce,
+            #[cfg(feature = "gpu")]
+            $crate::python::qat::optimizer::Backend::Cuda($cuda) => $ge,
+        }
+    };
+}
+pub(super) use on_backend;
+
 /// AdamW on full-precision master weights with a fake-quantized view.
 ///
 /// The master stays owned by the caller and is updated in place by
 /// `step`; the optimizer owns the moments and the view.
 #[pyclass(module = "quantrs", name = "QatOptimizer")]
-#[derive(Clone)]
 pub struct PyQatOptimizer {
-    pub(super) inner: Inner,
+    pub(super) backend: Backend,
     pub(super) shape: Vec<usize>,
 }
 
@@ -163,11 +184,15 @@ impl PyQatOptimizer {
                 (Inner::F32(o), s)
             }
         };
-        Ok(PyQatOptimizer { inner, shape })
+        Ok(PyQatOptimizer {
+            backend: Backend::Cpu(inner),
+            shape,
+        })
     }
 
-    /// One AdamW step on `master` in place, then a new quantized view.
-    /// Transactional: on error nothing changes.
+    /// One AdamW step on `master` in place, then a new quantized view
+    /// (`master` and `grad` are CUDA arrays on the optimizer's device when it
+    /// is on one). Transactional: on error nothing changes.
     #[pyo3(signature = (master, grad, rng = None))]
     fn step(
         &mut self,
@@ -180,56 +205,58 @@ impl PyQatOptimizer {
         let generator = rng.and_then(|r| r.cast::<PyRng>().ok());
         let saved = generator.map(|g| g.borrow().inner);
         let seed = seed_arg(rng)?;
-        let res = match &mut self.inner {
-            Inner::F64(o) => step_typed(py, o, &self.shape, master, grad, seed),
-            Inner::F32(o) => step_typed(py, o, &self.shape, master, grad, seed),
-        };
+        let shape = &self.shape;
+        let res = on_backend!(&mut self.backend, i => match i {
+            Inner::F64(o) => step_typed(py, o, shape, master, grad, seed),
+            Inner::F32(o) => step_typed(py, o, shape, master, grad, seed),
+        }, c => c.step(py, master, grad, seed));
         if let (Err(_), Some(g), Some(state)) = (&res, generator, saved) {
             g.borrow_mut().inner = state;
         }
         res
     }
 
-    /// Read-only zero-copy view of the fake-quantized weights.
+    /// Read-only zero-copy view of the fake-quantized weights (on a device:
+    /// a `quantrs.cuda.DeviceArray` over the optimizer's buffer).
     #[getter]
     fn quantized_weights<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
         let this = slf.try_borrow()?;
-        match &this.inner {
+        on_backend!(&this.backend, i => match i {
             Inner::F64(o) => view(slf, o.quantized_slice(), &this.shape),
             Inner::F32(o) => view(slf, o.quantized_slice(), &this.shape),
-        }
+        }, c => Ok(Bound::new(slf.py(), c.quantized_weights())?.into_any()))
     }
 
     /// Integer parameters in effect (None for FP8 targets).
     fn quant_params(&self) -> Option<PyQuantParams> {
-        let p = match &self.inner {
-            Inner::F64(o) => o.quant_params(),
-            Inner::F32(o) => o.quant_params(),
-        };
-        p.copied().map(PyQuantParams::wrap)
+        let p = on_backend!(&self.backend, i => match i {
+            Inner::F64(o) => o.quant_params().copied(),
+            Inner::F32(o) => o.quant_params().copied(),
+        }, c => c.quant_params());
+        p.map(PyQuantParams::wrap)
     }
 
     /// Steps taken.
     fn step_count(&self) -> u64 {
-        match &self.inner {
+        on_backend!(&self.backend, i => match i {
             Inner::F64(o) => o.step_count(),
             Inner::F32(o) => o.step_count(),
-        }
+        }, c => c.step_count())
     }
 
     /// The configuration.
     #[getter]
     fn config(&self) -> PyQatConfig {
-        PyQatConfig { inner: *self.cfg() }
+        PyQatConfig { inner: self.cfg() }
     }
 
     /// The master dtype (`"float64"` or `"float32"`).
     #[getter]
     fn dtype(&self) -> &'static str {
-        match &self.inner {
+        on_backend!(&self.backend, i => match i {
             Inner::F64(_) => f64::DTYPE,
             Inner::F32(_) => f32::DTYPE,
-        }
+        }, c => c.dtype_name())
     }
 
     /// The master's shape.
@@ -241,100 +268,139 @@ impl PyQatOptimizer {
     /// Seed of the stochastic-rounding streams.
     #[getter]
     fn seed(&self) -> u64 {
-        match &self.inner {
+        on_backend!(&self.backend, i => match i {
             Inner::F64(o) => o.seed(),
             Inner::F32(o) => o.seed(),
-        }
+        }, c => c.seed())
     }
 
-    /// Copies of the AdamW moments `(m, v)`.
+    /// Where the state lives: `"cpu"` or `"cuda:N"`.
+    #[getter]
+    fn device(&self) -> String {
+        self.device_of().name()
+    }
+
+    /// Move the moments and the view to `device` ("cpu", "cuda", "cuda:N")
+    /// in place, as `torch.nn.Module.to` does, and return this optimizer.
+    /// On a device, masters and gradients are CUDA arrays there.
+    fn to<'py>(slf: &Bound<'py, Self>, device: &Bound<'py, PyAny>) -> PyResult<Bound<'py, Self>> {
+        let device = crate::python::gpu::parse_device(device)?;
+        slf.borrow_mut().move_to(slf.py(), device)?;
+        Ok(slf.clone())
+    }
+
+    /// Copies of the AdamW moments `(m, v)` (NumPy, or `DeviceArray`s on a
+    /// device).
     fn moments<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
-        Ok(match &self.inner {
+        let shape = &self.shape;
+        on_backend!(&self.backend, i => Ok(match i {
             Inner::F64(o) => {
                 let (m, v) = o.moments();
                 (
-                    to_array(py, m.to_vec(), &self.shape)?.into_any(),
-                    to_array(py, v.to_vec(), &self.shape)?.into_any(),
+                    to_array(py, m.to_vec(), shape)?.into_any(),
+                    to_array(py, v.to_vec(), shape)?.into_any(),
                 )
             }
             Inner::F32(o) => {
                 let (m, v) = o.moments();
                 (
-                    to_array(py, m.to_vec(), &self.shape)?.into_any(),
-                    to_array(py, v.to_vec(), &self.shape)?.into_any(),
+                    to_array(py, m.to_vec(), shape)?.into_any(),
+                    to_array(py, v.to_vec(), shape)?.into_any(),
                 )
             }
+        }), c => {
+            let (m, v) = c.moments(py)?;
+            Ok((Bound::new(py, m)?.into_any(), Bound::new(py, v)?.into_any()))
         })
     }
 
-    /// The whole state as bytes (versioned, CRC-checked).
-    fn to_bytes<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
-        let b = match &self.inner {
-            Inner::F64(o) => o.to_bytes(),
-            Inner::F32(o) => o.to_bytes(),
-        };
-        PyBytes::new(py, &b)
+    /// Bytes of the state: moments and view (on a device, with the step's
+    /// scratch).
+    fn memory_usage(&self) -> usize {
+        on_backend!(&self.backend, i => match i {
+            Inner::F64(o) => 3 * o.len() * std::mem::size_of::<f64>(),
+            Inner::F32(o) => 3 * o.len() * std::mem::size_of::<f32>(),
+        }, c => c.memory_usage())
     }
 
-    /// Rebuild from `to_bytes()` output and the master's shape.
+    /// The whole state as bytes (versioned, CRC-checked; the same bytes on
+    /// every device).
+    fn to_bytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        Ok(PyBytes::new(py, &self.state_bytes(py)?))
+    }
+
+    /// Rebuild (on the host) from `to_bytes()` output and the master's shape.
     #[staticmethod]
     fn from_bytes(
         data: &Bound<'_, PyAny>,
         #[pyo3(from_py_with = crate::python::scalars::shape)] shape: Vec<usize>,
     ) -> PyResult<Self> {
-        let inner = crate::python::scalars::with_bytes(data, "data", |data| -> PyResult<Inner> {
-            Ok(match crate::qat::serde::dtype_tag(data)? {
-                2 => Inner::F64(QatOptimizer::from_bytes(data)?),
-                _ => Inner::F32(QatOptimizer::from_bytes(data)?),
-            })
+        let inner = crate::python::scalars::with_bytes(data, "data", |data| {
+            host_from_bytes(data, &shape)
         })??;
-        let n = match &inner {
-            Inner::F64(o) => o.len(),
-            Inner::F32(o) => o.len(),
-        };
-        let count = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
-        if count != Some(n) {
-            return Err(QuantError::ser(format!(
-                "shape {shape:?} does not hold the state's {n} elements"
-            ))
-            .into());
-        }
-        Ok(PyQatOptimizer { inner, shape })
+        Ok(PyQatOptimizer {
+            backend: Backend::Cpu(inner),
+            shape,
+        })
     }
 
     fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTuple>> {
         let py = slf.py();
         let this = slf.try_borrow()?;
         let ctor = slf.get_type().getattr("from_bytes")?;
-        let args = (this.to_bytes(py), PyTuple::new(py, &this.shape)?).into_pyobject(py)?;
+        let args = (this.to_bytes(py)?, PyTuple::new(py, &this.shape)?).into_pyobject(py)?;
         PyTuple::new(py, [ctor, args.into_any()])
     }
 
-    fn __copy__(&self) -> Self {
-        self.clone()
+    fn __copy__(&self, py: Python<'_>) -> PyResult<Self> {
+        self.duplicate(py)
     }
 
-    fn __deepcopy__(&self, _memo: &Bound<'_, PyAny>) -> Self {
-        self.clone()
+    fn __deepcopy__(&self, py: Python<'_>, _memo: &Bound<'_, PyAny>) -> PyResult<Self> {
+        self.duplicate(py)
     }
 
     fn __len__(&self) -> usize {
-        match &self.inner {
+        on_backend!(&self.backend, i => match i {
             Inner::F64(o) => o.len(),
             Inner::F32(o) => o.len(),
-        }
+        }, c => c.len())
     }
 
     fn __repr__(&self) -> String {
+        let device = match self.device_of() {
+            Device::Cpu => String::new(),
+            d => format!(".to('{}')", d.name()),
+        };
         format!(
-            "QatOptimizer(master=<{} array of shape {}>, config={}, rng={})  # step_count={}",
+            "QatOptimizer(master=<{} array of shape {}>, config={}, rng={}){device}  # step_count={}",
             self.dtype(),
             shape_str(&self.shape),
-            class_repr(self.cfg()),
+            class_repr(&self.cfg()),
             self.seed(),
             self.step_count()
         )
     }
+}
+
+/// A CPU optimizer from `to_bytes()` output, checked against `shape`.
+fn host_from_bytes(data: &[u8], shape: &[usize]) -> PyResult<Inner> {
+    let inner = match crate::qat::serde::dtype_tag(data)? {
+        2 => Inner::F64(QatOptimizer::from_bytes(data)?),
+        _ => Inner::F32(QatOptimizer::from_bytes(data)?),
+    };
+    let n = match &inner {
+        Inner::F64(o) => o.len(),
+        Inner::F32(o) => o.len(),
+    };
+    let count = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+    if count != Some(n) {
+        return Err(QuantError::ser(format!(
+            "shape {shape:?} does not hold the state's {n} elements"
+        ))
+        .into());
+    }
+    Ok(inner)
 }
 
 /// A shape the way Python prints a tuple: `(4,)`, `(2, 3)`.
@@ -347,11 +413,78 @@ fn shape_str(shape: &[usize]) -> String {
 }
 
 impl PyQatOptimizer {
-    fn cfg(&self) -> &QatConfig {
-        match &self.inner {
-            Inner::F64(o) => o.config(),
-            Inner::F32(o) => o.config(),
+    pub(super) fn cfg(&self) -> QatConfig {
+        on_backend!(&self.backend, i => match i {
+            Inner::F64(o) => *o.config(),
+            Inner::F32(o) => *o.config(),
+        }, c => c.config())
+    }
+
+    fn device_of(&self) -> Device {
+        on_backend!(&self.backend, _i => Device::Cpu, c => Device::Cuda(c.ordinal()))
+    }
+
+    /// The state as `to_bytes()` bytes (a host copy of a device state).
+    fn state_bytes(&self, py: Python<'_>) -> PyResult<Vec<u8>> {
+        let _ = py;
+        on_backend!(&self.backend, i => Ok(match i {
+            Inner::F64(o) => o.to_bytes(),
+            Inner::F32(o) => o.to_bytes(),
+        }), c => c.to_bytes(py))
+    }
+
+    /// Run `f` on the host state: the CPU optimizer itself, or a host copy
+    /// of a device state that replaces it when `f` succeeds.
+    pub(super) fn with_host<R>(
+        &mut self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut Inner, &[usize]) -> PyResult<R>,
+    ) -> PyResult<R> {
+        let _ = py;
+        let shape = &self.shape;
+        on_backend!(&mut self.backend, i => f(i, shape), c => {
+            let mut host = host_from_bytes(&c.to_bytes(py)?, shape)?;
+            let r = f(&mut host, shape)?;
+            let bytes = match &host {
+                Inner::F64(o) => o.to_bytes(),
+                Inner::F32(o) => o.to_bytes(),
+            };
+            c.load_bytes(py, &bytes)?;
+            Ok(r)
+        })
+    }
+
+    /// A copy of this optimizer on the same device.
+    fn duplicate(&self, py: Python<'_>) -> PyResult<Self> {
+        let _ = py;
+        let backend = on_backend!(&self.backend, i => Backend::Cpu(i.clone()), c => Backend::Cuda(
+            crate::python::gpu::CudaQat::new(py, &c.to_bytes(py)?, self.shape.clone(), c.ordinal())?
+        ));
+        Ok(PyQatOptimizer {
+            backend,
+            shape: self.shape.clone(),
+        })
+    }
+
+    /// Move the state to `device` (nothing happens when it is there).
+    fn move_to(&mut self, py: Python<'_>, device: Device) -> PyResult<()> {
+        if self.device_of() == device {
+            return Ok(());
         }
+        let bytes = self.state_bytes(py)?;
+        self.backend = match device {
+            Device::Cpu => Backend::Cpu(host_from_bytes(&bytes, &self.shape)?),
+            #[cfg(feature = "gpu")]
+            Device::Cuda(ordinal) => Backend::Cuda(crate::python::gpu::CudaQat::new(
+                py,
+                &bytes,
+                self.shape.clone(),
+                ordinal,
+            )?),
+            #[cfg(not(feature = "gpu"))]
+            Device::Cuda(_) => return Err(crate::python::gpu::without_gpu()),
+        };
+        Ok(())
     }
 }
 
