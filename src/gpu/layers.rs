@@ -26,6 +26,8 @@ pub struct DeviceQuantizedWeight {
     pub num_groups: usize,
 }
 
+// `to_cpu`, `nbytes`, ...: Rust-side API; the bindings keep the host value.
+#[allow(dead_code)]
 impl DeviceQuantizedWeight {
     pub fn from_cpu(gpu: &Arc<Gpu>, w: &QuantizedWeight) -> Result<Self> {
         Ok(DeviceQuantizedWeight {
@@ -111,6 +113,8 @@ fn bias_of(gpu: &Arc<Gpu>, b: Option<&[f32]>) -> Result<Option<DeviceBuffer>> {
     b.map(|b| DeviceBuffer::from_host(gpu, b)).transpose()
 }
 
+// `to_cpu`, `nbytes`, ...: Rust-side API; the bindings keep the host value.
+#[allow(dead_code)]
 impl DeviceLinear {
     /// Copy a CPU layer onto `gpu`. Expert-stacked FP8 weights are refused.
     pub fn from_layer(gpu: &Arc<Gpu>, layer: &Layer) -> Result<Self> {

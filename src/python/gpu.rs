@@ -1,5 +1,5 @@
-//! `quantrs.cuda`: device arrays, DLPack in and out, and `QuantizedWeight`
-//! and the linear layers on a GPU (docs/gpu.md).
+//! `quantrs.cuda`: device arrays, DLPack in and out, and the CUDA backends
+//! of the package's classes (docs/gpu.md).
 //!
 //! Inputs to a device object may be NumPy arrays (copied in; the result
 //! comes back as NumPy), `DeviceArray`s, or any CUDA DLPack producer (a
@@ -8,9 +8,10 @@
 //! dtype; they are only ever read. Every call returns when its result is
 //! complete.
 //!
-//! The layer classes get their `to()` here (pyo3's `multiple-pymethods`);
-//! `QuantizedWeight.to` and `apply_isq(device=...)` call into this file,
-//! and the optimizer classes hold the device backends it exports.
+//! `QuantizedWeight` and the layer classes keep their host value and, after
+//! `.to("cuda")`, a CUDA placement (`CudaWeight`, `CudaLayer`) their
+//! forward runs on; the optimizer classes hold the device backends
+//! (`CudaAdam`, `CudaQat`). This file exports them.
 
 use pyo3::prelude::*;
 
@@ -44,26 +45,47 @@ pub(crate) fn without_gpu() -> PyErr {
     }
 }
 
+/// Stand-ins for the CUDA placements in a build without the `gpu` feature:
+/// uninhabited, so an `Option` of one is always `None` and the classes need
+/// no `cfg` of their own; making one reports `CudaNotAvailable`.
 #[cfg(not(feature = "gpu"))]
 mod imp {
+    use std::sync::Arc;
+
     use pyo3::prelude::*;
 
-    /// `QuantizedWeight.to` in a build without the `gpu` feature.
-    pub(crate) fn quantized_weight_to<'py>(
-        slf: &Bound<'py, PyAny>,
-        device: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        layer_to(slf, device)
+    use crate::int4::QuantizedWeight as Core;
+    use crate::linear::QuantMethod;
+
+    pub(crate) enum CudaWeight {}
+
+    impl CudaWeight {
+        pub(crate) fn from_cpu(_py: Python<'_>, _w: &Core, _ordinal: usize) -> PyResult<Self> {
+            Err(super::without_gpu())
+        }
+        pub(crate) fn ordinal(&self) -> usize {
+            match *self {}
+        }
+        pub(crate) fn run(&self, _x: &Bound<'_, PyAny>, _vector: bool) -> PyResult<Py<PyAny>> {
+            match *self {}
+        }
     }
 
-    /// A layer's `to` in a build without the `gpu` feature.
-    pub(crate) fn layer_to<'py>(
-        slf: &Bound<'py, PyAny>,
-        device: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        match super::parse_device(device)? {
-            crate::linear::Device::Cpu => Ok(slf.clone()),
-            crate::linear::Device::Cuda(_) => Err(super::without_gpu()),
+    pub(crate) enum CudaLayer {}
+
+    impl CudaLayer {
+        pub(crate) fn from_layer(
+            _py: Python<'_>,
+            _layer: Arc<dyn QuantMethod>,
+            _ordinal: usize,
+        ) -> PyResult<Self> {
+            Err(super::without_gpu())
+        }
+        pub(crate) fn ordinal(&self) -> usize {
+            match *self {}
+        }
+        pub(crate) fn forward(&self, _x: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+            match *self {}
         }
     }
 
@@ -95,37 +117,21 @@ mod weight;
 #[cfg(feature = "gpu")]
 mod imp {
     pub(crate) use super::functions::register;
-    pub(crate) use super::layer::layer_to;
-    pub(crate) use super::weight::quantized_weight_to;
+    pub(crate) use super::layer::CudaLayer;
+    pub(crate) use super::weight::CudaWeight;
 }
 
-pub(crate) use imp::{layer_to, quantized_weight_to, register};
+pub(crate) use imp::{register, CudaLayer, CudaWeight};
 // The device backends of the optimizer classes (`python/optim`, `python/qat`).
 #[cfg(feature = "gpu")]
 pub(crate) use optim::CudaAdam;
 #[cfg(feature = "gpu")]
 pub(crate) use qat::CudaQat;
 
-use super::linear::{PyFp8Linear, PyInt4Linear, PyInt8Linear, PyUnquantLinear};
-
-/// `layer.to(device)`: a new layer on `device` (`"cpu"` returns the layer
-/// itself); the original is unchanged.
-macro_rules! layer_to_method {
-    ($py:ty) => {
-        #[pymethods]
-        impl $py {
-            /// A copy of this layer on `device` ("cuda", "cuda:N"); "cpu" returns it unchanged.
-            fn to<'py>(
-                slf: &Bound<'py, Self>,
-                device: &Bound<'py, PyAny>,
-            ) -> PyResult<Bound<'py, PyAny>> {
-                layer_to(slf.as_any(), device)
-            }
-        }
-    };
+/// `"cpu"`, or `"cuda:N"` for a value placed on device `N`.
+pub(crate) fn placement_name(ordinal: Option<usize>) -> String {
+    match ordinal {
+        None => Device::Cpu.name(),
+        Some(i) => Device::Cuda(i).name(),
+    }
 }
-
-layer_to_method!(PyFp8Linear);
-layer_to_method!(PyUnquantLinear);
-layer_to_method!(PyInt8Linear);
-layer_to_method!(PyInt4Linear);

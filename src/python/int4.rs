@@ -10,21 +10,43 @@ use pyo3::types::{PyBytes, PyTuple};
 use super::arrays::{check_shape, inplace, input};
 use super::errors::invalid;
 use super::fields::pymethods_with_getters;
+use super::gpu::CudaWeight;
 use crate::error::QuantError;
 use crate::int4::{Activations, QuantizedWeight as Core};
+use crate::linear::Device;
 
 /// Packed INT4 weight `[in_feat, out_feat]` with one f32 scale per group of
 /// `group_size` input rows and output column.
 ///
 /// Build it with `QuantizedWeight.quantize(w, group_size=32)` or from raw
 /// buffers with `QuantizedWeight(data, scales, in_feat, out_feat, num_groups)`.
+///
+/// `.to("cuda")` gives a copy placed on a GPU: `matvec` / `matmul` run
+/// there; every other method reads the host value it keeps.
 #[pyclass(name = "QuantizedWeight", module = "quantrs", frozen, eq)]
-#[derive(PartialEq)]
 pub struct PyQuantizedWeight {
     pub inner: Core,
+    /// The device copy `matvec` / `matmul` run on (None: on the host).
+    pub(crate) cuda: Option<CudaWeight>,
+}
+
+/// Equal values on the same device.
+impl PartialEq for PyQuantizedWeight {
+    fn eq(&self, other: &Self) -> bool {
+        self.inner == other.inner && self.ordinal() == other.ordinal()
+    }
 }
 
 impl PyQuantizedWeight {
+    /// A weight on the host.
+    pub(crate) fn host(inner: Core) -> Self {
+        PyQuantizedWeight { inner, cuda: None }
+    }
+
+    fn ordinal(&self) -> Option<usize> {
+        self.cuda.as_ref().map(CudaWeight::ordinal)
+    }
+
     /// A read-only NumPy view of a buffer owned by this object.
     fn view<'py, T: numpy::Element>(
         slf: &Bound<'py, Self>,
@@ -53,6 +75,16 @@ impl PyQuantizedWeight {
         activations: &str,
     ) -> PyResult<Bound<'py, PyAny>> {
         let act = Activations::parse(activations)?;
+        if let Some(c) = &self.cuda {
+            if out.is_some() || act != Activations::Float32 {
+                return Err(QuantError::UnsupportedOperation(format!(
+                    "out= and activations='int8' on cuda:{} (move the weight with .to('cpu'))",
+                    c.ordinal()
+                ))
+                .into());
+            }
+            return Ok(c.run(x, vector)?.into_bound(py));
+        }
         let w = &self.inner;
         let xa = input::<f32>(x, "x")?;
         let expected = || {
@@ -137,7 +169,7 @@ pymethods_with_getters!(PyQuantizedWeight, {
             out_feat,
             num_groups,
         )?;
-        Ok(PyQuantizedWeight { inner })
+        Ok(PyQuantizedWeight::host(inner))
     }
 
     /// Quantize `w` (float32 `[in_feat, out_feat]`; or flat with `in_feat` and
@@ -184,7 +216,7 @@ pymethods_with_getters!(PyQuantizedWeight, {
         };
         let ws = wa.as_slice().map_err(|e| invalid("w", e))?;
         let inner = py.detach(|| Core::quantize_grouped(ws, k, n, group_size))?;
-        Ok(PyQuantizedWeight { inner })
+        Ok(PyQuantizedWeight::host(inner))
     }
 
     /// Packed nibbles, uint8 `[num_pairs * out_feat]` (read-only view).
@@ -276,7 +308,7 @@ pymethods_with_getters!(PyQuantizedWeight, {
     #[staticmethod]
     fn load(py: Python<'_>, #[pyo3(from_py_with = crate::python::scalars::path)] path: PathBuf) -> PyResult<Self> {
         let inner = py.detach(|| Core::load(&path))?;
-        Ok(PyQuantizedWeight { inner })
+        Ok(PyQuantizedWeight::host(inner))
     }
 
     /// The safetensors bytes `save` writes.
@@ -289,13 +321,28 @@ pymethods_with_getters!(PyQuantizedWeight, {
     #[staticmethod]
     fn from_bytes(data: &Bound<'_, PyAny>) -> PyResult<Self> {
         let inner = crate::python::scalars::with_bytes(data, "data", Core::from_safetensors_bytes)??;
-        Ok(PyQuantizedWeight { inner })
+        Ok(PyQuantizedWeight::host(inner))
     }
 
-    /// A copy on a device ("cuda", "cuda:N": a `quantrs.cuda.CudaQuantizedWeight`);
-    /// "cpu" returns this object.
-    fn to<'py>(slf: &Bound<'py, Self>, device: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-        super::gpu::quantized_weight_to(slf.as_any(), device)
+    /// This weight on `device` ("cpu", "cuda", "cuda:N"), as `Tensor.to`
+    /// does: itself when it is there already, else a new `QuantizedWeight`
+    /// whose `matvec` / `matmul` run there.
+    fn to<'py>(slf: &Bound<'py, Self>, device: &Bound<'py, PyAny>) -> PyResult<Bound<'py, Self>> {
+        let py = slf.py();
+        let this = slf.get();
+        let cuda = match super::gpu::parse_device(device)? {
+            Device::Cpu if this.cuda.is_none() => return Ok(slf.clone()),
+            Device::Cuda(i) if this.ordinal() == Some(i) => return Ok(slf.clone()),
+            Device::Cpu => None,
+            Device::Cuda(i) => Some(CudaWeight::from_cpu(py, &this.inner, i)?),
+        };
+        Bound::new(py, PyQuantizedWeight { inner: this.inner.clone(), cuda })
+    }
+
+    /// Where `matvec` / `matmul` run: `"cpu"` or `"cuda:N"`.
+    #[getter]
+    fn device(&self) -> String {
+        super::gpu::placement_name(self.ordinal())
     }
 
     fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTuple>> {
@@ -307,8 +354,12 @@ pymethods_with_getters!(PyQuantizedWeight, {
 
     fn __repr__(&self) -> String {
         let w = &self.inner;
+        let device = match self.ordinal() {
+            None => String::new(),
+            Some(i) => format!(", device='cuda:{i}'"),
+        };
         format!(
-            "QuantizedWeight(in_feat={}, out_feat={}, num_groups={}, group_size={}, nbytes={})",
+            "QuantizedWeight(in_feat={}, out_feat={}, num_groups={}, group_size={}, nbytes={}{device})",
             w.in_feat,
             w.out_feat,
             w.num_groups,
@@ -317,6 +368,12 @@ pymethods_with_getters!(PyQuantizedWeight, {
         )
     }
 });
+
+/// The GPU placement of `obj` when it is a `QuantizedWeight` on a device.
+#[cfg(feature = "gpu")]
+pub(crate) fn cuda_weight<'a>(obj: &'a Bound<'_, PyAny>) -> Option<&'a CudaWeight> {
+    obj.cast::<PyQuantizedWeight>().ok()?.get().cuda.as_ref()
+}
 
 /// Add `QuantizedWeight` to the module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -10,8 +10,8 @@ use pyo3::types::PyDict;
 use super::array::{DType, DeviceArray};
 use super::device::gpu;
 use super::input::{device_input, is_cuda_array, output, DevInput};
-use super::layer::CudaLinear;
-use super::weight::CudaQuantizedWeight;
+use super::layer::CudaLayer;
+use super::weight::CudaWeight;
 use crate::error::QuantError;
 use crate::fp8::Fp8Format;
 use crate::gpu::context::Gpu;
@@ -116,8 +116,9 @@ fn compile_all<'py>(py: Python<'py>, arch: &str) -> PyResult<Bound<'py, PyDict>>
     Ok(d)
 }
 
-/// Benchmark helper: queue `iters` calls of `obj` (a CudaQuantizedWeight's
-/// matmul or a CudaLinear's forward) on the CUDA input `x` back to back,
+/// Benchmark helper: queue `iters` calls of `obj` (the matmul of a
+/// `QuantizedWeight` or the forward of a layer placed on a GPU) on the CUDA
+/// input `x` back to back,
 /// after one warm-up, and return the mean seconds per call measured with
 /// CUDA events (kernel time with launches pipelined; no host round trip).
 #[pyfunction]
@@ -126,13 +127,28 @@ fn bench_calls(obj: &Bound<'_, PyAny>, x: &Bound<'_, PyAny>, iters: usize) -> Py
     use cudarc::driver::{result as cu, sys};
     let py = obj.py();
     let iters = iters.max(1);
-    let (g, in_feat, out_feat) = if let Ok(w) = obj.cast::<CudaQuantizedWeight>() {
-        let w = &w.get().inner;
-        (w.gpu().clone(), w.in_feat, w.out_feat)
-    } else {
-        let l = obj.cast::<CudaLinear>()?;
-        let l = &l.get().inner;
-        (l.gpu.clone(), l.in_feat, l.out_feat)
+    enum Placed<'a> {
+        Weight(&'a CudaWeight),
+        Layer(&'a CudaLayer),
+    }
+    let placed = match crate::python::int4::cuda_weight(obj) {
+        Some(w) => Placed::Weight(w),
+        None => Placed::Layer(crate::python::linear::cuda_layer(obj).ok_or_else(|| {
+            invalid(
+                "obj",
+                "expected a QuantizedWeight or a linear layer placed on a GPU (.to('cuda'))",
+            )
+        })?),
+    };
+    let (g, in_feat, out_feat) = match placed {
+        Placed::Weight(w) => {
+            let w = &w.inner;
+            (w.gpu().clone(), w.in_feat, w.out_feat)
+        }
+        Placed::Layer(l) => {
+            let l = &l.inner;
+            (l.gpu.clone(), l.in_feat, l.out_feat)
+        }
     };
     let xi = device_input(&g, x, "x", DType::F32, "the object")?;
     if xi.shape.len() != 2 || xi.shape[1] != in_feat {
@@ -144,14 +160,9 @@ fn bench_calls(obj: &Bound<'_, PyAny>, x: &Bound<'_, PyAny>, iters: usize) -> Py
     let y = DeviceArray::empty(&g, vec![rows, out_feat], DType::F32)?;
     let (xp, yp) = (xi.ptr, y.buf.ptr());
     let call = |wait: Wait| -> crate::Result<()> {
-        if let Ok(w) = obj.cast::<CudaQuantizedWeight>() {
-            w.get().inner.matmul(xp, rows, 0, yp, wait)
-        } else {
-            obj.cast::<CudaLinear>()
-                .expect("checked above")
-                .get()
-                .inner
-                .forward(xp, rows, yp, wait)
+        match placed {
+            Placed::Weight(w) => w.inner.matmul(xp, rows, 0, yp, wait),
+            Placed::Layer(l) => l.inner.forward(xp, rows, yp, wait),
         }
     };
     call(Wait::Yes)?;
@@ -190,8 +201,6 @@ fn bench_calls(obj: &Bound<'_, PyAny>, x: &Bound<'_, PyAny>, iters: usize) -> Py
 /// Adds the GPU classes and functions to `_core` (`quantrs.cuda` re-exports them).
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<DeviceArray>()?;
-    m.add_class::<CudaQuantizedWeight>()?;
-    m.add_class::<CudaLinear>()?;
     super::qat_calibrate::register(m)?;
     m.add_function(wrap_pyfunction!(fp8_encode, m)?)?;
     m.add_function(wrap_pyfunction!(fp8_decode, m)?)?;

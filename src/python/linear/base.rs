@@ -160,15 +160,12 @@ pub(super) fn apply_isq(
     let device = parse_device(device)?;
     let im = opt_f32_shaped(imatrix_weight, "imatrix_weight", &[&[layer.in_features()]])?;
     let counter = AtomicUsize::new(0);
-    // Quantized on the CPU, then copied to the device (src/python/gpu.rs).
+    // Quantized on the CPU, then placed on the device by the class's `to`.
     let out = py.detach(|| layer.apply_isq(target, Device::Cpu, &counter, im))?;
     let cpu = wrap(py, out)?;
     match device {
         Device::Cpu => Ok(cpu),
-        Device::Cuda(_) => {
-            let name = pyo3::types::PyString::new(py, &device.name());
-            Ok(crate::python::gpu::layer_to(cpu.bind(py), name.as_any())?.unbind())
-        }
+        Device::Cuda(_) => Ok(cpu.bind(py).call_method1("to", (device.name(),))?.unbind()),
     }
 }
 
@@ -234,4 +231,14 @@ pub(super) fn reduce<'py, L: QuantizedSerde>(
     let ctor = cls.getattr("deserialize")?;
     let bytes = PyBytes::new(py, &layer.serialize()?);
     PyTuple::new(py, [ctor, PyTuple::new(py, [bytes])?.into_any()])
+}
+
+/// The error of a method that runs only on the host, for a layer placed on
+/// CUDA device `ordinal`.
+pub(super) fn host_only(what: &str, ordinal: usize) -> PyErr {
+    crate::error::QuantError::UnsupportedOperation(format!(
+        "{what} runs on the CPU, and this layer is on cuda:{ordinal} (use forward, or \
+         move the layer with .to('cpu'))"
+    ))
+    .into()
 }

@@ -62,6 +62,7 @@ py_layer!(PyFp8Linear, PerTensorFP8Linear, {
             PerTensorFP8Linear::new(codes, shape, weight_scale_inv, activation_scale, bias)?;
         Ok(PyFp8Linear {
             inner: Arc::new(inner),
+            cuda: None,
         })
     }
 
@@ -84,6 +85,7 @@ py_layer!(PyFp8Linear, PerTensorFP8Linear, {
             py.detach(|| PerTensorFP8Linear::from_float(w, shape, bias, activation_scale))?;
         Ok(PyFp8Linear {
             inner: Arc::new(inner),
+            cuda: None,
         })
     }
 
@@ -100,6 +102,7 @@ py_layer!(PyFp8Linear, PerTensorFP8Linear, {
         let inner = py.detach(|| PerTensorFP8Linear::from_safetensors(&path, &prefix))?;
         Ok(PyFp8Linear {
             inner: Arc::new(inner),
+            cuda: None,
         })
     }
 

@@ -26,6 +26,7 @@ py_layer!(PyUnquantLinear, UnquantLinear, {
         let bias = opt_bias(bias, &s)?;
         Ok(PyUnquantLinear {
             inner: Arc::new(UnquantLinear::new(w, s[0], s[1], bias)?),
+            cuda: None,
         })
     }
 
@@ -71,6 +72,7 @@ py_layer!(PyInt8Linear, Int8Linear, {
         let bias = opt_bias(bias, qa.shape())?;
         Ok(PyInt8Linear {
             inner: Arc::new(Int8Linear::new(qv, sv, out, inf, bias)?),
+            cuda: None,
         })
     }
 
@@ -88,6 +90,7 @@ py_layer!(PyInt8Linear, Int8Linear, {
         let inner = py.detach(|| Int8Linear::from_float(w, s[0], s[1], bias))?;
         Ok(PyInt8Linear {
             inner: Arc::new(inner),
+            cuda: None,
         })
     }
 
@@ -126,6 +129,7 @@ py_layer!(PyInt4Linear, Int4Linear, {
         let bias = opt_bias(bias, &[qweight.inner.out_feat, qweight.inner.in_feat])?;
         Ok(PyInt4Linear {
             inner: Arc::new(Int4Linear::new(qweight.inner.clone(), bias)?),
+            cuda: None,
         })
     }
 
@@ -156,15 +160,14 @@ py_layer!(PyInt4Linear, Int4Linear, {
             py.detach(|| Int4Linear::from_float(w, s[0], s[1], group_size, bias, im.as_deref()))?;
         Ok(PyInt4Linear {
             inner: Arc::new(inner),
+            cuda: None,
         })
     }
 
     /// The packed weight (a copy).
     #[getter]
     fn qweight(&self) -> PyQuantizedWeight {
-        PyQuantizedWeight {
-            inner: self.inner.qweight().clone(),
-        }
+        PyQuantizedWeight::host(self.inner.qweight().clone())
     }
 
     fn __repr__(&self) -> String {

@@ -19,6 +19,7 @@ use std::sync::Arc;
 
 use pyo3::prelude::*;
 
+use super::gpu::CudaLayer;
 use crate::linear::{
     Int4Linear, Int8Linear, Layer, PerTensorFP8Linear, QuantMethod, UnquantLinear,
 };
@@ -29,34 +30,57 @@ use crate::linear::{
 #[pyclass(name = "PerTensorFP8Linear", module = "quantrs", frozen)]
 pub struct PyFp8Linear {
     inner: Arc<PerTensorFP8Linear>,
+    /// The device copy `forward` runs on (None: on the host).
+    cuda: Option<CudaLayer>,
 }
 
 /// Unquantized float32 linear layer, weight `[out, in]`.
 #[pyclass(name = "UnquantLinear", module = "quantrs", frozen)]
 pub struct PyUnquantLinear {
     inner: Arc<UnquantLinear>,
+    /// The device copy `forward` runs on (None: on the host).
+    cuda: Option<CudaLayer>,
 }
 
 /// int8 linear layer, per-output-row symmetric absmax scales.
 #[pyclass(name = "Int8Linear", module = "quantrs", frozen)]
 pub struct PyInt8Linear {
     inner: Arc<Int8Linear>,
+    /// The device copy `forward` runs on (None: on the host).
+    cuda: Option<CudaLayer>,
 }
 
 /// INT4 linear layer over a `QuantizedWeight` (`[in, out]`, groups along in).
 #[pyclass(name = "Int4Linear", module = "quantrs", frozen)]
 pub struct PyInt4Linear {
     inner: Arc<Int4Linear>,
+    /// The device copy `forward` runs on (None: on the host).
+    cuda: Option<CudaLayer>,
 }
 
 /// The Python object for a layer, by concrete type.
 pub(crate) fn wrap(py: Python<'_>, layer: Arc<dyn QuantMethod>) -> PyResult<Py<PyAny>> {
     Ok(match layer.into_layer() {
-        Layer::Fp8(inner) => Py::new(py, PyFp8Linear { inner })?.into_any(),
-        Layer::Unquant(inner) => Py::new(py, PyUnquantLinear { inner })?.into_any(),
-        Layer::Int8(inner) => Py::new(py, PyInt8Linear { inner })?.into_any(),
-        Layer::Int4(inner) => Py::new(py, PyInt4Linear { inner })?.into_any(),
+        Layer::Fp8(inner) => Py::new(py, PyFp8Linear { inner, cuda: None })?.into_any(),
+        Layer::Unquant(inner) => Py::new(py, PyUnquantLinear { inner, cuda: None })?.into_any(),
+        Layer::Int8(inner) => Py::new(py, PyInt8Linear { inner, cuda: None })?.into_any(),
+        Layer::Int4(inner) => Py::new(py, PyInt4Linear { inner, cuda: None })?.into_any(),
     })
+}
+
+/// The GPU placement of `obj` when it is a layer on a device.
+#[cfg(feature = "gpu")]
+pub(crate) fn cuda_layer<'a>(obj: &'a Bound<'_, PyAny>) -> Option<&'a CudaLayer> {
+    if let Ok(l) = obj.cast::<PyFp8Linear>() {
+        return l.get().cuda.as_ref();
+    }
+    if let Ok(l) = obj.cast::<PyUnquantLinear>() {
+        return l.get().cuda.as_ref();
+    }
+    if let Ok(l) = obj.cast::<PyInt8Linear>() {
+        return l.get().cuda.as_ref();
+    }
+    obj.cast::<PyInt4Linear>().ok()?.get().cuda.as_ref()
 }
 
 /// Add the layer classes to the module.

@@ -10,18 +10,48 @@ macro_rules! py_layer {
         impl $py {
             $($extra)*
 
-            /// `y = x @ W.T + bias` for float32 `x [..., in]`.
+            /// `y = x @ W.T + bias` for float32 `x [..., in]` (on a layer placed
+            /// on a GPU: NumPy in and out, or a CUDA array in and a
+            /// `quantrs.cuda.DeviceArray` out).
             fn forward<'py>(&self, x: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-                super::base::forward_f32(&*self.inner, x)
+                match &self.cuda {
+                    Some(c) => Ok(c.forward(x)?.into_bound(x.py())),
+                    None => super::base::forward_f32(&*self.inner, x),
+                }
             }
 
             /// The same as `forward`.
             fn __call__<'py>(&self, x: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-                super::base::forward_f32(&*self.inner, x)
+                self.forward(x)
+            }
+
+            /// Where `forward` runs: `"cpu"` or `"cuda:N"`.
+            #[getter]
+            fn device(&self) -> String {
+                crate::python::gpu::placement_name(self.cuda.as_ref().map(|c| c.ordinal()))
+            }
+
+            /// This layer on `device` ("cpu", "cuda", "cuda:N"), as `Tensor.to`
+            /// does: itself when it is there already, else a new layer (sharing
+            /// the host value) whose `forward` runs there.
+            fn to<'py>(slf: &Bound<'py, Self>, device: &Bound<'py, PyAny>) -> PyResult<Bound<'py, Self>> {
+                let py = slf.py();
+                let this = slf.get();
+                let here = this.cuda.as_ref().map(|c| c.ordinal());
+                let cuda = match crate::python::gpu::parse_device(device)? {
+                    $crate::linear::Device::Cpu if here.is_none() => return Ok(slf.clone()),
+                    $crate::linear::Device::Cuda(i) if here == Some(i) => return Ok(slf.clone()),
+                    $crate::linear::Device::Cpu => None,
+                    $crate::linear::Device::Cuda(i) => {
+                        Some(crate::python::gpu::CudaLayer::from_layer(py, this.inner.clone(), i)?)
+                    }
+                };
+                Bound::new(py, $py { inner: this.inner.clone(), cuda })
             }
 
             /// `forward` for float16/32/64 or bfloat16 input, returning that dtype.
             fn forward_autocast<'py>(&self, x: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+                self.host_only("forward_autocast")?;
                 super::base::autocast(x, |x32| super::base::forward_f32(&*self.inner, x32))
             }
 
@@ -32,6 +62,7 @@ macro_rules! py_layer {
                 x: &Bound<'py, PyAny>,
                 indices: &Bound<'py, PyAny>,
             ) -> PyResult<Bound<'py, PyAny>> {
+                self.host_only("gather_forward")?;
                 super::base::gather_f32(&*self.inner, x, indices)
             }
 
@@ -41,6 +72,7 @@ macro_rules! py_layer {
                 x: &Bound<'py, PyAny>,
                 indices: &Bound<'py, PyAny>,
             ) -> PyResult<Bound<'py, PyAny>> {
+                self.host_only("gather_forward_autocast")?;
                 super::base::autocast(x, |x32| super::base::gather_f32(&*self.inner, x32, indices))
             }
 
@@ -62,8 +94,8 @@ macro_rules! py_layer {
 
             /// `(weight dtype, device)`, e.g. `("float8_e4m3fn", "cpu")`.
             fn dtype_and_device(&self) -> (&'static str, String) {
-                let (d, dev) = self.inner.dtype_and_device();
-                (d.name(), dev.name())
+                let (d, _) = self.inner.dtype_and_device();
+                (d.name(), self.device())
             }
 
             /// `"float8_e4m3fn"` when activations are quantized, else None.
@@ -90,6 +122,7 @@ macro_rules! py_layer {
 
             /// Start tracking the imatrix (mean of x_i^2 over forward rows).
             fn begin_track_stats(&self) -> PyResult<()> {
+                self.host_only("begin_track_stats")?;
                 Ok(self.inner.begin_track_stats()?)
             }
 
@@ -177,6 +210,17 @@ macro_rules! py_layer {
 
             fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, ::pyo3::types::PyTuple>> {
                 super::base::reduce(&slf.py().get_type::<Self>(), &*slf.get().inner)
+            }
+        }
+
+        impl $py {
+            /// `Err` naming the device when this layer is placed on a GPU: the
+            /// method runs on the host only.
+            fn host_only(&self, what: &str) -> PyResult<()> {
+                match &self.cuda {
+                    Some(c) => Err(super::base::host_only(what, c.ordinal())),
+                    None => Ok(()),
+                }
             }
         }
     };
