@@ -10,11 +10,11 @@ system or from PyPI's ``nvidia-cuda-nvrtc`` wheel (found automatically), or
 - ``DeviceArray``: device memory without a framework (``from_numpy``,
   ``numpy()``, ``__dlpack__`` so ``torch.from_dlpack`` / ``cupy.from_dlpack``
   take it zero-copy).
-- ``QuantizedWeight.to("cuda")`` -> ``CudaQuantizedWeight``; every linear
-  layer's ``.to("cuda")`` and ``apply_isq(..., device="cuda")`` ->
-  ``CudaLinear``. Their calls take NumPy (result: NumPy), a ``DeviceArray``
-  or any CUDA DLPack tensor such as a ``torch.cuda`` tensor or a CuPy array
-  (read in place; result: ``DeviceArray``).
+- ``QuantizedWeight.to("cuda")`` and every linear layer's ``.to("cuda")`` /
+  ``apply_isq(..., device="cuda")`` give the same class placed on the device:
+  ``matvec`` / ``matmul`` / ``forward`` take NumPy (result: NumPy), a
+  ``DeviceArray`` or any CUDA DLPack tensor such as a ``torch.cuda`` tensor or a
+  CuPy array (read in place; result: ``DeviceArray``).
 - ``encode`` / ``decode``: the FP8 codecs on CUDA arrays, bit-identical to
   :mod:`quantrs.fp8` (which dispatches here for CUDA inputs).
 - The optimizers are the package's own classes: ``quantrs.AdamW4bit``,
@@ -35,7 +35,7 @@ from ._core import CudaNotAvailable, GpuError
 _HAS_GPU_BUILD = hasattr(_core, "DeviceArray")
 
 if _HAS_GPU_BUILD:
-    from ._core import CudaLinear, CudaQuantizedWeight, DeviceArray
+    from ._core import DeviceArray
 else:  # pragma: no cover - a build without the `gpu` feature
 
     class _Unavailable:
@@ -46,13 +46,11 @@ else:  # pragma: no cover - a build without the `gpu` feature
         def from_numpy(*args: Any, **kwargs: Any) -> Any:
             raise CudaNotAvailable("quantrs was built without the `gpu` feature")
 
-    DeviceArray = CudaQuantizedWeight = CudaLinear = _Unavailable  # type: ignore[misc,assignment]
+    DeviceArray = _Unavailable  # type: ignore[misc,assignment]
 
 __all__ = [
     "calibrate",
-    "CudaLinear",
     "CudaNotAvailable",
-    "CudaQuantizedWeight",
     "DeviceArray",
     "GpuError",
     "decode",

@@ -28,7 +28,7 @@ from quantrs import _core
 STUB = Path(quantrs.__file__).with_name("_core.pyi")
 
 # GPU entry points belong to the CUDA bindings (tests/python/test_gpu*.py).
-GPU = {"DeviceArray", "CudaQuantizedWeight", "CudaLinear"}
+GPU = {"DeviceArray"}
 ENUMS = {"QuantTarget", "QuantScheme", "RoundingMode", "QuantizationMethod", "QatConfig"}
 
 

@@ -145,7 +145,7 @@ def test_int4_matmul_matches_cpu(in_feat, out_feat, group, batch):
     w = RNG.standard_normal((in_feat, out_feat)).astype(np.float32)
     q = quantrs.QuantizedWeight.quantize(w, group_size=group)
     g = q.to("cuda")
-    assert isinstance(g, qc.CudaQuantizedWeight) and g.device == "cuda:0"
+    assert type(g) is quantrs.QuantizedWeight and g.device == "cuda:0" and q.device == "cpu"
     x = RNG.standard_normal((batch, in_feat)).astype(np.float32)
     want = q.matmul(x)
     wabs = np.abs(q.dequantize())
@@ -208,7 +208,7 @@ def _layers(out_f=96, in_f=200):
 def test_every_layer_forward_matches_cpu(rows):
     for layer in _layers():
         g = layer.to("cuda")
-        assert isinstance(g, qc.CudaLinear)
+        assert type(g) is type(layer) and g.device == "cuda:0" and layer.device == "cpu"
         dt, dev = layer.dtype_and_device()
         assert g.dtype_and_device() == (dt, "cuda:0")
         assert g.quantized_act_type() == layer.quantized_act_type()
@@ -268,7 +268,22 @@ def test_layer_serialize_and_pickle_are_the_cpu_bytes():
         assert pickle.dumps(g) == pickle.dumps(layer)
         back = g.to("cpu")
         assert type(back) is type(layer) and back.serialize() == layer.serialize()
-        assert g.to("cuda:0") is g
+        assert back.device == "cpu" and g.to("cuda:0") is g
+
+
+def test_host_only_methods_name_the_device():
+    g = _layers()[0].to("cuda")
+    x = np.ones((2, g.in_features), np.float32)
+    for call in (
+        lambda: g.forward_autocast(x),
+        lambda: g.gather_forward(x, np.zeros((2, 1), np.int64)),
+        lambda: g.begin_track_stats(),
+    ):
+        with pytest.raises(quantrs.UnsupportedOperation, match="cuda:0"):
+            call()
+    q = quantrs.QuantizedWeight.quantize(np.ones((64, 8), np.float32)).to("cuda")
+    with pytest.raises(quantrs.UnsupportedOperation, match="cuda:0"):
+        q.matvec(np.ones(64, np.float32), activations="int8")
 
 
 # ---------------------------------------------------------------- errors

@@ -84,3 +84,16 @@ def test_cuda_module_holds_only_device_specific_names():
     master = np.ones(8, np.float32)
     with pytest.raises(quantrs.InvalidArgument, match="x"):
         qc.calibrate(master)
+
+
+def test_weight_and_layers_report_the_host_and_to_cpu_is_the_object():
+    q = quantrs.QuantizedWeight.quantize(np.ones((16, 4), np.float32), group_size=8)
+    assert q.device == "cpu" and q.to("cpu") is q and "device" not in repr(q)
+    for layer in (
+        quantrs.UnquantLinear(np.ones((4, 8), np.float32)),
+        quantrs.Int8Linear.from_float(np.ones((4, 8), np.float32)),
+        quantrs.Int4Linear.from_float(np.ones((4, 32), np.float32)),
+        quantrs.PerTensorFP8Linear.from_float(np.ones((4, 8), np.float32)),
+    ):
+        assert layer.device == "cpu" and layer.to("cpu") is layer
+        assert layer.dtype_and_device()[1] == "cpu"
