@@ -2,13 +2,13 @@
 in the same run:
 
 - one AdamW step on 2^24 and 2^28 float32 parameters (one tensor) with
-  ``quantrs.cuda.AdamW4bit`` against ``torch.optim.AdamW(fused=True)`` and
+  ``quantrs.AdamW4bit`` on the device against ``torch.optim.AdamW(fused=True)`` and
   ``(foreach=True)`` on the same CUDA tensors: ms per step, state bytes per parameter,
   and GB/s over the bytes each step must move at least (quantrs: weight read and
   written, gradient read, state read and written, 12 + 2 x state B/param; torch:
   12 + 16 B/param) as a fraction of the device-to-device copy bandwidth;
 - one step over a GPT-2-small-shaped parameter list (148 tensors, 124 M parameters);
-- one QAT int4 step (``quantrs.cuda.QatOptimizer``: AdamW on a float32 master, per-tensor
+- one QAT int4 step (``quantrs.QatOptimizer`` on the device: AdamW on a float32 master, per-tensor
   calibration, int4 fake quantization) on 2^24 and 2^26 parameters against the same loop
   in PyTorch (``torch.optim.AdamW(fused=True)`` then absmax / 7, round, clamp, rescale).
 
@@ -33,7 +33,7 @@ def gpt2_small_shapes() -> list[tuple[int, ...]]:
 
 
 def _ours(quantrs, ps, gs):
-    opt = quantrs.cuda.AdamW4bit(1e-3, 0.9, 0.999, 1e-8, 0.01, device="cuda")
+    opt = quantrs.AdamW4bit(1e-3, 0.9, 0.999, 1e-8, 0.01).to("cuda")
 
     def step():
         for i, (p, g) in enumerate(zip(ps, gs)):
@@ -105,7 +105,7 @@ def print_rows(rows: list[dict]) -> None:
 
 def _torch_qat_step(torch, p, g):
     """PyTorch's QAT int4 step: fused AdamW on the master, then symmetric per-tensor
-    fake quantization into a view (the loop quantrs.cuda.QatOptimizer fuses)."""
+    fake quantization into a view (the loop quantrs.QatOptimizer fuses on the device)."""
     master = torch.nn.Parameter(p.clone())
     master.grad = g
     opt = torch.optim.AdamW([master], lr=1e-3, weight_decay=0.01, fused=True)
@@ -123,7 +123,7 @@ def _torch_qat_step(torch, p, g):
 def _ours_qat(quantrs, p, g):
     master = p.clone()
     cfg = quantrs.QatConfig("int4", lr=1e-3, weight_decay=0.01)
-    opt = quantrs.cuda.QatOptimizer(master, cfg, rng=0)
+    opt = quantrs.QatOptimizer(master.cpu().numpy(), cfg, rng=0).to("cuda")
     return lambda: opt.step(master, g)
 
 
@@ -148,7 +148,7 @@ def qat_rows(torch, quantrs, quick: bool, timer: Callable) -> list[dict]:
 
 def print_qat_rows(rows: list[dict]) -> None:
     print(
-        f"\n{'QAT (quantrs.cuda.QatOptimizer)':38} {'params':>11} {'ms':>8} {'torch ms':>9} "
+        f"\n{'QAT (quantrs.QatOptimizer, cuda)':38} {'params':>11} {'ms':>8} {'torch ms':>9} "
         f"{'x torch':>8}"
     )
     for r in rows:

@@ -118,7 +118,8 @@ def test_checkpoint_cpu_to_gpu_to_cpu_mid_training(tmp_path):
     assert_same_state(ref, back)
     # The device's bytes are the CPU's: pickled, saved and in memory_usage.
     host = pickle.loads(pickle.dumps(dev))
-    assert host.device == "cpu" and dev.memory_usage().total_bytes == host.memory_usage().total_bytes
+    assert host.device == "cpu"
+    assert dev.memory_usage().total_bytes == host.memory_usage().total_bytes
 
 
 def test_load_state_dict_puts_the_state_back_on_the_device():
