@@ -4,6 +4,19 @@
 //! around the kernel (`py.detach`) and lets `?` map core errors through the
 //! single conversion point in `errors.rs`.
 
+/// `match` over a class's `Backend` (the enum of that name in scope where it
+/// is used): the host arm, and the CUDA arm in `gpu` builds only. Defined
+/// before the `mod` lines, so every binding module sees it.
+macro_rules! on_backend {
+    ($b:expr, $cpu:ident => $ce:expr, $cuda:ident => $ge:expr) => {
+        match $b {
+            Backend::Cpu($cpu) => $ce,
+            #[cfg(feature = "gpu")]
+            Backend::Cuda($cuda) => $ge,
+        }
+    };
+}
+
 mod arrays;
 mod errors;
 mod fields;

@@ -21,18 +21,6 @@ pub(super) enum Backend {
     Cuda(CudaAdam),
 }
 
-/// `match` over the backends; the CUDA arm exists only in `gpu` builds.
-macro_rules! on_backend {
-    ($b:expr, $cpu:ident => $ce:expr, $cuda:ident => $ge:expr) => {
-        match $b {
-            $crate::python::optim::backend::Backend::Cpu($cpu) => $ce,
-            #[cfg(feature = "gpu")]
-            $crate::python::optim::backend::Backend::Cuda($cuda) => $ge,
-        }
-    };
-}
-pub(super) use on_backend;
-
 impl Backend {
     /// `"cpu"` or `"cuda:N"`.
     pub(super) fn device(&self) -> Device {

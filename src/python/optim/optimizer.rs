@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyType};
 
-use super::backend::{on_backend, Backend};
+use super::backend::Backend;
 use super::config::{f32_arg, pyf, PyAdamCfg, PyOptCfg, PyQCfg};
 use super::state::{config_dict, repr, Inner, Pair};
 use super::stats::{PyState, PyStats};

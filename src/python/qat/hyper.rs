@@ -9,7 +9,7 @@ use pyo3::prelude::*;
 use numpy::{Element, PyUntypedArrayMethods};
 
 use super::enums::rounding_arg;
-use super::optimizer::{on_backend, Inner, PyQatOptimizer};
+use super::optimizer::{Backend, Inner, PyQatOptimizer};
 use crate::python::arrays::{check_shape, input};
 use crate::qat::RoundingMode;
 use crate::qat::{Master, QatOptimizer};

@@ -32,18 +32,6 @@ pub(super) enum Backend {
     Cuda(crate::python::gpu::CudaQat),
 }
 
-/// `match` over the backends; the CUDA arm exists only in `gpu` builds.
-macro_rules! on_backend {
-    ($b:expr, $cpu:ident => $ce:expr, $cuda:ident => $ge:expr) => {
-        match $b {
-            $crate::python::qat::optimizer::Backend::Cpu($cpu) => $ce,
-            #[cfg(feature = "gpu")]
-            $crate::python::qat::optimizer::Backend::Cuda($cuda) => $ge,
-        }
-    };
-}
-pub(super) use on_backend;
-
 /// AdamW on full-precision master weights with a fake-quantized view.
 ///
 /// The master stays owned by the caller and is updated in place by
