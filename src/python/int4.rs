@@ -173,7 +173,7 @@ pymethods_with_getters!(PyQuantizedWeight, {
     }
 
     /// Quantize `w` (float32 `[in_feat, out_feat]`; or flat with `in_feat` and
-    /// `out_feat` given, the seed's form) with absmax scales per group.
+    /// `out_feat` given: the flat form of the Rust `quantize`) with absmax scales per group.
     #[staticmethod]
     #[pyo3(signature = (w, in_feat = None, out_feat = None, *, group_size = 32))]
     fn quantize(
@@ -198,7 +198,7 @@ pymethods_with_getters!(PyQuantizedWeight, {
                 }
             },
             (Some(k), Some(n)) => {
-                // Flat (the seed's form; its length is checked with the
+                // Flat (the Rust `quantize`'s form; its length is checked with the
                 // sizes) or exactly [in_feat, out_feat].
                 if shape.len() != 1 && shape[..] != [k, n] {
                     return Err(

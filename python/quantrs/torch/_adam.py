@@ -153,7 +153,7 @@ class _Adam4bitBase(SlotOptimizer):
             raise type(e)(f"{self._name}: param_groups[{gi}]: {e}") from None
 
     def _new_engine(self, gi: int, group: dict, hyper: tuple, p: torch.Tensor) -> Any:
-        """A CPU engine, or its device twin for a CUDA parameter (same interface)."""
+        """An engine, moved to the parameter's device for a CUDA parameter."""
         lr, b1, b2, eps, wd = hyper
         return _cuda.new_engine(
             self._engine_cls,
