@@ -235,7 +235,7 @@ macro_rules! py_optimizer {
             /// `quantrs.cuda.DeviceArray`).
             fn to<'py>(slf: &Bound<'py, Self>, device: &Bound<'py, PyAny>) -> PyResult<Bound<'py, Self>> {
                 let device = crate::python::gpu::parse_device(device)?;
-                slf.borrow_mut().backend.move_to(slf.py(), device)?;
+                slf.try_borrow_mut()?.backend.move_to(slf.py(), device)?;
                 Ok(slf.clone())
             }
 

@@ -273,7 +273,7 @@ impl PyQatOptimizer {
     /// On a device, masters and gradients are CUDA arrays there.
     fn to<'py>(slf: &Bound<'py, Self>, device: &Bound<'py, PyAny>) -> PyResult<Bound<'py, Self>> {
         let device = crate::python::gpu::parse_device(device)?;
-        slf.borrow_mut().move_to(slf.py(), device)?;
+        slf.try_borrow_mut()?.move_to(slf.py(), device)?;
         Ok(slf.clone())
     }
 
