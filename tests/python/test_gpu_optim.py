@@ -240,3 +240,15 @@ def test_torch_optimizer_on_cuda_parameters_equals_the_cpu_run():
     assert torch.equal(a.detach(), b.detach().cpu())
     sa, sb = oa.state_dict()["state"][0], ob.state_dict()["state"][0]
     assert all(torch.equal(sa[k].cpu(), sb[k].cpu()) for k in sa)
+
+
+def test_to_moves_in_place_and_configuration_reads_stay_on_the_host():
+    cpu, dev = pair(quantrs.AdamW4bit)
+    w, wd = train(cpu, dev, (3000,), 3)
+    assert dev.device == "cuda:0" and dev.config_dict() == cpu.config_dict()
+    assert repr(dev) == repr(cpu) + ".to('cuda:0')"
+    for opt in (cpu, dev):
+        opt.set_hyper(2e-2, 0.8, 0.95, 1e-7, 0.0)
+    assert dev.get_lr() == cpu.get_lr() and dev.config_dict() == cpu.config_dict()
+    assert dev.to("cpu") is dev and dev.device == "cpu"
+    assert_same_state(cpu, dev)
