@@ -1,6 +1,6 @@
 """INT4 reference: per-group symmetric absmax quantization, in pure NumPy.
 
-The format (seed 003, docs/int4.md), for ``w`` of shape ``[in_feat, out_feat]``:
+The format (docs/int4.md, "The format"), for ``w`` of shape ``[in_feat, out_feat]``:
 
 - ``gs = min(group_size, in_feat rounded up to even)``; rows are padded with
   zeros to ``in_padded``, a multiple of ``gs``; ``num_groups = in_padded // gs``.
@@ -57,7 +57,7 @@ def _fake_quantize_int4(w: np.ndarray, group_size: int = 32) -> np.ndarray:
 
 def pack_int4(q: np.ndarray) -> np.ndarray:
     """Pack int8 codes ``[in_padded, out_feat]`` (values in [-8, 7], even row
-    count) into the seed's byte layout, flat ``uint8[in_padded // 2 * out_feat]``."""
+    count) into ``QuantizedWeight.data``'s byte layout, flat ``uint8[in_padded // 2 * out_feat]``."""
     q = np.asarray(q, dtype=np.int8)
     if q.ndim != 2 or q.shape[0] % 2:
         raise ValueError(f"q must be 2-D with an even row count, got shape {q.shape}")

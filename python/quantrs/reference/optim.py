@@ -1,6 +1,6 @@
 """Float32 NumPy Adam / AdamW: the oracle of ``quantrs.Adam4bit`` / ``AdamW4bit``.
 
-Same step math (SPEC section 6): with ``t = step + 1``,
+Same step math (docs/optim.md, "Step math"): with ``t = step + 1``,
 ``m = b1 m + (1 - b1) g``, ``v = b2 v + (1 - b2) g^2``,
 ``w -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)``; AdamW also
 subtracts ``lr * wd * w`` (weight before the step, as PyTorch), Adam adds
