@@ -25,11 +25,10 @@ import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
 
 import numpy as np
 
-from ._atomic import AtomicFile
+from .._core import _AtomicFile
 
 # safetensors dtype name -> (NumPy dtype for a view, bytes per element).
 # F8 and BF16 have no portable NumPy dtype: they are viewed as their raw codes.
@@ -231,10 +230,9 @@ class StWriter:
         raw += b" " * (-(8 + len(raw)) % _ALIGN)
         self._pending: Iterator[OutSpec] = iter(specs)
         self._left = len(specs)
-        self._atomic = AtomicFile(self.path)
-        self._file: BinaryIO | None = self._atomic.file
+        self._out: _AtomicFile | None = _AtomicFile(self.path)
         try:
-            self._file.write(struct.pack("<Q", len(raw)) + raw)
+            self._out.write(np.frombuffer(struct.pack("<Q", len(raw)) + raw, np.uint8))
         except BaseException:
             self.abort()
             raise
@@ -243,7 +241,7 @@ class StWriter:
         return self
 
     def __exit__(self, exc_type, *exc) -> None:
-        if exc_type is not None or self._file is not None:
+        if exc_type is not None or self._out is not None:
             self.abort()
 
     def write(self, name: str, data: np.ndarray | Iterable[np.ndarray]) -> None:
@@ -258,7 +256,7 @@ class StWriter:
             a = np.ascontiguousarray(chunk)
             if a.dtype.byteorder == ">":
                 a = a.astype(a.dtype.newbyteorder("<"))
-            self._file.write(a.reshape(-1).view(np.uint8).data)
+            self._out.write(a.reshape(-1).view(np.uint8))
             written += a.nbytes
         if written != spec.nbytes:
             raise RuntimeError(
@@ -269,9 +267,10 @@ class StWriter:
     def commit(self) -> None:
         if self._left:
             raise RuntimeError(f"internal error: {self._left} declared tensors were not written")
-        self._file = None
-        self._atomic.commit()
+        out, self._out = self._out, None
+        out.commit()
 
     def abort(self) -> None:
-        self._file = None
-        self._atomic.abort()
+        out, self._out = self._out, None
+        if out is not None:
+            out.abort()

@@ -57,7 +57,8 @@ def _fake_quantize_int4(w: np.ndarray, group_size: int = 32) -> np.ndarray:
 
 def pack_int4(q: np.ndarray) -> np.ndarray:
     """Pack int8 codes ``[in_padded, out_feat]`` (values in [-8, 7], even row
-    count) into ``QuantizedWeight.data``'s byte layout, flat ``uint8[in_padded // 2 * out_feat]``."""
+    count) into the byte layout of ``QuantizedWeight.data``, flat
+    ``uint8[in_padded // 2 * out_feat]``."""
     q = np.asarray(q, dtype=np.int8)
     if q.ndim != 2 or q.shape[0] % 2:
         raise ValueError(f"q must be 2-D with an even row count, got shape {q.shape}")
