@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..formats import Checkpoint, FormatError, GgufFile
+from ..formats import Checkpoint, FormatError, GgufFile, UnsupportedFormatError
 from ..formats._int4 import int4_layout
 from ..formats._stfile import OutSpec, StWriter
 from ..formats.awq import awq_geometry, awq_layers, read_awq
@@ -121,7 +121,7 @@ def _plan_gguf(g: GgufFile, requantize: bool) -> list[_Job]:
             continue
         if len(t.dims) != 2 or (t.type_id != Q4_0 and not requantize):
             why = "not 2-D" if len(t.dims) != 2 else f"ggml type {tname} is not Q4_0"
-            raise FormatError(
+            raise UnsupportedFormatError(
                 f"tensor {t.name!r}: {why}: not representable in quantrs INT4 exactly"
                 + ("" if len(t.dims) != 2 else " (--requantize dequantizes and re-quantizes it)")
             )
@@ -163,7 +163,9 @@ def convert(
                 else _plan_safetensors(f, source, requantize)
             )
             if source != "gguf" and not any(j.kind == "int4" for j in jobs):
-                raise FormatError(f"{src}: no {source.upper()} layer (no '<layer>.qweight' tensor)")
+                raise UnsupportedFormatError(
+                    f"{src}: no {source.upper()} layer (no '<layer>.qweight' tensor)"
+                )
             return _write(jobs, dst, source, progress)
     except FormatError as e:
         raise CliError(str(e)) from None

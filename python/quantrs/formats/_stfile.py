@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from .._core import _AtomicFile
+from ._errors import CorruptCheckpointError
 
 # safetensors dtype name -> (NumPy dtype for a view, bytes per element).
 # F8 and BF16 have no portable NumPy dtype: they are viewed as their raw codes.
@@ -54,8 +55,9 @@ MAX_HEADER = 100 * 1024 * 1024  # the safetensors library's own limit
 _ALIGN = 8  # pad the header so tensor data starts 8-byte aligned
 
 
-class StFormatError(ValueError):
-    """The file is not a valid safetensors file (message names the problem)."""
+class StFormatError(CorruptCheckpointError):
+    """The file is not a valid safetensors file (message names the problem); callers
+    re-raise it with the path."""
 
 
 @dataclass(frozen=True)
