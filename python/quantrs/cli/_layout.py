@@ -24,15 +24,15 @@ def load_int4(path: str | os.PathLike, name: str):
     wrote for tensor ``name`` (its ``matmul(x)`` computes ``x @ W.T`` for the original
     ``W``). ``path``: the output file, or the output model folder (any shard)."""
     from .. import QuantizedWeight
-    from ..formats import Checkpoint
+    from ..formats import Checkpoint, TensorNotFoundError
 
     with Checkpoint(path) as ck:
         if name + ".qweight" not in ck:
-            raise KeyError(f"{path} holds no quantrs INT4 tensor {name!r}")
+            raise TensorNotFoundError(f"{path} holds no quantrs INT4 tensor {name!r}")
         r = ck.reader(name + ".qweight")
         meta = json.loads(r.metadata.get(TENSORS_KEY, "{}")).get(name)
         if meta is None or meta.get("format") != "int4":
-            raise KeyError(f"{path} holds no quantrs INT4 tensor {name!r}")
+            raise TensorNotFoundError(f"{path} holds no quantrs INT4 tensor {name!r}")
         data = np.array(r.array(r.by_name[name + ".qweight"])).reshape(-1)
         scales = np.array(r.array(r.by_name[name + ".scales"])).reshape(-1)
     return QuantizedWeight(data, scales, meta["in_feat"], meta["out_feat"], meta["num_groups"])

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .._core import _AtomicFile
+from .._core import InvalidArgument, _AtomicFile
 from ._errors import CorruptCheckpointError
 
 # safetensors dtype name -> (NumPy dtype for a view, bytes per element).
@@ -216,7 +216,7 @@ class StWriter:
         names = [s.name for s in specs]
         if len(set(names)) != len(names):
             dup = next(n for n in names if names.count(n) > 1)
-            raise ValueError(f"output tensor name {dup!r} would be written twice")
+            raise InvalidArgument(f"specs: output tensor name {dup!r} would be written twice")
         header: dict[str, object] = {}
         if metadata:
             header["__metadata__"] = metadata

@@ -21,6 +21,8 @@ import json
 
 import numpy as np
 
+from .._core import InvalidArgument
+
 __all__ = [
     "NF4_VALUES",
     "AdamWReference",
@@ -85,7 +87,10 @@ def variance_table(name: str) -> tuple[np.ndarray, bool]:
     elif name == "sqrt_log":
         t = 10.0 ** (-2 * (15 - np.arange(16)) / 15)
     else:
-        raise ValueError(name)
+        raise InvalidArgument(
+            "name: expected a variance map, 'linear', 'log', 'sqrt_linear' or 'sqrt_log', "
+            f"got {name!r}"
+        )
     return t.astype(np.float32), name.startswith("sqrt")
 
 

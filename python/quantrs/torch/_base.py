@@ -19,6 +19,7 @@ from typing import Any, Callable, ClassVar
 import torch
 from torch.optim import Optimizer
 
+from .._core import InvalidArgument
 from ._checks import adam_hyper, check_grad, check_param
 
 
@@ -107,11 +108,13 @@ class SlotOptimizer(Optimizer):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         groups, saved_groups = self.param_groups, state_dict.get("param_groups")
         if not isinstance(saved_groups, list) or len(groups) != len(saved_groups):
-            raise ValueError("loaded state dict has a different number of parameter groups")
+            raise InvalidArgument(
+                "state_dict: loaded state dict has a different number of parameter groups"
+            )
         if any(len(g["params"]) != len(s["params"]) for g, s in zip(groups, saved_groups)):
-            raise ValueError(
-                "loaded state dict contains a parameter group that doesn't match the size "
-                "of optimizer's group"
+            raise InvalidArgument(
+                "state_dict: loaded state dict contains a parameter group that doesn't match "
+                "the size of optimizer's group"
             )
         id_map = dict(
             zip(
