@@ -11,12 +11,41 @@ import os
 import numpy as np
 
 from ..formats._int4 import int4_layout
+from ..formats._stfile import OutSpec
 
-__all__ = ["FORMAT_KEY", "FORMAT_VERSION", "TENSORS_KEY", "int4_layout", "load_int4"]
+__all__ = [
+    "FORMAT_KEY",
+    "FORMAT_VERSION",
+    "TENSORS_KEY",
+    "int4_layout",
+    "int4_outputs",
+    "load_int4",
+]
 
 FORMAT_KEY = "quantrs.format"
 TENSORS_KEY = "quantrs.tensors"
 FORMAT_VERSION = "1"
+
+
+def int4_outputs(
+    name: str, in_feat: int, out_feat: int, group_size: int, src_dtype: str
+) -> tuple[list[OutSpec], dict]:
+    """The two tensors (``<name>.qweight`` U8, ``<name>.scales`` F32) and the metadata
+    entry of an INT4 weight ``[in_feat, out_feat]`` converted from ``src_dtype``."""
+    gs, pairs, groups = int4_layout(in_feat, group_size)
+    outs = [
+        OutSpec(name + ".qweight", "U8", (pairs, out_feat)),
+        OutSpec(name + ".scales", "F32", (groups, out_feat)),
+    ]
+    meta = {
+        "format": "int4",
+        "in_feat": in_feat,
+        "out_feat": out_feat,
+        "group_size": gs,
+        "num_groups": groups,
+        "dtype": src_dtype,
+    }
+    return outs, meta
 
 
 def load_int4(path: str | os.PathLike, name: str):

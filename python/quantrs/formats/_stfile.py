@@ -30,6 +30,7 @@ import numpy as np
 
 from .._core import InvalidArgument, _AtomicFile
 from ._errors import CorruptCheckpointError
+from ._mapped import MappedFile
 
 # safetensors dtype name -> (NumPy dtype for a view, bytes per element).
 # F8 and BF16 have no portable NumPy dtype: they are viewed as their raw codes.
@@ -120,12 +121,11 @@ def _parse_header(raw: bytes, data_start: int, file_size: int) -> tuple[list[Ten
     return infos, meta
 
 
-class StReader:
+class StReader(MappedFile):
     """A memory-mapped safetensors file. Use as a context manager."""
 
     def __init__(self, path: str | os.PathLike):
-        self.path = Path(path)
-        self._file = open(self.path, "rb")  # noqa: SIM115 (closed in close())
+        super().__init__(path)
         try:
             size = os.fstat(self._file.fileno()).st_size
             head = self._file.read(8)
@@ -136,25 +136,11 @@ class StReader:
                 raise StFormatError(f"header length {n} does not fit a {size}-byte file")
             raw = self._file.read(n)
             self.tensors, self.metadata = _parse_header(raw, 8 + n, size)
-            self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ) if size else None
+            self._map_whole_file(size)
         except BaseException:
             self._file.close()
             raise
         self.by_name = {t.name: t for t in self.tensors}
-
-    def __enter__(self) -> StReader:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def close(self) -> None:
-        if self._map is not None:
-            try:
-                self._map.close()
-            except BufferError:  # a view is still alive; the GC closes it later
-                pass
-        self._file.close()
 
     def in_file_order(self) -> list[TensorInfo]:
         return sorted(self.tensors, key=lambda t: t.begin)

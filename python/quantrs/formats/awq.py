@@ -21,8 +21,9 @@ import os
 import numpy as np
 
 from ._checkpoint import Checkpoint
-from ._errors import CorruptCheckpointError, TensorNotFoundError, UnsupportedFormatError
+from ._errors import CorruptCheckpointError, UnsupportedFormatError
 from ._int4 import Imported, from_offset8, requantize, unpack_int32
+from ._layer_checks import group_size_of, packed_tensors
 
 ORDER = [0, 2, 4, 6, 1, 3, 5, 7]
 
@@ -52,16 +53,7 @@ def awq_geometry(ck: Checkpoint, prefix: str) -> dict:
     ``groups``, ``group_size``."""
     cfg = awq_settings(ck)
     what = f"AWQ layer {prefix!r}"
-    for k in ("qweight", "qzeros", "scales"):
-        if f"{prefix}.{k}" not in ck:
-            raise TensorNotFoundError(f"{what}: missing tensor {prefix + '.' + k!r}")
-    tq, tz, ts = (ck.info(f"{prefix}.{k}") for k in ("qweight", "qzeros", "scales"))
-    for t, dts in ((tq, ("I32",)), (tz, ("I32",)), (ts, ("F16", "F32", "BF16"))):
-        if t.dtype not in dts or len(t.shape) != 2:
-            raise CorruptCheckpointError(
-                f"tensor {t.name!r}: expected a 2-D {' or '.join(dts)} tensor, "
-                f"got {t.dtype} {list(t.shape)}"
-            )
+    tq, tz, ts = packed_tensors(ck, prefix, what, ("F16", "F32", "BF16"))
     in_feat, out_feat = tq.shape[0], tq.shape[1] * 8
     groups = ts.shape[0]
     if ts.shape[1] != out_feat or tz.shape != (groups, tq.shape[1]):
@@ -70,15 +62,7 @@ def awq_geometry(ck: Checkpoint, prefix: str) -> dict:
             f"scales {list(ts.shape)} (expected scales [groups, {out_feat}], qzeros "
             f"[groups, {tq.shape[1]}])"
         )
-    if groups < 1 or groups > in_feat:
-        raise CorruptCheckpointError(f"{what}: {groups} groups for {in_feat} inputs")
-    gs = cfg["group_size"]
-    if gs <= 0:
-        gs = in_feat if groups == 1 else -(-in_feat // groups)
-    if -(-in_feat // gs) != groups:
-        raise CorruptCheckpointError(
-            f"{what}: {groups} groups do not fit {in_feat} inputs in groups of {gs}"
-        )
+    gs = group_size_of(what, in_feat, groups, cfg["group_size"])
     return {"in_feat": in_feat, "out_feat": out_feat, "groups": groups, "group_size": gs}
 
 

@@ -22,11 +22,9 @@ Every size, count and offset is checked against the file size before data is rea
 
 from __future__ import annotations
 
-import mmap
 import os
 import struct
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -37,6 +35,7 @@ from ._errors import (
     UnsupportedFormatError,
 )
 from ._int4 import from_offset8, requantize
+from ._mapped import MappedFile
 
 MAGIC = b"GGUF"
 VERSION = 3
@@ -158,21 +157,19 @@ class _Cursor:
         raise CorruptCheckpointError(f"{what}: unknown value type {vtype}")
 
 
-class GgufFile:
+class GgufFile(MappedFile):
     """A memory-mapped GGUF file: ``metadata`` (key -> value) and ``tensors`` (name ->
     :class:`GgufTensor`), all validated. Use as a context manager."""
 
     def __init__(self, path: str | os.PathLike):
-        self.path = Path(path)
-        self._file = open(self.path, "rb")  # noqa: SIM115 (closed in close())
-        self._map = None
+        super().__init__(path)
         try:
             size = os.fstat(self._file.fileno()).st_size
             if size < 24:
                 raise CorruptCheckpointError(
                     f"{self.path}: {size} bytes, too short for a GGUF header"
                 )
-            self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
+            self._map_whole_file(size)
             self._parse(size)
         except FormatError as e:
             self.close()
@@ -256,20 +253,6 @@ class GgufFile:
                     f"tensor {t.name!r}: data overlaps the previous tensor"
                 )
             end = t.offset + t.nbytes
-
-    def __enter__(self) -> GgufFile:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def close(self) -> None:
-        if self._map is not None:
-            try:
-                self._map.close()
-            except BufferError:  # a view is still alive; the GC closes it later
-                pass
-        self._file.close()
 
     def raw(self, t: GgufTensor) -> np.ndarray:
         """Read-only uint8 view of the tensor's bytes."""

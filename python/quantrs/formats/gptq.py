@@ -24,8 +24,9 @@ import os
 import numpy as np
 
 from ._checkpoint import Checkpoint
-from ._errors import CorruptCheckpointError, TensorNotFoundError, UnsupportedFormatError
+from ._errors import CorruptCheckpointError, UnsupportedFormatError
 from ._int4 import Imported, from_offset8, requantize, unpack_int32
+from ._layer_checks import group_size_of, packed_tensors
 
 _SCALE_DTYPES = ("F16", "F32", "BF16")
 
@@ -62,16 +63,7 @@ def gptq_geometry(ck: Checkpoint, prefix: str) -> dict:
             f"{what}: {bits}-bit packing is not supported (2, 4 and 8 are)"
         )
     per = 32 // bits
-    for k in ("qweight", "qzeros", "scales"):
-        if f"{prefix}.{k}" not in ck:
-            raise TensorNotFoundError(f"{what}: missing tensor {prefix + '.' + k!r}")
-    tq, tz, ts = (ck.info(f"{prefix}.{k}") for k in ("qweight", "qzeros", "scales"))
-    for t, dts in ((tq, ("I32",)), (tz, ("I32",)), (ts, _SCALE_DTYPES)):
-        if t.dtype not in dts or len(t.shape) != 2:
-            raise CorruptCheckpointError(
-                f"tensor {t.name!r}: expected a 2-D {' or '.join(dts)} tensor, "
-                f"got {t.dtype} {list(t.shape)}"
-            )
+    tq, tz, ts = packed_tensors(ck, prefix, what, _SCALE_DTYPES)
     in_feat, out_feat = tq.shape[0] * per, tq.shape[1]
     groups = ts.shape[0]
     if ts.shape[1] != out_feat or out_feat % per or tz.shape != (groups, out_feat // per):
@@ -80,15 +72,7 @@ def gptq_geometry(ck: Checkpoint, prefix: str) -> dict:
             f"scales {list(ts.shape)} (expected qzeros [{groups}, {out_feat // per}], "
             f"scales [groups, {out_feat}])"
         )
-    if groups < 1 or groups > in_feat:
-        raise CorruptCheckpointError(f"{what}: {groups} groups for {in_feat} inputs")
-    gs = cfg["group_size"]
-    if gs <= 0:  # -1: one group over all inputs; absent: from the shapes
-        gs = in_feat if groups == 1 else -(-in_feat // groups)
-    if -(-in_feat // gs) != groups:
-        raise CorruptCheckpointError(
-            f"{what}: {groups} groups do not fit {in_feat} inputs in groups of {gs}"
-        )
+    gs = group_size_of(what, in_feat, groups, cfg["group_size"])
     return {
         "in_feat": in_feat,
         "out_feat": out_feat,

@@ -120,11 +120,7 @@ class _Adam4bitBase(SlotOptimizer):
         max_scale: float | None = None,
         adaptation_rate: float | None = None,
     ) -> None:
-        defaults = dict(
-            lr=lr,
-            betas=tuple(betas),
-            eps=eps,
-            weight_decay=weight_decay,
+        quantization = dict(
             block_size=block_size,
             method=method,
             double_quantization=double_quantization,
@@ -134,8 +130,7 @@ class _Adam4bitBase(SlotOptimizer):
             max_scale=max_scale,
             adaptation_rate=adaptation_rate,
         )
-        self._slots: dict[torch.Tensor, _Slot] = {}
-        super().__init__(params, defaults)
+        self._start(params, lr, betas, eps, weight_decay, **quantization)
 
     # ---- groups ------------------------------------------------------------------------
 

@@ -26,14 +26,29 @@ from ._checks import adam_hyper, check_grad, check_param
 class SlotOptimizer(Optimizer):
     """``torch.optim.Optimizer`` over per-parameter slots (see the module docstring).
 
-    Subclasses set ``_name`` and ``self._slots`` (before ``super().__init__``) and
-    implement ``_import``, ``_export``, ``_check_fixed`` and ``_update``.
+    Subclasses set ``_name``, construct through ``_start`` and implement ``_import``,
+    ``_export``, ``_check_fixed`` and ``_update``.
     """
 
     _name: ClassVar[str]
     # True where the engine has a device twin (quantrs.cuda): CUDA parameters are taken.
     _has_device_engine: ClassVar[bool] = False
     _slots: dict[torch.Tensor, Any]
+
+    def _start(
+        self,
+        params: Iterable[Any],
+        lr: float,
+        betas: tuple[float, float],
+        eps: float,
+        weight_decay: float,
+        **settings: Any,
+    ) -> None:
+        """``Optimizer.__init__`` with the Adam hyper-parameters and the subclass's
+        ``settings`` as the group defaults, and no slots yet."""
+        defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay)
+        self._slots = {}
+        super().__init__(params, {**defaults, **settings})
 
     # ---- hooks -------------------------------------------------------------------------
 

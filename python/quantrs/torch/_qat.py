@@ -88,18 +88,8 @@ class QatAdamW(SlotOptimizer):
         rounding: str = "nearest",
         seed: int = 0,
     ) -> None:
-        defaults = dict(
-            lr=lr,
-            betas=tuple(betas),
-            eps=eps,
-            weight_decay=weight_decay,
-            target=target,
-            scheme=scheme,
-            rounding=rounding,
-            seed=seed,
-        )
-        self._slots: dict[torch.Tensor, _Slot] = {}
-        super().__init__(params, defaults)
+        fake_quant = dict(target=target, scheme=scheme, rounding=rounding, seed=seed)
+        self._start(params, lr, betas, eps, weight_decay, **fake_quant)
 
     # ---- groups and engines ------------------------------------------------------------
 
