@@ -26,7 +26,7 @@ from ..formats.awq import awq_geometry, awq_layers, read_awq
 from ..formats.gguf import Q4_0, read_gguf_weight
 from ..formats.gptq import gptq_geometry, gptq_layers, read_gptq
 from ._errors import CliError
-from ._layout import FORMAT_KEY, FORMAT_VERSION, TENSORS_KEY, int4_outputs
+from ._layout import FORMAT_KEY, FORMAT_VERSION, TENSORS_KEY, check_unique_outputs, int4_outputs
 from ._quantize import progress_bar
 
 SOURCES = ("gptq", "awq", "gguf")
@@ -156,14 +156,7 @@ def convert(
 
 
 def _write(jobs, dst: Path, source: str, progress: bool) -> list[dict]:
-    seen: dict[str, str] = {}
-    for j in jobs:
-        for o in j.outs:
-            if o.name in seen:
-                raise CliError(
-                    f"output name {o.name!r} (from {j.name!r}) clashes with {seen[o.name]!r}"
-                )
-            seen[o.name] = j.name
+    check_unique_outputs((j.name, j.outs) for j in jobs)
     metadata = {
         FORMAT_KEY: "int4",
         "quantrs.version": FORMAT_VERSION,

@@ -7,16 +7,19 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 
 import numpy as np
 
 from ..formats._int4 import int4_layout
 from ..formats._stfile import OutSpec
+from ._errors import CliError
 
 __all__ = [
     "FORMAT_KEY",
     "FORMAT_VERSION",
     "TENSORS_KEY",
+    "check_unique_outputs",
     "int4_layout",
     "int4_outputs",
     "load_int4",
@@ -25,6 +28,18 @@ __all__ = [
 FORMAT_KEY = "quantrs.format"
 TENSORS_KEY = "quantrs.tensors"
 FORMAT_VERSION = "1"
+
+
+def check_unique_outputs(sources: Iterable[tuple[str, list[OutSpec]]], hint: str = "") -> None:
+    """Refuse two output tensors of one name; ``sources``: ``(input name, its outputs)``."""
+    seen: dict[str, str] = {}
+    for src, outs in sources:
+        for o in outs:
+            if o.name in seen:
+                raise CliError(
+                    f"output name {o.name!r} (from {src!r}) clashes with {seen[o.name]!r}{hint}"
+                )
+            seen[o.name] = src
 
 
 def int4_outputs(
