@@ -117,3 +117,29 @@ def test_cli_writer_modes_links_and_special_files(tmp_path):
         _AtomicFile(fifo)
     with pytest.raises(OSError, match="not a regular file"):
         _AtomicFile(tmp_path)
+
+
+def test_demo_plot_is_written_atomically(tmp_path, monkeypatch):
+    """write_plot renders into memory and writes through the atomic writer (a stand-in
+    matplotlib, so this runs without it; test_cli.py renders a real PNG where installed)."""
+    import types
+    from unittest import mock
+
+    from quantrs.cli._demo import Row
+    from quantrs.cli._report import write_plot
+
+    fig, ax = mock.MagicMock(), mock.MagicMock()
+    fig.savefig.side_effect = lambda f, format: f.write(b"\x89PNG-" + format.encode())
+    pyplot = types.ModuleType("matplotlib.pyplot")
+    pyplot.subplots = lambda **kw: (fig, ax)
+    pyplot.close = mock.MagicMock()
+    mpl = types.ModuleType("matplotlib")
+    mpl.use = lambda backend: None
+    mpl.pyplot = pyplot
+    monkeypatch.setitem(sys.modules, "matplotlib", mpl)
+    monkeypatch.setitem(sys.modules, "matplotlib.pyplot", pyplot)
+    path = tmp_path / "loss.png"
+    path.write_bytes(b"old")
+    write_plot([Row("float32", curve=[1.0, 0.5])], str(path))
+    assert path.read_bytes() == b"\x89PNG-png" and temps(tmp_path) == []
+    pyplot.close.assert_called_once_with(fig)
