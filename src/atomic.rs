@@ -189,7 +189,8 @@ impl AtomicFile {
         })
     }
 
-    /// The temporary the bytes go to until `commit`.
+    /// The temporary the bytes go to until `commit` (the Python binding shows it).
+    #[cfg(any(test, feature = "python"))]
     pub fn temp_path(&self) -> &Path {
         &self.tmp
     }
