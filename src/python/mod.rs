@@ -5,6 +5,7 @@
 //! single conversion point in `errors.rs`.
 
 mod arrays;
+mod atomic;
 mod errors;
 mod fields;
 mod fp8;
@@ -88,6 +89,7 @@ mod core_module {
         super::optim::register(m)?;
         super::qat::register(m)?;
         super::gpu::register(m)?;
+        super::atomic::register(m)?;
         Ok(())
     }
 }

@@ -1,5 +1,5 @@
-"""AdamW4bit / Adam4bit: the seed's vectors, the step math against the float32 oracle, the
-state layout, accumulation, the Python API, errors (SPEC section 6)."""
+"""AdamW4bit / Adam4bit: hand-computed vectors, the step math against the float32 oracle, the
+state layout, accumulation, the Python API, errors (docs/optim.md)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def make(method="nf4", lr=1e-2, wd=0.0, cls=quantrs.AdamW4bit, **q):
     )
 
 
-def test_seed_vector_weight_decay_only():
+def test_weight_decay_only_step_by_hand():
     opt = quantrs.AdamW4bit(0.1, 0.9, 0.999, 1e-8, 0.5)
     w = np.array([10.0], np.float32)
     opt.update(w, np.zeros(1, np.float32))
