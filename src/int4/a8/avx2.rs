@@ -17,7 +17,7 @@
 use std::arch::x86_64::*;
 use std::ops::Range;
 
-use super::a8_scalar::{cols_scalar, A8Args};
+use super::scalar::{cols_scalar, A8Args};
 use crate::simd::Avx2;
 
 /// Output columns per strip (one 256-bit load of packed bytes).
