@@ -1,5 +1,8 @@
 //! What the x86 matvec kernels share: the walk of a task's columns in
-//! register-blocked strips, and the software prefetch offsets.
+//! register-blocked strips, the strip body itself (one generic body over
+//! [`StripLanes`], which `avx2.rs` and `avx512.rs` implement for their
+//! register types and instantiate in their `#[target_feature]` functions),
+//! and the software prefetch offsets.
 
 use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0, _MM_HINT_T1};
 
@@ -108,6 +111,106 @@ impl Ahead {
         for line in 0..lines {
             // SAFETY: as above.
             unsafe { _mm_prefetch::<_MM_HINT_T1>(at.wrapping_add(64 * line) as *const i8) };
+        }
+    }
+}
+
+/// The operations of the matvec strip on one vector of `LANES` f32, for one
+/// instruction set (the pattern of memchr's `Vector`). Implemented for the
+/// AVX2 and AVX-512 register types; every method is `#[inline(always)]` and
+/// is called only from a `#[target_feature]` function of its instruction set
+/// (which holds the proof token), so each one is a single instruction or two
+/// in the caller.
+pub(super) trait StripLanes: Copy {
+    /// f32 lanes per vector.
+    const LANES: usize;
+    /// The activations the decoded nibbles multiply: `x`, or `xs` where the
+    /// decoding leaves a power-of-two factor that `xs` pre-scales away.
+    fn x<'a>(args: &MatvecArgs<'a>) -> &'a [f32];
+    /// All lanes zero.
+    ///
+    /// # Safety
+    /// The CPU must have the instruction set of the implementation.
+    unsafe fn zero() -> Self;
+    /// All lanes `v`.
+    ///
+    /// # Safety
+    /// As [`Self::zero`].
+    unsafe fn splat(v: f32) -> Self;
+    /// The `LANES` packed bytes at `row`, decoded to the f32 values of their
+    /// low nibbles and of their high nibbles (in the scale [`Self::x`]
+    /// expects).
+    ///
+    /// # Safety
+    /// As [`Self::zero`], and `row` must be valid for `LANES` byte reads.
+    unsafe fn decode(row: *const u8) -> (Self, Self);
+    /// `a * b + c`, one rounding.
+    ///
+    /// # Safety
+    /// As [`Self::zero`].
+    unsafe fn fmadd(a: Self, b: Self, c: Self) -> Self;
+    /// `LANES` floats from `p`, unaligned.
+    ///
+    /// # Safety
+    /// As [`Self::zero`], and `p` must be valid for `LANES` float reads.
+    unsafe fn load(p: *const f32) -> Self;
+    /// `LANES` floats to `p`, unaligned.
+    ///
+    /// # Safety
+    /// As [`Self::zero`], and `p` must be valid for `LANES` float writes.
+    unsafe fn store(self, p: *mut f32);
+}
+
+/// One group's contribution to `V * L::LANES` columns starting at `c0`:
+/// per pair of rows, two FMAs per vector (low nibbles times `x[2p]`, high
+/// nibbles times `x[2p + 1]`), then one FMA with the scales into `y`.
+///
+/// # Safety
+/// The CPU must have `L`'s instruction set (the caller is a
+/// `#[target_feature]` function holding its token); every index is checked.
+#[inline(always)]
+pub(super) unsafe fn strip<L: StripLanes, const V: usize>(
+    args: &MatvecArgs,
+    g: usize,
+    c0: usize,
+    y: &mut [f32],
+    ahead: Ahead,
+) {
+    let lanes = L::LANES;
+    assert_eq!(y.len(), lanes * V);
+    let half = args.group_size / 2;
+    let n = args.out_feat;
+    let x = L::x(args);
+    // SAFETY: the caller guarantees the instruction set.
+    let mut acc = [unsafe { L::zero() }; V];
+    let p_end = (g + 1) * half;
+    assert!(p_end * n <= args.data.len() && c0 + lanes * V <= n && 2 * p_end <= x.len());
+    ahead.prefetch_scales(args, g, c0, (4 * lanes * V).div_ceil(64));
+    for p in g * half..p_end {
+        // SAFETY: p < num_pairs and c0 + LANES V <= out_feat (asserted
+        // above), so the row slice is inside `data`; 2p + 1 < x.len().
+        unsafe {
+            let row = args.data.as_ptr().add(p * n + c0);
+            // The strips of a group walk its rows side by side, which the
+            // hardware prefetchers follow poorly: fetch this row's bytes a
+            // few strips ahead (a prefetch never faults, even past the end).
+            ahead.prefetch_row(row, (lanes * V).div_ceil(64));
+            let x0 = L::splat(*x.get_unchecked(2 * p));
+            let x1 = L::splat(*x.get_unchecked(2 * p + 1));
+            for (v, a) in acc.iter_mut().enumerate() {
+                let (lo, hi) = L::decode(row.add(lanes * v));
+                *a = L::fmadd(lo, x0, *a);
+                *a = L::fmadd(hi, x1, *a);
+            }
+        }
+    }
+    let srow = &args.scales[g * n + c0..g * n + c0 + lanes * V];
+    for (v, a) in acc.iter().enumerate() {
+        // SAFETY: y and srow hold LANES V floats; unaligned loads and stores.
+        unsafe {
+            let yp = y.as_mut_ptr().add(lanes * v);
+            let s = L::load(srow.as_ptr().add(lanes * v));
+            L::fmadd(*a, s, L::load(yp)).store(yp);
         }
     }
 }
