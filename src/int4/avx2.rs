@@ -12,64 +12,17 @@
 use std::arch::x86_64::*;
 
 use super::format::{dequant_tile_scalar, scalar_group, MatvecArgs, RowsArgs, TileArgs, NR};
-use super::strips::{self, walk, Ahead, StripLanes, STRIP_VECS};
+use super::strips::{matvec_kernels, Ahead, StripLanes};
 use crate::simd::Avx2;
 
-/// Matvec over the columns `o0 .. o0 + y.len()`; `args.xs` must be filled.
-///
-/// # Safety
-/// None beyond the token: it proves AVX2 and FMA.
-#[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn matvec(_: Avx2, args: &MatvecArgs, o0: usize, y: &mut [f32]) {
-    walk(args, o0, y, 8, |g, c0, ys, ahead, wide| {
-        // SAFETY: this function's features are present (the token); the
-        // walk hands out strips inside the matrix.
-        unsafe {
-            if wide {
-                strip::<STRIP_VECS>(args, g, c0, ys, ahead)
-            } else {
-                strip::<1>(args, g, c0, ys, ahead)
-            }
-        }
-    });
-}
-
-/// One group's contribution to `V * 8` columns starting at `c0`.
-///
-/// # Safety
-/// The CPU must have AVX2 and FMA (the caller holds an [`Avx2`] token).
-#[target_feature(enable = "avx2,fma")]
-unsafe fn strip<const V: usize>(
-    args: &MatvecArgs,
-    g: usize,
-    c0: usize,
-    y: &mut [f32],
-    ahead: Ahead,
-) {
-    // SAFETY: this function's features are those of `__m256`'s lanes.
-    unsafe { strips::strip::<__m256, V>(args, g, c0, y, ahead) }
-}
+matvec_kernels!("avx2,fma", Avx2, __m256);
 
 /// A byte sign-extended to i32 is `hi * 16 + lo_unsigned`: `(v << 28)` is
 /// `lo * 2^28` and `(v & !15)` is `hi * 16`, both exact in f32, against
 /// `xs`, which holds `x` pre-scaled by 2^-28 and 1/16.
 impl StripLanes for __m256 {
-    const LANES: usize = 8;
-
     fn x<'a>(args: &MatvecArgs<'a>) -> &'a [f32] {
         args.xs
-    }
-
-    #[inline(always)]
-    unsafe fn zero() -> Self {
-        // SAFETY: the caller guarantees AVX (see the trait).
-        unsafe { _mm256_setzero_ps() }
-    }
-
-    #[inline(always)]
-    unsafe fn splat(v: f32) -> Self {
-        // SAFETY: as above.
-        unsafe { _mm256_set1_ps(v) }
     }
 
     #[inline(always)]
@@ -82,24 +35,6 @@ impl StripLanes for __m256 {
             let hi = _mm256_cvtepi32_ps(_mm256_and_si256(wide, _mm256_set1_epi32(!0xF)));
             (lo, hi)
         }
-    }
-
-    #[inline(always)]
-    unsafe fn fmadd(a: Self, b: Self, c: Self) -> Self {
-        // SAFETY: the caller guarantees FMA.
-        unsafe { _mm256_fmadd_ps(a, b, c) }
-    }
-
-    #[inline(always)]
-    unsafe fn load(p: *const f32) -> Self {
-        // SAFETY: AVX, and `p` holds 8 floats (the caller).
-        unsafe { _mm256_loadu_ps(p) }
-    }
-
-    #[inline(always)]
-    unsafe fn store(self, p: *mut f32) {
-        // SAFETY: AVX, and `p` holds 8 floats (the caller).
-        unsafe { _mm256_storeu_ps(p, self) }
     }
 }
 

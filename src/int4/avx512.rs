@@ -9,48 +9,13 @@
 use std::arch::x86_64::*;
 
 use super::format::{dequant_tile_scalar, panel_stride, MatvecArgs, TileArgs, NR};
-use super::strips::{self, walk, Ahead, StripLanes, STRIP_VECS};
+use super::strips::{matvec_kernels, StripLanes};
 use crate::simd::Avx512;
 
 /// Row pairs ahead that the GEMM tile dequantizer prefetches.
 const DEQUANT_PREFETCH_PAIRS: usize = 16;
 
-/// Matvec over the columns `o0 .. o0 + y.len()`.
-///
-/// # Safety
-/// None beyond the token: it proves AVX-512 F/BW/VL, AVX2 and FMA.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
-pub(super) unsafe fn matvec(_: Avx512, args: &MatvecArgs, o0: usize, y: &mut [f32]) {
-    walk(args, o0, y, 16, |g, c0, ys, ahead, wide| {
-        // SAFETY: this function's features are present (the token); the
-        // walk hands out strips inside the matrix.
-        unsafe {
-            if wide {
-                strip::<STRIP_VECS>(args, g, c0, ys, ahead)
-            } else {
-                strip::<1>(args, g, c0, ys, ahead)
-            }
-        }
-    });
-}
-
-/// One group's contribution to `V * 16` columns starting at `c0` (also
-/// the VNNI kernel's path for the groups its integer form cannot carry).
-///
-/// # Safety
-/// The CPU must have AVX-512 F/BW/VL, AVX2 and FMA (the callers hold an
-/// [`Avx512`] token or one that implies it).
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
-pub(super) unsafe fn strip<const V: usize>(
-    args: &MatvecArgs,
-    g: usize,
-    c0: usize,
-    y: &mut [f32],
-    ahead: Ahead,
-) {
-    // SAFETY: this function's features are those of `__m512`'s lanes.
-    unsafe { strips::strip::<__m512, V>(args, g, c0, y, ahead) }
-}
+matvec_kernels!("avx512f,avx512bw,avx512vl,avx2,fma", Avx512, __m512);
 
 /// The 16-entry nibble table: lane `i` holds the two's complement value of
 /// the nibble `i`, and `vpermps` reads only the low 4 bits of each index, so
@@ -67,22 +32,8 @@ unsafe fn nibble_table() -> __m512 {
 
 /// Nibbles through [`nibble_table`], against `x` itself.
 impl StripLanes for __m512 {
-    const LANES: usize = 16;
-
     fn x<'a>(args: &MatvecArgs<'a>) -> &'a [f32] {
         args.x
-    }
-
-    #[inline(always)]
-    unsafe fn zero() -> Self {
-        // SAFETY: the caller guarantees AVX-512 F (see the trait).
-        unsafe { _mm512_setzero_ps() }
-    }
-
-    #[inline(always)]
-    unsafe fn splat(v: f32) -> Self {
-        // SAFETY: as above.
-        unsafe { _mm512_set1_ps(v) }
     }
 
     #[inline(always)]
@@ -96,28 +47,13 @@ impl StripLanes for __m512 {
             (lo, hi)
         }
     }
-
-    #[inline(always)]
-    unsafe fn fmadd(a: Self, b: Self, c: Self) -> Self {
-        // SAFETY: the caller guarantees AVX-512 F.
-        unsafe { _mm512_fmadd_ps(a, b, c) }
-    }
-
-    #[inline(always)]
-    unsafe fn load(p: *const f32) -> Self {
-        // SAFETY: AVX-512 F, and `p` holds 16 floats (the caller).
-        unsafe { _mm512_loadu_ps(p) }
-    }
-
-    #[inline(always)]
-    unsafe fn store(self, p: *mut f32) {
-        // SAFETY: AVX-512 F, and `p` holds 16 floats (the caller).
-        unsafe { _mm512_storeu_ps(p, self) }
-    }
 }
 
 /// AVX-512 GEMM micro-kernel: `out[m][..] = sum_k a[m * lda + k] * b[k * NR ..]`
 /// for `M` rows of `a` and one packed panel `b` (`kc` rows of `NR` floats).
+/// Not one body with `avx2::gemm_micro`: with 32 registers both panel
+/// vectors load first and each row's broadcast follows, while AVX2's 16
+/// registers need the broadcasts first (each order spills on the other).
 ///
 /// # Safety
 /// The token proves AVX-512 F/BW/VL + FMA; the caller guarantees that `a`

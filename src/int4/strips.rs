@@ -7,6 +7,7 @@
 use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0, _MM_HINT_T1};
 
 use super::format::{scalar_group, MatvecArgs};
+use crate::simd::F32Lanes;
 
 /// Vectors per register-blocked strip: 8 accumulators.
 pub(super) const STRIP_VECS: usize = 8;
@@ -115,50 +116,21 @@ impl Ahead {
     }
 }
 
-/// The operations of the matvec strip on one vector of `LANES` f32, for one
-/// instruction set (the pattern of memchr's `Vector`). Implemented for the
-/// AVX2 and AVX-512 register types; every method is `#[inline(always)]` and
-/// is called only from a `#[target_feature]` function of its instruction set
-/// (which holds the proof token), so each one is a single instruction or two
-/// in the caller.
-pub(super) trait StripLanes: Copy {
-    /// f32 lanes per vector.
-    const LANES: usize;
+/// What the matvec strip needs beyond [`F32Lanes`]: which activations its
+/// decoded nibbles multiply, and the decoding. Implemented for the AVX2 and
+/// AVX-512 register types in their files.
+pub(super) trait StripLanes: F32Lanes {
     /// The activations the decoded nibbles multiply: `x`, or `xs` where the
     /// decoding leaves a power-of-two factor that `xs` pre-scales away.
     fn x<'a>(args: &MatvecArgs<'a>) -> &'a [f32];
-    /// All lanes zero.
-    ///
-    /// # Safety
-    /// The CPU must have the instruction set of the implementation.
-    unsafe fn zero() -> Self;
-    /// All lanes `v`.
-    ///
-    /// # Safety
-    /// As [`Self::zero`].
-    unsafe fn splat(v: f32) -> Self;
+
     /// The `LANES` packed bytes at `row`, decoded to the f32 values of their
     /// low nibbles and of their high nibbles (in the scale [`Self::x`]
     /// expects).
     ///
     /// # Safety
-    /// As [`Self::zero`], and `row` must be valid for `LANES` byte reads.
+    /// As for [`F32Lanes`]; `row` must be valid for `LANES` byte reads.
     unsafe fn decode(row: *const u8) -> (Self, Self);
-    /// `a * b + c`, one rounding.
-    ///
-    /// # Safety
-    /// As [`Self::zero`].
-    unsafe fn fmadd(a: Self, b: Self, c: Self) -> Self;
-    /// `LANES` floats from `p`, unaligned.
-    ///
-    /// # Safety
-    /// As [`Self::zero`], and `p` must be valid for `LANES` float reads.
-    unsafe fn load(p: *const f32) -> Self;
-    /// `LANES` floats to `p`, unaligned.
-    ///
-    /// # Safety
-    /// As [`Self::zero`], and `p` must be valid for `LANES` float writes.
-    unsafe fn store(self, p: *mut f32);
 }
 
 /// One group's contribution to `V * L::LANES` columns starting at `c0`:
@@ -214,3 +186,57 @@ pub(super) unsafe fn strip<L: StripLanes, const V: usize>(
         }
     }
 }
+
+/// The matvec of one instruction set: `matvec` (the token's entry point,
+/// the columns `o0 .. o0 + y.len()`) and `strip` (one group's contribution
+/// to `V * LANES` columns from `c0`; the VNNI kernel's path for the groups
+/// its integer form cannot carry), both compiled with `$features` over the
+/// lanes `$lanes`.
+macro_rules! matvec_kernels {
+    ($features:literal, $token:ty, $lanes:ty) => {
+        /// Matvec over the columns `o0 .. o0 + y.len()` (for AVX2, with
+        /// `args.xs` filled).
+        ///
+        /// # Safety
+        /// None beyond the token: it proves this file's instruction set.
+        #[target_feature(enable = $features)]
+        pub(super) unsafe fn matvec(
+            _: $token,
+            args: &super::format::MatvecArgs,
+            o0: usize,
+            y: &mut [f32],
+        ) {
+            use super::strips::{walk, STRIP_VECS};
+            let lanes = <$lanes as crate::simd::F32Lanes>::LANES;
+            walk(args, o0, y, lanes, |g, c0, ys, ahead, wide| {
+                // SAFETY: this function's features are present (the token);
+                // the walk hands out strips inside the matrix.
+                unsafe {
+                    if wide {
+                        strip::<STRIP_VECS>(args, g, c0, ys, ahead)
+                    } else {
+                        strip::<1>(args, g, c0, ys, ahead)
+                    }
+                }
+            });
+        }
+
+        /// One group's contribution to `V * LANES` columns starting at `c0`.
+        ///
+        /// # Safety
+        /// The CPU must have this file's instruction set (the callers hold
+        /// its token or one that implies it).
+        #[target_feature(enable = $features)]
+        pub(super) unsafe fn strip<const V: usize>(
+            args: &super::format::MatvecArgs,
+            g: usize,
+            c0: usize,
+            y: &mut [f32],
+            ahead: super::strips::Ahead,
+        ) {
+            // SAFETY: this function's features are those of the lanes.
+            unsafe { super::strips::strip::<$lanes, V>(args, g, c0, y, ahead) }
+        }
+    };
+}
+pub(super) use matvec_kernels;

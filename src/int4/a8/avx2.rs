@@ -54,11 +54,8 @@ pub(super) unsafe fn cols(
     o0: usize,
     ys: &mut [&mut [f32]],
 ) {
-    args.check();
+    let width = args.check_cols(&rows, o0, ys);
     assert!(eligible(args.group_size));
-    let width = ys.first().map_or(0, |y| y.len());
-    assert!(ys.len() == rows.len() && ys.iter().all(|y| y.len() == width));
-    assert!(o0 + width <= args.out_feat && rows.end <= args.x.rows);
     let main = width / STRIP * STRIP;
     for y in ys.iter_mut() {
         y[..main].fill(0.0);

@@ -43,11 +43,8 @@ pub(super) fn cols(
     o0: usize,
     ys: &mut [&mut [f32]],
 ) {
-    args.check();
+    let width = args.check_cols(&rows, o0, ys);
     assert!(eligible(args.group_size));
-    let width = ys.first().map_or(0, |y| y.len());
-    assert!(ys.len() == rows.len() && ys.iter().all(|y| y.len() == width));
-    assert!(o0 + width <= args.out_feat && rows.end <= args.x.rows);
     let gs = args.group_size;
     let main = width / PANEL * PANEL;
     let per_block = (DEPTH / gs).max(1);

@@ -189,7 +189,10 @@ unsafe fn vnni<const R: usize>(
 }
 
 /// AVX2: `R` rows x 16 columns at a time (two halves of the panel), the
-/// outputs read and written in L1 once per group.
+/// outputs read and written in L1 once per group. Not one body with
+/// [`vnni`]: without `vpdpbusd` the products sum in i16 over up to
+/// `I16_QUADS` quads before widening, and 16 registers cannot hold the
+/// outputs as the VNNI kernel does.
 ///
 /// # Safety
 /// The token proves the features; the caller ([`run`]) checks the sizes.
