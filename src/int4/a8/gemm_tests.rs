@@ -6,7 +6,7 @@
 use super::super::*;
 use super::gemm;
 use super::micro::{self, Micro};
-use super::scalar::{cols_scalar, A8Args};
+use super::scalar::cols_scalar;
 use super::xq8::Xq8;
 use crate::simd::{available_levels, Avx2, Avx512Vnni, SimdLevel};
 use crate::testutil::rand_vec;
@@ -61,14 +61,7 @@ fn micro_kernels_match_the_scalar_twin_bit_for_bit() {
         let batch = 37;
         let x = rand_vec(batch * k, 50 + s as u64);
         let xq = Xq8::quantize(&x, batch, k, qw.in_padded(), gs, None).unwrap();
-        let args = A8Args {
-            data: &qw.data,
-            scales: &qw.scales,
-            out_feat: n,
-            group_size: gs,
-            x: &xq,
-            groups: 0..xq.num_groups,
-        };
+        let args = qw.a8_args(&xq);
         // Rows 3 .. 37 (34 rows: passes of 4 and a pass of 2), columns from
         // 1 (no panel is aligned to the matrix).
         let (rows, o0) = (3..batch, 1);
@@ -169,14 +162,7 @@ fn the_per_row_kernel_still_matches_on_many_rows() {
     let batch = 23;
     let x = rand_vec(batch * k, 61);
     let xq = Xq8::quantize(&x, batch, k, qw.in_padded(), gs, None).unwrap();
-    let args = A8Args {
-        data: &qw.data,
-        scales: &qw.scales,
-        out_feat: n,
-        group_size: gs,
-        x: &xq,
-        groups: 0..xq.num_groups,
-    };
+    let args = qw.a8_args(&xq);
     let (rows, o0) = (2..batch, 3);
     let width = n - o0;
     let mut want = vec![f32::NAN; rows.len() * width];

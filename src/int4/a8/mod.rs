@@ -184,17 +184,25 @@ impl QuantizedWeight {
         #[cfg(not(target_arch = "x86_64"))]
         let fast = None;
         let xq = Xq8::quantize(x, batch, self.in_feat, self.in_padded(), gs, fast)?;
-        let args = A8Args {
-            data: &self.data,
-            scales: &self.scales,
-            out_feat: self.out_feat,
-            group_size: gs,
-            x: &xq,
-            groups: 0..xq.num_groups,
-        };
+        let args = self.a8_args(&xq);
         args.check();
         run(&args, batch, y, A8::for_call(level, gs, batch));
         Ok(())
+    }
+}
+
+impl QuantizedWeight {
+    /// The kernels' arguments for these weights times every group of `xq`
+    /// (quantized for this weight's group size).
+    fn a8_args<'a>(&'a self, xq: &'a Xq8) -> A8Args<'a> {
+        A8Args {
+            data: &self.data,
+            scales: &self.scales,
+            out_feat: self.out_feat,
+            group_size: self.group_size(),
+            x: xq,
+            groups: 0..xq.num_groups,
+        }
     }
 }
 
