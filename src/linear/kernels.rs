@@ -23,6 +23,7 @@
 
 use rayon::prelude::*;
 
+// Re-exported: the layers name the epilogue with `matmul_rows`, from here.
 pub(crate) use super::common::Epilogue;
 use super::common::OutPtr;
 use super::dispatch::Dots;
