@@ -20,18 +20,9 @@
 //! kernel and its CPU proof token, chosen once per call) -> the per-ISA
 //! kernels `avx2`, `avx512`, `vnni` (with `strips`, their shared walk) ->
 //! `format` (argument structs, the scalar twins) and `xint`. The opt-in
-//! int8-activation path is `a8` (driver) -> `xq8` (quantizing `x`) and the
-//! kernels `a8_avx2` / `a8_scalar`, and from 5 rows the blocked GEMM
-//! `a8_gemm` (decoded panels) with its micro-kernels `a8_micro`.
+//! int8-activation path is the module `a8` (see its docs for its files).
 
 mod a8;
-#[cfg(target_arch = "x86_64")]
-mod a8_avx2;
-#[cfg(target_arch = "x86_64")]
-mod a8_gemm;
-#[cfg(target_arch = "x86_64")]
-mod a8_micro;
-mod a8_scalar;
 mod array_api;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -49,7 +40,6 @@ mod strips;
 #[cfg(target_arch = "x86_64")]
 mod vnni;
 mod xint;
-mod xq8;
 
 use crate::error::{QuantError, Result};
 use crate::simd::{self, SimdLevel};
@@ -465,9 +455,5 @@ enum Kernels {
     Matvec(Matvec),
 }
 
-#[cfg(all(test, target_arch = "x86_64"))]
-mod a8_gemm_tests;
-#[cfg(test)]
-mod a8_tests;
 #[cfg(test)]
 mod tests;

@@ -30,6 +30,8 @@ mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 mod dispatch;
+#[cfg(target_arch = "x86_64")]
+mod dots;
 mod format;
 mod fp8_dialect;
 mod fp8_linear;

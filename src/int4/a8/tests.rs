@@ -2,9 +2,10 @@
 //! against a column-by-column reference of the same formula (bit for bit),
 //! the stated error bound against the float64 product, and determinism.
 
-use super::a8_avx2::eligible;
+use super::super::*;
+#[cfg(target_arch = "x86_64")]
+use super::avx2::eligible;
 use super::xq8::Xq8;
-use super::*;
 use crate::simd::{available_levels, SimdLevel};
 use crate::testutil::rand_vec;
 
@@ -175,7 +176,7 @@ fn large_calls_do_not_depend_on_the_thread_count() {
         let mut y = vec![f32::NAN; batch * n];
         qw.matmul_act(&x, batch, &mut y, Activations::Int8).unwrap();
         let per_block = if batch <= 4 {
-            qw.num_groups.div_ceil(super::a8::K_BLOCKS)
+            qw.num_groups.div_ceil(super::K_BLOCKS)
         } else {
             qw.num_groups
         };
