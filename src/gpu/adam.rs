@@ -238,8 +238,8 @@ pub(crate) unsafe fn step(exec: &dyn Exec, a: &AdamArgs, shape: &[usize]) -> Res
     let numel = a.numel as usize;
     let groups = numel.div_ceil(GROUP_BLOCKS * a.block_size as usize);
     let s = &a.s;
-    // SAFETY (every call below): the function's contract; the rank-1
-    // statistics hold shape[0] and shape[1] f32, the scratch the same.
+    // SAFETY: every call below runs under this function's contract; the
+    // rank-1 statistics hold shape[0] and shape[1] f32, the scratch the same.
     unsafe {
         if a.rank1 != 0 {
             let (r, c) = (shape[0], shape[1]);

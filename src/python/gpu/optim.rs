@@ -93,13 +93,7 @@ impl CudaAdam {
             ))
             .into());
         }
-        Ok(device_input(
-            &self.inner.gpu,
-            obj,
-            arg,
-            DType::F32,
-            "the optimizer",
-        )?)
+        device_input(&self.inner.gpu, obj, arg, DType::F32, "the optimizer")
     }
 
     fn pair<'py>(
