@@ -136,6 +136,12 @@ impl DeviceAdam {
         Ok(core)
     }
 
+    /// A host copy of the state (step count and every parameter's codes
+    /// and scales), equal to the CPU optimizer's after the same steps.
+    pub fn state(&self) -> Result<OptimizerState> {
+        Ok(self.to_core()?.state().clone())
+    }
+
     /// Checkpoint bytes, exactly those of the CPU optimizer with this state.
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
         checkpoint::to_bytes(&self.to_core()?)
