@@ -178,6 +178,36 @@ impl<T> std::fmt::Debug for DeviceSliceMut<'_, T> {
     }
 }
 
+/// The accessors both view types share.
+macro_rules! view_accessors {
+    () => {
+        /// The device of the memory.
+        pub fn gpu(&self) -> &'a Arc<Gpu> {
+            self.gpu
+        }
+
+        /// The address of the first element.
+        pub fn ptr(&self) -> u64 {
+            self.ptr
+        }
+
+        /// Number of elements.
+        pub fn len(&self) -> usize {
+            self.len
+        }
+
+        /// Whether the view holds no element.
+        pub fn is_empty(&self) -> bool {
+            self.len == 0
+        }
+
+        /// A host copy (waits for the queued work that writes it).
+        pub fn to_host(&self) -> Result<Vec<T>> {
+            copy_to_host(self.gpu, self.ptr, self.len)
+        }
+    };
+}
+
 fn copy_to_host<T: DeviceElem>(gpu: &Gpu, src: u64, len: usize) -> Result<Vec<T>> {
     let mut v = vec![T::default(); len];
     if len > 0 {
@@ -210,25 +240,7 @@ impl<'a, T: DeviceElem> DeviceSlice<'a, T> {
         }
     }
 
-    /// The device of the memory.
-    pub fn gpu(&self) -> &'a Arc<Gpu> {
-        self.gpu
-    }
-
-    /// The address of the first element.
-    pub fn ptr(&self) -> u64 {
-        self.ptr
-    }
-
-    /// Number of elements.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether the view holds no element.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
+    view_accessors!();
 
     /// Elements `start .. start + len` (an error past the end).
     pub fn sub(&self, start: usize, len: usize) -> Result<DeviceSlice<'a, T>> {
@@ -246,10 +258,6 @@ impl<'a, T: DeviceElem> DeviceSlice<'a, T> {
         })
     }
 
-    /// A host copy (waits for the queued work that writes it).
-    pub fn to_host(&self) -> Result<Vec<T>> {
-        copy_to_host(self.gpu, self.ptr, self.len)
-    }
 }
 
 impl<'a, T: DeviceElem> DeviceSliceMut<'a, T> {
@@ -267,25 +275,7 @@ impl<'a, T: DeviceElem> DeviceSliceMut<'a, T> {
         }
     }
 
-    /// The device of the memory.
-    pub fn gpu(&self) -> &'a Arc<Gpu> {
-        self.gpu
-    }
-
-    /// The address of the first element.
-    pub fn ptr(&self) -> u64 {
-        self.ptr
-    }
-
-    /// Number of elements.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether the view holds no element.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
+    view_accessors!();
 
     /// A read-only view of the same memory, for as long as this one is borrowed.
     pub fn as_slice(&self) -> DeviceSlice<'_, T> {
@@ -297,10 +287,6 @@ impl<'a, T: DeviceElem> DeviceSliceMut<'a, T> {
         }
     }
 
-    /// A host copy (waits for the queued work that writes it).
-    pub fn to_host(&self) -> Result<Vec<T>> {
-        copy_to_host(self.gpu, self.ptr, self.len)
-    }
 
     /// Queue a copy of `src` (same length, same device) into this view.
     pub fn copy_from(&mut self, src: &DeviceSlice<'_, T>) -> Result<()> {
