@@ -5,7 +5,7 @@
 //! sequence on a g++ build of the same kernel code.
 
 use crate::error::Result;
-use crate::optim::{Adam4bitConfig, Codecs, MCodec, StepConsts};
+use crate::optim::{step_consts, Adam4bitConfig, Codecs, MCodec, StepConsts};
 
 /// Floats in the code-book table buffer: m values and midpoints (256 each,
 /// the 4-bit books use the first 16), v values and midpoints (16 each).
@@ -131,15 +131,7 @@ impl StepPlan {
         let sqrt_domain = q.variance_map.sqrt_domain();
         let (lo, hi) = (q.min_scale, q.max_scale);
         StepPlan {
-            k: StepConsts::new(
-                o.learning_rate,
-                o.beta1,
-                o.beta2,
-                o.epsilon,
-                o.weight_decay,
-                decoupled,
-                t,
-            ),
+            k: step_consts(o, decoupled, t),
             t,
             tables,
             block_size: q.block_size,

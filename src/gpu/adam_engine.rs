@@ -20,7 +20,7 @@ use super::context::Gpu;
 use super::memory::{check_view, DeviceBuffer, DeviceSlice, DeviceSliceMut};
 use crate::error::{QuantError, Result};
 use crate::optim::{
-    checkpoint, codecs_for, Adam4bitConfig, Adam4bitCore, OptimizerState, ParamState,
+    accumulated, accumulated_mismatch, accumulation_divisor, check_accumulating, checkpoint, codecs_for, Adam4bitConfig, Adam4bitCore, OptimizerState, ParamState,
     StateMemoryStats,
 };
 
@@ -262,15 +262,7 @@ impl DeviceAdam {
         let addr = p.data.ptr();
         let key = self.key_of(p.name, addr, n);
         self.check(&key, p, grad)?;
-        if let Some(a) = self.accum.get(&key) {
-            if a.shape != p.shape {
-                return Err(QuantError::dims(
-                    format!("param shape (accumulated {key:?})"),
-                    format!("{:?}", a.shape),
-                    format!("{:?}", p.shape),
-                ));
-            }
-        }
+        check_accumulating(&key, self.accum.get(&key).map(|a| &a.shape[..]), p.shape)?;
         match self.accum.get_mut(&key) {
             Some(a) => accum_add(&mut a.sum.view_mut(), grad)?,
             None => {
@@ -302,30 +294,12 @@ impl DeviceAdam {
         steps: usize,
         params: &mut [(String, DeviceParam<'_>)],
     ) -> Result<()> {
-        if steps == 0 {
-            return Err(QuantError::arg(
-                "accumulation_steps: expected a value >= 1, got 0",
-            ));
-        }
-        if params.len() != self.accum.len() {
-            return Err(QuantError::InvalidState(format!(
-                "apply_accumulated_grads: {} parameters accumulated, {} given",
-                self.accum.len(),
-                params.len()
-            )));
-        }
-        let d = steps as f32;
+        let d = accumulation_divisor(steps, self.accum.len(), params.len())?;
         let mut means = Vec::with_capacity(params.len());
         for (key, p) in params.iter() {
-            let a = self.accum.get(key).ok_or_else(|| {
-                QuantError::InvalidState(format!("no accumulated gradient for {key:?}"))
-            })?;
+            let a = accumulated(&self.accum, key)?;
             if a.shape != p.shape {
-                return Err(QuantError::dims(
-                    format!("param {key:?}"),
-                    format!("{:?}", a.shape),
-                    format!("{:?}", p.shape),
-                ));
+                return Err(accumulated_mismatch(key, &a.shape, p.shape));
             }
             let n: usize = p.shape.iter().product();
             check_view(&self.gpu, "param", p.data.gpu(), p.data.len(), n)?;
