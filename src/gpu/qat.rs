@@ -14,7 +14,7 @@ use super::memory::DeviceElem;
 use crate::error::{QuantError, Result};
 use crate::fp8::Fp8Format;
 use crate::qat::format::Coef;
-use crate::qat::optimizer::{calibrate_for, diagnose};
+use crate::qat::optimizer::{calibrate_for, diagnose, next_step};
 use crate::qat::rng::stream_key;
 use crate::qat::{Master, QatConfig, QuantParams, QuantTarget, RoundingMode};
 
@@ -220,12 +220,7 @@ pub(crate) unsafe fn step<T: DevMaster, E: QatExec>(
     g: u64,
     seed: Option<u64>,
 ) -> Result<()> {
-    let t = s
-        .step
-        .checked_add(1)
-        .ok_or_else(|| QuantError::InvalidState("step count overflow".into()))?;
-    let c = &s.config;
-    let coef = Coef::<T>::new(c.lr, c.beta1, c.beta2, c.eps, c.weight_decay, t);
+    let (t, coef) = next_step::<T>(&s.config, s.step)?;
     let mut a = bufs.args(w, g);
     put_coef(&coef, &mut a);
     // SAFETY: `a` holds the function's buffers (its contract).

@@ -253,11 +253,11 @@ impl CudaQat {
         match &mut self.inner {
             Engine::F32(e) => {
                 let o = cpu_from::<f32>(&state, &shape)?;
-                py.detach(|| e.load(&o))?;
+                py.detach(|| e.load(&o).and_then(|_| e.gpu.synchronize()))?;
             }
             Engine::F64(e) => {
                 let o = cpu_from::<f64>(&state, &shape)?;
-                py.detach(|| e.load(&o))?;
+                py.detach(|| e.load(&o).and_then(|_| e.gpu.synchronize()))?;
             }
         }
         Ok(())
