@@ -9,12 +9,13 @@
 //!   compiled-module cache.
 //! - `nvrtc`: the kernel sources and their compilation (CUBIN for the
 //!   device's architecture, PTX for the CI check).
-//! - `memory`: owned device buffers and host <-> device copies.
+//! - `memory`: owned device buffers, the typed views kernels take, and
+//!   host <-> device copies.
 //! - `cublaslt`: the FP8 tensor-core GEMM of the W8A8 forward.
 //! - `caches`: per-device scratch buffers and the cuBLASLt handle (above
 //!   `context`, `memory` and `cublaslt`, which import one way).
-//! - `ops`: the launches (INT4, FP8 codecs, linear layers), each ending
-//!   when its result is ready.
+//! - `ops`: the launches (INT4, FP8 codecs, linear layers), queued on the
+//!   legacy default stream.
 //! - `layers`: `QuantizedWeight` and the linear layers held on a device.
 //! - `adam`: the fused 4-bit Adam step's arguments and launch sequence;
 //!   `adam_engine`: `AdamW4bit` / `Adam4bit` with their state on a device,
