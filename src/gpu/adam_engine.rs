@@ -46,8 +46,7 @@ pub struct DeviceParam<'a> {
 /// each step is bit-identical to the CPU optimizer's, and the checkpoint
 /// bytes are the CPU's.
 pub struct DeviceAdam {
-    /// The device holding the state.
-    pub gpu: Arc<Gpu>,
+    gpu: Arc<Gpu>,
     /// Configuration, step count and kind; its own state stays empty (the
     /// state is `params`).
     core: Adam4bitCore,
@@ -134,6 +133,11 @@ impl DeviceAdam {
             },
         );
         Ok(core)
+    }
+
+    /// The device holding the state.
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
     }
 
     /// A host copy of the state (step count and every parameter's codes

@@ -43,7 +43,7 @@ impl DeviceQuantizedWeight {
 
     /// The device holding the weight.
     pub fn gpu(&self) -> &Arc<Gpu> {
-        &self.data.gpu
+        self.data.gpu()
     }
 
     /// The CPU twin, rebuilt from copies of the device data.

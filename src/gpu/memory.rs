@@ -39,8 +39,7 @@ device_elems!(f32, f64, u8, i8, u32);
 
 /// An owned device allocation of `bytes` bytes on `gpu`.
 pub struct DeviceBuffer {
-    /// The device holding the memory.
-    pub gpu: Arc<Gpu>,
+    gpu: Arc<Gpu>,
     ptr: sys::CUdeviceptr,
     bytes: usize,
 }
@@ -97,6 +96,11 @@ impl DeviceBuffer {
                 .map_err(|e| gpu_err("copying to the device", e))?;
         }
         Ok(b)
+    }
+
+    /// The device holding the memory.
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
     }
 
     /// The device address (for identity and kernel arguments; reading it

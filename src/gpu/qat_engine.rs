@@ -23,8 +23,7 @@ use crate::qat::{QatConfig, QatOptimizer, QuantParams, RoundingMode};
 /// fake-quantized view on one device; the master stays the caller's. Each
 /// step is bit-identical to the CPU optimizer's.
 pub struct DeviceQat<T> {
-    /// The device holding the state.
-    pub gpu: Arc<Gpu>,
+    gpu: Arc<Gpu>,
     s: QatScalars,
     n: usize,
     m: DeviceBuffer,
@@ -125,6 +124,11 @@ impl<T: DevMaster> DeviceQat<T> {
         unsafe { qat::step::<T, _>(&QatDevice(&self.gpu), &mut self.s, &bufs, w, g, seed) }
     }
 
+    /// The device holding the state.
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+
     /// Elements of the master.
     pub fn len(&self) -> usize {
         self.n
@@ -198,6 +202,6 @@ fn copy(dst: &DeviceBuffer, src: &DeviceBuffer) -> Result<()> {
     // `copy_from` checks against `src`), written only by this optimizer's
     // calls, which `&mut self` serialises; no `DeviceSliceMut` of it exists
     // (the optimizer hands out only the shared buffer).
-    let mut d = unsafe { DeviceSliceMut::<u8>::from_raw(&dst.gpu, dst.ptr(), dst.bytes()) };
+    let mut d = unsafe { DeviceSliceMut::<u8>::from_raw(dst.gpu(), dst.ptr(), dst.bytes()) };
     d.copy_from(&src.view())
 }

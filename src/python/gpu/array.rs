@@ -260,7 +260,7 @@ impl DeviceArray {
     /// `"cuda:N"`.
     #[getter]
     fn device(&self) -> String {
-        format!("cuda:{}", self.buf.gpu.ordinal)
+        format!("cuda:{}", self.buf.gpu().ordinal)
     }
 
     /// The device address of the first element (for interop and tests).
@@ -282,10 +282,10 @@ impl DeviceArray {
     ) -> PyResult<Bound<'py, PyAny>> {
         let _ = (stream, max_version);
         if let Some((t, id)) = dl_device {
-            if t != DL_CUDA || id != self.buf.gpu.ordinal as i32 {
+            if t != DL_CUDA || id != self.buf.gpu().ordinal as i32 {
                 return Err(QuantError::UnsupportedOperation(format!(
                     "__dlpack__(dl_device=({t}, {id})): this array is on cuda:{} and is exported only there",
-                    self.buf.gpu.ordinal
+                    self.buf.gpu().ordinal
                 ))
                 .into());
             }
@@ -297,7 +297,7 @@ impl DeviceArray {
     }
 
     fn __dlpack_device__(&self) -> (i32, i32) {
-        (DL_CUDA, self.buf.gpu.ordinal as i32)
+        (DL_CUDA, self.buf.gpu().ordinal as i32)
     }
 
     fn __len__(&self) -> usize {
@@ -309,7 +309,7 @@ impl DeviceArray {
             "DeviceArray(shape={:?}, dtype={}, device='cuda:{}')",
             self.shape,
             self.dtype.name(),
-            self.buf.gpu.ordinal
+            self.buf.gpu().ordinal
         )
     }
 }

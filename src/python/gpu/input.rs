@@ -60,8 +60,8 @@ pub fn device_input<'py>(
         if d.dtype != dtype {
             return Err(wrong_dtype(arg, dtype.name(), d.dtype.name()));
         }
-        if d.buf.gpu.ordinal != gpu.ordinal {
-            return Err(mismatch(format!("cuda:{}", d.buf.gpu.ordinal)).into());
+        if d.buf.gpu().ordinal != gpu.ordinal {
+            return Err(mismatch(format!("cuda:{}", d.buf.gpu().ordinal)).into());
         }
         return Ok(DevInput {
             gpu: gpu.clone(),
@@ -186,7 +186,7 @@ pub fn is_cuda_array(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
 /// The device ordinal of a CUDA array input.
 pub fn cuda_ordinal(obj: &Bound<'_, PyAny>) -> PyResult<usize> {
     if let Ok(a) = obj.cast::<DeviceArray>() {
-        return Ok(a.get().buf.gpu.ordinal);
+        return Ok(a.get().buf.gpu().ordinal);
     }
     match cuda_dlpack_device(obj)? {
         Some((DL_CUDA, id)) => Ok(id.max(0) as usize),

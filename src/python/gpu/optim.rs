@@ -65,14 +65,14 @@ impl CudaAdam {
                 data,
             };
             let r = f(inner, p, &gv)?;
-            inner.gpu.synchronize()?;
+            inner.gpu().synchronize()?;
             Ok::<_, crate::QuantError>(r)
         })?;
         Ok(r)
     }
 
     fn where_(&self) -> String {
-        format!("cuda:{}", self.inner.gpu.ordinal)
+        format!("cuda:{}", self.inner.gpu().ordinal)
     }
 
     /// A CUDA float32 array on this device, or an error naming both devices.
@@ -86,14 +86,14 @@ impl CudaAdam {
             .into());
         }
         let on = cuda_ordinal(obj)?;
-        if on != self.inner.gpu.ordinal {
+        if on != self.inner.gpu().ordinal {
             return Err(QuantError::arg(format!(
                 "{arg} is on cuda:{on} but the optimizer is on {}",
                 self.where_()
             ))
             .into());
         }
-        device_input(&self.inner.gpu, obj, arg, DType::F32, "the optimizer")
+        device_input(self.inner.gpu(), obj, arg, DType::F32, "the optimizer")
     }
 
     fn pair<'py>(
@@ -212,7 +212,7 @@ impl CudaAdam {
         let inner = &mut self.inner;
         py.detach(|| {
             inner.apply_accumulated_grads(accumulation_steps, &mut params)?;
-            inner.gpu.synchronize()
+            inner.gpu().synchronize()
         })?;
         self.accum_params.clear();
         Ok(())

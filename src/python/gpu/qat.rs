@@ -71,7 +71,7 @@ impl CudaQat {
     }
 
     fn ordinal(&self) -> usize {
-        each!(&self.inner, e => e.gpu.ordinal)
+        each!(&self.inner, e => e.gpu().ordinal)
     }
 
     /// A CUDA array of this optimizer's dtype and shape on its device.
@@ -96,7 +96,7 @@ impl CudaQat {
             ))
             .into());
         }
-        let g = each!(&self.inner, e => e.gpu.clone());
+        let g = each!(&self.inner, e => e.gpu().clone());
         let d = device_input(&g, obj, arg, self.dtype(), "the optimizer")?;
         if d.shape != self.shape {
             return Err(QuantError::dims(
@@ -172,11 +172,17 @@ impl CudaQat {
         let res = match inner {
             Engine::F32(e) => {
                 let (mut wv, gv) = (w.view_mut::<f32>()?, g.view::<f32>()?);
-                py.detach(|| e.step(&mut wv, &gv, seed).and_then(|_| e.gpu.synchronize()))
+                py.detach(|| {
+                    e.step(&mut wv, &gv, seed)
+                        .and_then(|_| e.gpu().synchronize())
+                })
             }
             Engine::F64(e) => {
                 let (mut wv, gv) = (w.view_mut::<f64>()?, g.view::<f64>()?);
-                py.detach(|| e.step(&mut wv, &gv, seed).and_then(|_| e.gpu.synchronize()))
+                py.detach(|| {
+                    e.step(&mut wv, &gv, seed)
+                        .and_then(|_| e.gpu().synchronize())
+                })
             }
         };
         if let (Err(_), Some(g), Some(state)) = (&res, generator, saved) {
@@ -196,7 +202,7 @@ impl CudaQat {
     fn moments(&self, py: Python<'_>) -> PyResult<(DeviceArray, DeviceArray)> {
         let inner = &self.inner;
         let (m, v) = py.detach(
-            || each!(inner, e => e.moments().and_then(|mv| e.gpu.synchronize().map(|_| mv))),
+            || each!(inner, e => e.moments().and_then(|mv| e.gpu().synchronize().map(|_| mv))),
         )?;
         Ok((self.array(m.into()), self.array(v.into())))
     }
@@ -253,11 +259,11 @@ impl CudaQat {
         match &mut self.inner {
             Engine::F32(e) => {
                 let o = cpu_from::<f32>(&state, &shape)?;
-                py.detach(|| e.load(&o).and_then(|_| e.gpu.synchronize()))?;
+                py.detach(|| e.load(&o).and_then(|_| e.gpu().synchronize()))?;
             }
             Engine::F64(e) => {
                 let o = cpu_from::<f64>(&state, &shape)?;
-                py.detach(|| e.load(&o).and_then(|_| e.gpu.synchronize()))?;
+                py.detach(|| e.load(&o).and_then(|_| e.gpu().synchronize()))?;
             }
         }
         Ok(())
