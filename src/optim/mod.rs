@@ -50,6 +50,10 @@ pub use config::{
 };
 #[cfg(any(feature = "python", feature = "gpu"))]
 pub(crate) use engine::Adam4bitCore;
+#[cfg(feature = "gpu")]
+pub(crate) use engine::{
+    accumulated, accumulated_mismatch, accumulation_divisor, check_accumulating, step_consts,
+};
 // The device step (src/gpu/adam.rs) runs the same element math with the
 // same code books and step constants.
 #[cfg(all(test, feature = "gpu"))]

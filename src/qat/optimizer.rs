@@ -323,12 +323,7 @@ impl<T: Master> QatOptimizer<T> {
         if grad.len() != n {
             return Err(QuantError::dims("grad", n, grad.len()));
         }
-        let t = self
-            .step
-            .checked_add(1)
-            .ok_or_else(|| QuantError::InvalidState("step count overflow".into()))?;
-        let c = &self.config;
-        let coef = Coef::<T>::new(c.lr, c.beta1, c.beta2, c.eps, c.weight_decay, t);
+        let (t, coef) = next_step::<T>(&self.config, self.step)?;
         let stats = kernels.dry(master, grad, &self.m, &self.v, &coef);
         if stats.non_finite {
             return Err(diagnose(master, grad));
@@ -398,6 +393,18 @@ impl<T: Master> QatOptimizer<T> {
             params,
         })
     }
+}
+
+/// The number of the step after `step` and its AdamW constants (an error
+/// when the count would overflow); shared with the device step (`gpu::qat`).
+pub(crate) fn next_step<T: Master>(c: &QatConfig, step: u64) -> Result<(u64, Coef<T>)> {
+    let t = step
+        .checked_add(1)
+        .ok_or_else(|| QuantError::InvalidState("step count overflow".into()))?;
+    Ok((
+        t,
+        Coef::<T>::new(c.lr, c.beta1, c.beta2, c.eps, c.weight_decay, t),
+    ))
 }
 
 /// The error of a step whose dry pass met a non-finite value: the first

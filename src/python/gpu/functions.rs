@@ -15,7 +15,6 @@ use super::weight::CudaQuantizedWeight;
 use crate::error::QuantError;
 use crate::fp8::Fp8Format;
 use crate::gpu::context::Gpu;
-use crate::gpu::ops::Wait;
 use crate::python::errors::invalid;
 
 fn fmt_of(fmt: &str) -> PyResult<Fp8Format> {
@@ -49,9 +48,12 @@ fn fp8_encode(x: &Bound<'_, PyAny>, fmt: &str, saturate: bool) -> PyResult<Py<Py
     let py = x.py();
     let f = fmt_of(fmt)?;
     let (g, xi) = cuda_only_input(x, "x", DType::F32)?;
-    let out = DeviceArray::empty(&g, xi.shape.clone(), DType::U8)?;
-    let (xp, op, n) = (xi.ptr, out.buf.ptr(), out.len());
-    py.detach(|| crate::gpu::ops::fp8_encode(&g, xp, op, n, f, saturate))?;
+    let mut out = DeviceArray::empty(&g, xi.shape.clone(), DType::U8)?;
+    let x = xi.view::<f32>()?;
+    let mut o = out.view_mut::<u8>()?;
+    py.detach(|| {
+        crate::gpu::ops::fp8_encode(&x, &mut o, f, saturate).and_then(|_| g.synchronize())
+    })?;
     output(py, out, false)
 }
 
@@ -63,9 +65,10 @@ fn fp8_decode(codes: &Bound<'_, PyAny>, fmt: &str) -> PyResult<Py<PyAny>> {
     let py = codes.py();
     let f = fmt_of(fmt)?;
     let (g, ci) = cuda_only_input(codes, "codes", DType::U8)?;
-    let out = DeviceArray::empty(&g, ci.shape.clone(), DType::F32)?;
-    let (cp, op, n) = (ci.ptr, out.buf.ptr(), out.len());
-    py.detach(|| crate::gpu::ops::fp8_decode(&g, cp, op, n, f))?;
+    let mut out = DeviceArray::empty(&g, ci.shape.clone(), DType::F32)?;
+    let c = ci.view::<u8>()?;
+    let mut o = out.view_mut::<f32>()?;
+    py.detach(|| crate::gpu::ops::fp8_decode(&c, &mut o, f).and_then(|_| g.synchronize()))?;
     output(py, out, false)
 }
 
@@ -128,11 +131,11 @@ fn bench_calls(obj: &Bound<'_, PyAny>, x: &Bound<'_, PyAny>, iters: usize) -> Py
     let iters = iters.max(1);
     let (g, in_feat, out_feat) = if let Ok(w) = obj.cast::<CudaQuantizedWeight>() {
         let w = &w.get().inner;
-        (w.gpu().clone(), w.in_feat, w.out_feat)
+        (w.gpu().clone(), w.in_feat(), w.out_feat())
     } else {
         let l = obj.cast::<CudaLinear>()?;
         let l = &l.get().inner;
-        (l.gpu.clone(), l.in_feat, l.out_feat)
+        (l.gpu().clone(), l.in_features(), l.out_features())
     };
     let xi = device_input(&g, x, "x", DType::F32, "the object")?;
     if xi.shape.len() != 2 || xi.shape[1] != in_feat {
@@ -141,34 +144,36 @@ fn bench_calls(obj: &Bound<'_, PyAny>, x: &Bound<'_, PyAny>, iters: usize) -> Py
         );
     }
     let rows = xi.shape[0];
-    let y = DeviceArray::empty(&g, vec![rows, out_feat], DType::F32)?;
-    let (xp, yp) = (xi.ptr, y.buf.ptr());
-    let call = |wait: Wait| -> crate::Result<()> {
+    let mut y = DeviceArray::empty(&g, vec![rows, out_feat], DType::F32)?;
+    let x = xi.view::<f32>()?;
+    let mut yv = y.view_mut::<f32>()?;
+    let mut call = || -> crate::Result<()> {
         if let Ok(w) = obj.cast::<CudaQuantizedWeight>() {
-            w.get().inner.matmul(xp, rows, 0, yp, wait)
+            w.get().inner.matmul(&x, rows, &mut yv)
         } else {
             obj.cast::<CudaLinear>()
                 .expect("checked above")
                 .get()
                 .inner
-                .forward(xp, rows, yp, wait)
+                .forward(&x, rows, &mut yv)
         }
     };
-    call(Wait::Yes)?;
+    call()?;
+    g.synchronize()?;
     g.bind()?;
     let ev = |what| {
         cu::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
             .map_err(|e| crate::gpu::context::gpu_err(what, e))
     };
     let (start, end) = (ev("creating an event")?, ev("creating an event")?);
-    let run = || -> crate::Result<f32> {
+    let mut run = || -> crate::Result<f32> {
         // SAFETY: fresh events of the bound context, recorded on the null
         // stream around the queued calls, destroyed below.
         unsafe {
             cu::event::record(start, cu::stream::null())
                 .map_err(|e| crate::gpu::context::gpu_err("event", e))?;
             for _ in 0..iters {
-                call(Wait::No)?;
+                call()?;
             }
             cu::event::record(end, cu::stream::null())
                 .map_err(|e| crate::gpu::context::gpu_err("event", e))?;

@@ -12,7 +12,6 @@ use super::device::gpu;
 use super::input::{device_input, output};
 use crate::error::QuantError;
 use crate::gpu::layers::DeviceLinear;
-use crate::gpu::ops::Wait;
 use crate::linear::{
     Device, Int4Linear, Int8Linear, Layer, PerTensorFP8Linear, QuantMethod, QuantizedSerde,
     UnquantLinear,
@@ -86,21 +85,25 @@ impl CudaLinear {
     fn forward(&self, x: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         let py = x.py();
         let l = &self.inner;
-        let xi = device_input(&l.gpu, x, "x", DType::F32, "the layer")?;
-        if xi.shape.last() != Some(&l.in_feat) {
+        let xi = device_input(l.gpu(), x, "x", DType::F32, "the layer")?;
+        if xi.shape.last() != Some(&l.in_features()) {
             return Err(QuantError::dims(
                 "x",
-                format!("[..., {}]", l.in_feat),
+                format!("[..., {}]", l.in_features()),
                 format!("{:?}", xi.shape),
             )
             .into());
         }
         let rows = xi.shape[..xi.shape.len() - 1].iter().product();
         let mut out_shape = xi.shape.clone();
-        *out_shape.last_mut().expect("rank >= 1") = l.out_feat;
-        let y = DeviceArray::empty(&l.gpu, out_shape, DType::F32)?;
-        let (xp, yp) = (xi.ptr, y.buf.ptr());
-        py.detach(|| l.forward(xp, rows, yp, Wait::Yes))?;
+        *out_shape.last_mut().expect("rank >= 1") = l.out_features();
+        let mut y = DeviceArray::empty(l.gpu(), out_shape, DType::F32)?;
+        let xv = xi.view::<f32>()?;
+        let mut yv = y.view_mut::<f32>()?;
+        py.detach(|| {
+            l.forward(&xv, rows, &mut yv)
+                .and_then(|_| l.gpu().synchronize())
+        })?;
         output(py, y, xi.from_host)
     }
 
@@ -112,13 +115,13 @@ impl CudaLinear {
     fn dtype_and_device(&self) -> (&'static str, String) {
         (
             self.inner.dtype().name(),
-            format!("cuda:{}", self.inner.gpu.ordinal),
+            format!("cuda:{}", self.inner.gpu().ordinal),
         )
     }
 
     /// `"float8_e4m3fn"` when activations are quantized (W8A8), else None.
     fn quantized_act_type(&self) -> Option<&'static str> {
-        match self.inner.weight {
+        match self.inner.weight() {
             crate::gpu::layers::DeviceWeight::Fp8 {
                 activation_scale: Some(_),
                 ..
@@ -132,7 +135,7 @@ impl CudaLinear {
         let py = slf.py();
         match super::parse_device(device)? {
             Device::Cpu => slf.get().cpu_twin(py),
-            Device::Cuda(i) if i == slf.get().inner.gpu.ordinal => Ok(slf.clone().into_any()),
+            Device::Cuda(i) if i == slf.get().inner.gpu().ordinal => Ok(slf.clone().into_any()),
             Device::Cuda(_) => layer_to(&slf.get().cpu_twin(py)?, device),
         }
     }
@@ -154,17 +157,17 @@ impl CudaLinear {
 
     #[getter]
     fn in_features(&self) -> usize {
-        self.inner.in_feat
+        self.inner.in_features()
     }
 
     #[getter]
     fn out_features(&self) -> usize {
-        self.inner.out_feat
+        self.inner.out_features()
     }
 
     #[getter]
     fn weight_shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        PyTuple::new(py, [self.inner.out_feat, self.inner.in_feat])
+        PyTuple::new(py, [self.inner.out_features(), self.inner.in_features()])
     }
 
     /// Device bytes of weight, scales and bias.
@@ -175,7 +178,7 @@ impl CudaLinear {
 
     #[getter]
     fn device(&self) -> String {
-        format!("cuda:{}", self.inner.gpu.ordinal)
+        format!("cuda:{}", self.inner.gpu().ordinal)
     }
 
     fn __repr__(&self) -> String {
@@ -183,9 +186,9 @@ impl CudaLinear {
             "CudaLinear({}, weight=<{} [{}, {}]>, device='cuda:{}')",
             self.class,
             self.inner.dtype().name(),
-            self.inner.out_feat,
-            self.inner.in_feat,
-            self.inner.gpu.ordinal
+            self.inner.out_features(),
+            self.inner.in_features(),
+            self.inner.gpu().ordinal
         )
     }
 }

@@ -71,7 +71,7 @@ impl CudaQat {
     }
 
     fn ordinal(&self) -> usize {
-        each!(&self.inner, e => e.gpu.ordinal)
+        each!(&self.inner, e => e.gpu().ordinal)
     }
 
     /// A CUDA array of this optimizer's dtype and shape on its device.
@@ -96,7 +96,7 @@ impl CudaQat {
             ))
             .into());
         }
-        let g = each!(&self.inner, e => e.gpu.clone());
+        let g = each!(&self.inner, e => e.gpu().clone());
         let d = device_input(&g, obj, arg, self.dtype(), "the optimizer")?;
         if d.shape != self.shape {
             return Err(QuantError::dims(
@@ -156,7 +156,7 @@ impl CudaQat {
         grad: &Bound<'_, PyAny>,
         rng: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        let w = self.operand(master, "master")?;
+        let mut w = self.operand(master, "master")?;
         let g = self.operand(grad, "grad")?;
         let bytes = (self.shape.iter().product::<usize>() * self.dtype().size()) as u64;
         if w.ptr < g.ptr + bytes && g.ptr < w.ptr + bytes {
@@ -168,9 +168,23 @@ impl CudaQat {
         let generator = rng.and_then(|r| r.cast::<PyRng>().ok());
         let saved = generator.map(|g| g.borrow().inner);
         let seed = seed_arg(rng)?;
-        let (wp, gp) = (w.ptr, g.ptr);
         let inner = &mut self.inner;
-        let res = py.detach(|| each!(inner, e => e.step(wp, gp, seed)));
+        let res = match inner {
+            Engine::F32(e) => {
+                let (mut wv, gv) = (w.view_mut::<f32>()?, g.view::<f32>()?);
+                py.detach(|| {
+                    e.step(&mut wv, &gv, seed)
+                        .and_then(|_| e.gpu().synchronize())
+                })
+            }
+            Engine::F64(e) => {
+                let (mut wv, gv) = (w.view_mut::<f64>()?, g.view::<f64>()?);
+                py.detach(|| {
+                    e.step(&mut wv, &gv, seed)
+                        .and_then(|_| e.gpu().synchronize())
+                })
+            }
+        };
         if let (Err(_), Some(g), Some(state)) = (&res, generator, saved) {
             g.borrow_mut().inner = state;
         }
@@ -187,7 +201,9 @@ impl CudaQat {
     /// Device copies of the AdamW moments `(m, v)`.
     fn moments(&self, py: Python<'_>) -> PyResult<(DeviceArray, DeviceArray)> {
         let inner = &self.inner;
-        let (m, v) = py.detach(|| each!(inner, e => e.moments()))?;
+        let (m, v) = py.detach(
+            || each!(inner, e => e.moments().and_then(|mv| e.gpu().synchronize().map(|_| mv))),
+        )?;
         Ok((self.array(m.into()), self.array(v.into())))
     }
 
@@ -243,11 +259,11 @@ impl CudaQat {
         match &mut self.inner {
             Engine::F32(e) => {
                 let o = cpu_from::<f32>(&state, &shape)?;
-                py.detach(|| e.load(&o))?;
+                py.detach(|| e.load(&o).and_then(|_| e.gpu().synchronize()))?;
             }
             Engine::F64(e) => {
                 let o = cpu_from::<f64>(&state, &shape)?;
-                py.detach(|| e.load(&o))?;
+                py.detach(|| e.load(&o).and_then(|_| e.gpu().synchronize()))?;
             }
         }
         Ok(())
