@@ -29,11 +29,11 @@ pub struct DeviceQuantizedWeight {
 impl DeviceQuantizedWeight {
     pub fn from_cpu(gpu: &Arc<Gpu>, w: &QuantizedWeight) -> Result<Self> {
         Ok(DeviceQuantizedWeight {
-            data: DeviceBuffer::from_host(gpu, &w.data)?,
-            scales: DeviceBuffer::from_host(gpu, &w.scales)?,
-            in_feat: w.in_feat,
-            out_feat: w.out_feat,
-            num_groups: w.num_groups,
+            data: DeviceBuffer::from_host(gpu, w.data())?,
+            scales: DeviceBuffer::from_host(gpu, w.scales())?,
+            in_feat: w.in_feat(),
+            out_feat: w.out_feat(),
+            num_groups: w.num_groups(),
         })
     }
 

@@ -90,7 +90,7 @@ pub fn weighted_group_scale(ws: &[f32], a: &[f32]) -> f32 {
 impl Int4Linear {
     /// Wrap a packed weight (`[in, out]` as `QuantizedWeight` stores it).
     pub fn new(qw: QuantizedWeight, bias: Option<Vec<f32>>) -> Result<Self> {
-        check_bias(bias.as_deref(), qw.out_feat)?;
+        check_bias(bias.as_deref(), qw.out_feat())?;
         Ok(Int4Linear {
             qw,
             bias,
@@ -150,22 +150,22 @@ impl Int4Linear {
 
     /// The same kind of layer (shape, group size, bias) for `w`.
     fn rebuilt(&self, w: &[f32]) -> Result<Self> {
-        let (out, inf) = (self.qw.out_feat, self.qw.in_feat);
+        let (out, inf) = (self.qw.out_feat(), self.qw.in_feat());
         Self::from_float(w, out, inf, self.qw.group_size(), self.bias.clone(), None)
     }
 
     fn write(&self, bias: Option<&[f32]>) -> Vec<u8> {
         let q = &self.qw;
         let mut w = Writer::new(Tag::Int4, if bias.is_some() { FLAG_BIAS } else { 0 });
-        let dims: Vec<u8> = [q.in_feat as u32, q.out_feat as u32]
+        let dims: Vec<u8> = [q.in_feat() as u32, q.out_feat() as u32]
             .iter()
             .flat_map(|v| v.to_le_bytes())
             .collect();
         w.tensor(DType::U32, &[2], &dims);
-        w.tensor(DType::U8, &[q.data.len()], &q.data);
-        w.f32s(&[q.num_groups, q.out_feat], &q.scales);
+        w.tensor(DType::U8, &[q.data().len()], q.data());
+        w.f32s(&[q.num_groups(), q.out_feat()], q.scales());
         if let Some(b) = bias {
-            w.f32s(&[q.out_feat], b);
+            w.f32s(&[q.out_feat()], b);
         }
         w.finish()
     }
@@ -213,12 +213,12 @@ impl Int4Linear {
 
 impl QuantMethod for Int4Linear {
     fn weight_shape(&self) -> Vec<usize> {
-        vec![self.qw.out_feat, self.qw.in_feat]
+        vec![self.qw.out_feat(), self.qw.in_feat()]
     }
 
     fn forward_slice(&self, x: &[f32], y: &mut [f32]) -> Result<()> {
-        let rows = rows_of(x, y, self.qw.in_feat, self.qw.out_feat)?;
-        self.stats.observe(x, self.qw.in_feat);
+        let rows = rows_of(x, y, self.qw.in_feat(), self.qw.out_feat())?;
+        self.stats.observe(x, self.qw.in_feat());
         self.qw.matmul(x, rows, y)?;
         if let Some(b) = &self.bias {
             for yr in y.chunks_exact_mut(b.len()) {
@@ -233,8 +233,8 @@ impl QuantMethod for Int4Linear {
     fn dequantize_w_vec(&self) -> Result<Vec<f32>> {
         Ok(transpose(
             &self.qw.dequantize(),
-            self.qw.in_feat,
-            self.qw.out_feat,
+            self.qw.in_feat(),
+            self.qw.out_feat(),
         ))
     }
 
@@ -242,7 +242,7 @@ impl QuantMethod for Int4Linear {
         (WeightDType::I4, Device::Cpu)
     }
 
-    shared_quant_method_items!(Int4, s => s.qw.in_feat);
+    shared_quant_method_items!(Int4, s => s.qw.in_feat());
 }
 
-impl_quantized_serde!(Int4Linear, "int4-linear", s => s.qw.out_feat);
+impl_quantized_serde!(Int4Linear, "int4-linear", s => s.qw.out_feat());
