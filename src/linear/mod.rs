@@ -29,15 +29,16 @@ mod common;
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
-mod dispatch;
+pub(crate) mod dispatch;
 mod format;
 mod fp8_dialect;
 mod fp8_linear;
 mod int4_linear;
 mod int8_linear;
 mod isq;
-mod kernels;
-pub(crate) mod serde;
+pub(crate) mod kernels;
+mod quant_linear;
+pub mod serde;
 mod stats;
 mod unquant;
 
@@ -50,9 +51,11 @@ use ndarray::{ArrayD, ArrayViewD};
 pub use fp8_linear::PerTensorFP8Linear;
 pub use int4_linear::Int4Linear;
 pub use int8_linear::Int8Linear;
+pub use quant_linear::{LayerKind, QuantLinear};
 pub use unquant::UnquantLinear;
 
 use crate::error::{QuantError, Result};
+use crate::format::FormatId;
 
 /// Target of [`QuantMethod::apply_isq`] (`None` there means unquantized f32).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,13 +72,24 @@ pub enum IsqType {
 }
 
 impl IsqType {
-    /// Parse `"int4"`, `"fp8_e4m3"` (or `"fp8"`, `"e4m3"`), `"int8"`.
+    /// Parse a quantized format's registered name or alias
+    /// (`crate::format::FormatId::parse`: `"int4"`, `"fp8_e4m3"` or `"fp8"`,
+    /// `"int8"`, ...); float32 is `None` in `apply_isq`, not an `IsqType`.
     pub fn parse(s: &str, group_size: usize) -> Option<IsqType> {
-        match s.to_ascii_lowercase().as_str() {
-            "int4" | "q4" => Some(IsqType::Int4 { group_size }),
-            "fp8_e4m3" | "fp8" | "e4m3" | "float8_e4m3fn" => Some(IsqType::Fp8E4M3),
-            "int8" | "q8" => Some(IsqType::Int8),
-            _ => None,
+        match FormatId::parse(s)? {
+            FormatId::Int4 => Some(IsqType::Int4 { group_size }),
+            FormatId::Fp8E4M3 => Some(IsqType::Fp8E4M3),
+            FormatId::Int8 => Some(IsqType::Int8),
+            FormatId::Float32 => None,
+        }
+    }
+
+    /// The registered format this target quantizes to.
+    pub fn format(self) -> FormatId {
+        match self {
+            IsqType::Int4 { .. } => FormatId::Int4,
+            IsqType::Fp8E4M3 => FormatId::Fp8E4M3,
+            IsqType::Int8 => FormatId::Int8,
         }
     }
 }
@@ -137,14 +151,19 @@ pub enum WeightDType {
 }
 
 impl WeightDType {
-    /// The NumPy / ml_dtypes style name.
-    pub fn name(self) -> &'static str {
+    /// The registered format stored in this dtype.
+    pub fn format(self) -> FormatId {
         match self {
-            WeightDType::F32 => "float32",
-            WeightDType::F8E4M3 => "float8_e4m3fn",
-            WeightDType::I8 => "int8",
-            WeightDType::I4 => "int4",
+            WeightDType::F32 => FormatId::Float32,
+            WeightDType::F8E4M3 => FormatId::Fp8E4M3,
+            WeightDType::I8 => FormatId::Int8,
+            WeightDType::I4 => FormatId::Int4,
         }
+    }
+
+    /// The NumPy / ml_dtypes style name (the format's `dtype_name`).
+    pub fn name(self) -> &'static str {
+        self.format().info().dtype_name
     }
 }
 
@@ -403,27 +422,6 @@ pub(crate) fn check_bias(bias: Option<&[f32]>, len: usize) -> Result<()> {
                 b[i]
             )));
         }
-    }
-    Ok(())
-}
-
-/// Validate a float weight: shape product and finiteness (first bad index).
-pub(crate) fn check_float_weight(w: &[f32], shape: &[usize]) -> Result<()> {
-    if shape.contains(&0) {
-        return Err(QuantError::arg(format!("weight shape {shape:?} is empty")));
-    }
-    let n = shape
-        .iter()
-        .try_fold(1usize, |a, &d| a.checked_mul(d))
-        .ok_or_else(|| QuantError::arg(format!("weight shape {shape:?} overflows")))?;
-    if w.len() != n {
-        return Err(QuantError::dims("weight length", n, w.len()));
-    }
-    if let Some(i) = w.iter().position(|v| !v.is_finite()) {
-        return Err(QuantError::arg(format!(
-            "weight[{i}] is not finite ({})",
-            w[i]
-        )));
     }
     Ok(())
 }
