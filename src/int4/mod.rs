@@ -1,5 +1,5 @@
 // Over 400 lines: the public type and every entry point's checks, written out.
-//! Packed INT4 weights with per-group f32 scales (seed 003; docs/int4.md).
+//! Packed INT4 weights with per-group f32 scales (docs/int4.md).
 //!
 //! Format, for a weight `w` of shape `[in_feat, out_feat]` (row-major):
 //! - effective group `gs = min(group_size, in_feat rounded up to even)`; rows
@@ -143,8 +143,7 @@ fn checked_len(a: usize, b: usize, what: &str) -> Result<usize> {
 }
 
 impl QuantizedWeight {
-    /// Quantize `w` `[in_feat, out_feat]` with the default group size (32),
-    /// the seed's signature.
+    /// Quantize `w` `[in_feat, out_feat]` with the default group size (32).
     pub fn quantize(w: &[f32], in_feat: usize, out_feat: usize) -> Result<Self> {
         Self::quantize_grouped(w, in_feat, out_feat, DEFAULT_GROUP_SIZE)
     }

@@ -1,4 +1,4 @@
-//! `PerTensorFP8Linear` (seed 002): E4M3 weight codes `[out, in]` (or
+//! `PerTensorFP8Linear`: E4M3 weight codes `[out, in]` (or
 //! expert-stacked `[E, out, in]`), one byte per weight, with a per-tensor
 //! dequantization multiplier `weight_scale_inv` (`W = decode(codes) * s_w`),
 //! an optional static activation scale `s_a` and an optional f32 bias.

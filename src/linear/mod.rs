@@ -1,24 +1,32 @@
-// Over 400 lines: the seed's trait with every item documented, and the
+// Over 400 lines: the layer trait with every item documented, and the
 // checks all layers share.
-//! Linear layers behind one trait, [`QuantMethod`] (seed 002), with their
+//! Linear layers behind one trait, [`QuantMethod`], with their
 //! serialization trait [`QuantizedSerde`]:
 //!
+//! - [`QuantLinear`]: the one layer over any `crate::format::WeightFormat`
+//!   with float32 activations; [`UnquantLinear`] (float32, the
+//!   `apply_isq(None)` target), [`Int8Linear`] (int8, per-output-row
+//!   scales) and [`Int4Linear`] (packed INT4 over
+//!   [`crate::int4::QuantizedWeight`]) are its instantiations.
 //! - [`PerTensorFP8Linear`]: FP8 E4M3 weight codes with a per-tensor scale,
-//!   static-activation (W8A8) or weight-only (W8A32) forward.
-//! - [`UnquantLinear`]: a plain float32 linear (the `apply_isq(None)` target).
-//! - [`Int8Linear`]: int8 weights, per-output-row symmetric absmax scales.
-//! - [`Int4Linear`]: packed INT4 over [`crate::int4::QuantizedWeight`].
+//!   static-activation (W8A8) or weight-only (W8A32) forward, also on
+//!   expert-stacked weights.
 //!
 //! Weights are `[out, in]` row-major like `torch.nn.Linear`; inputs are
 //! `[rows, in]` (the bindings flatten any leading dimensions).
 //!
-//! Tensors are ndarray arrays in the seed's methods (`forward`,
+//! Tensors are ndarray arrays in the tensor methods (`forward`,
 //! `dequantize_w`, `add_delta_w`, ...; `array_api.rs`), each backed by a
 //! `*_slice` twin on slices with explicit shapes that the kernels and the
-//! Python binding use. Other differences from the seed's signatures, all
-//! because the types do not exist in this crate: `QuantizeOntoGuard` and
-//! `Comm` are dropped (one device, no tensor parallelism); `begin_track_stats` takes `&self` (stats live behind
-//! a mutex) so that layers shared through `Arc` can be tracked.
+//! Python binding use. There is one device and no tensor parallelism, and
+//! `begin_track_stats` takes `&self` (stats live behind a mutex) so that
+//! layers shared through `Arc` can be tracked (docs/rust.md compares the
+//! signatures with the original crates').
+//!
+//! The kernel files (`dispatch`, `format`, `kernels`, `avx2`, `avx512`,
+//! `amx`, `serde`, `common`) sit below `crate::format`; the layer files
+//! (`quant_linear`, `*_linear`, `unquant`, `isq`, this one) above it
+//! (docs/architecture.md).
 
 #[cfg(target_arch = "x86_64")]
 mod amx;
@@ -192,7 +200,7 @@ pub enum Layer {
     Int4(Arc<Int4Linear>),
 }
 
-/// The layer interface of seed 002. Shapes: weight `[out, in]` (FP8 layers
+/// The layer interface. Shapes: weight `[out, in]` (FP8 layers
 /// may also hold expert-stacked `[E, out, in]`), inputs `[rows, in]`.
 pub trait QuantMethod: Send + Sync + std::fmt::Debug {
     /// The weight's logical shape (`[out, in]` or `[E, out, in]`).
@@ -311,18 +319,18 @@ pub trait QuantMethod: Send + Sync + std::fmt::Debug {
     /// This layer by concrete type.
     fn into_layer(self: Arc<Self>) -> Layer;
 
-    /// Seed 002's `forward`: `y = x . W^T + bias` for `x [..., in]` (any
+    /// `forward`: `y = x . W^T + bias` for `x [..., in]` (any
     /// leading dimensions, standard layout) -> `[..., out]`.
     fn forward(&self, x: ArrayViewD<'_, f32>) -> Result<ArrayD<f32>> {
         array_api::forward(self, x, false)
     }
 
-    /// Seed 002's `forward_autocast` (see [`Self::forward_autocast_slice`]).
+    /// `forward_autocast` (see [`Self::forward_autocast_slice`]).
     fn forward_autocast(&self, x: ArrayViewD<'_, f32>) -> Result<ArrayD<f32>> {
         array_api::forward(self, x, true)
     }
 
-    /// Seed 002's `gather_forward`: `x [tokens, in]`, `indices [tokens, k]`
+    /// `gather_forward`: `x [tokens, in]`, `indices [tokens, k]`
     /// -> `[tokens, k, out]` (expert-stacked weights only).
     fn gather_forward(
         &self,
@@ -332,7 +340,7 @@ pub trait QuantMethod: Send + Sync + std::fmt::Debug {
         array_api::gather_forward(self, x, indices, false)
     }
 
-    /// Seed 002's `gather_forward_autocast`.
+    /// [`Self::gather_forward`] with activation casts.
     fn gather_forward_autocast(
         &self,
         x: ArrayViewD<'_, f32>,
@@ -341,13 +349,13 @@ pub trait QuantMethod: Send + Sync + std::fmt::Debug {
         array_api::gather_forward(self, x, indices, true)
     }
 
-    /// Seed 002's `dequantize_w`: the f32 weight in
+    /// `dequantize_w`: the f32 weight in
     /// [`weight_shape`](Self::weight_shape).
     fn dequantize_w(&self) -> Result<ArrayD<f32>> {
         array_api::dequantize_w(self)
     }
 
-    /// Seed 002's `add_delta_w`: a new layer for `W + delta` (`delta` of the
+    /// `add_delta_w`: a new layer for `W + delta` (`delta` of the
     /// weight's shape, pre-scaled by the LoRA alpha), re-quantized in this
     /// layer's format.
     fn add_delta_w(&self, delta: ArrayViewD<'_, f32>) -> Result<Arc<dyn QuantMethod>> {
@@ -358,7 +366,7 @@ pub trait QuantMethod: Send + Sync + std::fmt::Debug {
 /// A layer and a bias kept outside it (`deserialize_ext_bias`).
 pub type LayerAndBias = (Arc<dyn QuantMethod>, Option<Vec<f32>>);
 
-/// Serialization of a layer (seed 002's `QuantizedSerde`); the byte format
+/// Serialization of a layer; the byte format
 /// is described in `linear/serde.rs`.
 pub trait QuantizedSerde {
     /// The layer type's serialized name.
