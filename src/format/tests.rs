@@ -121,7 +121,10 @@ fn every_format_round_trips_against_its_formula() {
                         let s = tensor_absmax / fp8_max;
                         let rel = (got - v).abs() / s;
                         let step = (v.abs() / s).max(2f64.powi(-6)).log2().floor();
-                        assert!(rel <= 2f64.powf(step - 3.0) * 0.5 + 1e-6, "fp8 [{o}, {i}] v {v} got {got} s {s} rel {rel} step {step}");
+                        assert!(
+                            rel <= 2f64.powf(step - 3.0) * 0.5 + 1e-6,
+                            "fp8 [{o}, {i}] v {v} got {got} s {s} rel {rel} step {step}"
+                        );
                     }
                 }
             }

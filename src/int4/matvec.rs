@@ -27,22 +27,7 @@ pub(super) fn matvec(qw: &QuantizedWeight, x: &[f32], y: &mut [f32], kernel: Mat
     debug_assert!(x.len() == qw.in_feat && y.len() == n);
     let mut xp = vec![0.0f32; in_padded];
     xp[..qw.in_feat].copy_from_slice(x);
-    // The AVX2 kernel reads the nibbles in place as `q << 28` and `q * 16`
-    // and takes `x` pre-scaled to match; no other kernel needs it.
-    let xs: Vec<f32> = if kernel.uses_xs() {
-        xp.iter()
-            .enumerate()
-            .map(|(i, v)| {
-                if i % 2 == 0 {
-                    v * LO_SCALE
-                } else {
-                    v * HI_SCALE
-                }
-            })
-            .collect()
-    } else {
-        Vec::new()
-    };
+    let xs = prescaled(&xp, kernel);
     // The VNNI kernel's integer `x` is built by the first work item that
     // needs it, not before the helpers are asked: the build then overlaps
     // the helpers' wake-up instead of delaying it.
@@ -116,6 +101,25 @@ pub(super) fn matvec(qw: &QuantizedWeight, x: &[f32], y: &mut [f32], kernel: Mat
             kernel.cols(&args, xint_of(), c * width, &mut lock(&slots[c]));
         });
     }
+}
+
+/// `x` (padded rows of even length) pre-scaled for the AVX2 kernel, which
+/// reads the nibbles in place as `q << 28` (even rows) and `q * 16` (odd
+/// rows); empty for the kernels that do not read it (`MatvecArgs::xs`).
+pub(super) fn prescaled(xp: &[f32], kernel: Matvec) -> Vec<f32> {
+    if !kernel.uses_xs() {
+        return Vec::new();
+    }
+    xp.iter()
+        .enumerate()
+        .map(|(i, v)| {
+            if i % 2 == 0 {
+                v * LO_SCALE
+            } else {
+                v * HI_SCALE
+            }
+        })
+        .collect()
 }
 
 /// Largest partial-output buffer (in floats, 16 MiB) a thread keeps

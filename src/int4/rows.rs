@@ -9,8 +9,8 @@
 use std::sync::{Mutex, MutexGuard};
 
 use super::dispatch::Matvec;
-use super::format::{MatvecArgs, RowsArgs, HI_SCALE, LO_SCALE};
-use super::matvec::{chunk_width, PAR_MIN_WEIGHTS};
+use super::format::{MatvecArgs, RowsArgs};
+use super::matvec::{chunk_width, prescaled, PAR_MIN_WEIGHTS};
 use super::QuantizedWeight;
 use crate::par;
 
@@ -36,22 +36,8 @@ pub(super) fn matmul_rows(
     {
         dst[..qw.in_feat].copy_from_slice(src);
     }
-    // `x` pre-scaled for the AVX2 nibble trick (see `MatvecArgs::xs`); the
-    // row pitch is even, so a row's even elements are even in `xp`.
-    let xs: Vec<f32> = if kernel.uses_xs() {
-        xp.iter()
-            .enumerate()
-            .map(|(i, v)| {
-                if i % 2 == 0 {
-                    v * LO_SCALE
-                } else {
-                    v * HI_SCALE
-                }
-            })
-            .collect()
-    } else {
-        Vec::new()
-    };
+    // The row pitch is even, so a row's even elements are even in `xp`.
+    let xs = prescaled(&xp, kernel);
     let args = RowsArgs {
         base: MatvecArgs {
             data: &qw.data,
