@@ -171,7 +171,8 @@ impl WeightDType {
 
     /// The NumPy / ml_dtypes style name (the format's `dtype_name`).
     pub fn name(self) -> &'static str {
-        self.format().info().dtype_name
+        let info = self.format().info();
+        info.dtype_name
     }
 }
 

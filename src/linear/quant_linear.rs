@@ -152,7 +152,8 @@ impl<F: LayerKind> QuantMethod for QuantLinear<F> {
 
 impl<F: LayerKind> QuantizedSerde for QuantLinear<F> {
     fn name(&self) -> &'static str {
-        F::INFO.layer_name
+        let info = &F::INFO;
+        info.layer_name
     }
 
     fn serialize(&self) -> Result<Cow<'_, [u8]>> {
