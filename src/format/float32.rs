@@ -2,10 +2,11 @@
 //! `apply_isq(None)` target, registered like any other format so that the
 //! one generic layer serves it too.
 
+use super::row_forward::forward_rows;
 use super::weight_format::{Block, FormatInfo, RowOrder, ScaleStorage, WeightFormat};
 use crate::error::{QuantError, Result};
 use crate::linear::dispatch::Dots;
-use crate::linear::kernels::{matmul_rows, Epilogue, RowSource};
+use crate::linear::kernels::RowSource;
 use crate::linear::serde::{Reader, Writer};
 
 /// The float32 format.
@@ -128,12 +129,7 @@ impl WeightFormat for Float32 {
             w: &w.w,
             k: w.in_feat,
         };
-        let epi = Epilogue {
-            scale: &|_| 1.0,
-            bias,
-        };
-        matmul_rows(&src, w.out_feat, w.in_feat, x, rows, y, &epi);
-        Ok(())
+        forward_rows(&src, Self::shape(w), &|_| 1.0, bias, x, rows, y)
     }
 
     fn write_blob(w: &FloatWeight, out: &mut Writer) {

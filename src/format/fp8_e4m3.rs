@@ -8,11 +8,12 @@
 
 use rayon::prelude::*;
 
+use super::row_forward::forward_rows;
 use super::weight_format::{Block, FormatInfo, GpuKernels, RowOrder, ScaleStorage, WeightFormat};
 use crate::error::{QuantError, Result};
 use crate::fp8::{decode_slice, encode_slice, Fp8Format};
 use crate::linear::dispatch::Dots;
-use crate::linear::kernels::{matmul_rows, Epilogue, RowSource};
+use crate::linear::kernels::RowSource;
 use crate::linear::serde::{DType, Reader, Writer};
 
 const FMT: Fp8Format = Fp8Format::E4M3;
@@ -201,12 +202,7 @@ impl WeightFormat for Fp8E4M3 {
             k: w.in_feat,
         };
         let scale = w.scale;
-        let epi = Epilogue {
-            scale: &|_| scale,
-            bias,
-        };
-        matmul_rows(&src, w.out_feat, w.in_feat, x, rows, y, &epi);
-        Ok(())
+        forward_rows(&src, Self::shape(w), &|_| scale, bias, x, rows, y)
     }
 
     fn write_blob(w: &Fp8Weight, out: &mut Writer) {

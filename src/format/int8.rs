@@ -5,10 +5,11 @@
 
 use rayon::prelude::*;
 
+use super::row_forward::forward_rows;
 use super::weight_format::{Block, FormatInfo, GpuKernels, RowOrder, ScaleStorage, WeightFormat};
 use crate::error::{QuantError, Result};
 use crate::linear::dispatch::Dots;
-use crate::linear::kernels::{matmul_rows, Epilogue, RowSource};
+use crate::linear::kernels::RowSource;
 use crate::linear::serde::{DType, Reader, Writer};
 
 /// The per-row int8 format.
@@ -167,12 +168,7 @@ impl WeightFormat for Int8 {
             k: w.in_feat,
         };
         let scales = &w.scales;
-        let epi = Epilogue {
-            scale: &|r| scales[r],
-            bias,
-        };
-        matmul_rows(&src, w.out_feat, w.in_feat, x, rows, y, &epi);
-        Ok(())
+        forward_rows(&src, Self::shape(w), &|r| scales[r], bias, x, rows, y)
     }
 
     fn write_blob(w: &Int8Weight, out: &mut Writer) {

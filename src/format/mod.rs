@@ -12,6 +12,7 @@ mod float32;
 mod fp8_e4m3;
 mod int4;
 mod int8;
+mod row_forward;
 mod weight_format;
 
 pub(crate) use float32::check_float_weight;
