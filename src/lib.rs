@@ -50,6 +50,7 @@
 
 pub(crate) mod atomic;
 pub mod error;
+pub mod format;
 pub mod fp8;
 pub mod gpu;
 pub mod int4;

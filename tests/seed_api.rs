@@ -351,9 +351,9 @@ fn quantized_weight_slices_and_fields_as_the_seed_shows() {
         .map(|v| v as f32)
         .collect();
     let qw = QuantizedWeight::quantize(&w, in_feat, out_feat).unwrap();
-    assert_eq!((qw.in_feat, qw.out_feat, qw.num_groups), (64, 5, 2));
-    assert_eq!(qw.data.len(), in_feat / 2 * out_feat);
-    assert_eq!(qw.scales.len(), qw.num_groups * out_feat);
+    assert_eq!((qw.in_feat(), qw.out_feat(), qw.num_groups()), (64, 5, 2));
+    assert_eq!(qw.data().len(), in_feat / 2 * out_feat);
+    assert_eq!(qw.scales().len(), qw.num_groups() * out_feat);
     // The Python `_fake_quantize_int4`: scale = max(absmax / 7, 1e-8) per
     // 32-row group, q = clamp(round_half_even(w / scale), -8, 7).
     let mut deq = vec![0.0f32; in_feat * out_feat];
@@ -365,7 +365,7 @@ fn quantized_weight_slices_and_fields_as_the_seed_shows() {
                 .clone()
                 .fold(0.0f32, |a, i| a.max(w[i * out_feat + o].abs()));
             let scale = (absmax / 7.0).max(1e-8);
-            assert_eq!(qw.scales[g * out_feat + o], scale);
+            assert_eq!(qw.scales()[g * out_feat + o], scale);
             for i in rows {
                 let q = (w[i * out_feat + o] / scale)
                     .round_ties_even()

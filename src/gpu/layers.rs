@@ -33,11 +33,11 @@ impl DeviceQuantizedWeight {
     /// A copy of the CPU weight `w` on `gpu`.
     pub fn from_cpu(gpu: &Arc<Gpu>, w: &QuantizedWeight) -> Result<Self> {
         Ok(DeviceQuantizedWeight {
-            data: DeviceBuffer::from_host(gpu, &w.data)?,
-            scales: DeviceBuffer::from_host(gpu, &w.scales)?,
-            in_feat: w.in_feat,
-            out_feat: w.out_feat,
-            num_groups: w.num_groups,
+            data: DeviceBuffer::from_host(gpu, w.data())?,
+            scales: DeviceBuffer::from_host(gpu, w.scales())?,
+            in_feat: w.in_feat(),
+            out_feat: w.out_feat(),
+            num_groups: w.num_groups(),
         })
     }
 

@@ -1,5 +1,5 @@
 // Over 400 lines: the public type and every entry point's checks, written out.
-//! Packed INT4 weights with per-group f32 scales (seed 003; docs/int4.md).
+//! Packed INT4 weights with per-group f32 scales (docs/int4.md).
 //!
 //! Format, for a weight `w` of shape `[in_feat, out_feat]` (row-major):
 //! - effective group `gs = min(group_size, in_feat rounded up to even)`; rows
@@ -64,18 +64,22 @@ pub const GEMM_MIN_BATCH: usize = 8;
 pub const ROWS_MAX_BATCH: usize = 16;
 
 /// Packed INT4 weight tensor with per-group f32 scales.
+///
+/// The fields are private so that every value satisfies the layout the
+/// kernels read without bounds checks: build one with [`Self::quantize`]
+/// (and its variants) or [`Self::from_parts`], which validates every size.
 #[derive(Clone, Debug, PartialEq)]
 pub struct QuantizedWeight {
     /// Packed nibbles, `[num_pairs * out_feat]`, see the module docs.
-    pub data: Vec<u8>,
+    data: Vec<u8>,
     /// Scales, `[num_groups * out_feat]`.
-    pub scales: Vec<f32>,
+    scales: Vec<f32>,
     /// Original (unpadded) input dimension.
-    pub in_feat: usize,
+    in_feat: usize,
     /// Output dimension.
-    pub out_feat: usize,
+    out_feat: usize,
     /// Number of groups along the input dimension.
-    pub num_groups: usize,
+    num_groups: usize,
 }
 
 /// The derived sizes of the format for one `(in_feat, group_size)`.
@@ -129,8 +133,7 @@ fn checked_len(a: usize, b: usize, what: &str) -> Result<usize> {
 }
 
 impl QuantizedWeight {
-    /// Quantize `w` `[in_feat, out_feat]` with the default group size (32),
-    /// the seed's signature.
+    /// Quantize `w` `[in_feat, out_feat]` with the default group size (32).
     pub fn quantize(w: &[f32], in_feat: usize, out_feat: usize) -> Result<Self> {
         Self::quantize_grouped(w, in_feat, out_feat, DEFAULT_GROUP_SIZE)
     }
@@ -272,6 +275,37 @@ impl QuantizedWeight {
             out_feat,
             num_groups,
         })
+    }
+
+    /// The packed nibbles, `[num_pairs * out_feat]` (see the module docs).
+    pub fn data(&self) -> &[u8] {
+        &self.data
+    }
+
+    /// The scales, `[num_groups * out_feat]`.
+    pub fn scales(&self) -> &[f32] {
+        &self.scales
+    }
+
+    /// The original (unpadded) input dimension.
+    pub fn in_feat(&self) -> usize {
+        self.in_feat
+    }
+
+    /// The output dimension.
+    pub fn out_feat(&self) -> usize {
+        self.out_feat
+    }
+
+    /// The number of groups along the input dimension.
+    pub fn num_groups(&self) -> usize {
+        self.num_groups
+    }
+
+    /// The packed nibbles and the scales, taken apart (the inverse of
+    /// [`Self::from_parts`]).
+    pub fn into_parts(self) -> (Vec<u8>, Vec<f32>) {
+        (self.data, self.scales)
     }
 
     /// The effective group size (rows per scale).

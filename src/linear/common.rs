@@ -27,11 +27,10 @@ pub(crate) struct Epilogue<'a> {
 }
 
 /// The `QuantMethod` items every layer implements the same way: `bias`, the
-/// imatrix tracking, `merge_error`, `into_layer` and `add_delta_w` (through
-/// `rebuilt`). `$s => $in_feat` gives the input width from `self` bound as
-/// `$s`.
+/// imatrix tracking, `merge_error` and `add_delta_w` (through `rebuilt`).
+/// `$s => $in_feat` gives the input width from `self` bound as `$s`.
 macro_rules! shared_quant_method_items {
-    ($variant:ident, $s:ident => $in_feat:expr) => {
+    ($s:ident => $in_feat:expr) => {
         fn add_delta_w_slice(
             &self,
             delta: &[f32],
@@ -61,10 +60,6 @@ macro_rules! shared_quant_method_items {
 
         fn merge_error(&self) -> Option<f64> {
             self.merge_error
-        }
-
-        fn into_layer(self: std::sync::Arc<Self>) -> $crate::linear::Layer {
-            $crate::linear::Layer::$variant(self)
         }
     };
 }
