@@ -19,7 +19,7 @@
 //! the gradient within a few steps, so no ratchet forms).
 
 use super::dispatch::Kernels;
-use super::scale_format::GROUP_BLOCKS;
+use super::format::GROUP_BLOCKS;
 
 /// splitmix64's finalizer (Steele, Lea and Flood, "Fast splittable
 /// pseudorandom number generators", 2014).
@@ -94,7 +94,7 @@ pub(crate) fn dq_encode_dithered(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::optim::scale_format::{fill_table, table_with};
+    use crate::scales::scalar_table;
 
     fn spread_scales(n: usize, seed: u32) -> Vec<f32> {
         (0..n)
@@ -120,8 +120,7 @@ mod tests {
             let mut codes = vec![0u8; 256];
             let k = Kernels::scalar();
             let (max, step) = dq_encode_dithered(&k, &mut s, &mut codes, Dither::new(t, 999, 0));
-            let mut tab = [0f32; 256];
-            table_with(max, step, &mut tab, fill_table);
+            let tab = scalar_table(max, step);
             let mut dec = vec![0f32; 256];
             k.dq_decode(&codes, max, step, &mut dec);
             assert_eq!(dec, s);

@@ -9,8 +9,8 @@ use rayon::prelude::*;
 
 use super::config::AdvancedQuantizationConfig;
 use super::dispatch::Kernels;
-use super::format::{inv, nibble, Codecs, MCodec, Pass1, Pass2, StepConsts, VScale};
-use super::scale_format::{GROUP_BLOCKS, ZERO_CODE};
+use super::format::{inv, nibble, Codecs, MCodec, Pass1, Pass2, StepConsts, VScale, GROUP_BLOCKS};
+use crate::scales::ZERO_CODE;
 
 /// Block scales of one moment.
 #[derive(Clone, Debug, PartialEq)]
