@@ -89,29 +89,9 @@ impl Kernels {
         format::all_finite(x)
     }
 
-    /// The scale codec of this level.
-    fn scales(&self) -> ScaleCodec {
+    /// The block-scale codec of this level (`crate::scales`).
+    pub(crate) fn scales(&self) -> ScaleCodec {
         ScaleCodec::new(self.avx512)
-    }
-
-    /// Decode the block scales of one group (`codes.len()` blocks).
-    pub(crate) fn dq_decode(&self, codes: &[u8], max: f32, step: f32, out: &mut [f32]) {
-        self.scales().decode(codes, max, step, out)
-    }
-
-    /// Encode the block scales of one group (see `ScaleCodec::encode`).
-    pub(crate) fn dq_encode(&self, s: &mut [f32], codes: &mut [u8]) -> (f32, f32) {
-        self.scales().encode(s, codes)
-    }
-
-    /// [`Self::dq_encode`], also leaving the group's decoded table in `t`.
-    pub(crate) fn dq_encode_table(
-        &self,
-        s: &mut [f32],
-        codes: &mut [u8],
-        t: &mut [f32; 256],
-    ) -> (f32, f32) {
-        self.scales().encode_table(s, codes, t)
     }
 }
 

@@ -55,7 +55,7 @@ impl Dither {
     }
 }
 
-/// Encode the scales `s` of one group like `Kernels::dq_encode`,
+/// Encode the scales `s` of one group like `ScaleCodec::encode`,
 /// then move each block to the next smaller code with the probability that
 /// makes its decoded scale unbiased. `s` receives the decoded scales.
 /// Scalar after the (level-independent) search, so every level gives the
@@ -70,7 +70,7 @@ pub(crate) fn dq_encode_dithered(
     let mut orig = [0f32; GROUP_BLOCKS];
     orig[..n].copy_from_slice(s);
     let mut t = [0f32; 256];
-    let pair = kernels.dq_encode_table(s, codes, &mut t);
+    let pair = kernels.scales().encode_table(s, codes, &mut t);
     for (i, (&x, (c, dec))) in orig[..n]
         .iter()
         .zip(codes.iter_mut().zip(s.iter_mut()))
@@ -122,7 +122,7 @@ mod tests {
             let (max, step) = dq_encode_dithered(&k, &mut s, &mut codes, Dither::new(t, 999, 0));
             let tab = scalar_table(max, step);
             let mut dec = vec![0f32; 256];
-            k.dq_decode(&codes, max, step, &mut dec);
+            k.scales().decode(&codes, max, step, &mut dec);
             assert_eq!(dec, s);
             for (i, (&x, &c)) in orig.iter().zip(&codes).enumerate() {
                 if x == 0.0 {

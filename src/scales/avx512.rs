@@ -6,7 +6,7 @@
 
 use std::arch::x86_64::*;
 
-use super::scalar::{encode_one, EXP2_C};
+use super::scalar::{encode_one, GroupTable, EXP2_C};
 use crate::simd::Avx512;
 
 /// Block-scale codes of double quantization, 16 blocks at a time: a guess
@@ -16,17 +16,10 @@ use crate::simd::Avx512;
 /// by the table alone (the largest `c` with `t[c] >= x`), so this returns
 /// exactly the scalar codes. Returns how many leading entries it handled
 /// (a `scalar::PrefixSearch`).
-pub(super) fn dq_search(
-    _proof: Avx512,
-    s: &mut [f32],
-    codes: &mut [u8],
-    max: f32,
-    inv_step: f32,
-    t: &[f32; 256],
-) -> usize {
+pub(super) fn dq_search(_proof: Avx512, s: &mut [f32], codes: &mut [u8], g: &GroupTable) -> usize {
     // SAFETY: the token proves AVX-512 F/BW/VL; `dq_search_impl` bounds its
     // accesses by `min(s.len(), codes.len())` and clamps gather indices.
-    unsafe { dq_search_impl(s, codes, max, inv_step, t) }
+    unsafe { dq_search_impl(s, codes, g.max, g.inv_step, g.t) }
 }
 
 /// # Safety

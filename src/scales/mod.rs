@@ -96,8 +96,7 @@ impl ScaleCodec {
     ) -> (f32, f32) {
         #[cfg(target_arch = "x86_64")]
         if let Some(tok) = self.avx512 {
-            let search: scalar::PrefixSearch<'_> =
-                &|s, c, max, inv_step, t| avx512::dq_search(tok, s, c, max, inv_step, t);
+            let search: scalar::PrefixSearch<'_> = &|s, c, g| avx512::dq_search(tok, s, c, g);
             return scalar::encode_with_table(
                 s,
                 codes,

@@ -164,10 +164,17 @@ pub(crate) fn encode_one(x: &mut f32, c: &mut u8, guess: usize, t: &[f32; 256]) 
     }
 }
 
-/// A SIMD search over a prefix of the scales: `(s, codes, max, 1 / step,
-/// table) -> how many leading entries it encoded`.
-pub(crate) type PrefixSearch<'a> =
-    &'a dyn Fn(&mut [f32], &mut [u8], f32, f32, &[f32; 256]) -> usize;
+/// What a search needs of a group: its largest scale, `1 / step` and its
+/// decoded table.
+pub(crate) struct GroupTable<'a> {
+    pub(crate) max: f32,
+    pub(crate) inv_step: f32,
+    pub(crate) t: &'a [f32; 256],
+}
+
+/// A SIMD search over a prefix of the scales: `(s, codes, group) -> how
+/// many leading entries it encoded`.
+pub(crate) type PrefixSearch<'a> = &'a dyn Fn(&mut [f32], &mut [u8], &GroupTable<'_>) -> usize;
 
 /// Encode the (non-negative, finite) scales `s` of one group: writes the
 /// codes, returns `(max, step)` and overwrites `s` with the decoded scales.
@@ -203,7 +210,7 @@ pub(crate) fn encode_with_table(
     // (max/min < 1.2) the exact one keeps the walk short.
     let fast = step < -1e-3;
     let done = match prefix {
-        Some(search) if fast => search(s, codes, max, inv_step, t),
+        Some(search) if fast => search(s, codes, &GroupTable { max, inv_step, t }),
         _ => 0,
     };
     for (x, c) in s[done..].iter_mut().zip(codes[done..].iter_mut()) {
