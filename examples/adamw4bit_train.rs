@@ -13,7 +13,7 @@ fn main() -> Result<(), QuantError> {
     let y = x.dot(&w_true);
 
     let mut w = Array1::<f32>::zeros(d);
-    let mut opt = AdamW4bit::new(5e-2, 0.9, 0.999, 1e-8, 0.0)?;
+    let mut opt = AdamW4bit::new(5e-2, 0.9, 0.999, 1e-8, 0.0);
     let loss = |w: &Array1<f32>| (x.dot(w) - &y).mapv(|r| r * r).mean().unwrap_or(0.0);
     let first = loss(&w);
     for step in 0..300 {

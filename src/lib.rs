@@ -27,7 +27,7 @@
 //!
 //! // Train a weight with 4-bit AdamW state, then serve it as packed INT4.
 //! let mut w = Array2::<f32>::from_shape_fn((64, 16), |(i, o)| ((i + o) as f32).sin());
-//! let mut opt = AdamW4bit::new(1e-2, 0.9, 0.999, 1e-8, 0.0)?;
+//! let mut opt = AdamW4bit::new(1e-2, 0.9, 0.999, 1e-8, 0.0);
 //! for _ in 0..3 {
 //!     let grad = w.mapv(|v| 2.0 * v); // d/dw of |w|^2
 //!     opt.update(w.view_mut().into_dyn(), grad.view().into_dyn())?;
@@ -59,6 +59,7 @@ pub mod optim;
 pub(crate) mod par;
 pub mod qat;
 pub(crate) mod range;
+pub(crate) mod scales;
 pub mod simd;
 pub(crate) mod st;
 

@@ -213,7 +213,7 @@ fn qat_bytes() -> Vec<u8> {
 }
 
 fn trained_state() -> quantrs::optim::Tensors {
-    let mut o = AdamW4bit::new(1e-3, 0.9, 0.999, 1e-8, 0.01).unwrap();
+    let mut o = AdamW4bit::new(1e-3, 0.9, 0.999, 1e-8, 0.01);
     let mut w = vals(6 * 20, 7);
     o.update_param(
         ParamMut {
@@ -303,7 +303,7 @@ proptest! {
             for e in &edits { apply(&mut x.data, e); }
         }
         if seal { reseal(&mut t); }
-        let mut o = AdamW4bit::new(1e-3, 0.9, 0.999, 1e-8, 0.01).unwrap();
+        let mut o = AdamW4bit::new(1e-3, 0.9, 0.999, 1e-8, 0.01);
         let before = o.state_dict().unwrap();
         match o.load_state_dict(t) {
             Ok(()) => {}

@@ -104,8 +104,7 @@ fn adamw4bit_on_a_device_is_bit_identical_to_the_cpu() {
     let mut cpu = AdamW4bit::with_quantization_config(
         Adam4bitConfig::default().optimizer,
         Adam4bitConfig::default().quantization,
-    )
-    .unwrap();
+    );
     let mut dev = DeviceAdam::from_adamw(&g, &cpu).unwrap();
     let mut w = data(n, 6);
     let mut dw = DeviceBuffer::from_host(&g, &w).unwrap();

@@ -124,7 +124,14 @@ fn check_finite(kernels: &Kernels, what: &str, x: &[f32]) -> Result<()> {
 impl Adam4bitCore {
     pub(crate) fn new(config: Adam4bitConfig, decoupled: bool) -> Result<Self> {
         config.validate()?;
-        Ok(Adam4bitCore {
+        Ok(Self::unvalidated(config, decoupled))
+    }
+
+    /// An engine that keeps `config` as given; an invalid config is
+    /// reported by [`Self::check_config`], which every method that reads
+    /// the hyper-parameters or the block layout calls first.
+    pub(crate) fn unvalidated(config: Adam4bitConfig, decoupled: bool) -> Self {
+        Adam4bitCore {
             codecs: codecs_for(&config),
             config,
             decoupled,
@@ -132,7 +139,12 @@ impl Adam4bitCore {
             accum: BTreeMap::new(),
             bound: HashMap::new(),
             kernels: Kernels::in_force(),
-        })
+        }
+    }
+
+    /// The validation error of the config, if it is invalid.
+    pub(crate) fn check_config(&self) -> Result<()> {
+        self.config.validate()
     }
 
     /// Use the kernels of `level` (tests compare levels); an error, and no
@@ -175,6 +187,7 @@ impl Adam4bitCore {
 
     /// Validate a parameter/gradient pair against the state it maps to.
     fn check(&self, key: &str, shape: &[usize], param: &[f32], grad: &[f32]) -> Result<()> {
+        self.check_config()?;
         let n: usize = shape.iter().product();
         if n == 0 {
             return Err(QuantError::arg(format!(
@@ -288,6 +301,7 @@ impl Adam4bitCore {
         accumulation_steps: usize,
         params: &mut [(String, ParamMut<'_>)],
     ) -> Result<()> {
+        self.check_config()?;
         let d = accumulation_divisor(accumulation_steps, self.accum.len(), params.len())?;
         let mut means = Vec::with_capacity(params.len());
         for (key, p) in params.iter() {

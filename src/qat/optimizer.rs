@@ -95,7 +95,8 @@ fn first_non_finite<T: Master>(x: &[T]) -> Option<usize> {
 impl<T: Master> QatOptimizer<T> {
     /// An optimizer for the slice `master` whose stochastic rounding is keyed
     /// by `(seed, step)` (the Python binding's path); the view is derived at
-    /// once with step 0. [`QatOptimizer::new`] is the seed's `rng` form.
+    /// once with step 0. [`QatOptimizer::new`] is the form that draws the key
+    /// from a caller's `rng`.
     ///
     /// Errors: invalid hyper-parameters, an empty or non-finite master, and
     /// calibration failures (an all-zero master has no integer scale).
@@ -275,7 +276,8 @@ impl<T: Master> QatOptimizer<T> {
 
     /// One AdamW step on the slice `master` in place, then recalibration and
     /// a new view keyed by `(seed, step)`; `seed` overrides the optimizer's
-    /// stream seed for this step. [`QatOptimizer::step`] is the seed's form.
+    /// stream seed for this step. [`QatOptimizer::step`] is the form that draws
+    /// the key from a caller's `rng`.
     ///
     /// Errors (nothing changes): a length mismatch, a non-finite gradient or
     /// master, an update that overflows, a degenerate calibration.

@@ -229,6 +229,21 @@ def test_lr_property_and_config():
     assert repr(cfg).startswith("Adam4bitConfig(optimizer=Adam4bitOptimizerConfig(")
 
 
+@pytest.mark.parametrize("cls", [quantrs.AdamW4bit, quantrs.Adam4bit])
+def test_config_has_the_hyper_parameters_as_fields(cls):
+    # The Rust Adam4bitOptimizerConfig's fields read on config() itself, and
+    # equal those of its .optimizer half (float32 values, shortest repr).
+    opt = cls(0.1, 0.8, 0.99, 1e-6, 0.5)
+    cfg = opt.config()
+    fields = ("learning_rate", "beta1", "beta2", "epsilon", "weight_decay")
+    assert [getattr(cfg, f) for f in fields] == [0.1, 0.8, 0.99, 1e-6, 0.5]
+    assert [getattr(cfg, f) for f in fields] == [getattr(cfg.optimizer, f) for f in fields]
+    opt.set_lr(0.03)
+    assert opt.config().learning_rate == 0.03 and cfg.learning_rate == 0.1
+    with pytest.raises(AttributeError):
+        cfg.learning_rate = 1.0  # type: ignore[misc]
+
+
 def test_repr_reads_like_the_constructor():
     ns = {k: getattr(quantrs, k) for k in quantrs.__all__}
     for opt in [
