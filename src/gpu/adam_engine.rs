@@ -95,6 +95,9 @@ impl DeviceAdam {
 
     /// The CPU optimizer `core` (configuration and state) moved to `gpu`.
     pub(crate) fn from_core(gpu: &Arc<Gpu>, core: &Adam4bitCore) -> Result<DeviceAdam> {
+        // A CPU optimizer built by the infallible constructors may hold an
+        // invalid config; it is reported here, before anything is uploaded.
+        core.check_config()?;
         let tables = DeviceBuffer::from_host(gpu, &adam::tables(&codecs_for(core.config())))?;
         let mut params = BTreeMap::new();
         for (k, st) in &core.state().params {
