@@ -469,21 +469,28 @@ fn fp8_linear_static_activation_scale_and_serde_and_lora_delta() {
 // ---- seed 003: QuantizedWeight -------------------------------------------
 
 #[test]
-fn quantized_weight_slices_and_fields_as_the_seed_shows() {
+fn quantized_weight_slices_as_the_seed_shows() {
     let (in_feat, out_feat) = (64usize, 5usize);
     let mut rng = StdRng::seed_from_u64(7);
     let w: Vec<f32> = uniform(&mut rng, in_feat * out_feat, 2.0)
         .into_iter()
         .map(|v| v as f32)
         .collect();
-    let qw = QuantizedWeight::quantize(&w, in_feat, out_feat).unwrap();
+    // The seed's signatures: `quantize -> Self`, `dequantize_to`, `matvec`
+    // and `matmul` returning `()` (the `try_` forms return `Result`). The
+    // fields are private here; the accessors read them.
+    let qw: QuantizedWeight = QuantizedWeight::quantize(&w, in_feat, out_feat);
+    assert_eq!(
+        qw,
+        QuantizedWeight::try_quantize(&w, in_feat, out_feat).unwrap()
+    );
     assert_eq!((qw.in_feat(), qw.out_feat(), qw.num_groups()), (64, 5, 2));
     assert_eq!(qw.data().len(), in_feat / 2 * out_feat);
     assert_eq!(qw.scales().len(), qw.num_groups() * out_feat);
     // The Python `_fake_quantize_int4`: scale = max(absmax / 7, 1e-8) per
     // 32-row group, q = clamp(round_half_even(w / scale), -8, 7).
     let mut deq = vec![0.0f32; in_feat * out_feat];
-    qw.dequantize_to(&mut deq).unwrap();
+    let () = qw.dequantize_to(&mut deq);
     for g in 0..2 {
         for o in 0..out_feat {
             let rows = 32 * g..32 * (g + 1);
@@ -503,10 +510,15 @@ fn quantized_weight_slices_and_fields_as_the_seed_shows() {
     // matvec: y = W^T x on the dequantized weight; matmul: Y = X W.
     let x: Vec<f32> = (0..in_feat).map(|i| (i as f32 * 0.37).sin()).collect();
     let mut y = vec![0.0f32; out_feat];
-    qw.matvec(&x, &mut y).unwrap();
+    let () = qw.matvec(&x, &mut y);
     let mut yy = vec![0.0f32; 2 * out_feat];
     let xx: Vec<f32> = x.iter().chain(&x).copied().collect();
-    qw.matmul(&xx, 2, &mut yy).unwrap();
+    let () = qw.matmul(&xx, 2, &mut yy);
+    // The fallible twins report a wrong length instead of panicking.
+    assert!(qw.try_matvec(&x[1..], &mut y).is_err());
+    assert!(qw.try_matmul(&xx, 3, &mut yy).is_err());
+    assert!(qw.try_dequantize_to(&mut deq[1..]).is_err());
+    assert!(QuantizedWeight::try_quantize(&w[1..], in_feat, out_feat).is_err());
     for o in 0..out_feat {
         let want: f64 = (0..in_feat)
             .map(|i| x[i] as f64 * deq[i * out_feat + o] as f64)
@@ -514,6 +526,14 @@ fn quantized_weight_slices_and_fields_as_the_seed_shows() {
         assert!((y[o] as f64 - want).abs() < 1e-4, "{} {want}", y[o]);
         assert!((yy[out_feat + o] as f64 - want).abs() < 1e-4);
     }
+}
+
+#[test]
+#[should_panic(expected = "x")]
+fn quantized_weight_seed_matvec_panics_on_a_wrong_length() {
+    let qw = QuantizedWeight::quantize(&[0.5f32; 64], 32, 2);
+    let mut y = [0.0f32; 2];
+    qw.matvec(&[1.0f32; 31], &mut y);
 }
 
 #[test]
@@ -530,7 +550,8 @@ fn quantized_weight_array_conveniences_agree_with_the_slices() {
     let y = qw.matmul_array(x.view()).unwrap();
     assert_eq!(y.dim(), (3, 7));
     let mut ys = vec![0.0f32; 7];
-    qw.matvec(x.row(1).as_slice().unwrap(), &mut ys).unwrap();
+    qw.try_matvec(x.row(1).as_slice().unwrap(), &mut ys)
+        .unwrap();
     assert_eq!(
         qw.matvec_array(x.row(1)).unwrap().as_slice().unwrap(),
         &ys[..]

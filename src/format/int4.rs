@@ -190,7 +190,7 @@ impl WeightFormat for Int4 {
         bias: Option<&[f32]>,
         y: &mut [f32],
     ) -> Result<()> {
-        w.matmul(x, rows, y)?;
+        w.try_matmul(x, rows, y)?;
         add_bias(y, bias);
         Ok(())
     }

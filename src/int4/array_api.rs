@@ -54,7 +54,7 @@ impl QuantizedWeight {
     pub fn matvec_array(&self, x: ArrayView1<'_, f32>) -> Result<Array1<f32>> {
         let mut y = Array1::zeros(self.out_feat);
         let ys = y.as_slice_mut().expect("a new array is contiguous");
-        self.matvec(contiguous(&x, "x")?, ys)?;
+        self.try_matvec(contiguous(&x, "x")?, ys)?;
         Ok(y)
     }
 
@@ -71,7 +71,7 @@ impl QuantizedWeight {
         }
         let mut y = Array2::zeros((batch, self.out_feat));
         let ys = y.as_slice_mut().expect("a new array is contiguous");
-        self.matmul(contiguous(&x, "x")?, batch, ys)?;
+        self.try_matmul(contiguous(&x, "x")?, batch, ys)?;
         Ok(y)
     }
 }

@@ -133,8 +133,20 @@ fn checked_len(a: usize, b: usize, what: &str) -> Result<usize> {
 }
 
 impl QuantizedWeight {
-    /// Quantize `w` `[in_feat, out_feat]` with the default group size (32).
-    pub fn quantize(w: &[f32], in_feat: usize, out_feat: usize) -> Result<Self> {
+    /// Quantize `w` `[in_feat, out_feat]` with the default group size (32),
+    /// in the original crate's infallible form.
+    ///
+    /// # Panics
+    /// Where [`Self::try_quantize`] returns an error (a `w` whose length is
+    /// not `in_feat * out_feat`, a zero dimension, a non-finite weight), with
+    /// that error's message.
+    pub fn quantize(w: &[f32], in_feat: usize, out_feat: usize) -> Self {
+        Self::try_quantize(w, in_feat, out_feat).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Quantize `w` `[in_feat, out_feat]` with the default group size (32);
+    /// invalid input is an error and nothing is allocated.
+    pub fn try_quantize(w: &[f32], in_feat: usize, out_feat: usize) -> Result<Self> {
         Self::quantize_grouped(w, in_feat, out_feat, DEFAULT_GROUP_SIZE)
     }
 
@@ -328,8 +340,20 @@ impl QuantizedWeight {
         self.data.len() + 4 * self.scales.len()
     }
 
-    /// Dequantize into `out` `[in_feat, out_feat]`.
-    pub fn dequantize_to(&self, out: &mut [f32]) -> Result<()> {
+    /// Dequantize into `out` `[in_feat, out_feat]`, in the original crate's
+    /// infallible form.
+    ///
+    /// # Panics
+    /// Where [`Self::try_dequantize_to`] returns an error (`out` of the wrong
+    /// length).
+    pub fn dequantize_to(&self, out: &mut [f32]) {
+        self.try_dequantize_to(out)
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Dequantize into `out` `[in_feat, out_feat]`; a wrong length is an
+    /// error and `out` is untouched.
+    pub fn try_dequantize_to(&self, out: &mut [f32]) -> Result<()> {
         let n = self.in_feat * self.out_feat;
         if out.len() != n {
             return Err(QuantError::dims(
@@ -350,9 +374,30 @@ impl QuantizedWeight {
     }
 
     /// `y = W^T x`: `x` `[in_feat]`, `y` `[out_feat]`. Never materializes the
-    /// f32 weight.
-    pub fn matvec(&self, x: &[f32], y: &mut [f32]) -> Result<()> {
-        self.matmul(x, 1, y)
+    /// f32 weight. The original crate's infallible form.
+    ///
+    /// # Panics
+    /// Where [`Self::try_matvec`] returns an error (a slice of the wrong
+    /// length).
+    pub fn matvec(&self, x: &[f32], y: &mut [f32]) {
+        self.try_matvec(x, y).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// `y = W^T x`; a slice of the wrong length is an error and `y` is
+    /// untouched.
+    pub fn try_matvec(&self, x: &[f32], y: &mut [f32]) -> Result<()> {
+        self.try_matmul(x, 1, y)
+    }
+
+    /// `Y = X W`: `x` `[batch, in_feat]`, `y` `[batch, out_feat]`, in the
+    /// original crate's infallible form.
+    ///
+    /// # Panics
+    /// Where [`Self::try_matmul`] returns an error (a slice of the wrong
+    /// length).
+    pub fn matmul(&self, x: &[f32], batch: usize, y: &mut [f32]) {
+        self.try_matmul(x, batch, y)
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// `Y = X W`: `x` `[batch, in_feat]`, `y` `[batch, out_feat]`. With the
@@ -360,7 +405,7 @@ impl QuantizedWeight {
     /// matvec that decodes the weights once for all rows; otherwise from
     /// [`GEMM_MIN_BATCH`] rows on this is a blocked GEMM over dequantized
     /// tiles, and below it one on-the-fly matvec per row.
-    pub fn matmul(&self, x: &[f32], batch: usize, y: &mut [f32]) -> Result<()> {
+    pub fn try_matmul(&self, x: &[f32], batch: usize, y: &mut [f32]) -> Result<()> {
         let nx = checked_len(batch, self.in_feat, "x")?;
         if x.len() != nx {
             return Err(QuantError::dims(

@@ -231,7 +231,7 @@ pymethods_with_getters!(PyQuantizedWeight, {}, {
         {
             let mut rw = arr.readwrite();
             let s = rw.as_slice_mut().map_err(|e| invalid("out", e))?;
-            py.detach(|| self.inner.dequantize_to(s))?;
+            py.detach(|| self.inner.try_dequantize_to(s))?;
         }
         Ok(arr)
     }
@@ -245,7 +245,7 @@ pymethods_with_getters!(PyQuantizedWeight, {}, {
             &[self.inner.in_feat(), self.inner.out_feat()],
         )?;
         let s = rw.as_slice_mut().map_err(|e| invalid("out", e))?;
-        py.detach(|| self.inner.dequantize_to(s))?;
+        py.detach(|| self.inner.try_dequantize_to(s))?;
         Ok(())
     }
 

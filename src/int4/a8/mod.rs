@@ -150,7 +150,7 @@ impl QuantizedWeight {
         act: Activations,
     ) -> Result<()> {
         match act {
-            Activations::Float32 => self.matmul(x, batch, y),
+            Activations::Float32 => self.try_matmul(x, batch, y),
             Activations::Int8 => self.matmul_a8_with(x, batch, y, simd::level()),
         }
     }
