@@ -1,4 +1,4 @@
-//! Fit a linear least-squares model with `AdamW4bit` (seed 001): 4-bit
+//! Fit a linear least-squares model with `AdamW4bit`: 4-bit
 //! moments, about one byte of optimizer state per parameter.
 //!
 //! `cargo run --release --example adamw4bit_train`

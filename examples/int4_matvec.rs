@@ -1,4 +1,4 @@
-//! Quantize a weight to packed INT4 and multiply with it (seed 003).
+//! Quantize a weight to packed INT4 and multiply with it.
 //!
 //! `cargo run --release --example int4_matvec`
 

@@ -1,7 +1,7 @@
 //! quantrs: low-bit training and inference on CPUs, with a Python binding.
 //!
-//! Four public types, each following one of the seed documents, on
-//! [`ndarray`] arrays (the slice kernels stay inside):
+//! Four public types on [`ndarray`] arrays (the slice kernels stay inside;
+//! docs/rust.md compares them with the original crates' API):
 //!
 //! - [`QatOptimizer`]: quantization-aware training. AdamW on caller-owned
 //!   full-precision master weights (`Array1<f64>` or `Array1<f32>`) with a
@@ -14,10 +14,10 @@
 //!   [`QuantMethod`] / [`QuantizedSerde`] traits (`ArrayViewD` in, `ArrayD`
 //!   out), loadable from a per-tensor FP8 safetensors checkpoint.
 //! - [`QuantizedWeight`]: packed INT4 weights with per-group scales and
-//!   matvec / GEMM, on slices (the seed's signatures) or `ArrayView2`.
+//!   matvec / GEMM, on slices or `ArrayView2`.
 //!
 //! Every fallible call returns [`Result`] with one error type,
-//! [`QuantError`] (also reachable as the seeds' [`GpuOptimError`]); on error
+//! [`QuantError`] (also reachable as [`GpuOptimError`]); on error
 //! nothing changes. Kernels pick AVX2 / AVX-512 at run time and run on all
 //! cores with rayon; results do not depend on the thread count.
 //!

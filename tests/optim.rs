@@ -1,5 +1,5 @@
 //! Integration tests of the 4-bit optimizers through the public API:
-//! thread-count independence, the seed's vectors, float32 Adam on one
+//! thread-count independence, the reference vectors, float32 Adam on one
 //! element, checkpoints, bad input. (SIMD against the scalar twin is tested
 //! inside the crate, in `src/optim/tests.rs` and `src/optim/dispatch.rs`.)
 

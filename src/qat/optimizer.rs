@@ -17,7 +17,7 @@ use ndarray::Array1;
 ///
 /// The FP32/FP64 master itself is owned by the caller and passed to every
 /// step; the optimizer updates it in place and re-derives the view from it.
-/// `T` is `f64` (the default, as in the seed) or `f32`.
+/// `T` is `f64` (the default) or `f32`.
 ///
 /// Stochastic rounding takes one 64-bit key per view: [`QatOptimizer::new`]
 /// and [`QatOptimizer::step`] draw it from the caller's `rng` (exactly one
