@@ -22,7 +22,7 @@ fn rand_vec(n: usize, seed: u64) -> Vec<f32> {
 
 fn kernels(c: &mut Criterion) {
     let (k, n) = (4096, 4096);
-    let qw = QuantizedWeight::quantize(&rand_vec(k * n, 1), k, n).unwrap();
+    let qw = QuantizedWeight::try_quantize(&rand_vec(k * n, 1), k, n).unwrap();
     let mut group = c.benchmark_group("int4");
     group.sample_size(20);
     for batch in [1usize, 32] {
@@ -52,7 +52,7 @@ fn kernels(c: &mut Criterion) {
     }
     group.bench_function("quantize_4096x4096_g32", |b| {
         let w = rand_vec(k * n, 3);
-        b.iter(|| QuantizedWeight::quantize(&w, k, n).unwrap())
+        b.iter(|| QuantizedWeight::try_quantize(&w, k, n).unwrap())
     });
     group.finish();
 }

@@ -1,4 +1,4 @@
-//! Fit a linear least-squares model with `AdamW4bit` (seed 001): 4-bit
+//! Fit a linear least-squares model with `AdamW4bit`: 4-bit
 //! moments, about one byte of optimizer state per parameter.
 //!
 //! `cargo run --release --example adamw4bit_train`
@@ -13,7 +13,7 @@ fn main() -> Result<(), QuantError> {
     let y = x.dot(&w_true);
 
     let mut w = Array1::<f32>::zeros(d);
-    let mut opt = AdamW4bit::new(5e-2, 0.9, 0.999, 1e-8, 0.0)?;
+    let mut opt = AdamW4bit::new(5e-2, 0.9, 0.999, 1e-8, 0.0);
     let loss = |w: &Array1<f32>| (x.dot(w) - &y).mapv(|r| r * r).mean().unwrap_or(0.0);
     let first = loss(&w);
     for step in 0..300 {

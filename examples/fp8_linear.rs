@@ -1,5 +1,5 @@
 //! Write a per-tensor FP8 checkpoint with the `safetensors` crate, load it
-//! as a `PerTensorFP8Linear` and run it (seed 002).
+//! as a `PerTensorFP8Linear` and run it.
 //!
 //! `cargo run --release --example fp8_linear`
 

@@ -1,4 +1,4 @@
-//! Quantize a weight to packed INT4 and multiply with it (seed 003).
+//! Quantize a weight to packed INT4 and multiply with it.
 //!
 //! `cargo run --release --example int4_matvec`
 
@@ -17,7 +17,7 @@ fn main() -> Result<(), QuantError> {
         qw.nbytes(),
         4 * in_feat * out_feat,
         qw.group_size(),
-        qw.num_groups
+        qw.num_groups()
     );
 
     let x = Array2::from_shape_simple_fn((8, in_feat), &mut uniform);

@@ -1,4 +1,4 @@
-//! Quantization-aware training with `QatOptimizer` (seed 000): int4
+//! Quantization-aware training with `QatOptimizer`: int4
 //! fake-quantized weights with stochastic rounding, the master in f64.
 //!
 //! `cargo run --release --example qat_loop`

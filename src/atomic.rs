@@ -129,53 +129,133 @@ fn create_temp(dir: &Path, prefix: &str) -> Result<(PathBuf, File)> {
     }
 }
 
+/// A file being written atomically: bytes go to a temporary next to the
+/// target; [`commit`](Self::commit) renames it over the target, and dropping
+/// it uncommitted deletes the temporary (see the module notes). For writers
+/// that stream more than they want to hold in memory (the CLI's safetensors
+/// writer); [`write`] is the one-call form.
+pub struct AtomicFile {
+    /// The path as given, for messages.
+    path: PathBuf,
+    /// Where the rename goes: `path` with symlinks followed.
+    target: PathBuf,
+    dir: PathBuf,
+    prefix: String,
+    tmp: PathBuf,
+    /// `None` once committed or aborted.
+    file: Option<File>,
+    /// The permissions of the file being replaced, kept by the new one.
+    keep_permissions: Option<fs::Permissions>,
+}
+
+impl AtomicFile {
+    /// Open a fresh temporary for `path`; refuses a `path` that exists and
+    /// is not a regular file (after following symlinks).
+    pub fn create(path: &Path) -> Result<Self> {
+        let target = resolve(path)?;
+        let keep_permissions = match fs::metadata(&target) {
+            Ok(m) if m.is_file() => Some(m.permissions()),
+            Ok(_) => {
+                return Err(io_at(
+                    path,
+                    io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        "refusing to replace something that is not a regular file",
+                    ),
+                ))
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(io_at(path, e)),
+        };
+        let dir = match target.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let file_name = target
+            .file_name()
+            .ok_or_else(|| QuantError::arg(format!("path: {path:?} names no file")))?
+            .to_string_lossy()
+            .into_owned();
+        let prefix = temp_prefix(&file_name);
+        let (tmp, file) = create_temp(&dir, &prefix)?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            target,
+            dir,
+            prefix,
+            tmp,
+            file: Some(file),
+            keep_permissions,
+        })
+    }
+
+    /// The temporary the bytes go to until `commit` (the Python binding shows it).
+    #[cfg(any(test, feature = "python"))]
+    pub fn temp_path(&self) -> &Path {
+        &self.tmp
+    }
+
+    /// Append `bytes` to the temporary.
+    pub fn write_all(&mut self, bytes: &[u8]) -> Result<()> {
+        let Some(f) = self.file.as_mut() else {
+            return Err(QuantError::InvalidState(format!(
+                "{}: the atomic write was already committed or aborted",
+                self.path.display()
+            )));
+        };
+        f.write_all(bytes).map_err(|e| io_at(&self.tmp, e))
+    }
+
+    /// Fsync the temporary and rename it over the target; then remove the
+    /// temporaries dead writers left for the same target. On an error the
+    /// temporary is deleted and the target is untouched.
+    pub fn commit(mut self) -> Result<()> {
+        let Some(f) = self.file.take() else {
+            return Err(QuantError::InvalidState(format!(
+                "{}: the atomic write was already committed or aborted",
+                self.path.display()
+            )));
+        };
+        let result = (|| -> Result<()> {
+            if let Some(p) = self.keep_permissions.take() {
+                f.set_permissions(p).map_err(|e| io_at(&self.tmp, e))?;
+            }
+            f.sync_all().map_err(|e| io_at(&self.tmp, e))?;
+            let uid = f.metadata().ok().and_then(|m| owner(&m));
+            drop(f);
+            fs::rename(&self.tmp, &self.target).map_err(|e| io_at(&self.path, e))?;
+            remove_stale(&self.dir, &self.prefix, uid);
+            if let Ok(d) = File::open(&self.dir) {
+                let _ = d.sync_all();
+            }
+            Ok(())
+        })();
+        if result.is_err() {
+            let _ = fs::remove_file(&self.tmp);
+        }
+        result
+    }
+
+    /// Delete the temporary; the target is untouched. Doing nothing after a
+    /// `commit` or an earlier `abort`.
+    pub fn abort(&mut self) {
+        if self.file.take().is_some() {
+            let _ = fs::remove_file(&self.tmp);
+        }
+    }
+}
+
+impl Drop for AtomicFile {
+    fn drop(&mut self) {
+        self.abort();
+    }
+}
+
 /// Write `bytes` to `path` atomically (see the module notes).
 pub fn write(path: &Path, bytes: &[u8]) -> Result<()> {
-    let target = resolve(path)?;
-    let existing = match fs::metadata(&target) {
-        Ok(m) if m.is_file() => Some(m),
-        Ok(_) => {
-            return Err(io_at(
-                path,
-                io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    "refusing to replace something that is not a regular file",
-                ),
-            ))
-        }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-        Err(e) => return Err(io_at(path, e)),
-    };
-    let dir = match target.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let file_name = target
-        .file_name()
-        .ok_or_else(|| QuantError::arg(format!("path: {path:?} names no file")))?
-        .to_string_lossy()
-        .into_owned();
-    let prefix = temp_prefix(&file_name);
-    let (tmp, mut f) = create_temp(&dir, &prefix)?;
-    let result = (|| -> Result<()> {
-        f.write_all(bytes).map_err(|e| io_at(&tmp, e))?;
-        if let Some(m) = &existing {
-            f.set_permissions(m.permissions())
-                .map_err(|e| io_at(&tmp, e))?;
-        }
-        f.sync_all().map_err(|e| io_at(&tmp, e))?;
-        let uid = f.metadata().ok().and_then(|m| owner(&m));
-        fs::rename(&tmp, &target).map_err(|e| io_at(path, e))?;
-        remove_stale(&dir, &prefix, uid);
-        if let Ok(d) = File::open(&dir) {
-            let _ = d.sync_all();
-        }
-        Ok(())
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
+    let mut f = AtomicFile::create(path)?;
+    f.write_all(bytes)?;
+    f.commit()
 }
 
 #[cfg(test)]
@@ -251,6 +331,34 @@ mod tests {
         assert_eq!(fs::read(&p).unwrap(), b"new");
         let mode = fs::metadata(&p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
+    }
+
+    #[test]
+    fn streamed_writes_commit_and_dropped_writers_leave_nothing() {
+        let d = scratch("stream");
+        let p = d.join("x.bin");
+        fs::write(&p, b"old").unwrap();
+        let mut f = AtomicFile::create(&p).unwrap();
+        f.write_all(b"ab").unwrap();
+        f.write_all(b"cd").unwrap();
+        assert_eq!(
+            fs::read(&p).unwrap(),
+            b"old",
+            "the target changes only at commit"
+        );
+        f.commit().unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"abcd");
+        let mut g = AtomicFile::create(&p).unwrap();
+        g.write_all(b"lost").unwrap();
+        let tmp = g.temp_path().to_path_buf();
+        assert!(tmp.exists());
+        drop(g);
+        assert!(!tmp.exists());
+        assert_eq!(fs::read(&p).unwrap(), b"abcd");
+        let mut h = AtomicFile::create(&p).unwrap();
+        h.abort();
+        assert!(h.write_all(b"x").is_err());
+        assert!(leftovers(&d).is_empty());
     }
 
     #[cfg(unix)]

@@ -39,9 +39,9 @@ pub enum QuantError {
     Gpu(String),
 }
 
-/// The seeds' name for [`QuantError`]: a seed user's
-/// `GpuOptimError::{DimensionMismatch, InvalidState, UnsupportedOperation}`
-/// match arms name these variants.
+/// [`QuantError`] under the name the original crates used, so that match
+/// arms on `GpuOptimError::{DimensionMismatch, InvalidState,
+/// UnsupportedOperation}` keep compiling (docs/rust.md).
 pub type GpuOptimError = QuantError;
 
 /// The core's result type.

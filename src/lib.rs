@@ -1,7 +1,7 @@
 //! quantrs: low-bit training and inference on CPUs, with a Python binding.
 //!
-//! Four public types, each following one of the seed documents, on
-//! [`ndarray`] arrays (the slice kernels stay inside):
+//! Four public types on [`ndarray`] arrays (the slice kernels stay inside;
+//! docs/rust.md compares them with the original crates' API):
 //!
 //! - [`QatOptimizer`]: quantization-aware training. AdamW on caller-owned
 //!   full-precision master weights (`Array1<f64>` or `Array1<f32>`) with a
@@ -14,10 +14,10 @@
 //!   [`QuantMethod`] / [`QuantizedSerde`] traits (`ArrayViewD` in, `ArrayD`
 //!   out), loadable from a per-tensor FP8 safetensors checkpoint.
 //! - [`QuantizedWeight`]: packed INT4 weights with per-group scales and
-//!   matvec / GEMM, on slices (the seed's signatures) or `ArrayView2`.
+//!   matvec / GEMM, on slices or `ArrayView2`.
 //!
 //! Every fallible call returns [`Result`] with one error type,
-//! [`QuantError`] (also reachable as the seeds' [`GpuOptimError`]); on error
+//! [`QuantError`] (also reachable as [`GpuOptimError`]); on error
 //! nothing changes. Kernels pick AVX2 / AVX-512 at run time and run on all
 //! cores with rayon; results do not depend on the thread count.
 //!
@@ -27,7 +27,7 @@
 //!
 //! // Train a weight with 4-bit AdamW state, then serve it as packed INT4.
 //! let mut w = Array2::<f32>::from_shape_fn((64, 16), |(i, o)| ((i + o) as f32).sin());
-//! let mut opt = AdamW4bit::new(1e-2, 0.9, 0.999, 1e-8, 0.0)?;
+//! let mut opt = AdamW4bit::new(1e-2, 0.9, 0.999, 1e-8, 0.0);
 //! for _ in 0..3 {
 //!     let grad = w.mapv(|v| 2.0 * v); // d/dw of |w|^2
 //!     opt.update(w.view_mut().into_dyn(), grad.view().into_dyn())?;
@@ -50,6 +50,7 @@
 
 pub(crate) mod atomic;
 pub mod error;
+pub mod format;
 pub mod fp8;
 pub mod gpu;
 pub mod int4;
@@ -58,6 +59,7 @@ pub mod optim;
 pub(crate) mod par;
 pub mod qat;
 pub(crate) mod range;
+pub(crate) mod scales;
 pub mod simd;
 pub(crate) mod st;
 

@@ -32,7 +32,7 @@ fn matches_numpy_reference_vectors() {
         let w = get_f32("w");
         let qw = QuantizedWeight::quantize_grouped(&w, k, n, gs).unwrap();
         assert_eq!(
-            qw.data,
+            qw.data(),
             raw(format!("case{i}.data"), Dtype::U8),
             "case {i}: packed bytes"
         );
@@ -40,7 +40,7 @@ fn matches_numpy_reference_vectors() {
         let same_bits = |a: &[f32], b: &[f32]| {
             a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
         };
-        assert!(same_bits(&qw.scales, &scales), "case {i}: scales");
+        assert!(same_bits(qw.scales(), &scales), "case {i}: scales");
         assert!(
             same_bits(&qw.dequantize(), &get_f32("dequant")),
             "case {i}: dequantized"

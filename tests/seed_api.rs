@@ -4,13 +4,15 @@
 //! each asserting what the document says (docs/rust.md).
 
 use std::borrow::Cow;
+use std::path::Path;
 use std::sync::Arc;
 
 use ndarray::{array, Array1, Array2, ArrayD, IxDyn};
 use quantrs::fp8::{decode_scalar, Fp8Format};
 use quantrs::linear::{Device, PerTensorFP8Linear, QuantMethod, QuantizedSerde};
 use quantrs::optim::{
-    Adam4bitOptimizerConfig, AdamW4bit, AdvancedQuantizationConfig, Optimizer, StatefulOptimizer,
+    Adam4bit, Adam4bitConfig, Adam4bitOptimizerConfig, AdamW4bit, AdvancedQuantizationConfig,
+    Optimizer, OptimizerState, StateMemoryStats, StatefulOptimizer,
 };
 use quantrs::qat::{IntDtype, QatConfig, QatOptimizer, QuantScheme, QuantTarget, RoundingMode};
 use quantrs::{GpuOptimError, QuantizedWeight};
@@ -167,7 +169,7 @@ fn qat_works_on_f32_masters_too() {
 
 #[test]
 fn adamw4bit_decoupled_decay_only_gives_9_5() {
-    let mut opt = AdamW4bit::new(0.1, 0.9, 0.999, 1e-8, 0.5).unwrap();
+    let mut opt = AdamW4bit::new(0.1, 0.9, 0.999, 1e-8, 0.5);
     let mut w = array![10.0f32];
     let g = array![0.0f32];
     opt.update(w.view_mut().into_dyn(), g.view().into_dyn())
@@ -178,7 +180,7 @@ fn adamw4bit_decoupled_decay_only_gives_9_5() {
 
 #[test]
 fn adamw4bit_first_step_moves_by_lr_and_keeps_state_per_parameter() {
-    let mut opt = AdamW4bit::new(1e-2, 0.9, 0.999, 1e-8, 0.0).unwrap();
+    let mut opt = AdamW4bit::new(1e-2, 0.9, 0.999, 1e-8, 0.0);
     assert_eq!(opt.get_lr(), 1e-2);
     let mut w = Array2::<f32>::from_elem((4, 64), 1.0);
     let g =
@@ -200,7 +202,7 @@ fn adamw4bit_first_step_moves_by_lr_and_keeps_state_per_parameter() {
 
 #[test]
 fn adamw4bit_rejects_shape_mismatch_and_non_standard_layout_unchanged() {
-    let mut opt = AdamW4bit::new(1e-2, 0.9, 0.999, 1e-8, 0.0).unwrap();
+    let mut opt = AdamW4bit::new(1e-2, 0.9, 0.999, 1e-8, 0.0);
     let mut w = Array2::<f32>::ones((3, 4));
     let g = Array2::<f32>::ones((4, 3));
     let err = opt
@@ -228,7 +230,7 @@ fn adamw4bit_rejects_shape_mismatch_and_non_standard_layout_unchanged() {
 
 #[test]
 fn adamw4bit_gradient_accumulation_equals_one_update_with_the_mean() {
-    let make = || AdamW4bit::new(1e-2, 0.9, 0.999, 1e-8, 0.01).unwrap();
+    let make = || AdamW4bit::new(1e-2, 0.9, 0.999, 1e-8, 0.01);
     let g1 = ArrayD::from_shape_fn(IxDyn(&[2, 3, 8]), |i| (i[0] + 2 * i[1]) as f32 * 0.1 - 0.3);
     let g2 = ArrayD::from_shape_fn(IxDyn(&[2, 3, 8]), |i| i[2] as f32 * 0.05 - 0.2);
     let mut w = ArrayD::<f32>::from_elem(IxDyn(&[2, 3, 8]), 0.7);
@@ -257,18 +259,142 @@ fn adamw4bit_state_dict_round_trips_and_reset_clears() {
         learning_rate: 1e-2,
         ..Default::default()
     };
-    let mut a = AdamW4bit::with_quantization_config(o, q).unwrap();
+    let mut a = AdamW4bit::with_quantization_config(o, q);
     let mut w = Array1::<f32>::linspace(-1.0, 1.0, 300);
     let g = w.mapv(|v| v * 0.1);
     a.update(w.view_mut().into_dyn(), g.view().into_dyn())
         .unwrap();
     a.step();
-    let mut b = AdamW4bit::with_quantization_config(o, q).unwrap();
+    let mut b = AdamW4bit::with_quantization_config(o, q);
     b.load_state_dict(a.state_dict().unwrap()).unwrap();
     assert_eq!(b.state_dict().unwrap(), a.state_dict().unwrap());
     assert_eq!(b.memory_usage(), a.memory_usage());
     b.reset_state();
     assert_eq!(b.num_parameters(), 0);
+}
+
+/// Every method of the AdamW4bit document (and Adam4bit, which it shares
+/// its config and state with), called with the document's argument types;
+/// each `fn` pointer pins the exact signature, so a change of a constructor
+/// back to `Result<Self>` fails to compile here.
+macro_rules! documented_surface {
+    ($name:ident, $t:ty) => {
+        #[test]
+        fn $name() {
+            let _: fn(f32, f32, f32, f32, f32) -> $t = <$t>::new;
+            let _: fn(Adam4bitOptimizerConfig, AdvancedQuantizationConfig) -> $t =
+                <$t>::with_quantization_config;
+            let _: fn(&$t) -> f32 = <$t>::memory_savings;
+            let _: fn(&mut $t) = <$t as Optimizer>::zero_grad;
+            let _: fn(&mut $t) = <$t as Optimizer>::step;
+            let _: fn(&$t) -> f32 = <$t as Optimizer>::get_lr;
+            let _: fn(&$t) -> &<$t as StatefulOptimizer>::Config =
+                <$t as StatefulOptimizer>::config;
+            let _: fn(&$t) -> StateMemoryStats = <$t as StatefulOptimizer>::memory_usage;
+            let _: fn(&mut $t) = <$t as StatefulOptimizer>::reset_state;
+            let _: fn(&$t) -> usize = <$t as StatefulOptimizer>::num_parameters;
+            let _: fn(&$t, &Path) -> quantrs::Result<()> = <$t as StatefulOptimizer>::save_state;
+            let _: fn(&mut $t, &Path) -> quantrs::Result<()> =
+                <$t as StatefulOptimizer>::load_state;
+
+            let mut opt: $t = <$t>::new(1e-2, 0.9, 0.999, 1e-8, 0.01);
+            let optimizer_config = Adam4bitOptimizerConfig {
+                learning_rate: 1e-2,
+                beta1: 0.9,
+                beta2: 0.999,
+                epsilon: 1e-8,
+                weight_decay: 0.01,
+            };
+            let quantization_config = AdvancedQuantizationConfig::default();
+            let twin: $t = <$t>::with_quantization_config(optimizer_config, quantization_config);
+            let config: &Adam4bitConfig = opt.config();
+            assert_eq!(*config, *twin.config());
+            assert_eq!(config.optimizer, optimizer_config);
+
+            let mut w = ArrayD::<f32>::from_elem(IxDyn(&[2, 64]), 0.5);
+            let g = ArrayD::<f32>::from_shape_fn(IxDyn(&[2, 64]), |i| i[1] as f32 * 0.01 - 0.3);
+            let updated: quantrs::Result<()> = opt.update(w.view_mut(), g.view());
+            updated.unwrap();
+            opt.step();
+            assert!(w.iter().all(|&v| v != 0.5), "every element moved");
+            let accumulated: quantrs::Result<()> = opt.accumulate_grad(w.view_mut(), g.view());
+            accumulated.unwrap();
+            let applied: quantrs::Result<()> = opt.apply_accumulated_grads(1, &mut [w.view_mut()]);
+            applied.unwrap();
+            opt.zero_grad();
+            opt.step();
+            assert_eq!(opt.get_lr(), 1e-2);
+            opt.set_lr(1e-3).unwrap();
+            assert_eq!(opt.get_lr(), 1e-3);
+
+            let state: &OptimizerState = opt.state();
+            assert_eq!(state.step, 2);
+            assert_eq!(opt.num_parameters(), 128);
+            let stats: StateMemoryStats = opt.memory_usage();
+            assert_eq!(stats.num_parameters, 128);
+            let savings: f32 = opt.memory_savings();
+            assert!(savings > 0.0 && savings < 1.0, "{savings}");
+            assert!(!format!("{opt:?}").is_empty());
+
+            let dict = opt.state_dict().unwrap();
+            let mut restored: $t = <$t>::new(1e-2, 0.9, 0.999, 1e-8, 0.01);
+            let loaded: quantrs::Result<()> = restored.load_state_dict(dict.clone());
+            loaded.unwrap();
+            assert_eq!(restored.state(), opt.state());
+            let dir = std::env::temp_dir().join(format!(
+                "quantrs_seed_api_{}_{}",
+                stringify!($name),
+                std::process::id()
+            ));
+            std::fs::create_dir_all(&dir).unwrap();
+            let path = dir.join("state.safetensors");
+            opt.save_state(&path).unwrap();
+            let mut from_file: $t = <$t>::new(1e-2, 0.9, 0.999, 1e-8, 0.01);
+            from_file.load_state(&path).unwrap();
+            assert_eq!(from_file.state_dict().unwrap(), dict);
+            std::fs::remove_dir_all(&dir).unwrap();
+            opt.reset_state();
+            assert_eq!(opt.num_parameters(), 0);
+        }
+    };
+}
+
+documented_surface!(adamw4bit_documented_surface, AdamW4bit);
+documented_surface!(adam4bit_documented_surface, Adam4bit);
+
+#[test]
+fn invalid_hyper_parameters_are_reported_by_the_first_update_not_the_constructor() {
+    let mut opt = AdamW4bit::new(1e-2, 1.5, 0.999, 1e-8, 0.0);
+    let mut w = array![1.0f32, 2.0];
+    let g = array![0.1f32, 0.1];
+    let err = opt
+        .update(w.view_mut().into_dyn(), g.view().into_dyn())
+        .unwrap_err();
+    assert!(err.to_string().contains("beta1"), "{err}");
+    assert_eq!(w, array![1.0f32, 2.0], "nothing changes on error");
+    assert!(opt
+        .accumulate_grad(w.view_mut().into_dyn(), g.view().into_dyn())
+        .is_err());
+    assert!(opt.state_dict().is_err());
+    assert_eq!(opt.num_parameters(), 0);
+    // The validated constructors report the same error up front.
+    let early = AdamW4bit::try_new(1e-2, 1.5, 0.999, 1e-8, 0.0).unwrap_err();
+    assert_eq!(early.to_string(), err.to_string());
+    let q = AdvancedQuantizationConfig {
+        block_size: 0,
+        ..Default::default()
+    };
+    let mut bad_blocks = Adam4bit::with_quantization_config(Default::default(), q);
+    let err = bad_blocks
+        .update(w.view_mut().into_dyn(), g.view().into_dyn())
+        .unwrap_err();
+    assert!(err.to_string().contains("block_size"), "{err}");
+    assert!(Adam4bit::try_with_quantization_config(Default::default(), q).is_err());
+    // A valid learning rate set later does not hide the invalid beta1.
+    opt.set_lr(1e-3).unwrap();
+    assert!(opt
+        .update(w.view_mut().into_dyn(), g.view().into_dyn())
+        .is_err());
 }
 
 // ---- seed 002: PerTensorFP8Linear ----------------------------------------
@@ -343,21 +469,28 @@ fn fp8_linear_static_activation_scale_and_serde_and_lora_delta() {
 // ---- seed 003: QuantizedWeight -------------------------------------------
 
 #[test]
-fn quantized_weight_slices_and_fields_as_the_seed_shows() {
+fn quantized_weight_slices_as_the_seed_shows() {
     let (in_feat, out_feat) = (64usize, 5usize);
     let mut rng = StdRng::seed_from_u64(7);
     let w: Vec<f32> = uniform(&mut rng, in_feat * out_feat, 2.0)
         .into_iter()
         .map(|v| v as f32)
         .collect();
-    let qw = QuantizedWeight::quantize(&w, in_feat, out_feat).unwrap();
-    assert_eq!((qw.in_feat, qw.out_feat, qw.num_groups), (64, 5, 2));
-    assert_eq!(qw.data.len(), in_feat / 2 * out_feat);
-    assert_eq!(qw.scales.len(), qw.num_groups * out_feat);
+    // The seed's signatures: `quantize -> Self`, `dequantize_to`, `matvec`
+    // and `matmul` returning `()` (the `try_` forms return `Result`). The
+    // fields are private here; the accessors read them.
+    let qw: QuantizedWeight = QuantizedWeight::quantize(&w, in_feat, out_feat);
+    assert_eq!(
+        qw,
+        QuantizedWeight::try_quantize(&w, in_feat, out_feat).unwrap()
+    );
+    assert_eq!((qw.in_feat(), qw.out_feat(), qw.num_groups()), (64, 5, 2));
+    assert_eq!(qw.data().len(), in_feat / 2 * out_feat);
+    assert_eq!(qw.scales().len(), qw.num_groups() * out_feat);
     // The Python `_fake_quantize_int4`: scale = max(absmax / 7, 1e-8) per
     // 32-row group, q = clamp(round_half_even(w / scale), -8, 7).
     let mut deq = vec![0.0f32; in_feat * out_feat];
-    qw.dequantize_to(&mut deq).unwrap();
+    let () = qw.dequantize_to(&mut deq);
     for g in 0..2 {
         for o in 0..out_feat {
             let rows = 32 * g..32 * (g + 1);
@@ -365,7 +498,7 @@ fn quantized_weight_slices_and_fields_as_the_seed_shows() {
                 .clone()
                 .fold(0.0f32, |a, i| a.max(w[i * out_feat + o].abs()));
             let scale = (absmax / 7.0).max(1e-8);
-            assert_eq!(qw.scales[g * out_feat + o], scale);
+            assert_eq!(qw.scales()[g * out_feat + o], scale);
             for i in rows {
                 let q = (w[i * out_feat + o] / scale)
                     .round_ties_even()
@@ -377,10 +510,15 @@ fn quantized_weight_slices_and_fields_as_the_seed_shows() {
     // matvec: y = W^T x on the dequantized weight; matmul: Y = X W.
     let x: Vec<f32> = (0..in_feat).map(|i| (i as f32 * 0.37).sin()).collect();
     let mut y = vec![0.0f32; out_feat];
-    qw.matvec(&x, &mut y).unwrap();
+    let () = qw.matvec(&x, &mut y);
     let mut yy = vec![0.0f32; 2 * out_feat];
     let xx: Vec<f32> = x.iter().chain(&x).copied().collect();
-    qw.matmul(&xx, 2, &mut yy).unwrap();
+    let () = qw.matmul(&xx, 2, &mut yy);
+    // The fallible twins report a wrong length instead of panicking.
+    assert!(qw.try_matvec(&x[1..], &mut y).is_err());
+    assert!(qw.try_matmul(&xx, 3, &mut yy).is_err());
+    assert!(qw.try_dequantize_to(&mut deq[1..]).is_err());
+    assert!(QuantizedWeight::try_quantize(&w[1..], in_feat, out_feat).is_err());
     for o in 0..out_feat {
         let want: f64 = (0..in_feat)
             .map(|i| x[i] as f64 * deq[i * out_feat + o] as f64)
@@ -388,6 +526,14 @@ fn quantized_weight_slices_and_fields_as_the_seed_shows() {
         assert!((y[o] as f64 - want).abs() < 1e-4, "{} {want}", y[o]);
         assert!((yy[out_feat + o] as f64 - want).abs() < 1e-4);
     }
+}
+
+#[test]
+#[should_panic(expected = "x")]
+fn quantized_weight_seed_matvec_panics_on_a_wrong_length() {
+    let qw = QuantizedWeight::quantize(&[0.5f32; 64], 32, 2);
+    let mut y = [0.0f32; 2];
+    qw.matvec(&[1.0f32; 31], &mut y);
 }
 
 #[test]
@@ -404,7 +550,8 @@ fn quantized_weight_array_conveniences_agree_with_the_slices() {
     let y = qw.matmul_array(x.view()).unwrap();
     assert_eq!(y.dim(), (3, 7));
     let mut ys = vec![0.0f32; 7];
-    qw.matvec(x.row(1).as_slice().unwrap(), &mut ys).unwrap();
+    qw.try_matvec(x.row(1).as_slice().unwrap(), &mut ys)
+        .unwrap();
     assert_eq!(
         qw.matvec_array(x.row(1)).unwrap().as_slice().unwrap(),
         &ys[..]

@@ -32,18 +32,7 @@ from ._core import (
     build_info,
     cuda_available,
 )
-from .qat import (
-    QatConfig,
-    QatOptimizer,
-    QuantParams,
-    QuantScheme,
-    QuantTarget,
-    Rng,
-    RoundingMode,
-    calibrate,
-    fake_quant,
-    fake_quant_backward,
-)
+from .qat import *  # noqa: F403 (the QAT API, listed in qat.__all__)
 
 __all__ = [
     # errors
@@ -70,17 +59,6 @@ __all__ = [
     "OptimizerState",
     "QuantizationMethod",
     "StateMemoryStats",
-    # quantization-aware training
-    "QatConfig",
-    "QatOptimizer",
-    "QuantParams",
-    "QuantScheme",
-    "QuantTarget",
-    "Rng",
-    "RoundingMode",
-    "calibrate",
-    "fake_quant",
-    "fake_quant_backward",
     # modules and build information
     "__version__",
     "build_info",
@@ -89,3 +67,4 @@ __all__ = [
     "qat",
     "reference",
 ]
+__all__ += qat.__all__  # quantization-aware training

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from ._core import InvalidArgument
 from ._core import fp8_decode as _decode
 from ._core import fp8_encode as _encode
 
@@ -51,7 +52,7 @@ def _fmt(fmt: str) -> str:
     try:
         return _ALIASES[str(fmt).lower()]
     except KeyError:
-        raise ValueError(f"fmt: expected 'e4m3' or 'e5m2', got {fmt!r}") from None
+        raise InvalidArgument(f"fmt: expected 'e4m3' or 'e5m2', got {fmt!r}") from None
 
 
 def ml_dtype(fmt: str = "e4m3") -> np.dtype:
@@ -102,7 +103,7 @@ def decode(codes: Any, fmt: str | None = None) -> np.ndarray:
     from_dtype = _float8_format(codes)
     if from_dtype is not None:
         if fmt is not None and _fmt(fmt) != from_dtype:
-            raise ValueError(
+            raise InvalidArgument(
                 f"fmt: {fmt!r} contradicts the array's dtype {codes.dtype.name} ({from_dtype})"
             )
         return _decode(codes.view(np.uint8), from_dtype).reshape(np.shape(codes))

@@ -5,7 +5,7 @@
 //! sequence on a g++ build of the same kernel code.
 
 use crate::error::Result;
-use crate::optim::{Adam4bitConfig, Codecs, MCodec, StepConsts};
+use crate::optim::{step_consts, Adam4bitConfig, Codecs, MCodec, StepConsts};
 
 /// Floats in the code-book table buffer: m values and midpoints (256 each,
 /// the 4-bit books use the first 16), v values and midpoints (16 each).
@@ -46,7 +46,8 @@ impl From<&StepConsts> for AdamConsts {
 }
 
 /// `AdamArgs` of the kernel (the same fields in the same order; addresses
-/// as u64). Passed by value to every optimizer kernel.
+/// as u64, the state's twelve as the [`StateAddrs`] block). Passed by value
+/// to every optimizer kernel.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct AdamArgs {
@@ -55,18 +56,7 @@ pub(crate) struct AdamArgs {
     pub cols: u64,
     pub w: u64,
     pub g: u64,
-    pub m_codes: u64,
-    pub v_codes: u64,
-    pub m_scales: u64,
-    pub m_scale_codes: u64,
-    pub m_groups: u64,
-    pub v_scales: u64,
-    pub v_scale_codes: u64,
-    pub v_groups: u64,
-    pub rows_old: u64,
-    pub cols_old: u64,
-    pub rows_new: u64,
-    pub cols_new: u64,
+    pub s: StateAddrs,
     pub tables: u64,
     pub k: AdamConsts,
     pub m_lo: f32,
@@ -99,7 +89,8 @@ pub(crate) fn tables(c: &Codecs) -> Vec<f32> {
 }
 
 /// Where one parameter's state lives (addresses; 0 for the buffers its
-/// layout does not use).
+/// layout does not use), in the kernel's `AdamArgs` order.
+#[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct StateAddrs {
     pub m_codes: u64,
@@ -140,15 +131,7 @@ impl StepPlan {
         let sqrt_domain = q.variance_map.sqrt_domain();
         let (lo, hi) = (q.min_scale, q.max_scale);
         StepPlan {
-            k: StepConsts::new(
-                o.learning_rate,
-                o.beta1,
-                o.beta2,
-                o.epsilon,
-                o.weight_decay,
-                decoupled,
-                t,
-            ),
+            k: step_consts(o, decoupled, t),
             t,
             tables,
             block_size: q.block_size,
@@ -180,18 +163,7 @@ impl StepPlan {
             cols: if rank1 { shape[1] as u64 } else { 1 },
             w,
             g,
-            m_codes: s.m_codes,
-            v_codes: s.v_codes,
-            m_scales: s.m_scales,
-            m_scale_codes: s.m_scale_codes,
-            m_groups: s.m_groups,
-            v_scales: s.v_scales,
-            v_scale_codes: s.v_scale_codes,
-            v_groups: s.v_groups,
-            rows_old: s.rows,
-            cols_old: s.cols,
-            rows_new: s.rows_new,
-            cols_new: s.cols_new,
+            s: *s,
             tables: self.tables,
             k: AdamConsts::from(&self.k),
             m_lo: self.m_clamp.0,
@@ -207,39 +179,73 @@ impl StepPlan {
     }
 }
 
-/// Where the kernels run: the device (`adam_engine.rs`) or, in the host
-/// test, the g++ build of the same code.
+/// Where the kernels run: the device (`adam_launch.rs`) or, in the host
+/// test, the g++ build of the same code. Addresses are the executor's
+/// memory (device addresses, or host pointers in the host test).
+///
+/// # Safety
+/// Every method's addresses (and those inside `a`) must be live memory of
+/// the executor, of the sizes the named kernel accesses for `a.numel`
+/// elements, the state layout `a` describes and the given counts, valid
+/// until the queued work has run; `dst` and `src` of `copy` do not overlap.
 pub(crate) trait Exec {
     /// Zero `bytes` bytes at `addr`.
-    fn zero(&self, addr: u64, bytes: usize) -> Result<()>;
+    ///
+    /// # Safety
+    /// See the trait.
+    unsafe fn zero(&self, addr: u64, bytes: usize) -> Result<()>;
     /// Copy `bytes` bytes from `src` to `dst`.
-    fn copy(&self, dst: u64, src: u64, bytes: usize) -> Result<()>;
+    ///
+    /// # Safety
+    /// See the trait.
+    unsafe fn copy(&self, dst: u64, src: u64, bytes: usize) -> Result<()>;
     /// `adam4bit_rank1_stats` over every element.
-    fn rank1_stats(&self, a: &AdamArgs) -> Result<()>;
+    ///
+    /// # Safety
+    /// See the trait.
+    unsafe fn rank1_stats(&self, a: &AdamArgs) -> Result<()>;
     /// `adam4bit_rank1_clamp` of `n` values at `x`.
-    fn rank1_clamp(&self, x: u64, n: usize, lo: f32, hi: f32) -> Result<()>;
+    ///
+    /// # Safety
+    /// See the trait.
+    unsafe fn rank1_clamp(&self, x: u64, n: usize, lo: f32, hi: f32) -> Result<()>;
     /// `adam4bit_step` over `groups` groups.
-    fn group_step(&self, a: &AdamArgs, groups: usize) -> Result<()>;
+    ///
+    /// # Safety
+    /// See the trait.
+    unsafe fn group_step(&self, a: &AdamArgs, groups: usize) -> Result<()>;
 }
 
 /// One step of one parameter (CPU twin: `optim::state::step_param`): for
 /// rank-1 v the new row and column statistics first, then every group,
 /// then the new statistics replace the old.
-pub(crate) fn step(exec: &dyn Exec, a: &AdamArgs, shape: &[usize]) -> Result<()> {
+///
+/// # Safety
+/// `a` comes from [`StepPlan::args`] for `shape` with the addresses of a
+/// live parameter state of that shape and layout (`DevParam::addrs`, or
+/// the host test's buffers), a weight and a gradient of `a.numel` f32 and
+/// the code-book tables, all memory of `exec`, the weight not overlapping
+/// the others.
+pub(crate) unsafe fn step(exec: &dyn Exec, a: &AdamArgs, shape: &[usize]) -> Result<()> {
     let numel = a.numel as usize;
     let groups = numel.div_ceil(GROUP_BLOCKS * a.block_size as usize);
-    if a.rank1 != 0 {
-        let (r, c) = (shape[0], shape[1]);
-        exec.zero(a.rows_new, 4 * r)?;
-        exec.zero(a.cols_new, 4 * c)?;
-        exec.rank1_stats(a)?;
-        exec.rank1_clamp(a.rows_new, r, a.u_lo, a.u_hi)?;
-        exec.rank1_clamp(a.cols_new, c, a.u_lo, a.u_hi)?;
-    }
-    exec.group_step(a, groups)?;
-    if a.rank1 != 0 {
-        exec.copy(a.rows_old, a.rows_new, 4 * shape[0])?;
-        exec.copy(a.cols_old, a.cols_new, 4 * shape[1])?;
+    let s = &a.s;
+    // SAFETY: every call below runs under this function's contract; the
+    // rank-1 statistics hold shape[0] and shape[1] f32, the scratch the same.
+    unsafe {
+        if a.rank1 != 0 {
+            let (r, c) = (shape[0], shape[1]);
+            exec.zero(s.rows_new, 4 * r)?;
+            exec.zero(s.cols_new, 4 * c)?;
+            exec.rank1_stats(a)?;
+            exec.rank1_clamp(s.rows_new, r, a.u_lo, a.u_hi)?;
+            exec.rank1_clamp(s.cols_new, c, a.u_lo, a.u_hi)?;
+        }
+        exec.group_step(a, groups)?;
+        if a.rank1 != 0 {
+            exec.copy(s.rows, s.rows_new, 4 * shape[0])?;
+            exec.copy(s.cols, s.cols_new, 4 * shape[1])?;
+        }
     }
     Ok(())
 }

@@ -1,4 +1,5 @@
-//! `AdamW4bit` / `Adam4bit` with the state on a device (docs/gpu.md): the
+//! `AdamW4bit` / `Adam4bit` with the state on a device (docs/gpu.md,
+//! docs/rust.md): the
 //! same keys, validation, gradient accumulation and checkpoints as the CPU
 //! engine (`optim::Adam4bitCore`, which this wraps for the configuration,
 //! the step count and the checkpoint format), the codes and scales in
@@ -6,19 +7,21 @@
 //!
 //! Transactional like the CPU: every check (shapes, finiteness, read on the
 //! device) runs before anything changes; a failed check leaves weights,
-//! state, step count and accumulators as they were.
+//! state, step count and accumulators as they were. A step is queued, not
+//! waited for: reading the weight back (or `Gpu::synchronize`) waits.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use super::adam::{self, Exec, StepPlan};
-use super::adam_launch::{check_finite, elementwise, DeviceExec};
+use super::adam::{self, StepPlan};
+use super::adam_launch::{accum_add, accum_mean, check_finite, DeviceExec};
 use super::adam_state::DevParam;
 use super::context::Gpu;
-use super::memory::DeviceBuffer;
+use super::memory::{check_view, DeviceBuffer, DeviceSlice, DeviceSliceMut};
 use crate::error::{QuantError, Result};
 use crate::optim::{
-    checkpoint, codecs_for, Adam4bitCore, OptimizerState, ParamState, StateMemoryStats,
+    accumulated, accumulated_mismatch, accumulation_divisor, check_accumulating, checkpoint, codecs_for, Adam4bitConfig, Adam4bitCore, OptimizerState, ParamState,
+    StateMemoryStats,
 };
 
 /// A gradient summed on the device by `accumulate_grad`.
@@ -27,19 +30,23 @@ struct Accumulated {
     sum: DeviceBuffer,
 }
 
-/// A parameter of a call: its key's name (None: keyed by address), shape,
-/// and device addresses of its values and gradient.
-#[derive(Clone, Debug)]
-pub(crate) struct DevParamRef<'a> {
+/// A parameter on a device (the device twin of `optim::ParamMut`).
+#[derive(Debug)]
+pub struct DeviceParam<'a> {
+    /// The state key's name (`None`: keyed by device address and length).
     pub name: Option<&'a str>,
+    /// The parameter's shape.
     pub shape: &'a [usize],
-    pub w: u64,
-    pub g: u64,
+    /// The values (float32), updated in place.
+    pub data: DeviceSliceMut<'a, f32>,
 }
 
-/// The optimizer with its state on one device.
-pub(crate) struct DeviceAdam {
-    pub gpu: Arc<Gpu>,
+/// `AdamW4bit` (decoupled weight decay) or `Adam4bit` (L2) with its state
+/// (codes, block scales, group pairs, rank-1 statistics) on one device:
+/// each step is bit-identical to the CPU optimizer's, and the checkpoint
+/// bytes are the CPU's.
+pub struct DeviceAdam {
+    gpu: Arc<Gpu>,
     /// Configuration, step count and kind; its own state stays empty (the
     /// state is `params`).
     core: Adam4bitCore,
@@ -50,9 +57,47 @@ pub(crate) struct DeviceAdam {
     bound: HashMap<(u64, usize), usize>,
 }
 
+impl std::fmt::Debug for DeviceAdam {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "DeviceAdam({}, cuda:{}, {} parameters)",
+            if self.decoupled() { "AdamW4bit" } else { "Adam4bit" },
+            self.gpu.ordinal,
+            self.params.len()
+        )
+    }
+}
+
 impl DeviceAdam {
+    /// A fresh optimizer on `gpu`: `decoupled` for AdamW4bit, else Adam4bit.
+    pub fn new(gpu: &Arc<Gpu>, config: Adam4bitConfig, decoupled: bool) -> Result<DeviceAdam> {
+        DeviceAdam::from_core(gpu, &Adam4bitCore::new(config, decoupled)?)
+    }
+
+    /// A copy of the CPU `AdamW4bit` (configuration and state) on `gpu`.
+    pub fn from_adamw(gpu: &Arc<Gpu>, o: &crate::optim::AdamW4bit) -> Result<DeviceAdam> {
+        DeviceAdam::from_core(gpu, &o.core)
+    }
+
+    /// A copy of the CPU `Adam4bit` (configuration and state) on `gpu`.
+    pub fn from_adam(gpu: &Arc<Gpu>, o: &crate::optim::Adam4bit) -> Result<DeviceAdam> {
+        DeviceAdam::from_core(gpu, &o.core)
+    }
+
+    /// The optimizer of checkpoint `bytes` (the CPU optimizer's format) on
+    /// `gpu`: `decoupled` for AdamW4bit.
+    pub fn from_bytes(gpu: &Arc<Gpu>, bytes: &[u8], decoupled: bool) -> Result<DeviceAdam> {
+        let mut core = Adam4bitCore::new(Adam4bitConfig::default(), decoupled)?;
+        checkpoint::from_bytes(&mut core, bytes)?;
+        DeviceAdam::from_core(gpu, &core)
+    }
+
     /// The CPU optimizer `core` (configuration and state) moved to `gpu`.
     pub(crate) fn from_core(gpu: &Arc<Gpu>, core: &Adam4bitCore) -> Result<DeviceAdam> {
+        // A CPU optimizer built by the infallible constructors may hold an
+        // invalid config; it is reported here, before anything is uploaded.
+        core.check_config()?;
         let tables = DeviceBuffer::from_host(gpu, &adam::tables(&codecs_for(core.config())))?;
         let mut params = BTreeMap::new();
         for (k, st) in &core.state().params {
@@ -80,7 +125,7 @@ impl DeviceAdam {
     pub(crate) fn to_core(&self) -> Result<Adam4bitCore> {
         let mut params = BTreeMap::new();
         for (k, p) in &self.params {
-            params.insert(k.clone(), p.download(&self.gpu)?);
+            params.insert(k.clone(), p.download()?);
         }
         let mut core = self.core.clone();
         core.restore(
@@ -93,15 +138,25 @@ impl DeviceAdam {
         Ok(core)
     }
 
+    /// The device holding the state.
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+
+    /// A host copy of the state (step count and every parameter's codes
+    /// and scales), equal to the CPU optimizer's after the same steps.
+    pub fn state(&self) -> Result<OptimizerState> {
+        Ok(self.to_core()?.state().clone())
+    }
+
     /// Checkpoint bytes, exactly those of the CPU optimizer with this state.
-    pub(crate) fn to_bytes(&self) -> Result<Vec<u8>> {
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
         checkpoint::to_bytes(&self.to_core()?)
     }
 
     /// Replace configuration and state from checkpoint bytes (validated
     /// first, on the host; unchanged on error).
-    #[allow(dead_code)] // Rust-side API; the bindings load a parsed core instead
-    pub(crate) fn load_bytes(&mut self, bytes: &[u8]) -> Result<()> {
+    pub fn load_bytes(&mut self, bytes: &[u8]) -> Result<()> {
         let mut core = self.core.clone();
         checkpoint::from_bytes(&mut core, bytes)?;
         *self = DeviceAdam::from_core(&self.gpu, &core)?;
@@ -125,10 +180,13 @@ impl DeviceAdam {
         }
     }
 
-    /// CPU twin: `Adam4bitCore::check` (shape against the state, finite
-    /// gradient, finite weight when L2 decay brings it into the moments).
-    fn check(&self, key: &str, p: &DevParamRef<'_>) -> Result<usize> {
+    /// CPU twin: `Adam4bitCore::check` (device, lengths, shape against the
+    /// state, finite gradient, finite weight when L2 decay brings it into
+    /// the moments).
+    fn check(&self, key: &str, p: &DeviceParam<'_>, grad: &DeviceSlice<'_, f32>) -> Result<usize> {
         let n: usize = p.shape.iter().product();
+        check_view(&self.gpu, "param", p.data.gpu(), p.data.len(), n)?;
+        check_view(&self.gpu, "grad", grad.gpu(), grad.len(), n)?;
         if n == 0 {
             return Err(QuantError::arg(format!(
                 "param: expected a non-empty array, got shape {:?}",
@@ -144,16 +202,23 @@ impl DeviceAdam {
                 ));
             }
         }
-        check_finite(&self.gpu, "grad", p.g, n)?;
+        check_finite("grad", grad)?;
         let o = &self.core.config().optimizer;
         if !self.core.decoupled() && o.weight_decay > 0.0 {
-            check_finite(&self.gpu, "param", p.w, n)?;
+            check_finite("param", &p.data.as_slice())?;
         }
         Ok(n)
     }
 
-    /// One fused step of one parameter with the gradient at `g`.
-    fn apply(&mut self, key: String, shape: &[usize], w: u64, g: u64) -> Result<()> {
+    /// One fused step of one parameter (checked: `n` elements of this
+    /// device in both views).
+    fn apply(
+        &mut self,
+        key: String,
+        shape: &[usize],
+        w: &mut DeviceSliceMut<'_, f32>,
+        g: &DeviceSlice<'_, f32>,
+    ) -> Result<()> {
         let q = self.core.config().quantization;
         let fresh = match self.params.remove(&key) {
             Some(p) => p,
@@ -166,8 +231,13 @@ impl DeviceAdam {
             t,
             self.tables.ptr(),
         );
-        let a = plan.args(shape, fresh.rank1(), &fresh.addrs(), w, g);
-        let r = adam::step(&DeviceExec(&self.gpu), &a, shape).and_then(|_| self.gpu.synchronize());
+        let a = plan.args(shape, fresh.rank1(), &fresh.addrs(), w.ptr(), g.ptr());
+        // SAFETY: `a` is the plan's argument block for `shape` over the
+        // state `fresh` (device buffers of that shape and layout, owned
+        // here), the code-book tables (owned), and `w` / `g`: views of
+        // `shape`'s element count on this device (checked by the callers),
+        // `w` borrowed mutably so it overlaps nothing else.
+        let r = unsafe { adam::step(&DeviceExec(&self.gpu), &a, shape) };
         // A failure inside the step (a driver error) may have changed the
         // state partly: the parameter's state is dropped then, not kept half new.
         if r.is_ok() {
@@ -176,38 +246,35 @@ impl DeviceAdam {
         r
     }
 
-    /// `update(param, grad)`: validated first, then one step.
-    pub(crate) fn update(&mut self, p: DevParamRef<'_>) -> Result<()> {
-        let n: usize = p.shape.iter().product();
-        let key = self.key_of(p.name, p.w, n);
-        self.check(&key, &p)?;
-        self.bind(p.name, p.w, n);
-        self.apply(key, p.shape, p.w, p.g)
+    /// One step of `param` (updated in place) with `grad`: validated first
+    /// (nothing changes on error), then queued.
+    pub fn update(&mut self, mut param: DeviceParam<'_>, grad: &DeviceSlice<'_, f32>) -> Result<()> {
+        let n: usize = param.shape.iter().product();
+        let addr = param.data.ptr();
+        let key = self.key_of(param.name, addr, n);
+        self.check(&key, &param, grad)?;
+        self.bind(param.name, addr, n);
+        self.apply(key, param.shape, &mut param.data, grad)
     }
 
-    /// `accumulate_grad(param, grad)`: the gradient added to the key's sum
-    /// on the device; returns the key.
-    pub(crate) fn accumulate(&mut self, p: DevParamRef<'_>) -> Result<String> {
+    /// Add `grad` to the parameter's sum on the device (validated first);
+    /// returns the parameter's state key.
+    pub fn accumulate_grad(
+        &mut self,
+        param: &DeviceParam<'_>,
+        grad: &DeviceSlice<'_, f32>,
+    ) -> Result<String> {
+        let p = param;
         let n: usize = p.shape.iter().product();
-        let key = self.key_of(p.name, p.w, n);
-        self.check(&key, &p)?;
-        if let Some(a) = self.accum.get(&key) {
-            if a.shape != p.shape {
-                return Err(QuantError::dims(
-                    format!("param shape (accumulated {key:?})"),
-                    format!("{:?}", a.shape),
-                    format!("{:?}", p.shape),
-                ));
-            }
-        }
-        match self.accum.get(&key) {
-            Some(a) => {
-                elementwise(&self.gpu, "accum_add_f32", a.sum.ptr(), p.g, n, 0.0)?;
-                self.gpu.synchronize()?;
-            }
+        let addr = p.data.ptr();
+        let key = self.key_of(p.name, addr, n);
+        self.check(&key, p, grad)?;
+        check_accumulating(&key, self.accum.get(&key).map(|a| &a.shape[..]), p.shape)?;
+        match self.accum.get_mut(&key) {
+            Some(a) => accum_add(&mut a.sum.view_mut(), grad)?,
             None => {
-                let sum = DeviceBuffer::alloc(&self.gpu, 4 * n)?;
-                DeviceExec(&self.gpu).copy(sum.ptr(), p.g, 4 * n)?;
+                let mut sum = DeviceBuffer::alloc(&self.gpu, 4 * n)?;
+                sum.view_mut().copy_from(grad)?;
                 self.accum.insert(
                     key.clone(),
                     Accumulated {
@@ -217,93 +284,81 @@ impl DeviceAdam {
                 );
             }
         }
-        self.bind(p.name, p.w, n);
+        self.bind(p.name, addr, n);
         Ok(key)
     }
 
     /// Keys with accumulated gradients, in order.
-    pub(crate) fn accumulated_keys(&self) -> Vec<String> {
+    pub fn accumulated_keys(&self) -> Vec<String> {
         self.accum.keys().cloned().collect()
     }
 
-    /// CPU twin: `Adam4bitCore::apply_accumulated_grads`; `params` are
-    /// (key, shape, weight address), one per accumulated key.
-    pub(crate) fn apply_accumulated(
+    /// Step every accumulated parameter with its mean gradient (sum /
+    /// `steps`, in f32 as on the CPU); `params` holds one (key, parameter)
+    /// per accumulated key. Everything is validated first.
+    pub fn apply_accumulated_grads(
         &mut self,
         steps: usize,
-        params: &[(String, Vec<usize>, u64)],
+        params: &mut [(String, DeviceParam<'_>)],
     ) -> Result<()> {
-        if steps == 0 {
-            return Err(QuantError::arg(
-                "accumulation_steps: expected a value >= 1, got 0",
-            ));
-        }
-        if params.len() != self.accum.len() {
-            return Err(QuantError::InvalidState(format!(
-                "apply_accumulated_grads: {} parameters accumulated, {} given",
-                self.accum.len(),
-                params.len()
-            )));
-        }
-        let d = steps as f32;
+        let d = accumulation_divisor(steps, self.accum.len(), params.len())?;
         let mut means = Vec::with_capacity(params.len());
-        for (key, shape, _) in params {
-            let a = self.accum.get(key).ok_or_else(|| {
-                QuantError::InvalidState(format!("no accumulated gradient for {key:?}"))
-            })?;
-            if &a.shape != shape {
-                return Err(QuantError::dims(
-                    format!("param {key:?}"),
-                    format!("{:?}", a.shape),
-                    format!("{shape:?}"),
-                ));
+        for (key, p) in params.iter() {
+            let a = accumulated(&self.accum, key)?;
+            if a.shape != p.shape {
+                return Err(accumulated_mismatch(key, &a.shape, p.shape));
             }
-            let n: usize = shape.iter().product();
-            let mean = DeviceBuffer::alloc(&self.gpu, 4 * n)?;
-            elementwise(&self.gpu, "accum_mean_f32", mean.ptr(), a.sum.ptr(), n, d)?;
-            check_finite(&self.gpu, "accumulated grad", mean.ptr(), n)?;
+            let n: usize = p.shape.iter().product();
+            check_view(&self.gpu, "param", p.data.gpu(), p.data.len(), n)?;
+            let mut mean = DeviceBuffer::alloc(&self.gpu, 4 * n)?;
+            accum_mean(&a.sum.view(), &mut mean.view_mut(), d)?;
+            check_finite("accumulated grad", &mean.view())?;
             means.push(mean);
         }
-        for ((key, shape, w), mean) in params.iter().zip(&means) {
-            self.apply(key.clone(), shape, *w, mean.ptr())?;
+        for ((key, p), mean) in params.iter_mut().zip(&means) {
+            self.apply(key.clone(), p.shape, &mut p.data, &mean.view())?;
         }
         self.accum.clear();
         Ok(())
     }
 
-    pub(crate) fn zero_grad(&mut self) {
+    /// Drop the accumulated gradients.
+    pub fn zero_grad(&mut self) {
         self.accum.clear();
     }
 
-    pub(crate) fn step(&mut self) {
+    /// Advance the step count (after every parameter's `update`).
+    pub fn step(&mut self) {
         self.core.step();
     }
 
-    #[allow(dead_code)] // Rust-side API; the bindings read the configuration instead
-    pub(crate) fn step_count(&self) -> u64 {
+    /// Steps taken.
+    pub fn step_count(&self) -> u64 {
         self.core.state().step
     }
 
-    pub(crate) fn get_lr(&self) -> f32 {
+    /// The learning rate.
+    pub fn get_lr(&self) -> f32 {
         self.core.get_lr()
     }
 
-    pub(crate) fn set_lr(&mut self, lr: f32) -> Result<()> {
+    /// Set the learning rate (validated as on the CPU).
+    pub fn set_lr(&mut self, lr: f32) -> Result<()> {
         self.core.set_lr(lr)
     }
 
-    #[allow(dead_code)] // Rust-side API; the bindings read the configuration instead
-    pub(crate) fn decoupled(&self) -> bool {
+    /// `true` for AdamW4bit, `false` for Adam4bit.
+    pub fn decoupled(&self) -> bool {
         self.core.decoupled()
     }
 
     /// The configuration (kept on the host: reading it copies no state).
-    pub(crate) fn config(&self) -> &crate::optim::Adam4bitConfig {
+    pub fn config(&self) -> &Adam4bitConfig {
         self.core.config()
     }
 
     /// Replace the hyper-parameters (validated first); the state is kept.
-    pub(crate) fn set_optimizer_config(
+    pub fn set_optimizer_config(
         &mut self,
         c: crate::optim::Adam4bitOptimizerConfig,
     ) -> Result<()> {
@@ -311,7 +366,7 @@ impl DeviceAdam {
     }
 
     /// Elements and device bytes of the state.
-    pub(crate) fn memory_usage(&self) -> StateMemoryStats {
+    pub fn memory_usage(&self) -> StateMemoryStats {
         let n = self.num_parameters();
         StateMemoryStats {
             momentum_elements: n,
@@ -322,11 +377,13 @@ impl DeviceAdam {
         }
     }
 
-    pub(crate) fn num_parameters(&self) -> usize {
+    /// Elements with state.
+    pub fn num_parameters(&self) -> usize {
         self.params.values().map(DevParam::numel).sum()
     }
 
-    pub(crate) fn reset_state(&mut self) {
+    /// Drop the state, the step count and the accumulated gradients.
+    pub fn reset_state(&mut self) {
         self.core.reset_state();
         self.params.clear();
         self.accum.clear();

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::adam::StateAddrs;
 use super::context::Gpu;
-use super::memory::{to_host, DeviceBuffer};
+use super::memory::DeviceBuffer;
 use crate::error::Result;
 use crate::optim::{ParamState, Scales, VScales};
 
@@ -50,12 +50,12 @@ fn up_scales(gpu: &Arc<Gpu>, s: &Scales) -> Result<DevScales> {
     })
 }
 
-fn down_scales(gpu: &Gpu, s: &DevScales) -> Result<Scales> {
+fn down_scales(s: &DevScales) -> Result<Scales> {
     Ok(match s {
-        DevScales::F32(b) => Scales::F32(to_host(gpu, b.ptr(), b.bytes() / 4)?),
+        DevScales::F32(b) => Scales::F32(b.to_host()?),
         DevScales::Double { codes, groups } => Scales::Double {
-            codes: to_host(gpu, codes.ptr(), codes.bytes())?,
-            groups: to_host(gpu, groups.ptr(), groups.bytes() / 4)?,
+            codes: codes.to_host()?,
+            groups: groups.to_host()?,
         },
     })
 }
@@ -87,19 +87,19 @@ impl DevParam {
         })
     }
 
-    pub(crate) fn download(&self, gpu: &Gpu) -> Result<ParamState> {
+    pub(crate) fn download(&self) -> Result<ParamState> {
         let v_scales = match &self.v {
-            DevV::Block(s) => VScales::Block(down_scales(gpu, s)?),
+            DevV::Block(s) => VScales::Block(down_scales(s)?),
             DevV::Rank1 { rows, cols, .. } => VScales::Rank1 {
-                rows: to_host(gpu, rows.ptr(), rows.bytes() / 4)?,
-                cols: to_host(gpu, cols.ptr(), cols.bytes() / 4)?,
+                rows: rows.to_host()?,
+                cols: cols.to_host()?,
             },
         };
         Ok(ParamState {
             shape: self.shape.clone(),
-            m_codes: to_host(gpu, self.m_codes.ptr(), self.m_codes.bytes())?,
-            v_codes: to_host(gpu, self.v_codes.ptr(), self.v_codes.bytes())?,
-            m_scales: down_scales(gpu, &self.m)?,
+            m_codes: self.m_codes.to_host()?,
+            v_codes: self.v_codes.to_host()?,
+            m_scales: down_scales(&self.m)?,
             v_scales,
         })
     }

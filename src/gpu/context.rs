@@ -19,7 +19,7 @@ use crate::error::{QuantError, Result};
 pub const MIN_COMPUTE_CAPABILITY: (i32, i32) = (7, 0);
 
 /// A driver error as a `Gpu` error naming the step that failed.
-pub fn gpu_err(what: &str, e: DriverError) -> QuantError {
+pub(crate) fn gpu_err(what: &str, e: DriverError) -> QuantError {
     let name = e
         .error_name()
         .map(|c| c.to_string_lossy().into_owned())
@@ -40,10 +40,14 @@ struct Module {
     functions: HashMap<&'static str, sys::CUfunction>,
 }
 
-/// A usable device.
+/// A usable CUDA device (its primary context and compiled kernels), from
+/// [`device`].
 pub struct Gpu {
+    /// The CUDA ordinal (`cuda:N`).
     pub ordinal: usize,
+    /// The device's name.
     pub name: String,
+    /// `(major, minor)`.
     pub compute_capability: (i32, i32),
     ctx: Arc<CudaContext>,
     modules: Mutex<HashMap<&'static str, Module>>,
@@ -132,7 +136,7 @@ pub fn device_count() -> usize {
 
 impl Gpu {
     /// Make this device's context current on the calling thread.
-    pub fn bind(&self) -> Result<()> {
+    pub(crate) fn bind(&self) -> Result<()> {
         self.ctx
             .bind_to_thread()
             .map_err(|e| gpu_err("binding the CUDA context", e))
@@ -154,7 +158,8 @@ impl Gpu {
     }
 
     /// Wait for everything queued on the legacy default stream, where every
-    /// quantrs kernel runs.
+    /// quantrs kernel runs: needed only before another stream or framework
+    /// reads what quantrs wrote (a copy to the host waits by itself).
     pub fn synchronize(&self) -> Result<()> {
         self.bind()?;
         // SAFETY: the null stream is always valid in a bound context.
@@ -164,7 +169,7 @@ impl Gpu {
 
     /// The function `name` of `source`, compiling the source with NVRTC for
     /// this device on first use (once per device and source).
-    pub fn function(&self, source: &KernelSource, name: &'static str) -> Result<sys::CUfunction> {
+    pub(crate) fn function(&self, source: &KernelSource, name: &'static str) -> Result<sys::CUfunction> {
         let mut modules = self.modules.lock().unwrap_or_else(|p| p.into_inner());
         self.bind()?;
         if !modules.contains_key(source.name) {

@@ -98,8 +98,13 @@ fn set_desc<T>(
 }
 
 /// Queue `d [m, n] (f32) = alpha * (b [m, k] (E4M3) . a [n, k]^T (E4M3))`.
+///
+/// # Safety
+/// `a` (`n * k` codes), `b` (`m * k` codes) and `d` (room for `m * n` f32,
+/// not overlapping them) are device memory of the handle's (bound) context,
+/// valid until the queued GEMM has run.
 #[allow(clippy::too_many_arguments)]
-pub fn fp8_gemm(
+pub(crate) unsafe fn fp8_gemm(
     l: &Lt,
     a: u64,
     b: u64,
@@ -147,7 +152,7 @@ pub fn fp8_gemm(
         .map_err(|e| err("no algorithm for this FP8 GEMM", e))?;
     let beta = 0f32;
     // SAFETY: a, b, d are device buffers of the sizes the layouts describe
-    // (checked by the caller), alpha / beta host scalars (pointer mode host),
+    // (this function's contract), alpha / beta host scalars (pointer mode host),
     // the workspace ours; queued on the legacy default stream.
     unsafe {
         lt::matmul(

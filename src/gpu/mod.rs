@@ -9,12 +9,13 @@
 //!   compiled-module cache.
 //! - `nvrtc`: the kernel sources and their compilation (CUBIN for the
 //!   device's architecture, PTX for the CI check).
-//! - `memory`: owned device buffers and host <-> device copies.
+//! - `memory`: owned device buffers, the typed views kernels take, and
+//!   host <-> device copies.
 //! - `cublaslt`: the FP8 tensor-core GEMM of the W8A8 forward.
 //! - `caches`: per-device scratch buffers and the cuBLASLt handle (above
 //!   `context`, `memory` and `cublaslt`, which import one way).
-//! - `ops`: the launches (INT4, FP8 codecs, linear layers), each ending
-//!   when its result is ready.
+//! - `ops`: the launches (INT4, FP8 codecs, linear layers), queued on the
+//!   legacy default stream.
 //! - `layers`: `QuantizedWeight` and the linear layers held on a device.
 //! - `adam`: the fused 4-bit Adam step's arguments and launch sequence;
 //!   `adam_engine`: `AdamW4bit` / `Adam4bit` with their state on a device,
@@ -23,49 +24,56 @@
 //! - `qat`: the QAT step's arguments and sequence (`QatOptimizer` on a
 //!   device); `qat_engine`: its state on a device, over `qat_launch` (the
 //!   QAT kernels' launches); `qat_channels`: calibration of device arrays.
-
-// The device objects are driven from the Python bindings only (no Rust API
-// for them yet), so a `gpu` build without `python` leaves them unused.
-#![cfg_attr(not(feature = "python"), allow(dead_code))]
+//!
+//! The Rust API (docs/rust.md, "GPU"): `device` opens a `Gpu`;
+//! `DeviceBuffer` owns device memory and hands out the typed views
+//! `DeviceSlice` / `DeviceSliceMut` every kernel takes; the device
+//! objects are `DeviceQuantizedWeight`, `DeviceLinear`, `DeviceAdam`
+//! (AdamW4bit / Adam4bit) and `DeviceQat` (`QatOptimizer`), each built
+//! from its CPU twin and turned back into it. Kernels are queued on the
+//! legacy default stream; a copy to the host waits for them.
 
 use crate::error::{QuantError, Result};
 
-#[cfg(feature = "gpu")]
-pub(crate) mod adam;
-#[cfg(feature = "gpu")]
-pub(crate) mod adam_engine;
-#[cfg(feature = "gpu")]
-pub(crate) mod adam_launch;
-#[cfg(feature = "gpu")]
-pub(crate) mod adam_state;
-#[cfg(feature = "gpu")]
-pub(crate) mod caches;
-#[cfg(feature = "gpu")]
-pub(crate) mod context;
-#[cfg(feature = "gpu")]
-pub(crate) mod cublaslt;
+/// Declares each item only in builds with the `gpu` feature.
+macro_rules! with_gpu {
+    ($($item:item)*) => { $( #[cfg(feature = "gpu")] $item )* };
+}
+
+with_gpu! {
+    pub(crate) mod adam;
+    pub(crate) mod adam_engine;
+    pub(crate) mod adam_launch;
+    pub(crate) mod adam_state;
+    pub(crate) mod caches;
+    pub(crate) mod context;
+    pub(crate) mod cublaslt;
+    pub(crate) mod layers;
+    pub(crate) mod memory;
+    pub mod nvrtc;
+    pub(crate) mod ops;
+    pub(crate) mod qat;
+    pub(crate) mod qat_channels;
+    pub(crate) mod qat_engine;
+    pub(crate) mod qat_launch;
+
+    pub use adam_engine::{DeviceAdam, DeviceParam};
+    pub use caches::fp8_gemm_path;
+    pub use context::{device, device_count, Gpu, MIN_COMPUTE_CAPABILITY};
+    pub use layers::{DeviceLinear, DeviceQuantizedWeight, DeviceWeight};
+    pub use memory::{DeviceBuffer, DeviceElem, DeviceSlice, DeviceSliceMut};
+    pub use ops::{fp8_decode, fp8_encode};
+    pub use qat::{DevMaster, QatScalars};
+    pub use qat_channels::{calibrate, calibrate_per_channel};
+    pub use qat_engine::DeviceQat;
+}
+
 #[cfg(all(test, feature = "gpu"))]
 mod host_build;
 #[cfg(all(test, feature = "gpu"))]
 mod host_math;
-#[cfg(feature = "gpu")]
-pub(crate) mod layers;
-#[cfg(feature = "gpu")]
-pub(crate) mod memory;
-#[cfg(feature = "gpu")]
-pub mod nvrtc;
-#[cfg(feature = "gpu")]
-pub(crate) mod ops;
-#[cfg(feature = "gpu")]
-pub(crate) mod qat;
-#[cfg(feature = "gpu")]
-pub(crate) mod qat_channels;
-#[cfg(feature = "gpu")]
-pub(crate) mod qat_engine;
 #[cfg(all(test, feature = "gpu"))]
 mod qat_host;
-#[cfg(feature = "gpu")]
-pub(crate) mod qat_launch;
 
 /// Whether a CUDA device can be used by this build: decided at run time
 /// (libcuda loads, device 0 exists, its compute capability is supported).

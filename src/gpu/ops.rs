@@ -1,7 +1,7 @@
-//! Kernel launches. Every function takes device addresses the caller has
-//! checked (sizes, dtypes, device), queues its kernels on the legacy default
-//! stream and returns when the result is complete, so the caller (and any
-//! framework reading the result) sees finished data.
+//! Kernel launches, queued on the legacy default stream (docs/gpu.md,
+//! "Streams": nothing here waits for the kernels). The INT4 and linear
+//! launches take device addresses and are `unsafe`: their typed, checked
+//! callers are `layers.rs`; the FP8 codecs take typed views.
 
 use std::ffi::c_void;
 
@@ -9,7 +9,7 @@ use cudarc::driver::result;
 
 use super::caches::{self, LtState};
 use super::context::{gpu_err, Gpu};
-use super::memory::DeviceBuffer;
+use super::memory::{check_view, DeviceBuffer, DeviceSlice, DeviceSliceMut};
 use super::nvrtc::{FP8, INT4, LINEAR};
 use crate::error::{QuantError, Result};
 use crate::fp8::Fp8Format;
@@ -32,7 +32,14 @@ fn int(what: &str, v: usize) -> Result<i32> {
 
 /// Queue `f` on the legacy default stream. `params` are pointers to the
 /// argument values.
-pub(crate) fn launch(
+///
+/// # Safety
+/// `f` is a kernel of a module loaded on `gpu`; `params` holds one pointer
+/// per kernel parameter, to a value of that parameter's type, alive for the
+/// call; every device address among the values is memory of `gpu` valid for
+/// every access the kernel makes with this grid until the kernel has
+/// finished (stream order: until later work on the legacy default stream).
+pub(crate) unsafe fn launch(
     gpu: &Gpu,
     f: cudarc::driver::sys::CUfunction,
     grid: (usize, usize),
@@ -48,9 +55,8 @@ pub(crate) fn launch(
         )));
     }
     gpu.bind()?;
-    // SAFETY: `f` is a kernel of a module loaded in this context and
-    // `params` points at one value per kernel parameter, of the kernel's
-    // types, all alive until the synchronisation below.
+    // SAFETY: the caller's contract (one value per parameter, of its type,
+    // addresses valid for the kernel's accesses).
     unsafe {
         result::launch_kernel(
             f,
@@ -62,24 +68,6 @@ pub(crate) fn launch(
         )
     }
     .map_err(|e| gpu_err("launching a kernel", e))
-}
-
-/// Whether an op waits for its kernels (every public call does; the
-/// benchmark queues many calls between two events instead).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Wait {
-    Yes,
-    /// Queue only. The caller must synchronise before reading the result
-    /// or releasing any input.
-    No,
-}
-
-fn finish(gpu: &Gpu, wait: Wait, r: Result<()>) -> Result<()> {
-    r?;
-    match wait {
-        Wait::Yes => gpu.synchronize(),
-        Wait::No => Ok(()),
-    }
 }
 
 macro_rules! params {
@@ -99,15 +87,21 @@ pub struct Int4Args {
     pub num_pairs: usize,
 }
 
-/// `y [batch, out] = x [batch, in] @ W (+ bias)`; `bias` 0 for none.
-pub fn int4_matmul(
+/// Queue `y [batch, out] = x [batch, in] @ W (+ bias)`; `bias` 0 for none.
+///
+/// # Safety
+/// `w` describes a packed weight on `gpu` (`data`: `num_pairs * out_feat`
+/// bytes, `scales`: `num_groups * out_feat` f32, `num_groups` dividing
+/// `num_pairs`); `x` holds `batch * in_feat` f32, `y` room for
+/// `batch * out_feat` f32 not overlapping the inputs, `bias` 0 or
+/// `out_feat` f32; all on `gpu`, valid until the queued kernel has run.
+pub(crate) unsafe fn int4_matmul(
     gpu: &std::sync::Arc<Gpu>,
     w: &Int4Args,
     x: u64,
     batch: usize,
     bias: u64,
     y: u64,
-    wait: Wait,
 ) -> Result<()> {
     if batch == 0 {
         return Ok(());
@@ -142,27 +136,35 @@ pub fn int4_matmul(
         let mut partial = buf.ptr() + counter_bytes as u64;
         let mut b = int("batch", batch)?;
         let mut g = int("groups per split", gps)?;
-        let r = launch(
-            gpu,
-            f,
-            (tiles, splits),
-            64,
-            &mut params!(xp, dp, sp, bp, yp, partial, counters, b, k, n, np, ppg, g),
-        );
-        // Waits while holding the scratch (partials are per call); after a
-        // failure the counters may not be zero any more: drop them.
-        finish(gpu, wait, r).inspect_err(|_| *scratch = None)
+        // SAFETY: the caller's contract for the weight, x, bias and y; the
+        // counters and partials are the device's scratch, sized above and
+        // held (locked) for the launch; a later call's kernel runs after
+        // this one (one stream), and a replaced scratch buffer waits for it
+        // when dropped.
+        let r = unsafe {
+            launch(
+                gpu,
+                f,
+                (tiles, splits),
+                64,
+                &mut params!(xp, dp, sp, bp, yp, partial, counters, b, k, n, np, ppg, g),
+            )
+        };
+        // After a failed launch the counters may not be zero any more.
+        r.inspect_err(|_| *scratch = None)
     } else {
         let f = gpu.function(&INT4, "int4_gemm")?;
         let mut m = int("batch", batch)?;
-        let r = launch(
-            gpu,
-            f,
-            (w.out_feat.div_ceil(GEMM_TILE), batch.div_ceil(GEMM_TILE)),
-            256,
-            &mut params!(xp, dp, sp, bp, yp, m, k, n, np, ppg),
-        );
-        finish(gpu, wait, r)
+        // SAFETY: the caller's contract for the weight, x, bias and y.
+        unsafe {
+            launch(
+                gpu,
+                f,
+                (w.out_feat.div_ceil(GEMM_TILE), batch.div_ceil(GEMM_TILE)),
+                256,
+                &mut params!(xp, dp, sp, bp, yp, m, k, n, np, ppg),
+            )
+        }
     }
 }
 
@@ -177,40 +179,55 @@ pub(crate) fn grid_1d(n: usize) -> usize {
     n.div_ceil(256).clamp(1, 65536)
 }
 
-/// `out[i] = encode(x[i])` for `n` f32 values into `n` codes.
+/// Queue `out[i] = encode(x[i])`: FP8 codes of f32 values (bit-identical
+/// to `fp8::encode`), on the device of `x`.
 pub fn fp8_encode(
-    gpu: &Gpu,
-    x: u64,
-    out: u64,
-    n: usize,
+    x: &DeviceSlice<'_, f32>,
+    out: &mut DeviceSliceMut<'_, u8>,
     fmt: Fp8Format,
     saturate: bool,
 ) -> Result<()> {
+    let gpu = x.gpu();
+    check_view(gpu, "out", out.gpu(), out.len(), x.len())?;
+    let n = x.len();
     if n == 0 {
         return Ok(());
     }
     let f = gpu.function(&FP8, "fp8_encode_kernel")?;
-    let (mut xp, mut op, mut nn) = (x, out, n as u64);
+    let (mut xp, mut op, mut nn) = (x.ptr(), out.ptr(), n as u64);
     let (mut fm, mut sat) = (fmt_id(fmt), saturate as i32);
-    let r = launch(
-        gpu,
-        f,
-        (grid_1d(n), 1),
-        256,
-        &mut params!(xp, op, nn, fm, sat),
-    );
-    finish(gpu, Wait::Yes, r)
+    // SAFETY: `fp8_encode_kernel(const float*, u8*, u64, int, int)` reads
+    // `n` f32 of `x` and writes `n` bytes of `out`, two views of that length
+    // on this device (`out` borrowed mutably, so they do not overlap).
+    unsafe {
+        launch(
+            gpu,
+            f,
+            (grid_1d(n), 1),
+            256,
+            &mut params!(xp, op, nn, fm, sat),
+        )
+    }
 }
 
-/// `out[i] = decode(codes[i])` for `n` codes into `n` f32 values.
-pub fn fp8_decode(gpu: &Gpu, codes: u64, out: u64, n: usize, fmt: Fp8Format) -> Result<()> {
+/// Queue `out[i] = decode(codes[i])`: f32 values of FP8 codes
+/// (bit-identical to `fp8::decode`), on the device of `codes`.
+pub fn fp8_decode(
+    codes: &DeviceSlice<'_, u8>,
+    out: &mut DeviceSliceMut<'_, f32>,
+    fmt: Fp8Format,
+) -> Result<()> {
+    let gpu = codes.gpu();
+    check_view(gpu, "out", out.gpu(), out.len(), codes.len())?;
+    let n = codes.len();
     if n == 0 {
         return Ok(());
     }
     let f = gpu.function(&FP8, "fp8_decode_kernel")?;
-    let (mut cp, mut op, mut nn, mut fm) = (codes, out, n as u64, fmt_id(fmt));
-    let r = launch(gpu, f, (grid_1d(n), 1), 256, &mut params!(cp, op, nn, fm));
-    finish(gpu, Wait::Yes, r)
+    let (mut cp, mut op, mut nn, mut fm) = (codes.ptr(), out.ptr(), n as u64, fmt_id(fmt));
+    // SAFETY: `fp8_decode_kernel(const u8*, float*, u64, int)` reads `n`
+    // codes and writes `n` f32, two non-overlapping views of that length.
+    unsafe { launch(gpu, f, (grid_1d(n), 1), 256, &mut params!(cp, op, nn, fm)) }
 }
 
 /// Storage of a `[N, K]` linear weight.
@@ -237,14 +254,19 @@ pub struct LinearArgs {
     pub in_feat: usize,
 }
 
-/// `y [rows, out] = forward(x [rows, in])`.
-pub fn linear_forward(
+/// Queue `y [rows, out] = forward(x [rows, in])`.
+///
+/// # Safety
+/// `l` describes a layer on `gpu` (`weight`: `out_feat * in_feat` elements
+/// of its kind, `row_scale` 0 or `out_feat` f32, `bias` 0 or `out_feat`
+/// f32); `x` holds `rows * in_feat` f32, `y` room for `rows * out_feat` f32
+/// not overlapping the inputs; all valid until the queued kernels have run.
+pub(crate) unsafe fn linear_forward(
     gpu: &std::sync::Arc<Gpu>,
     l: &LinearArgs,
     x: u64,
     rows: usize,
     y: u64,
-    wait: Wait,
 ) -> Result<()> {
     if rows == 0 {
         return Ok(());
@@ -256,20 +278,22 @@ pub fn linear_forward(
         if rows > SMALL_BATCH_MAX
             && gpu.compute_capability >= (8, 9)
             && super::cublaslt::shape_ok(rows, l.out_feat, l.in_feat)
-            && fp8_gemm_cublaslt(gpu, l, a, x, rows, y)?
+            // SAFETY: the caller's contract.
+            && unsafe { fp8_gemm_cublaslt(gpu, l, a, x, rows, y)? }
         {
-            return finish(gpu, wait, Ok(()));
+            return Ok(());
         }
     }
     // W8A8: the activations on the E4M3 grid, in a scratch buffer held
-    // (with its lock) until the call has finished.
+    // (with its lock) while the kernels are queued.
     let caches = caches::of(gpu);
     let mut scratch = caches.act_scratch.lock().unwrap_or_else(|p| p.into_inner());
     let mut xp = match l.act_scale {
         None => x,
         Some(a) => {
             let count = rows * l.in_feat;
-            quantize_activations(gpu, &mut scratch, "fp8_quantize_act", 4, x, count, a)?
+            // SAFETY: `x` holds `count` f32 (the caller's contract).
+            unsafe { quantize_activations(gpu, &mut scratch, "fp8_quantize_act", 4, x, count, a)? }
         }
     };
     let (mut wp, mut rs, mut mult, mut bp, mut yp) = (l.weight, l.row_scale, l.mult, l.bias, y);
@@ -291,21 +315,29 @@ pub fn linear_forward(
             256,
         )
     };
-    let r = launch(
-        gpu,
-        f,
-        grid,
-        block,
-        &mut params!(xp, wp, rs, mult, bp, yp, m, n, k),
-    );
-    finish(gpu, wait, r)
+    // SAFETY: `linear_*(const float* x, const void* w, const float* rs,
+    // float mult, const float* b, float* y, int m, int n, int k)` over the
+    // caller's buffers (or the activation scratch, held locked, of
+    // `rows * in_feat` elements) with the grid covering `rows x out_feat`.
+    unsafe {
+        launch(
+            gpu,
+            f,
+            grid,
+            block,
+            &mut params!(xp, wp, rs, mult, bp, yp, m, n, k),
+        )
+    }
 }
 
 /// The W8A8 forward on cuBLASLt (src/gpu/cublaslt.rs). `Ok(false)` when the
 /// library cannot be used here (then the tiled kernel runs); the first
 /// library failure is kept in the device's caches and reported by
 /// `caches::fp8_gemm_path`.
-fn fp8_gemm_cublaslt(
+///
+/// # Safety
+/// As [`linear_forward`] with an FP8 weight.
+unsafe fn fp8_gemm_cublaslt(
     gpu: &std::sync::Arc<Gpu>,
     l: &LinearArgs,
     act_scale: f32,
@@ -326,11 +358,17 @@ fn fp8_gemm_cublaslt(
     };
     let count = rows * l.in_feat;
     let mut scratch = caches.act_scratch.lock().unwrap_or_else(|p| p.into_inner());
-    let codes = quantize_activations(gpu, &mut scratch, "fp8_encode_act", 1, x, count, act_scale)?;
+    // SAFETY: `x` holds `count` f32 (the caller's contract).
+    let codes =
+        unsafe { quantize_activations(gpu, &mut scratch, "fp8_encode_act", 1, x, count, act_scale)? };
     gpu.bind()?;
-    let r = super::cublaslt::fp8_gemm(
-        handle, l.weight, codes, y, l.mult, rows, l.out_feat, l.in_feat,
-    );
+    // SAFETY: the weight codes are `out_feat x in_feat`, the scratch holds
+    // `rows x in_feat` codes (locked), `y` has room for `rows x out_feat`.
+    let r = unsafe {
+        super::cublaslt::fp8_gemm(
+            handle, l.weight, codes, y, l.mult, rows, l.out_feat, l.in_feat,
+        )
+    };
     if let Err(e) = r {
         *lt = LtState::Failed(e.to_string());
         return Ok(false);
@@ -339,13 +377,17 @@ fn fp8_gemm_cublaslt(
         let f = gpu.function(&LINEAR, "add_bias")?;
         let (mut yp, mut bp, mut rr, mut nn) =
             (y, l.bias, rows as u64, int("out_features", l.out_feat)?);
-        launch(
-            gpu,
-            f,
-            (grid_1d(rows * l.out_feat), 1),
-            256,
-            &mut params!(yp, bp, rr, nn),
-        )?;
+        // SAFETY: `add_bias(float* y, const float* bias, u64 rows, int n)`
+        // over `y` (`rows x out_feat`) and the bias (`out_feat`).
+        unsafe {
+            launch(
+                gpu,
+                f,
+                (grid_1d(rows * l.out_feat), 1),
+                256,
+                &mut params!(yp, bp, rr, nn),
+            )?;
+        }
     }
     Ok(true)
 }
@@ -354,7 +396,10 @@ fn fp8_gemm_cublaslt(
 /// E4M3 grid, 4 bytes an element; `fp8_encode_act`: E4M3 codes, 1 byte)
 /// over the `count` elements at `x` with the activation scale, into the
 /// device's scratch buffer (grown as needed); returns the buffer's address.
-fn quantize_activations(
+///
+/// # Safety
+/// `x` holds `count` f32 on `gpu`, valid until the queued kernel has run.
+unsafe fn quantize_activations(
     gpu: &std::sync::Arc<Gpu>,
     scratch: &mut Option<DeviceBuffer>,
     kernel: &'static str,
@@ -371,12 +416,16 @@ fn quantize_activations(
     let buf = scratch.as_ref().expect("allocated above").ptr();
     let f = gpu.function(&FP8, kernel)?;
     let (mut src, mut dst, mut nn, mut sa) = (x, buf, count as u64, act_scale);
-    launch(
-        gpu,
-        f,
-        (grid_1d(count), 1),
-        256,
-        &mut params!(src, dst, nn, sa),
-    )?;
+    // SAFETY: `(const float* x, T* out, u64 n, float s)`: `x` per the
+    // caller's contract, `out` the scratch of at least `count * elem_bytes`.
+    unsafe {
+        launch(
+            gpu,
+            f,
+            (grid_1d(count), 1),
+            256,
+            &mut params!(src, dst, nn, sa),
+        )?;
+    }
     Ok(buf)
 }

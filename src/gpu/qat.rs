@@ -10,10 +10,11 @@
 //! error (diagnosed from host copies, with the CPU's message) and nothing
 //! changed; else the commit pass.
 
+use super::memory::DeviceElem;
 use crate::error::{QuantError, Result};
 use crate::fp8::Fp8Format;
 use crate::qat::format::Coef;
-use crate::qat::optimizer::{calibrate_for, diagnose};
+use crate::qat::optimizer::{calibrate_for, diagnose, next_step};
 use crate::qat::rng::stream_key;
 use crate::qat::{Master, QatConfig, QuantParams, QuantTarget, RoundingMode};
 
@@ -54,31 +55,31 @@ pub(crate) struct QatArgs {
     stochastic: i32,
 }
 
-/// A master precision the kernels take: the kernel suffix and where its
-/// AdamW constants go in the argument block.
-pub(crate) trait DevMaster: Master {
+/// A master precision the QAT kernels take (float32 or float64).
+pub trait DevMaster: Master + DeviceElem {
     /// `"f32"` or `"f64"`: the suffix of the kernels' names.
     const SUFFIX: &'static str;
-    fn put_coef(c: &Coef<Self>, a: &mut QatArgs);
-}
-
-fn coef_array<T: Master>(c: &Coef<T>) -> [T; 9] {
-    [
-        c.lr, c.lrwd, c.b1, c.b2, c.omb1, c.omb2, c.bc1, c.bc2, c.eps,
-    ]
 }
 
 impl DevMaster for f32 {
     const SUFFIX: &'static str = "f32";
-    fn put_coef(c: &Coef<f32>, a: &mut QatArgs) {
-        a.coef32 = coef_array(c);
-    }
 }
 
 impl DevMaster for f64 {
     const SUFFIX: &'static str = "f64";
-    fn put_coef(c: &Coef<f64>, a: &mut QatArgs) {
-        a.coef64 = coef_array(c);
+}
+
+/// The AdamW constants into the argument block's array of the master's
+/// precision (through f64, exact both ways for f32).
+fn put_coef<T: Master>(c: &Coef<T>, a: &mut QatArgs) {
+    let v: [f64; 9] = [
+        c.lr, c.lrwd, c.b1, c.b2, c.omb1, c.omb2, c.bc1, c.bc2, c.eps,
+    ]
+    .map(Into::into);
+    if T::BYTES == 4 {
+        a.coef32 = v.map(|x| x as f32);
+    } else {
+        a.coef64 = v;
     }
 }
 
@@ -123,15 +124,31 @@ impl QatArgs {
 }
 
 /// Where the kernels run: the device (`qat_launch.rs`) or, in the host
-/// test, the g++ build of the same code. Addresses are the executor's.
+/// test, the g++ build of the same code. Addresses are the executor's
+/// memory (device addresses, or host pointers in the host test).
+///
+/// # Safety
+/// The addresses in `a` (`w`, `g`, `m`, `v`, `q`: `a.n` elements of `T`;
+/// `partials`: `3 * MAX_DRY_BLOCKS` f64) and `addr` (`n` elements of `T`)
+/// must be live memory of the executor, valid until the queued work has
+/// run, the written ones overlapping nothing else.
 pub(crate) trait QatExec {
     /// `qat_dry_*` over `a.n` elements; the (min, max, non-finite) of the
     /// updated weights, reduced over the blocks' triples.
-    fn dry<T: DevMaster>(&self, a: &QatArgs) -> Result<(f64, f64, bool)>;
-    /// `qat_commit_*` over `a.n` elements, finished when it returns.
-    fn commit<T: DevMaster>(&self, a: &QatArgs) -> Result<()>;
+    ///
+    /// # Safety
+    /// See the trait.
+    unsafe fn dry<T: DevMaster>(&self, a: &QatArgs) -> Result<(f64, f64, bool)>;
+    /// `qat_commit_*` over `a.n` elements (queued).
+    ///
+    /// # Safety
+    /// See the trait.
+    unsafe fn commit<T: DevMaster>(&self, a: &QatArgs) -> Result<()>;
     /// A host copy of `n` elements at `addr` (the error path only).
-    fn read<T: DevMaster>(&self, addr: u64, n: usize) -> Result<Vec<T>>;
+    ///
+    /// # Safety
+    /// See the trait.
+    unsafe fn read<T: DevMaster>(&self, addr: u64, n: usize) -> Result<Vec<T>>;
 }
 
 /// Fold the dry pass's block triples as the CPU folds its lanes.
@@ -150,10 +167,14 @@ pub(crate) fn dry_blocks(n: usize) -> usize {
 /// The optimizer's state besides its device buffers: the CPU
 /// `QatOptimizer`'s scalar fields.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) struct QatScalars {
+pub struct QatScalars {
+    /// The configuration.
     pub config: QatConfig,
+    /// The stream seed of stochastic rounding.
     pub seed: u64,
+    /// Steps taken.
     pub step: u64,
+    /// The integer target's quantization parameters of the current view.
     pub params: Option<QuantParams>,
 }
 
@@ -186,7 +207,12 @@ impl QatBufs {
 /// One step (CPU twin: `QatOptimizer::step_seeded`): master at `w` updated
 /// in place with the gradient at `g`; `seed` overrides the stream seed for
 /// this step. On error nothing has changed (`s` included).
-pub(crate) fn step<T: DevMaster, E: QatExec>(
+///
+/// # Safety
+/// `bufs` are the optimizer's buffers of `bufs.n` elements of `T` (and its
+/// dry-pass scratch), `w` and `g` `bufs.n` elements of `T`, all memory of
+/// `exec` valid until the queued work has run; `w` overlaps none of the others.
+pub(crate) unsafe fn step<T: DevMaster, E: QatExec>(
     exec: &E,
     s: &mut QatScalars,
     bufs: &QatBufs,
@@ -194,25 +220,22 @@ pub(crate) fn step<T: DevMaster, E: QatExec>(
     g: u64,
     seed: Option<u64>,
 ) -> Result<()> {
-    let t = s
-        .step
-        .checked_add(1)
-        .ok_or_else(|| QuantError::InvalidState("step count overflow".into()))?;
-    let c = &s.config;
-    let coef = Coef::<T>::new(c.lr, c.beta1, c.beta2, c.eps, c.weight_decay, t);
+    let (t, coef) = next_step::<T>(&s.config, s.step)?;
     let mut a = bufs.args(w, g);
-    T::put_coef(&coef, &mut a);
-    let (min, max, bad) = exec.dry::<T>(&a)?;
+    put_coef(&coef, &mut a);
+    // SAFETY: `a` holds the function's buffers (its contract).
+    let (min, max, bad) = unsafe { exec.dry::<T>(&a)? };
     if bad {
-        let master = exec.read::<T>(w, bufs.n)?;
-        let grad = exec.read::<T>(g, bufs.n)?;
+        // SAFETY: `w` and `g` hold `bufs.n` elements of T.
+        let (master, grad) = unsafe { (exec.read::<T>(w, bufs.n)?, exec.read::<T>(g, bufs.n)?) };
         return Err(diagnose(&master, &grad));
     }
     let (params, _) = calibrate_for(&s.config, min, max)?;
     // Nothing can fail from here on but the device itself.
     let key = stream_key(seed.unwrap_or(s.seed), t);
     a.set_view(&s.config, params.as_ref(), key)?;
-    exec.commit::<T>(&a)?;
+    // SAFETY: as for the dry pass.
+    unsafe { exec.commit::<T>(&a)? };
     s.params = params;
     s.step = t;
     Ok(())

@@ -6,20 +6,24 @@
 //!
 //! Transactional like the CPU: a step that fails (non-finite gradient or
 //! master, an overflowing update, a degenerate calibration) has written
-//! nothing but the dry pass's scratch.
+//! nothing but the dry pass's scratch. A step reads the dry pass's triples
+//! back and queues the commit pass: reading the master back (or
+//! `Gpu::synchronize`) waits for it.
 
 use std::sync::Arc;
 
 use super::context::Gpu;
-use super::memory::{to_host, DeviceBuffer};
+use super::memory::{check_view, DeviceBuffer, DeviceSlice, DeviceSliceMut};
 use super::qat::{self, DevMaster, QatBufs, QatScalars, MAX_DRY_BLOCKS};
 use super::qat_launch::QatDevice;
 use crate::error::{QuantError, Result};
 use crate::qat::{QatConfig, QatOptimizer, QuantParams, RoundingMode};
 
-/// One optimizer's state on one device.
-pub(crate) struct DeviceQat<T> {
-    pub gpu: Arc<Gpu>,
+/// `QatOptimizer` (float32 or float64 master) with its AdamW moments and
+/// fake-quantized view on one device; the master stays the caller's. Each
+/// step is bit-identical to the CPU optimizer's.
+pub struct DeviceQat<T> {
+    gpu: Arc<Gpu>,
     s: QatScalars,
     n: usize,
     m: DeviceBuffer,
@@ -31,9 +35,15 @@ pub(crate) struct DeviceQat<T> {
     _t: std::marker::PhantomData<T>,
 }
 
+impl<T> std::fmt::Debug for DeviceQat<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DeviceQat(cuda:{}, {} elements)", self.gpu.ordinal, self.n)
+    }
+}
+
 impl<T: DevMaster> DeviceQat<T> {
     /// The CPU optimizer `o` (configuration and state) copied to `gpu`.
-    pub(crate) fn from_cpu(gpu: &Arc<Gpu>, o: &QatOptimizer<T>) -> Result<DeviceQat<T>> {
+    pub fn from_cpu(gpu: &Arc<Gpu>, o: &QatOptimizer<T>) -> Result<DeviceQat<T>> {
         let (m, v) = o.moments();
         Ok(DeviceQat {
             gpu: gpu.clone(),
@@ -53,22 +63,22 @@ impl<T: DevMaster> DeviceQat<T> {
     }
 
     /// A CPU optimizer with this configuration and a host copy of the state.
-    pub(crate) fn to_cpu(&self) -> Result<QatOptimizer<T>> {
+    pub fn to_cpu(&self) -> Result<QatOptimizer<T>> {
         let s = &self.s;
         QatOptimizer::from_parts(
             s.config,
             s.seed,
             s.step,
-            to_host(&self.gpu, self.m.ptr(), self.n)?,
-            to_host(&self.gpu, self.v.ptr(), self.n)?,
-            to_host(&self.gpu, self.q.ptr(), self.n)?,
+            self.m.to_host()?,
+            self.v.to_host()?,
+            self.q.to_host()?,
             s.params,
         )
     }
 
     /// Replace the whole state by `o`'s (same length; checked first, so
     /// on error nothing changes). The view buffer is written in place.
-    pub(crate) fn load(&mut self, o: &QatOptimizer<T>) -> Result<()> {
+    pub fn load(&mut self, o: &QatOptimizer<T>) -> Result<()> {
         if o.len() != self.n {
             return Err(QuantError::dims("state", self.n, o.len()));
         }
@@ -76,7 +86,7 @@ impl<T: DevMaster> DeviceQat<T> {
         let fresh_m = DeviceBuffer::from_host(&self.gpu, m)?;
         let fresh_v = DeviceBuffer::from_host(&self.gpu, v)?;
         let q = DeviceBuffer::from_host(&self.gpu, o.quantized_slice())?;
-        copy(&self.gpu, self.q.ptr(), q.ptr(), self.n * T::BYTES)?;
+        copy(&self.q, &q)?;
         self.m = fresh_m;
         self.v = fresh_v;
         self.s = QatScalars {
@@ -88,10 +98,18 @@ impl<T: DevMaster> DeviceQat<T> {
         Ok(())
     }
 
-    /// One step of the master at `w` with the gradient at `g` (device
-    /// addresses of `len()` elements of `T`, checked by the caller);
-    /// `seed` overrides the stream seed for this step.
-    pub(crate) fn step(&mut self, w: u64, g: u64, seed: Option<u64>) -> Result<()> {
+    /// One AdamW step of `master` (updated in place) with `grad` (both
+    /// `len()` elements on this device), then a new view; `seed` overrides
+    /// the stream seed for this step. On error nothing changes.
+    pub fn step(
+        &mut self,
+        master: &mut DeviceSliceMut<'_, T>,
+        grad: &DeviceSlice<'_, T>,
+        seed: Option<u64>,
+    ) -> Result<()> {
+        check_view(&self.gpu, "master", master.gpu(), master.len(), self.n)?;
+        check_view(&self.gpu, "grad", grad.gpu(), grad.len(), self.n)?;
+        let (w, g) = (master.ptr(), grad.ptr());
         let bufs = QatBufs {
             n: self.n,
             m: self.m.ptr(),
@@ -99,43 +117,60 @@ impl<T: DevMaster> DeviceQat<T> {
             q: self.q.ptr(),
             partials: self.partials.ptr(),
         };
-        qat::step::<T, _>(&QatDevice(&self.gpu), &mut self.s, &bufs, w, g, seed)
+        // SAFETY: m, v, q hold `n` elements of T and `partials`
+        // 3 * MAX_DRY_BLOCKS f64 (allocated so, private); master and grad
+        // are checked views of `n` elements on this device, the master
+        // borrowed mutably so it overlaps nothing else.
+        unsafe { qat::step::<T, _>(&QatDevice(&self.gpu), &mut self.s, &bufs, w, g, seed) }
     }
 
-    pub(crate) fn len(&self) -> usize {
+    /// The device holding the state.
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+
+    /// Elements of the master.
+    pub fn len(&self) -> usize {
         self.n
     }
 
-    pub(crate) fn scalars(&self) -> &QatScalars {
+    /// Whether the master has no element.
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// Configuration, seed, step count and integer parameters.
+    pub fn scalars(&self) -> &QatScalars {
         &self.s
     }
 
-    pub(crate) fn quant_params(&self) -> Option<QuantParams> {
+    /// The quantization parameters of the current view (integer targets).
+    pub fn quant_params(&self) -> Option<QuantParams> {
         self.s.params
     }
 
-    /// The view's buffer (shared, never replaced).
-    pub(crate) fn view(&self) -> Arc<DeviceBuffer> {
+    /// The view's buffer (shared, never replaced: every step rewrites it).
+    pub fn view(&self) -> Arc<DeviceBuffer> {
         self.q.clone()
     }
 
     /// Device copies of `(m, v)`.
-    pub(crate) fn moments(&self) -> Result<(DeviceBuffer, DeviceBuffer)> {
+    pub fn moments(&self) -> Result<(DeviceBuffer, DeviceBuffer)> {
         let bytes = self.n * T::BYTES;
-        let m = DeviceBuffer::alloc(&self.gpu, bytes)?;
-        let v = DeviceBuffer::alloc(&self.gpu, bytes)?;
-        copy(&self.gpu, m.ptr(), self.m.ptr(), bytes)?;
-        copy(&self.gpu, v.ptr(), self.v.ptr(), bytes)?;
+        let mut m = DeviceBuffer::alloc(&self.gpu, bytes)?;
+        let mut v = DeviceBuffer::alloc(&self.gpu, bytes)?;
+        m.view_mut::<u8>().copy_from(&self.m.view())?;
+        v.view_mut::<u8>().copy_from(&self.v.view())?;
         Ok((m, v))
     }
 
     /// Device bytes held: moments, view and the dry pass's scratch.
-    pub(crate) fn device_bytes(&self) -> usize {
+    pub fn device_bytes(&self) -> usize {
         self.m.bytes() + self.v.bytes() + self.q.bytes() + self.partials.bytes()
     }
 
     /// Set the five AdamW hyper-parameters (validated first; all or none).
-    pub(crate) fn set_hyper(&mut self, lr: f64, b1: f64, b2: f64, eps: f64, wd: f64) -> Result<()> {
+    pub fn set_hyper(&mut self, lr: f64, b1: f64, b2: f64, eps: f64, wd: f64) -> Result<()> {
         let c = QatConfig {
             lr,
             beta1: b1,
@@ -149,22 +184,24 @@ impl<T: DevMaster> DeviceQat<T> {
         Ok(())
     }
 
-    pub(crate) fn set_rounding(&mut self, r: RoundingMode) {
+    /// Set the rounding of the view.
+    pub fn set_rounding(&mut self, r: RoundingMode) {
         self.s.config.rounding = r;
     }
 
-    pub(crate) fn set_seed(&mut self, seed: u64) {
+    /// Set the stream seed of stochastic rounding.
+    pub fn set_seed(&mut self, seed: u64) {
         self.s.seed = seed;
     }
 }
 
-/// Copy `bytes` bytes between two device buffers (synchronous).
-fn copy(gpu: &Gpu, dst: u64, src: u64, bytes: usize) -> Result<()> {
-    if bytes == 0 {
-        return Ok(());
-    }
-    gpu.bind()?;
-    // SAFETY: two distinct live device buffers of at least `bytes` bytes.
-    unsafe { cudarc::driver::result::memcpy_dtod_sync(dst, src, bytes) }
-        .map_err(|e| super::context::gpu_err("copying on the device", e))
+/// Queue a copy of all of `src` into the shared view buffer `dst` (same
+/// size), written in place so that handed-out views stay current.
+fn copy(dst: &DeviceBuffer, src: &DeviceBuffer) -> Result<()> {
+    // SAFETY: `dst` is a live buffer of `dst.bytes()` bytes (the length
+    // `copy_from` checks against `src`), written only by this optimizer's
+    // calls, which `&mut self` serialises; no `DeviceSliceMut` of it exists
+    // (the optimizer hands out only the shared buffer).
+    let mut d = unsafe { DeviceSliceMut::<u8>::from_raw(dst.gpu(), dst.ptr(), dst.bytes()) };
+    d.copy_from(&src.view())
 }

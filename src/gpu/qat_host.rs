@@ -72,7 +72,7 @@ fn which<T: DevMaster>() -> usize {
 }
 
 impl QatExec for HostExec {
-    fn dry<T: DevMaster>(&self, a: &QatArgs) -> Result<(f64, f64, bool)> {
+    unsafe fn dry<T: DevMaster>(&self, a: &QatArgs) -> Result<(f64, f64, bool)> {
         let blocks = dry_blocks(a.n as usize);
         // SAFETY: every address in `a` is a live host buffer of `a.n`
         // elements of T; `partials` holds 3 * MAX_DRY_BLOCKS f64.
@@ -81,12 +81,12 @@ impl QatExec for HostExec {
         let p = unsafe { std::slice::from_raw_parts(a.partials as *const f64, 3 * blocks) };
         Ok(reduce_partials(p))
     }
-    fn commit<T: DevMaster>(&self, a: &QatArgs) -> Result<()> {
+    unsafe fn commit<T: DevMaster>(&self, a: &QatArgs) -> Result<()> {
         // SAFETY: as for `dry`.
         unsafe { (self.0.commit[which::<T>()])(a) };
         Ok(())
     }
-    fn read<T: DevMaster>(&self, addr: u64, n: usize) -> Result<Vec<T>> {
+    unsafe fn read<T: DevMaster>(&self, addr: u64, n: usize) -> Result<Vec<T>> {
         // SAFETY: `addr` is a live host buffer of `n` elements of T.
         Ok(unsafe { std::slice::from_raw_parts(addr as *const T, n) }.to_vec())
     }
@@ -128,7 +128,9 @@ impl<T: DevMaster> HostQat<T> {
             partials: partials.as_mut_ptr() as u64,
         };
         let (wp, gp) = (w.as_mut_ptr() as u64, g.as_ptr() as u64);
-        qat::step::<T, _>(&HostExec(h), &mut self.s, &bufs, wp, gp, seed)
+        // SAFETY: m, v, q, w and g are live host buffers of `n` elements,
+        // `partials` of 3 * MAX_DRY_BLOCKS; `w` is the caller's own slice.
+        unsafe { qat::step::<T, _>(&HostExec(h), &mut self.s, &bufs, wp, gp, seed) }
     }
 }
 

@@ -1,5 +1,5 @@
-//! ndarray conveniences on [`QuantizedWeight`] (docs/rust.md): the seed's
-//! slice methods with shapes taken from `ArrayView2` / `ArrayView1`.
+//! ndarray conveniences on [`QuantizedWeight`] (docs/rust.md): the slice
+//! methods with shapes taken from `ArrayView2` / `ArrayView1`.
 
 use ndarray::{Array1, Array2, ArrayView1, ArrayView2};
 
@@ -29,9 +29,9 @@ impl QuantizedWeight {
     /// // w[i, o] = (i - o) / 8, shape [in_feat = 8, out_feat = 3]
     /// let w = Array2::from_shape_fn((8, 3), |(i, o)| (i as f32 - o as f32) / 8.0);
     /// let qw = QuantizedWeight::quantize_array(w.view(), 8)?;
-    /// assert_eq!((qw.in_feat, qw.out_feat, qw.num_groups), (8, 3, 1));
+    /// assert_eq!((qw.in_feat(), qw.out_feat(), qw.num_groups()), (8, 3, 1));
     /// // Column 0's scale is absmax / 7 = (7 / 8) / 7.
-    /// assert_eq!(qw.scales[0], 0.875 / 7.0);
+    /// assert_eq!(qw.scales()[0], 0.875 / 7.0);
     /// let y = qw.matvec_array(array![1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0].view())?;
     /// let wd = qw.dequantize_array();
     /// for o in 0..3 {
@@ -54,7 +54,7 @@ impl QuantizedWeight {
     pub fn matvec_array(&self, x: ArrayView1<'_, f32>) -> Result<Array1<f32>> {
         let mut y = Array1::zeros(self.out_feat);
         let ys = y.as_slice_mut().expect("a new array is contiguous");
-        self.matvec(contiguous(&x, "x")?, ys)?;
+        self.try_matvec(contiguous(&x, "x")?, ys)?;
         Ok(y)
     }
 
@@ -71,7 +71,7 @@ impl QuantizedWeight {
         }
         let mut y = Array2::zeros((batch, self.out_feat));
         let ys = y.as_slice_mut().expect("a new array is contiguous");
-        self.matmul(contiguous(&x, "x")?, batch, ys)?;
+        self.try_matmul(contiguous(&x, "x")?, batch, ys)?;
         Ok(y)
     }
 }

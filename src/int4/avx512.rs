@@ -9,92 +9,51 @@
 use std::arch::x86_64::*;
 
 use super::format::{dequant_tile_scalar, panel_stride, MatvecArgs, TileArgs, NR};
-use super::strips::{walk, Ahead, STRIP_VECS};
+use super::strips::{matvec_kernels, StripLanes};
 use crate::simd::Avx512;
 
 /// Row pairs ahead that the GEMM tile dequantizer prefetches.
 const DEQUANT_PREFETCH_PAIRS: usize = 16;
 
-/// Matvec over the columns `o0 .. o0 + y.len()`.
-///
-/// # Safety
-/// None beyond the token: it proves AVX-512 F/BW/VL, AVX2 and FMA.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
-pub(super) unsafe fn matvec(_: Avx512, args: &MatvecArgs, o0: usize, y: &mut [f32]) {
-    walk(args, o0, y, 16, |g, c0, ys, ahead, wide| {
-        // SAFETY: this function's features are present (the token); the
-        // walk hands out strips inside the matrix.
-        unsafe {
-            if wide {
-                strip::<STRIP_VECS>(args, g, c0, ys, ahead)
-            } else {
-                strip::<1>(args, g, c0, ys, ahead)
-            }
-        }
-    });
+matvec_kernels!("avx512f,avx512bw,avx512vl,avx2,fma", Avx512, __m512);
+
+/// The 16-entry nibble table: lane `i` holds the two's complement value of
+/// the nibble `i`, and `vpermps` reads only the low 4 bits of each index, so
+/// one permute turns a nibble into its signed f32 (no mask, no conversion).
+#[inline(always)]
+unsafe fn nibble_table() -> __m512 {
+    // SAFETY: the caller guarantees AVX-512 F.
+    unsafe {
+        _mm512_setr_ps(
+            0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, -8.0, -7.0, -6.0, -5.0, -4.0, -3.0, -2.0, -1.0,
+        )
+    }
 }
 
-/// One group's contribution to `V * 16` columns starting at `c0` (also
-/// the VNNI kernel's path for the groups its integer form cannot carry).
-///
-/// # Safety
-/// The CPU must have AVX-512 F/BW/VL, AVX2 and FMA (the callers hold an
-/// [`Avx512`] token or one that implies it).
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
-pub(super) unsafe fn strip<const V: usize>(
-    args: &MatvecArgs,
-    g: usize,
-    c0: usize,
-    y: &mut [f32],
-    ahead: Ahead,
-) {
-    debug_assert_eq!(y.len(), 16 * V);
-    let half = args.group_size / 2;
-    let n = args.out_feat;
-    // vpermps reads only the low 4 bits of each index lane, so one
-    // permute turns a nibble into its signed value as f32 (no mask, no
-    // conversion): lane i of the table holds the two's complement value of i.
-    let table = _mm512_setr_ps(
-        0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, -8.0, -7.0, -6.0, -5.0, -4.0, -3.0, -2.0, -1.0,
-    );
-    let mut acc = [_mm512_setzero_ps(); V];
-    let p_end = (g + 1) * half;
-    assert!(p_end * n <= args.data.len() && c0 + 16 * V <= n && 2 * p_end <= args.x.len());
-    ahead.prefetch_scales(args, g, c0, (64 * V).div_ceil(64));
-    for p in g * half..p_end {
-        // SAFETY: p < num_pairs and c0 + 16 V <= out_feat (asserted above), so
-        // the row slice is inside `data`; 2p + 1 < x.len().
-        unsafe {
-            let row = args.data.as_ptr().add(p * n + c0);
-            // The strips of a group walk its rows side by side, which the
-            // hardware prefetchers follow poorly: fetch this row's bytes a
-            // few strips ahead (a prefetch never faults, even past the end).
-            ahead.prefetch_row(row, (16 * V).div_ceil(64));
-            let x0 = _mm512_set1_ps(*args.x.get_unchecked(2 * p));
-            let x1 = _mm512_set1_ps(*args.x.get_unchecked(2 * p + 1));
-            for (v, a) in acc.iter_mut().enumerate() {
-                let bytes = _mm_loadu_si128(row.add(16 * v) as *const __m128i);
-                let wide = _mm512_cvtepu8_epi32(bytes);
-                let lo = _mm512_permutexvar_ps(wide, table);
-                let hi = _mm512_permutexvar_ps(_mm512_srli_epi32::<4>(wide), table);
-                *a = _mm512_fmadd_ps(lo, x0, *a);
-                *a = _mm512_fmadd_ps(hi, x1, *a);
-            }
-        }
+/// Nibbles through [`nibble_table`], against `x` itself.
+impl StripLanes for __m512 {
+    fn x<'a>(args: &MatvecArgs<'a>) -> &'a [f32] {
+        args.x
     }
-    let srow = &args.scales[g * n + c0..g * n + c0 + 16 * V];
-    for (v, a) in acc.iter().enumerate() {
-        // SAFETY: y and srow hold 16 V floats; unaligned loads and stores.
+
+    #[inline(always)]
+    unsafe fn decode(row: *const u8) -> (Self, Self) {
+        // SAFETY: AVX-512 F (the caller), and `row` holds 16 bytes.
         unsafe {
-            let yp = y.as_mut_ptr().add(16 * v);
-            let s = _mm512_loadu_ps(srow.as_ptr().add(16 * v));
-            _mm512_storeu_ps(yp, _mm512_fmadd_ps(*a, s, _mm512_loadu_ps(yp)));
+            let table = nibble_table();
+            let wide = _mm512_cvtepu8_epi32(_mm_loadu_si128(row as *const __m128i));
+            let lo = _mm512_permutexvar_ps(wide, table);
+            let hi = _mm512_permutexvar_ps(_mm512_srli_epi32::<4>(wide), table);
+            (lo, hi)
         }
     }
 }
 
 /// AVX-512 GEMM micro-kernel: `out[m][..] = sum_k a[m * lda + k] * b[k * NR ..]`
 /// for `M` rows of `a` and one packed panel `b` (`kc` rows of `NR` floats).
+/// Not one body with `avx2::gemm_micro`: with 32 registers both panel
+/// vectors load first and each row's broadcast follows, while AVX2's 16
+/// registers need the broadcasts first (each order spills on the other).
 ///
 /// # Safety
 /// The token proves AVX-512 F/BW/VL + FMA; the caller guarantees that `a`
@@ -148,9 +107,8 @@ pub(super) unsafe fn dequant_tile(_: Avx512, t: &TileArgs, packed: &mut [f32]) {
     let n = t.out_feat;
     let gs = t.group_size;
     let full_panels = t.nc / NR;
-    let table = _mm512_setr_ps(
-        0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, -8.0, -7.0, -6.0, -5.0, -4.0, -3.0, -2.0, -1.0,
-    );
+    // SAFETY: the token proves AVX-512 F.
+    let table = unsafe { nibble_table() };
     debug_assert!(t.k0.is_multiple_of(2) && packed.len() >= t.nc.div_ceil(NR) * panel_stride(t.kc));
     for rr in (0..t.kc).step_by(2) {
         let r = t.k0 + rr;

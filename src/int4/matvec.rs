@@ -21,39 +21,13 @@ pub(super) const PAR_MIN_WEIGHTS: usize = 1 << 18;
 /// `y = W^T x` for one row `x` `[in_feat]` into `y` `[out_feat]`.
 pub(super) fn matvec(qw: &QuantizedWeight, x: &[f32], y: &mut [f32], kernel: Matvec) {
     let in_padded = qw.in_padded();
-    // The fields are public: a caller that broke the layout gets a panic
-    // here, not the SIMD kernels' unchecked reads.
     let n = qw.out_feat;
-    let g = qw.num_groups;
-    assert!(
-        n > 0
-            && qw.data.len().is_multiple_of(n)
-            && g > 0
-            && in_padded.is_multiple_of(2 * g)
-            && in_padded >= qw.in_feat
-            && qw.scales.len() == g * n
-            && x.len() == qw.in_feat
-            && y.len() == n,
-        "QuantizedWeight layout broken (data, scales, num_groups) or x/y of the wrong length"
-    );
+    // The layout itself holds by construction (private fields, checked
+    // constructors); the callers check the lengths of `x` and `y`.
+    debug_assert!(x.len() == qw.in_feat && y.len() == n);
     let mut xp = vec![0.0f32; in_padded];
     xp[..qw.in_feat].copy_from_slice(x);
-    // The AVX2 kernel reads the nibbles in place as `q << 28` and `q * 16`
-    // and takes `x` pre-scaled to match; no other kernel needs it.
-    let xs: Vec<f32> = if kernel.uses_xs() {
-        xp.iter()
-            .enumerate()
-            .map(|(i, v)| {
-                if i % 2 == 0 {
-                    v * LO_SCALE
-                } else {
-                    v * HI_SCALE
-                }
-            })
-            .collect()
-    } else {
-        Vec::new()
-    };
+    let xs = prescaled(&xp, kernel);
     // The VNNI kernel's integer `x` is built by the first work item that
     // needs it, not before the helpers are asked: the build then overlaps
     // the helpers' wake-up instead of delaying it.
@@ -127,6 +101,25 @@ pub(super) fn matvec(qw: &QuantizedWeight, x: &[f32], y: &mut [f32], kernel: Mat
             kernel.cols(&args, xint_of(), c * width, &mut lock(&slots[c]));
         });
     }
+}
+
+/// `x` (padded rows of even length) pre-scaled for the AVX2 kernel, which
+/// reads the nibbles in place as `q << 28` (even rows) and `q * 16` (odd
+/// rows); empty for the kernels that do not read it (`MatvecArgs::xs`).
+pub(super) fn prescaled(xp: &[f32], kernel: Matvec) -> Vec<f32> {
+    if !kernel.uses_xs() {
+        return Vec::new();
+    }
+    xp.iter()
+        .enumerate()
+        .map(|(i, v)| {
+            if i % 2 == 0 {
+                v * LO_SCALE
+            } else {
+                v * HI_SCALE
+            }
+        })
+        .collect()
 }
 
 /// Largest partial-output buffer (in floats, 16 MiB) a thread keeps

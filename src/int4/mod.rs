@@ -1,5 +1,5 @@
 // Over 400 lines: the public type and every entry point's checks, written out.
-//! Packed INT4 weights with per-group f32 scales (seed 003; docs/int4.md).
+//! Packed INT4 weights with per-group f32 scales (docs/int4.md).
 //!
 //! Format, for a weight `w` of shape `[in_feat, out_feat]` (row-major):
 //! - effective group `gs = min(group_size, in_feat rounded up to even)`; rows
@@ -20,18 +20,9 @@
 //! kernel and its CPU proof token, chosen once per call) -> the per-ISA
 //! kernels `avx2`, `avx512`, `vnni` (with `strips`, their shared walk) ->
 //! `format` (argument structs, the scalar twins) and `xint`. The opt-in
-//! int8-activation path is `a8` (driver) -> `xq8` (quantizing `x`) and the
-//! kernels `a8_avx2` / `a8_scalar`, and from 5 rows the blocked GEMM
-//! `a8_gemm` (decoded panels) with its micro-kernels `a8_micro`.
+//! int8-activation path is the module `a8` (see its docs for its files).
 
 mod a8;
-#[cfg(target_arch = "x86_64")]
-mod a8_avx2;
-#[cfg(target_arch = "x86_64")]
-mod a8_gemm;
-#[cfg(target_arch = "x86_64")]
-mod a8_micro;
-mod a8_scalar;
 mod array_api;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -49,7 +40,6 @@ mod strips;
 #[cfg(target_arch = "x86_64")]
 mod vnni;
 mod xint;
-mod xq8;
 
 use crate::error::{QuantError, Result};
 use crate::simd::{self, SimdLevel};
@@ -74,18 +64,22 @@ pub const GEMM_MIN_BATCH: usize = 8;
 pub const ROWS_MAX_BATCH: usize = 16;
 
 /// Packed INT4 weight tensor with per-group f32 scales.
+///
+/// The fields are private so that every value satisfies the layout the
+/// kernels read without bounds checks: build one with [`Self::quantize`]
+/// (and its variants) or [`Self::from_parts`], which validates every size.
 #[derive(Clone, Debug, PartialEq)]
 pub struct QuantizedWeight {
     /// Packed nibbles, `[num_pairs * out_feat]`, see the module docs.
-    pub data: Vec<u8>,
+    data: Vec<u8>,
     /// Scales, `[num_groups * out_feat]`.
-    pub scales: Vec<f32>,
+    scales: Vec<f32>,
     /// Original (unpadded) input dimension.
-    pub in_feat: usize,
+    in_feat: usize,
     /// Output dimension.
-    pub out_feat: usize,
+    out_feat: usize,
     /// Number of groups along the input dimension.
-    pub num_groups: usize,
+    num_groups: usize,
 }
 
 /// The derived sizes of the format for one `(in_feat, group_size)`.
@@ -140,8 +134,19 @@ fn checked_len(a: usize, b: usize, what: &str) -> Result<usize> {
 
 impl QuantizedWeight {
     /// Quantize `w` `[in_feat, out_feat]` with the default group size (32),
-    /// the seed's signature.
-    pub fn quantize(w: &[f32], in_feat: usize, out_feat: usize) -> Result<Self> {
+    /// in the original crate's infallible form.
+    ///
+    /// # Panics
+    /// Where [`Self::try_quantize`] returns an error (a `w` whose length is
+    /// not `in_feat * out_feat`, a zero dimension, a non-finite weight), with
+    /// that error's message.
+    pub fn quantize(w: &[f32], in_feat: usize, out_feat: usize) -> Self {
+        Self::try_quantize(w, in_feat, out_feat).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Quantize `w` `[in_feat, out_feat]` with the default group size (32);
+    /// invalid input is an error and nothing is allocated.
+    pub fn try_quantize(w: &[f32], in_feat: usize, out_feat: usize) -> Result<Self> {
         Self::quantize_grouped(w, in_feat, out_feat, DEFAULT_GROUP_SIZE)
     }
 
@@ -284,6 +289,37 @@ impl QuantizedWeight {
         })
     }
 
+    /// The packed nibbles, `[num_pairs * out_feat]` (see the module docs).
+    pub fn data(&self) -> &[u8] {
+        &self.data
+    }
+
+    /// The scales, `[num_groups * out_feat]`.
+    pub fn scales(&self) -> &[f32] {
+        &self.scales
+    }
+
+    /// The original (unpadded) input dimension.
+    pub fn in_feat(&self) -> usize {
+        self.in_feat
+    }
+
+    /// The output dimension.
+    pub fn out_feat(&self) -> usize {
+        self.out_feat
+    }
+
+    /// The number of groups along the input dimension.
+    pub fn num_groups(&self) -> usize {
+        self.num_groups
+    }
+
+    /// The packed nibbles and the scales, taken apart (the inverse of
+    /// [`Self::from_parts`]).
+    pub fn into_parts(self) -> (Vec<u8>, Vec<f32>) {
+        (self.data, self.scales)
+    }
+
     /// The effective group size (rows per scale).
     pub fn group_size(&self) -> usize {
         self.in_padded() / self.num_groups
@@ -304,8 +340,20 @@ impl QuantizedWeight {
         self.data.len() + 4 * self.scales.len()
     }
 
-    /// Dequantize into `out` `[in_feat, out_feat]`.
-    pub fn dequantize_to(&self, out: &mut [f32]) -> Result<()> {
+    /// Dequantize into `out` `[in_feat, out_feat]`, in the original crate's
+    /// infallible form.
+    ///
+    /// # Panics
+    /// Where [`Self::try_dequantize_to`] returns an error (`out` of the wrong
+    /// length).
+    pub fn dequantize_to(&self, out: &mut [f32]) {
+        self.try_dequantize_to(out)
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Dequantize into `out` `[in_feat, out_feat]`; a wrong length is an
+    /// error and `out` is untouched.
+    pub fn try_dequantize_to(&self, out: &mut [f32]) -> Result<()> {
         let n = self.in_feat * self.out_feat;
         if out.len() != n {
             return Err(QuantError::dims(
@@ -326,9 +374,30 @@ impl QuantizedWeight {
     }
 
     /// `y = W^T x`: `x` `[in_feat]`, `y` `[out_feat]`. Never materializes the
-    /// f32 weight.
-    pub fn matvec(&self, x: &[f32], y: &mut [f32]) -> Result<()> {
-        self.matmul(x, 1, y)
+    /// f32 weight. The original crate's infallible form.
+    ///
+    /// # Panics
+    /// Where [`Self::try_matvec`] returns an error (a slice of the wrong
+    /// length).
+    pub fn matvec(&self, x: &[f32], y: &mut [f32]) {
+        self.try_matvec(x, y).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// `y = W^T x`; a slice of the wrong length is an error and `y` is
+    /// untouched.
+    pub fn try_matvec(&self, x: &[f32], y: &mut [f32]) -> Result<()> {
+        self.try_matmul(x, 1, y)
+    }
+
+    /// `Y = X W`: `x` `[batch, in_feat]`, `y` `[batch, out_feat]`, in the
+    /// original crate's infallible form.
+    ///
+    /// # Panics
+    /// Where [`Self::try_matmul`] returns an error (a slice of the wrong
+    /// length).
+    pub fn matmul(&self, x: &[f32], batch: usize, y: &mut [f32]) {
+        self.try_matmul(x, batch, y)
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// `Y = X W`: `x` `[batch, in_feat]`, `y` `[batch, out_feat]`. With the
@@ -336,7 +405,7 @@ impl QuantizedWeight {
     /// matvec that decodes the weights once for all rows; otherwise from
     /// [`GEMM_MIN_BATCH`] rows on this is a blocked GEMM over dequantized
     /// tiles, and below it one on-the-fly matvec per row.
-    pub fn matmul(&self, x: &[f32], batch: usize, y: &mut [f32]) -> Result<()> {
+    pub fn try_matmul(&self, x: &[f32], batch: usize, y: &mut [f32]) -> Result<()> {
         let nx = checked_len(batch, self.in_feat, "x")?;
         if x.len() != nx {
             return Err(QuantError::dims(
@@ -465,9 +534,5 @@ enum Kernels {
     Matvec(Matvec),
 }
 
-#[cfg(all(test, target_arch = "x86_64"))]
-mod a8_gemm_tests;
-#[cfg(test)]
-mod a8_tests;
 #[cfg(test)]
 mod tests;

@@ -65,7 +65,7 @@ pub fn quantize_value(v: f32, scale: f32) -> i8 {
     ((t + ROUND_MAGIC) - ROUND_MAGIC) as i8
 }
 
-/// Pack `w` with the given scales into the seed's nibble layout.
+/// Pack `w` with the given scales into the nibble layout of the module docs.
 pub fn pack(
     w: &[f32],
     in_feat: usize,

@@ -9,8 +9,8 @@
 use std::sync::{Mutex, MutexGuard};
 
 use super::dispatch::Matvec;
-use super::format::{MatvecArgs, RowsArgs, HI_SCALE, LO_SCALE};
-use super::matvec::{chunk_width, PAR_MIN_WEIGHTS};
+use super::format::{MatvecArgs, RowsArgs};
+use super::matvec::{chunk_width, prescaled, PAR_MIN_WEIGHTS};
 use super::QuantizedWeight;
 use crate::par;
 
@@ -26,19 +26,9 @@ pub(super) fn matmul_rows(
     let in_padded = qw.in_padded();
     let n = qw.out_feat;
     let g = qw.num_groups;
-    // The fields are public: a caller that broke the layout gets a panic
-    // here, not the SIMD kernels' unchecked reads.
-    assert!(
-        n > 0
-            && qw.data.len().is_multiple_of(n)
-            && g > 0
-            && in_padded.is_multiple_of(2 * g)
-            && in_padded >= qw.in_feat
-            && qw.scales.len() == g * n
-            && x.len() == rows * qw.in_feat
-            && y.len() == rows * n,
-        "QuantizedWeight layout broken (data, scales, num_groups) or x/y of the wrong length"
-    );
+    // The layout itself holds by construction (private fields, checked
+    // constructors); the callers check the lengths of `x` and `y`.
+    debug_assert!(x.len() == rows * qw.in_feat && y.len() == rows * n);
     let mut xp = vec![0.0f32; rows * in_padded];
     for (dst, src) in xp
         .chunks_exact_mut(in_padded)
@@ -46,22 +36,8 @@ pub(super) fn matmul_rows(
     {
         dst[..qw.in_feat].copy_from_slice(src);
     }
-    // `x` pre-scaled for the AVX2 nibble trick (see `MatvecArgs::xs`); the
-    // row pitch is even, so a row's even elements are even in `xp`.
-    let xs: Vec<f32> = if kernel.uses_xs() {
-        xp.iter()
-            .enumerate()
-            .map(|(i, v)| {
-                if i % 2 == 0 {
-                    v * LO_SCALE
-                } else {
-                    v * HI_SCALE
-                }
-            })
-            .collect()
-    } else {
-        Vec::new()
-    };
+    // The row pitch is even, so a row's even elements are even in `xp`.
+    let xs = prescaled(&xp, kernel);
     let args = RowsArgs {
         base: MatvecArgs {
             data: &qw.data,

@@ -32,7 +32,7 @@ use std::arch::x86_64::*;
 
 use rayon::prelude::*;
 
-use super::kernels::{Epilogue, OutPtr};
+use super::common::{Epilogue, OutPtr};
 use crate::simd::{Amx, Avx512};
 
 /// Batch rows from which the FP8 forward takes this path: below it the
@@ -534,73 +534,6 @@ mod tests {
                         );
                     }
                 }
-            }
-        }
-    }
-
-    /// Signed zeros, subnormal and huge inputs: the tile unit reads values
-    /// below 2^-126 as zero (a documented absolute difference below
-    /// `k * 448 * 2^-126`), and huge rows reach it scaled into range by
-    /// `matmul_rows` (crate::range).
-    #[test]
-    fn zeros_subnormals_and_huge_inputs() {
-        if Amx::new().is_none() {
-            eprintln!("skipped: no AMX here");
-            return;
-        }
-        let table = crate::fp8::decode_table(crate::fp8::Fp8Format::E4M3);
-        let (m, n, k) = (17, 40, 300);
-        let w = codes(n * k, 5);
-        let mut x: Vec<f32> = vals(m * k, 6).iter().map(|v| v * 2.0 - 1.0).collect();
-        for (i, v) in x.iter_mut().enumerate() {
-            match i % 5 {
-                0 => *v = -0.0,
-                1 => *v *= 1e-40, // subnormal
-                _ => {}
-            }
-        }
-        x[3 * k..4 * k].iter_mut().for_each(|v| *v *= 3e37); // a huge row
-        struct E4m3<'a>(&'a [u8], usize);
-        impl super::super::kernels::RowSource for E4m3<'_> {
-            fn decode(&self, r: usize, k0: usize, out: &mut [f32]) {
-                let t = crate::fp8::decode_table(crate::fp8::Fp8Format::E4M3);
-                for (o, &c) in out.iter_mut().zip(&self.0[r * self.1 + k0..]) {
-                    *o = t[c as usize];
-                }
-            }
-            fn dot(&self, _: super::super::dispatch::Dots, r: usize, x: &[f32]) -> f32 {
-                let t = crate::fp8::decode_table(crate::fp8::Fp8Format::E4M3);
-                x.iter()
-                    .zip(&self.0[r * self.1..])
-                    .map(|(v, &c)| v * t[c as usize])
-                    .sum()
-            }
-            fn e4m3_codes(&self) -> Option<&[u8]> {
-                Some(self.0)
-            }
-        }
-        let mut y = vec![f32::NAN; m * n];
-        // The huge row's unscaled sums overflow f32; scaled by 2^-20 they do not.
-        let epi = Epilogue {
-            scale: &|_| 1.0 / 1048576.0,
-            bias: None,
-        };
-        super::super::kernels::matmul_rows(&E4m3(&w, k), n, k, &x, m, &mut y, &epi);
-        for b in 0..m {
-            for r in 0..n {
-                let (mut s, mut mag) = (0f64, 0f64);
-                for i in 0..k {
-                    let p = f64::from(x[b * k + i]) * f64::from(table[w[r * k + i] as usize]);
-                    s += p;
-                    mag += p.abs();
-                }
-                let (s, mag) = (s / 1048576.0, mag / 1048576.0);
-                let got = f64::from(y[b * n + r]);
-                let tol = 1e-6 * mag + k as f64 * 448.0 * 2f64.powi(-126);
-                assert!(
-                    got.is_finite() && (got - s).abs() <= tol,
-                    "({b},{r}): {got} vs {s}"
-                );
             }
         }
     }

@@ -1,4 +1,4 @@
-//! The seed's tensor-in, tensor-out `QuantMethod` methods on ndarray
+//! The tensor-in, tensor-out `QuantMethod` methods on ndarray
 //! (docs/rust.md): shapes and standard layout checked here, then the slice
 //! methods (`forward_slice`, ...) do the work.
 

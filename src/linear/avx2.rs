@@ -1,49 +1,26 @@
 //! AVX2 + FMA dot-product kernels of the linear layers' forward engine,
 //! callable only with an [`Avx2`] token (the E4M3 dot with [`Avx2F16c`];
-//! its decode is described in `avx512.rs`).
+//! its decode is described in `avx512.rs`). The f32 and int8 dots are the
+//! bodies of `dots.rs` over `__m256`.
 
 use std::arch::x86_64::*;
 
-use super::format::{dot_e4m3_scalar, dot_i8_scalar};
-use crate::simd::{Avx2, Avx2F16c};
-
-#[target_feature(enable = "avx2,fma")]
-fn hsum256(v: __m256) -> f32 {
-    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    _mm_cvtss_f32(s)
-}
+use super::dots;
+use super::format::dot_e4m3_scalar;
+use crate::simd::{Avx2, Avx2F16c, F32Lanes};
 
 /// # Safety
 /// None beyond the token: it proves AVX2 and FMA.
 #[target_feature(enable = "avx2,fma")]
 pub(super) unsafe fn dot_f32(_: Avx2, a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    let n = a.len() / 16 * 16;
-    let (pa, pb) = (a.as_ptr(), b.as_ptr());
-    let mut s0 = _mm256_setzero_ps();
-    let mut s1 = _mm256_setzero_ps();
-    let mut i = 0;
-    while i < n {
-        // SAFETY: i + 16 <= n <= a.len() == b.len().
-        unsafe {
-            s0 = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), _mm256_loadu_ps(pb.add(i)), s0);
-            s1 = _mm256_fmadd_ps(
-                _mm256_loadu_ps(pa.add(i + 8)),
-                _mm256_loadu_ps(pb.add(i + 8)),
-                s1,
-            );
-        }
-        i += 16;
-    }
-    let mut t = hsum256(_mm256_add_ps(s0, s1));
-    for j in n..a.len() {
-        t = a[j].mul_add(b[j], t);
-    }
-    t
+    // SAFETY: the token proves the features of `__m256`'s lanes.
+    unsafe { dots::dot_f32::<__m256>(a, b) }
 }
 
+/// Not a body shared with AVX-512 over `F32Lanes`: the decode widens
+/// through different halves per width, and each loop's step and prefetch
+/// are tuned to its width (docs/benchmarks.md, "FP8 batch 1").
+///
 /// # Safety
 /// None beyond the token: it proves AVX2, FMA and F16C. NaN codes give a meaningless sum (layers reject them).
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -78,10 +55,9 @@ pub(super) unsafe fn dot_e4m3(_: Avx2F16c, codes: &[u8], x: &[f32]) -> f32 {
         }
         i += 32;
     }
-    let t = hsum256(_mm256_add_ps(
-        _mm256_add_ps(s[0], s[1]),
-        _mm256_add_ps(s[2], s[3]),
-    )) * 256.0;
+    let s = _mm256_add_ps(_mm256_add_ps(s[0], s[1]), _mm256_add_ps(s[2], s[3]));
+    // SAFETY: this function's features include AVX2.
+    let t = unsafe { s.hsum() } * 256.0;
     t + dot_e4m3_scalar(&codes[n..], &x[n..])
 }
 
@@ -89,20 +65,8 @@ pub(super) unsafe fn dot_e4m3(_: Avx2F16c, codes: &[u8], x: &[f32]) -> f32 {
 /// None beyond the token: it proves AVX2 and FMA.
 #[target_feature(enable = "avx2,fma")]
 pub(super) unsafe fn dot_i8(_: Avx2, q: &[i8], x: &[f32]) -> f32 {
-    assert_eq!(q.len(), x.len());
-    let n = q.len() / 8 * 8;
-    let (pq, px) = (q.as_ptr(), x.as_ptr());
-    let mut s = _mm256_setzero_ps();
-    let mut i = 0;
-    while i < n {
-        // SAFETY: i + 8 <= n <= q.len() == x.len().
-        unsafe {
-            let w = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(pq.add(i).cast())));
-            s = _mm256_fmadd_ps(w, _mm256_loadu_ps(px.add(i)), s);
-        }
-        i += 8;
-    }
-    hsum256(s) + dot_i8_scalar(&q[n..], &x[n..])
+    // SAFETY: the token proves the features of `__m256`'s lanes.
+    unsafe { dots::dot_i8::<__m256>(q, x) }
 }
 
 /// `part[i][j] = xs[i] . ws[j]`, 16 ymm accumulators.
@@ -111,31 +75,6 @@ pub(super) unsafe fn dot_i8(_: Avx2, q: &[i8], x: &[f32]) -> f32 {
 /// None beyond the token: it proves AVX2 and FMA.
 #[target_feature(enable = "avx2,fma")]
 pub(super) unsafe fn dot4x4(_: Avx2, xs: &[&[f32]; 4], ws: &[&[f32]; 4], part: &mut [[f32; 4]; 4]) {
-    assert!(xs.iter().chain(ws).all(|s| s.len() == xs[0].len()));
-    let len = xs[0].len();
-    let n = len / 8 * 8;
-    let mut acc = [[_mm256_setzero_ps(); 4]; 4];
-    let mut i = 0;
-    while i < n {
-        // SAFETY: i + 8 <= n <= len, the length of all eight slices (asserted).
-        unsafe {
-            let xv: [__m256; 4] = std::array::from_fn(|r| _mm256_loadu_ps(xs[r].as_ptr().add(i)));
-            let wv: [__m256; 4] = std::array::from_fn(|c| _mm256_loadu_ps(ws[c].as_ptr().add(i)));
-            for r in 0..4 {
-                for c in 0..4 {
-                    acc[r][c] = _mm256_fmadd_ps(xv[r], wv[c], acc[r][c]);
-                }
-            }
-        }
-        i += 8;
-    }
-    for r in 0..4 {
-        for c in 0..4 {
-            let mut t = hsum256(acc[r][c]);
-            for j in n..len {
-                t = xs[r][j].mul_add(ws[c][j], t);
-            }
-            part[r][c] = t;
-        }
-    }
+    // SAFETY: the token proves the features of `__m256`'s lanes.
+    unsafe { dots::dot4x4::<__m256>(xs, ws, part) }
 }

@@ -1,5 +1,6 @@
 //! AVX-512 dot-product kernels of the linear layers' forward engine,
-//! callable only with an [`Avx512`] token.
+//! callable only with an [`Avx512`] token. The f32 and int8 dots are the
+//! bodies of `dots.rs` over `__m512`.
 //!
 //! E4M3 rows are decoded in registers with an exact trick: the E4M3 bit
 //! pattern shifted into a float16 (`sign << 8 | magnitude << 7`) is the same
@@ -11,43 +12,20 @@
 
 use std::arch::x86_64::*;
 
-use super::format::{dot_e4m3_scalar, dot_i8_scalar};
+use super::dots;
+use super::format::dot_e4m3_scalar;
 use crate::simd::Avx512;
-
-#[target_feature(enable = "avx512f")]
-fn hsum512(v: __m512) -> f32 {
-    _mm512_reduce_add_ps(v)
-}
 
 /// # Safety
 /// None beyond the token: it proves AVX-512 F/BW/VL.
 #[target_feature(enable = "avx512f")]
 pub(super) unsafe fn dot_f32(_: Avx512, a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    let n = a.len() / 32 * 32;
-    let (pa, pb) = (a.as_ptr(), b.as_ptr());
-    let mut s0 = _mm512_setzero_ps();
-    let mut s1 = _mm512_setzero_ps();
-    let mut i = 0;
-    while i < n {
-        // SAFETY: i + 32 <= n <= a.len() == b.len().
-        unsafe {
-            s0 = _mm512_fmadd_ps(_mm512_loadu_ps(pa.add(i)), _mm512_loadu_ps(pb.add(i)), s0);
-            s1 = _mm512_fmadd_ps(
-                _mm512_loadu_ps(pa.add(i + 16)),
-                _mm512_loadu_ps(pb.add(i + 16)),
-                s1,
-            );
-        }
-        i += 32;
-    }
-    let mut t = hsum512(_mm512_add_ps(s0, s1));
-    for j in n..a.len() {
-        t = a[j].mul_add(b[j], t);
-    }
-    t
+    // SAFETY: the token proves the features of `__m512`'s lanes.
+    unsafe { dots::dot_f32::<__m512>(a, b) }
 }
 
+/// Its own body, not `dots.rs`'s: see `avx2::dot_e4m3`.
+///
 /// # Safety
 /// None beyond the token: it proves AVX-512 F/BW/VL. NaN codes give a meaningless sum (layers reject them).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
@@ -98,7 +76,7 @@ pub(super) unsafe fn dot_e4m3(_: Avx512, codes: &[u8], x: &[f32]) -> f32 {
             s[1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(px.add(i + 16)), s[1]);
         }
     }
-    let t = hsum512(_mm512_add_ps(
+    let t = _mm512_reduce_add_ps(_mm512_add_ps(
         _mm512_add_ps(s[0], s[1]),
         _mm512_add_ps(s[2], s[3]),
     )) * 256.0;
@@ -109,20 +87,8 @@ pub(super) unsafe fn dot_e4m3(_: Avx512, codes: &[u8], x: &[f32]) -> f32 {
 /// None beyond the token: it proves AVX-512 F/BW/VL.
 #[target_feature(enable = "avx512f")]
 pub(super) unsafe fn dot_i8(_: Avx512, q: &[i8], x: &[f32]) -> f32 {
-    assert_eq!(q.len(), x.len());
-    let n = q.len() / 16 * 16;
-    let (pq, px) = (q.as_ptr(), x.as_ptr());
-    let mut s = _mm512_setzero_ps();
-    let mut i = 0;
-    while i < n {
-        // SAFETY: i + 16 <= n <= q.len() == x.len().
-        unsafe {
-            let w = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(pq.add(i).cast())));
-            s = _mm512_fmadd_ps(w, _mm512_loadu_ps(px.add(i)), s);
-        }
-        i += 16;
-    }
-    hsum512(s) + dot_i8_scalar(&q[n..], &x[n..])
+    // SAFETY: the token proves the features of `__m512`'s lanes.
+    unsafe { dots::dot_i8::<__m512>(q, x) }
 }
 
 /// `part[i][j] = xs[i] . ws[j]`, 16 zmm accumulators.
@@ -136,31 +102,6 @@ pub(super) unsafe fn dot4x4(
     ws: &[&[f32]; 4],
     part: &mut [[f32; 4]; 4],
 ) {
-    assert!(xs.iter().chain(ws).all(|s| s.len() == xs[0].len()));
-    let len = xs[0].len();
-    let n = len / 16 * 16;
-    let mut acc = [[_mm512_setzero_ps(); 4]; 4];
-    let mut i = 0;
-    while i < n {
-        // SAFETY: i + 16 <= n <= len, the length of all eight slices (asserted).
-        unsafe {
-            let xv: [__m512; 4] = std::array::from_fn(|r| _mm512_loadu_ps(xs[r].as_ptr().add(i)));
-            let wv: [__m512; 4] = std::array::from_fn(|c| _mm512_loadu_ps(ws[c].as_ptr().add(i)));
-            for r in 0..4 {
-                for c in 0..4 {
-                    acc[r][c] = _mm512_fmadd_ps(xv[r], wv[c], acc[r][c]);
-                }
-            }
-        }
-        i += 16;
-    }
-    for r in 0..4 {
-        for c in 0..4 {
-            let mut t = hsum512(acc[r][c]);
-            for j in n..len {
-                t = xs[r][j].mul_add(ws[c][j], t);
-            }
-            part[r][c] = t;
-        }
-    }
+    // SAFETY: the token proves the features of `__m512`'s lanes.
+    unsafe { dots::dot4x4::<__m512>(xs, ws, part) }
 }

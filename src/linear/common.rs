@@ -1,4 +1,6 @@
-//! What every layer type implements the same way, written once.
+//! What every layer type implements the same way, written once: the
+//! output types the forward engines share (`kernels.rs` and the AMX path
+//! `amx.rs`, which `kernels.rs` calls), and the trait items below.
 //!
 //! Each layer struct has the fields `bias: Option<Vec<f32>>`,
 //! `stats: Stats` and `merge_error: Option<f64>`, its own
@@ -8,12 +10,27 @@
 //! (the same kind of layer, same bias, for the float weight `w`). These
 //! macros add the trait items built on them.
 
+/// A raw output pointer shared by tasks that write disjoint elements.
+#[derive(Clone, Copy)]
+pub(super) struct OutPtr(pub(super) *mut f32);
+// SAFETY: tasks write disjoint indices of one live buffer (see each use).
+unsafe impl Send for OutPtr {}
+// SAFETY: as above.
+unsafe impl Sync for OutPtr {}
+
+/// What is applied to each finished dot product: `v * scale(r) + bias[r]`.
+pub(crate) struct Epilogue<'a> {
+    /// The multiplier of output row `r`.
+    pub scale: &'a (dyn Fn(usize) -> f32 + Sync),
+    /// The bias `[n]`, if any.
+    pub bias: Option<&'a [f32]>,
+}
+
 /// The `QuantMethod` items every layer implements the same way: `bias`, the
-/// imatrix tracking, `merge_error`, `into_layer` and `add_delta_w` (through
-/// `rebuilt`). `$s => $in_feat` gives the input width from `self` bound as
-/// `$s`.
+/// imatrix tracking, `merge_error` and `add_delta_w` (through `rebuilt`).
+/// `$s => $in_feat` gives the input width from `self` bound as `$s`.
 macro_rules! shared_quant_method_items {
-    ($variant:ident, $s:ident => $in_feat:expr) => {
+    ($s:ident => $in_feat:expr) => {
         fn add_delta_w_slice(
             &self,
             delta: &[f32],
@@ -43,10 +60,6 @@ macro_rules! shared_quant_method_items {
 
         fn merge_error(&self) -> Option<f64> {
             self.merge_error
-        }
-
-        fn into_layer(self: std::sync::Arc<Self>) -> $crate::linear::Layer {
-            $crate::linear::Layer::$variant(self)
         }
     };
 }

@@ -1,4 +1,4 @@
-//! `PerTensorFP8Linear` (seed 002): E4M3 weight codes `[out, in]` (or
+//! `PerTensorFP8Linear`: E4M3 weight codes `[out, in]` (or
 //! expert-stacked `[E, out, in]`), one byte per weight, with a per-tensor
 //! dequantization multiplier `weight_scale_inv` (`W = decode(codes) * s_w`),
 //! an optional static activation scale `s_a` and an optional f32 bias.
@@ -14,13 +14,16 @@ use std::path::Path;
 
 use rayon::prelude::*;
 
-use super::dispatch::Dots;
-use super::kernels::{matmul_rows, Epilogue, RowSource};
-use super::serde::{self as ser, DType, Reader, Tag, Writer, FLAG_ACT_SCALE, FLAG_BIAS};
+use super::kernels::{matmul_rows, Epilogue};
+use super::serde::{self as ser, DType, Reader, Writer, FLAG_ACT_SCALE, FLAG_BIAS};
 use super::stats::Stats;
-use super::{check_bias, check_float_weight, rows_of, Device, QuantMethod, WeightDType};
+use super::{check_bias, rows_of, Device, Layer, QuantMethod, WeightDType};
 use crate::error::{QuantError, Result};
-use crate::fp8::{decode_slice, encode_slice, round_to_grid_slice, Fp8Format};
+use crate::format::{
+    check_codes, check_float_weight, check_scale, dequantize_e4m3, quantize_e4m3, E4m3Rows,
+    FormatId, Fp8E4M3, WeightFormat,
+};
+use crate::fp8::{round_to_grid_slice, Fp8Format};
 use crate::st;
 
 const FMT: Fp8Format = Fp8Format::E4M3;
@@ -49,15 +52,6 @@ pub struct PerTensorFP8Linear {
     stats: Stats,
 }
 
-fn check_scale(name: &str, s: f32) -> Result<()> {
-    if !(s.is_finite() && s > 0.0) {
-        return Err(QuantError::arg(format!(
-            "{name}: expected finite and > 0, got {s}"
-        )));
-    }
-    Ok(())
-}
-
 fn check_shape(shape: &[usize]) -> Result<()> {
     if !(shape.len() == 2 || shape.len() == 3) {
         return Err(QuantError::dims(
@@ -77,26 +71,6 @@ fn check_shape(shape: &[usize]) -> Result<()> {
         return Err(QuantError::arg(format!("weight shape {shape:?} overflows")));
     }
     Ok(())
-}
-
-/// E4M3 rows of `k` codes.
-struct Rows<'a> {
-    codes: &'a [u8],
-    k: usize,
-}
-
-impl RowSource for Rows<'_> {
-    fn decode(&self, r: usize, k0: usize, out: &mut [f32]) {
-        let s = r * self.k + k0;
-        // A tile row (< 128 Ki codes): decoded on this thread.
-        decode_slice(&self.codes[s..s + out.len()], out, FMT);
-    }
-    fn dot(&self, dots: Dots, r: usize, x: &[f32]) -> f32 {
-        dots.e4m3(&self.codes[r * self.k..(r + 1) * self.k], x)
-    }
-    fn e4m3_codes(&self) -> Option<&[u8]> {
-        Some(self.codes)
-    }
 }
 
 impl PerTensorFP8Linear {
@@ -120,12 +94,7 @@ impl PerTensorFP8Linear {
             check_scale("activation_scale", a)?;
         }
         check_bias(bias.as_deref(), n / shape[shape.len() - 1])?;
-        if let Some(i) = weight.iter().position(|&c| c & 0x7F == 0x7F) {
-            return Err(QuantError::arg(format!(
-                "weight[{i}] is the E4M3 NaN code {:#04x}",
-                weight[i]
-            )));
-        }
+        check_codes(&weight)?;
         Ok(PerTensorFP8Linear {
             weight,
             shape,
@@ -147,24 +116,7 @@ impl PerTensorFP8Linear {
     ) -> Result<Self> {
         check_shape(&shape)?;
         check_float_weight(w, &shape)?;
-        let absmax = w
-            .par_iter()
-            .with_min_len(1 << 14)
-            .map(|v| v.abs())
-            .reduce(|| 0.0, f32::max);
-        let scale = if absmax > 0.0 {
-            absmax / FMT.max_value()
-        } else {
-            1.0
-        };
-        let mut codes = vec![0u8; w.len()];
-        codes
-            .par_chunks_mut(1 << 14)
-            .zip(w.par_chunks(1 << 14))
-            .for_each(|(c, wc)| {
-                let scaled: Vec<f32> = wc.iter().map(|v| v / scale).collect();
-                encode_slice(&scaled, c, FMT, true);
-            });
+        let (codes, scale) = quantize_e4m3(w);
         Self::new(codes, shape, scale, activation_scale, bias)
     }
 
@@ -215,7 +167,7 @@ impl PerTensorFP8Linear {
             scale: &|_| mult,
             bias,
         };
-        matmul_rows(&Rows { codes, k }, out, k, x, rows, y, &epi);
+        matmul_rows(&E4m3Rows { codes, k }, out, k, x, rows, y, &epi);
     }
 
     /// The same kind of layer (shape, bias, activation scale) for `w`.
@@ -236,7 +188,7 @@ impl PerTensorFP8Linear {
         if self.activation_scale.is_some() {
             flags |= FLAG_ACT_SCALE;
         }
-        let mut w = Writer::new(Tag::Fp8, flags);
+        let mut w = Writer::new(Fp8E4M3::INFO.serde_tag, flags);
         w.tensor(DType::F8E4M3, &self.shape, &self.weight);
         w.f32s(&[], &[self.weight_scale_inv]);
         if let Some(a) = self.activation_scale {
@@ -249,7 +201,7 @@ impl PerTensorFP8Linear {
     }
 
     fn read(data: &[u8]) -> Result<(Self, Option<Vec<f32>>)> {
-        let mut r = Reader::new(data, Tag::Fp8)?;
+        let mut r = Reader::new(data, Fp8E4M3::INFO.serde_tag, FormatId::serde_name_of)?;
         let (shape, codes) = r.tensor("weight", DType::F8E4M3)?;
         let s_w = r.scalar("weight_scale_inv")?;
         let s_a = match r.flags & FLAG_ACT_SCALE {
@@ -366,11 +318,7 @@ impl QuantMethod for PerTensorFP8Linear {
     }
 
     fn dequantize_w_vec(&self) -> Result<Vec<f32>> {
-        let mut w = vec![0f32; self.weight.len()];
-        decode_slice(&self.weight, &mut w, FMT);
-        let s = self.weight_scale_inv;
-        w.par_iter_mut().with_min_len(1 << 14).for_each(|v| *v *= s);
-        Ok(w)
+        Ok(dequantize_e4m3(&self.weight, self.weight_scale_inv))
     }
 
     fn quantized_act_type(&self) -> Option<Fp8Format> {
@@ -381,7 +329,11 @@ impl QuantMethod for PerTensorFP8Linear {
         (WeightDType::F8E4M3, Device::Cpu)
     }
 
-    shared_quant_method_items!(Fp8, s => s.in_features());
+    fn into_layer(self: std::sync::Arc<Self>) -> Layer {
+        Layer::Fp8(self)
+    }
+
+    shared_quant_method_items!(s => s.in_features());
 }
 
 impl_quantized_serde!(PerTensorFP8Linear, "pertensor-fp8-linear", s => s.weight.len() / s.in_features());

@@ -8,6 +8,7 @@ use super::{
     Device, Int4Linear, Int8Linear, IsqType, Layer, PerTensorFP8Linear, QuantMethod, UnquantLinear,
 };
 use crate::error::{QuantError, Result};
+use crate::format::FormatId;
 
 /// Convert `layer` to `dtype` (`None`: unquantized f32). An FP8 source's
 /// activation scale is kept by an FP8 target (it describes the activations,
@@ -57,20 +58,28 @@ pub(crate) fn convert(
     let w = src.dequantize_w_vec()?;
     let bias = src.bias().map(<[f32]>::to_vec);
     let out_feat = src.out_features();
-    let layer: Arc<dyn QuantMethod> = match dtype {
-        None => return Ok(Arc::new(UnquantLinear::new(w, out_feat, in_feat, bias)?)),
-        Some(IsqType::Fp8E4M3) => {
-            Arc::new(PerTensorFP8Linear::from_float(&w, shape, bias, act_scale)?)
+    let Some(target) = dtype else {
+        return Ok(Arc::new(UnquantLinear::new(w, out_feat, in_feat, bias)?));
+    };
+    // One arm per registered format: its layer's constructor from floats.
+    let layer: Arc<dyn QuantMethod> = match target.format() {
+        FormatId::Float32 => Arc::new(UnquantLinear::new(w, out_feat, in_feat, bias)?),
+        FormatId::Fp8E4M3 => Arc::new(PerTensorFP8Linear::from_float(&w, shape, bias, act_scale)?),
+        FormatId::Int8 => Arc::new(Int8Linear::from_float(&w, out_feat, in_feat, bias)?),
+        FormatId::Int4 => {
+            let group_size = match target {
+                IsqType::Int4 { group_size } => group_size,
+                _ => crate::int4::DEFAULT_GROUP_SIZE,
+            };
+            Arc::new(Int4Linear::from_float(
+                &w,
+                out_feat,
+                in_feat,
+                group_size,
+                bias,
+                imatrix_weight.as_deref(),
+            )?)
         }
-        Some(IsqType::Int8) => Arc::new(Int8Linear::from_float(&w, out_feat, in_feat, bias)?),
-        Some(IsqType::Int4 { group_size }) => Arc::new(Int4Linear::from_float(
-            &w,
-            out_feat,
-            in_feat,
-            group_size,
-            bias,
-            imatrix_weight.as_deref(),
-        )?),
     };
     n_quantized.fetch_add(1, Ordering::Relaxed);
     Ok(layer)

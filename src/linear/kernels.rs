@@ -23,6 +23,9 @@
 
 use rayon::prelude::*;
 
+// Re-exported: the layers name the epilogue with `matmul_rows`, from here.
+pub(crate) use super::common::Epilogue;
+use super::common::OutPtr;
 use super::dispatch::Dots;
 use crate::int4::{panel_stride, GemmKernels, PANEL_WIDTH};
 
@@ -57,22 +60,6 @@ const GKC: usize = 256;
 const GNC: usize = 128;
 /// Largest micro-kernel height across levels (`GemmKernels::mr`).
 const MR_MAX: usize = 12;
-
-/// A raw output pointer shared by tasks that write disjoint elements.
-#[derive(Clone, Copy)]
-pub(super) struct OutPtr(pub(super) *mut f32);
-// SAFETY: tasks write disjoint indices of one live buffer (see each use).
-unsafe impl Send for OutPtr {}
-// SAFETY: as above.
-unsafe impl Sync for OutPtr {}
-
-/// What is applied to each finished dot product: `v * scale(r) + bias[r]`.
-pub(crate) struct Epilogue<'a> {
-    /// The multiplier of output row `r`.
-    pub scale: &'a (dyn Fn(usize) -> f32 + Sync),
-    /// The bias `[n]`, if any.
-    pub bias: Option<&'a [f32]>,
-}
 
 /// `y[b, r] = dot(x[b], R[r]) * scale(r) + bias[r]` for `b < m`, `r < n`.
 /// `x` is `[m, k]`, `y` is `[m, n]`, row-major.
@@ -418,6 +405,78 @@ mod tests {
                         "m={m} n={n} k={k} ({b},{r})"
                     );
                 }
+            }
+        }
+    }
+
+    /// Signed zeros, subnormal and huge inputs through the AMX path (from
+    /// `AMX_MIN_ROWS` E4M3 rows, where the CPU has it): the tile unit reads
+    /// values below 2^-126 as zero (a documented absolute difference below
+    /// `k * 448 * 2^-126`), and huge rows reach it scaled into range by
+    /// `matmul_rows` (crate::range).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn amx_path_takes_zeros_subnormals_and_huge_inputs() {
+        if crate::simd::Amx::new().is_none() {
+            eprintln!("skipped: no AMX here");
+            return;
+        }
+        let table = crate::fp8::decode_table(crate::fp8::Fp8Format::E4M3);
+        let (m, n, k) = (17, 40, 300);
+        let w = codes(n * k, 5);
+        let mut x: Vec<f32> = crate::testutil::rand_vec(m * k, 6)
+            .iter()
+            .map(|v| v * 2.0 - 1.0)
+            .collect();
+        for (i, v) in x.iter_mut().enumerate() {
+            match i % 5 {
+                0 => *v = -0.0,
+                1 => *v *= 1e-40, // subnormal
+                _ => {}
+            }
+        }
+        x[3 * k..4 * k].iter_mut().for_each(|v| *v *= 3e37); // a huge row
+        struct E4m3<'a>(&'a [u8], usize);
+        impl RowSource for E4m3<'_> {
+            fn decode(&self, r: usize, k0: usize, out: &mut [f32]) {
+                let t = crate::fp8::decode_table(crate::fp8::Fp8Format::E4M3);
+                for (o, &c) in out.iter_mut().zip(&self.0[r * self.1 + k0..]) {
+                    *o = t[c as usize];
+                }
+            }
+            fn dot(&self, _: Dots, r: usize, x: &[f32]) -> f32 {
+                let t = crate::fp8::decode_table(crate::fp8::Fp8Format::E4M3);
+                x.iter()
+                    .zip(&self.0[r * self.1..])
+                    .map(|(v, &c)| v * t[c as usize])
+                    .sum()
+            }
+            fn e4m3_codes(&self) -> Option<&[u8]> {
+                Some(self.0)
+            }
+        }
+        let mut y = vec![f32::NAN; m * n];
+        // The huge row's unscaled sums overflow f32; scaled by 2^-20 they do not.
+        let epi = Epilogue {
+            scale: &|_| 1.0 / 1048576.0,
+            bias: None,
+        };
+        matmul_rows(&E4m3(&w, k), n, k, &x, m, &mut y, &epi);
+        for b in 0..m {
+            for r in 0..n {
+                let (mut s, mut mag) = (0f64, 0f64);
+                for i in 0..k {
+                    let p = f64::from(x[b * k + i]) * f64::from(table[w[r * k + i] as usize]);
+                    s += p;
+                    mag += p.abs();
+                }
+                let (s, mag) = (s / 1048576.0, mag / 1048576.0);
+                let got = f64::from(y[b * n + r]);
+                let tol = 1e-6 * mag + k as f64 * 448.0 * 2f64.powi(-126);
+                assert!(
+                    got.is_finite() && (got - s).abs() <= tol,
+                    "({b},{r}): {got} vs {s}"
+                );
             }
         }
     }

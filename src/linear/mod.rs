@@ -1,24 +1,32 @@
-// Over 400 lines: the seed's trait with every item documented, and the
+// Over 400 lines: the layer trait with every item documented, and the
 // checks all layers share.
-//! Linear layers behind one trait, [`QuantMethod`] (seed 002), with their
+//! Linear layers behind one trait, [`QuantMethod`], with their
 //! serialization trait [`QuantizedSerde`]:
 //!
+//! - [`QuantLinear`]: the one layer over any `crate::format::WeightFormat`
+//!   with float32 activations; [`UnquantLinear`] (float32, the
+//!   `apply_isq(None)` target), [`Int8Linear`] (int8, per-output-row
+//!   scales) and [`Int4Linear`] (packed INT4 over
+//!   [`crate::int4::QuantizedWeight`]) are its instantiations.
 //! - [`PerTensorFP8Linear`]: FP8 E4M3 weight codes with a per-tensor scale,
-//!   static-activation (W8A8) or weight-only (W8A32) forward.
-//! - [`UnquantLinear`]: a plain float32 linear (the `apply_isq(None)` target).
-//! - [`Int8Linear`]: int8 weights, per-output-row symmetric absmax scales.
-//! - [`Int4Linear`]: packed INT4 over [`crate::int4::QuantizedWeight`].
+//!   static-activation (W8A8) or weight-only (W8A32) forward, also on
+//!   expert-stacked weights.
 //!
 //! Weights are `[out, in]` row-major like `torch.nn.Linear`; inputs are
 //! `[rows, in]` (the bindings flatten any leading dimensions).
 //!
-//! Tensors are ndarray arrays in the seed's methods (`forward`,
+//! Tensors are ndarray arrays in the tensor methods (`forward`,
 //! `dequantize_w`, `add_delta_w`, ...; `array_api.rs`), each backed by a
 //! `*_slice` twin on slices with explicit shapes that the kernels and the
-//! Python binding use. Other differences from the seed's signatures, all
-//! because the types do not exist in this crate: `QuantizeOntoGuard` and
-//! `Comm` are dropped (one device, no tensor parallelism); `begin_track_stats` takes `&self` (stats live behind
-//! a mutex) so that layers shared through `Arc` can be tracked.
+//! Python binding use. There is one device and no tensor parallelism, and
+//! `begin_track_stats` takes `&self` (stats live behind a mutex) so that
+//! layers shared through `Arc` can be tracked (docs/rust.md compares the
+//! signatures with the original crates').
+//!
+//! The kernel files (`dispatch`, `format`, `kernels`, `avx2`, `avx512`,
+//! `amx`, `serde`, `common`) sit below `crate::format`; the layer files
+//! (`quant_linear`, `*_linear`, `unquant`, `isq`, this one) above it
+//! (docs/architecture.md).
 
 #[cfg(target_arch = "x86_64")]
 mod amx;
@@ -29,15 +37,18 @@ mod common;
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
-mod dispatch;
+pub(crate) mod dispatch;
+#[cfg(target_arch = "x86_64")]
+mod dots;
 mod format;
 mod fp8_dialect;
 mod fp8_linear;
 mod int4_linear;
 mod int8_linear;
 mod isq;
-mod kernels;
-pub(crate) mod serde;
+pub(crate) mod kernels;
+mod quant_linear;
+pub mod serde;
 mod stats;
 mod unquant;
 
@@ -50,9 +61,11 @@ use ndarray::{ArrayD, ArrayViewD};
 pub use fp8_linear::PerTensorFP8Linear;
 pub use int4_linear::Int4Linear;
 pub use int8_linear::Int8Linear;
+pub use quant_linear::{LayerKind, QuantLinear};
 pub use unquant::UnquantLinear;
 
 use crate::error::{QuantError, Result};
+use crate::format::FormatId;
 
 /// Target of [`QuantMethod::apply_isq`] (`None` there means unquantized f32).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,13 +82,24 @@ pub enum IsqType {
 }
 
 impl IsqType {
-    /// Parse `"int4"`, `"fp8_e4m3"` (or `"fp8"`, `"e4m3"`), `"int8"`.
+    /// Parse a quantized format's registered name or alias
+    /// (`crate::format::FormatId::parse`: `"int4"`, `"fp8_e4m3"` or `"fp8"`,
+    /// `"int8"`, ...); float32 is `None` in `apply_isq`, not an `IsqType`.
     pub fn parse(s: &str, group_size: usize) -> Option<IsqType> {
-        match s.to_ascii_lowercase().as_str() {
-            "int4" | "q4" => Some(IsqType::Int4 { group_size }),
-            "fp8_e4m3" | "fp8" | "e4m3" | "float8_e4m3fn" => Some(IsqType::Fp8E4M3),
-            "int8" | "q8" => Some(IsqType::Int8),
-            _ => None,
+        match FormatId::parse(s)? {
+            FormatId::Int4 => Some(IsqType::Int4 { group_size }),
+            FormatId::Fp8E4M3 => Some(IsqType::Fp8E4M3),
+            FormatId::Int8 => Some(IsqType::Int8),
+            FormatId::Float32 => None,
+        }
+    }
+
+    /// The registered format this target quantizes to.
+    pub fn format(self) -> FormatId {
+        match self {
+            IsqType::Int4 { .. } => FormatId::Int4,
+            IsqType::Fp8E4M3 => FormatId::Fp8E4M3,
+            IsqType::Int8 => FormatId::Int8,
         }
     }
 }
@@ -137,14 +161,20 @@ pub enum WeightDType {
 }
 
 impl WeightDType {
-    /// The NumPy / ml_dtypes style name.
-    pub fn name(self) -> &'static str {
+    /// The registered format stored in this dtype.
+    pub fn format(self) -> FormatId {
         match self {
-            WeightDType::F32 => "float32",
-            WeightDType::F8E4M3 => "float8_e4m3fn",
-            WeightDType::I8 => "int8",
-            WeightDType::I4 => "int4",
+            WeightDType::F32 => FormatId::Float32,
+            WeightDType::F8E4M3 => FormatId::Fp8E4M3,
+            WeightDType::I8 => FormatId::Int8,
+            WeightDType::I4 => FormatId::Int4,
         }
+    }
+
+    /// The NumPy / ml_dtypes style name (the format's `dtype_name`).
+    pub fn name(self) -> &'static str {
+        let info = self.format().info();
+        info.dtype_name
     }
 }
 
@@ -173,7 +203,7 @@ pub enum Layer {
     Int4(Arc<Int4Linear>),
 }
 
-/// The layer interface of seed 002. Shapes: weight `[out, in]` (FP8 layers
+/// The layer interface. Shapes: weight `[out, in]` (FP8 layers
 /// may also hold expert-stacked `[E, out, in]`), inputs `[rows, in]`.
 pub trait QuantMethod: Send + Sync + std::fmt::Debug {
     /// The weight's logical shape (`[out, in]` or `[E, out, in]`).
@@ -292,18 +322,18 @@ pub trait QuantMethod: Send + Sync + std::fmt::Debug {
     /// This layer by concrete type.
     fn into_layer(self: Arc<Self>) -> Layer;
 
-    /// Seed 002's `forward`: `y = x . W^T + bias` for `x [..., in]` (any
+    /// `forward`: `y = x . W^T + bias` for `x [..., in]` (any
     /// leading dimensions, standard layout) -> `[..., out]`.
     fn forward(&self, x: ArrayViewD<'_, f32>) -> Result<ArrayD<f32>> {
         array_api::forward(self, x, false)
     }
 
-    /// Seed 002's `forward_autocast` (see [`Self::forward_autocast_slice`]).
+    /// `forward_autocast` (see [`Self::forward_autocast_slice`]).
     fn forward_autocast(&self, x: ArrayViewD<'_, f32>) -> Result<ArrayD<f32>> {
         array_api::forward(self, x, true)
     }
 
-    /// Seed 002's `gather_forward`: `x [tokens, in]`, `indices [tokens, k]`
+    /// `gather_forward`: `x [tokens, in]`, `indices [tokens, k]`
     /// -> `[tokens, k, out]` (expert-stacked weights only).
     fn gather_forward(
         &self,
@@ -313,7 +343,7 @@ pub trait QuantMethod: Send + Sync + std::fmt::Debug {
         array_api::gather_forward(self, x, indices, false)
     }
 
-    /// Seed 002's `gather_forward_autocast`.
+    /// [`Self::gather_forward`] with activation casts.
     fn gather_forward_autocast(
         &self,
         x: ArrayViewD<'_, f32>,
@@ -322,13 +352,13 @@ pub trait QuantMethod: Send + Sync + std::fmt::Debug {
         array_api::gather_forward(self, x, indices, true)
     }
 
-    /// Seed 002's `dequantize_w`: the f32 weight in
+    /// `dequantize_w`: the f32 weight in
     /// [`weight_shape`](Self::weight_shape).
     fn dequantize_w(&self) -> Result<ArrayD<f32>> {
         array_api::dequantize_w(self)
     }
 
-    /// Seed 002's `add_delta_w`: a new layer for `W + delta` (`delta` of the
+    /// `add_delta_w`: a new layer for `W + delta` (`delta` of the
     /// weight's shape, pre-scaled by the LoRA alpha), re-quantized in this
     /// layer's format.
     fn add_delta_w(&self, delta: ArrayViewD<'_, f32>) -> Result<Arc<dyn QuantMethod>> {
@@ -339,7 +369,7 @@ pub trait QuantMethod: Send + Sync + std::fmt::Debug {
 /// A layer and a bias kept outside it (`deserialize_ext_bias`).
 pub type LayerAndBias = (Arc<dyn QuantMethod>, Option<Vec<f32>>);
 
-/// Serialization of a layer (seed 002's `QuantizedSerde`); the byte format
+/// Serialization of a layer; the byte format
 /// is described in `linear/serde.rs`.
 pub trait QuantizedSerde {
     /// The layer type's serialized name.
@@ -403,27 +433,6 @@ pub(crate) fn check_bias(bias: Option<&[f32]>, len: usize) -> Result<()> {
                 b[i]
             )));
         }
-    }
-    Ok(())
-}
-
-/// Validate a float weight: shape product and finiteness (first bad index).
-pub(crate) fn check_float_weight(w: &[f32], shape: &[usize]) -> Result<()> {
-    if shape.contains(&0) {
-        return Err(QuantError::arg(format!("weight shape {shape:?} is empty")));
-    }
-    let n = shape
-        .iter()
-        .try_fold(1usize, |a, &d| a.checked_mul(d))
-        .ok_or_else(|| QuantError::arg(format!("weight shape {shape:?} overflows")))?;
-    if w.len() != n {
-        return Err(QuantError::dims("weight length", n, w.len()));
-    }
-    if let Some(i) = w.iter().position(|v| !v.is_finite()) {
-        return Err(QuantError::arg(format!(
-            "weight[{i}] is not finite ({})",
-            w[i]
-        )));
     }
     Ok(())
 }

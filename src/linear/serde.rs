@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! u32  version              (FORMAT_VERSION = 1)
-//! u8   type tag             (1 PerTensorFP8Linear, 2 UnquantLinear, 3 Int8Linear, 4 Int4Linear)
+//! u8   type tag             (the format's `FormatInfo::serde_tag`, crate::format)
 //! u8   flags                (bit 0: a bias tensor follows; bit 1: an activation scale follows)
 //! then the tensors the tag and flags name, in a fixed order, each as
 //!   u64  byte length
@@ -21,32 +21,35 @@
 //! `QuantError::Serialization`, never a panic, and nothing is allocated
 //! beyond the size of the input.
 
+//!
+//! The codec knows no format: the layers pass their format's tag, and the
+//! registry's name lookup for the error messages.
+
 use crate::error::{QuantError, Result};
 
+/// The version every blob starts with.
 pub const FORMAT_VERSION: u32 = 1;
+/// Largest tensor rank a blob may hold.
 pub const MAX_RANK: usize = 4;
 
+/// Flag: a bias tensor follows the weight's tensors.
 pub const FLAG_BIAS: u8 = 1;
+/// Flag: an activation scale follows (FP8 layers).
 pub const FLAG_ACT_SCALE: u8 = 2;
-
-/// Layer type tags.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Tag {
-    Fp8 = 1,
-    Unquant = 2,
-    Int8 = 3,
-    Int4 = 4,
-}
 
 /// Element types of serialized tensors.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 pub enum DType {
+    /// float32, little-endian.
     F32 = 0,
+    /// FP8 E4M3 codes.
     F8E4M3 = 1,
+    /// int8.
     I8 = 2,
+    /// uint8 (packed codes).
     U8 = 3,
+    /// uint32, little-endian.
     U32 = 4,
 }
 
@@ -65,14 +68,16 @@ pub struct Writer {
 }
 
 impl Writer {
-    pub fn new(tag: Tag, flags: u8) -> Writer {
+    /// A blob of layer type `tag` (a format's `FormatInfo::serde_tag`).
+    pub fn new(tag: u8, flags: u8) -> Writer {
         let mut buf = Vec::new();
         buf.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-        buf.push(tag as u8);
+        buf.push(tag);
         buf.push(flags);
         Writer { buf }
     }
 
+    /// Append a tensor of `dims` whose raw bytes are `bytes`.
     pub fn tensor(&mut self, dtype: DType, dims: &[usize], bytes: &[u8]) {
         debug_assert_eq!(dims.iter().product::<usize>() * dtype.size(), bytes.len());
         self.buf
@@ -85,10 +90,12 @@ impl Writer {
         self.buf.extend_from_slice(bytes);
     }
 
+    /// Append an f32 tensor.
     pub fn f32s(&mut self, dims: &[usize], v: &[f32]) {
         self.tensor(DType::F32, dims, &crate::st::f32_to_le(v));
     }
 
+    /// The blob, with its CRC.
     pub fn finish(mut self) -> Vec<u8> {
         let crc = crc32fast::hash(&self.buf);
         self.buf.extend_from_slice(&crc.to_le_bytes());
@@ -100,12 +107,18 @@ impl Writer {
 pub struct Reader<'a> {
     buf: &'a [u8],
     pos: usize,
+    /// The header's flags.
     pub flags: u8,
 }
 
 impl<'a> Reader<'a> {
-    /// Check the CRC, version and tag; `expect` is the caller's layer type.
-    pub fn new(data: &'a [u8], expect: Tag) -> Result<Reader<'a>> {
+    /// Check the CRC, version and tag; `expect` is the caller's layer type
+    /// tag, `name_of` names the registered tags (for the messages).
+    pub fn new(
+        data: &'a [u8],
+        expect: u8,
+        name_of: fn(u8) -> Option<&'static str>,
+    ) -> Result<Reader<'a>> {
         if data.len() < 10 {
             return Err(QuantError::ser(format!(
                 "blob of {} bytes is shorter than the 10-byte minimum",
@@ -126,16 +139,14 @@ impl<'a> Reader<'a> {
                 "unsupported format version {version} (this build reads {FORMAT_VERSION})"
             )));
         }
-        let tag = match body[4] {
-            1 => Tag::Fp8,
-            2 => Tag::Unquant,
-            3 => Tag::Int8,
-            4 => Tag::Int4,
-            t => return Err(QuantError::ser(format!("unknown layer type tag {t}"))),
+        let tag = body[4];
+        let Some(name) = name_of(tag) else {
+            return Err(QuantError::ser(format!("unknown layer type tag {tag}")));
         };
         if tag != expect {
+            let want = name_of(expect).unwrap_or("unregistered");
             return Err(QuantError::ser(format!(
-                "blob holds a {tag:?} layer, expected {expect:?}"
+                "blob holds a {name} layer, expected {want}"
             )));
         }
         let flags = body[5];

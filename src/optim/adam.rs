@@ -1,5 +1,6 @@
 //! `Adam4bit` and `AdamW4bit`, the public optimizers: thin types over the
-//! shared engine ([`Adam4bitCore`]), implementing the seed's traits.
+//! shared engine ([`Adam4bitCore`]), implementing [`Optimizer`] and
+//! [`StatefulOptimizer`] (docs/rust.md).
 
 use ndarray::{ArrayViewD, ArrayViewMutD};
 
@@ -11,6 +12,32 @@ use super::state::OptimizerState;
 use super::traits::{Optimizer, ParamMut, ParamRef, StateMemoryStats, StatefulOptimizer};
 use crate::error::Result;
 
+fn hyper_parameters(
+    learning_rate: f32,
+    beta1: f32,
+    beta2: f32,
+    epsilon: f32,
+    weight_decay: f32,
+) -> Adam4bitOptimizerConfig {
+    Adam4bitOptimizerConfig {
+        learning_rate,
+        beta1,
+        beta2,
+        epsilon,
+        weight_decay,
+    }
+}
+
+fn both(
+    optimizer: Adam4bitOptimizerConfig,
+    quantization: AdvancedQuantizationConfig,
+) -> Adam4bitConfig {
+    Adam4bitConfig {
+        optimizer,
+        quantization,
+    }
+}
+
 macro_rules! optimizer_type {
     ($name:ident, $decoupled:expr, $doc:literal) => {
         #[doc = $doc]
@@ -20,36 +47,65 @@ macro_rules! optimizer_type {
         }
 
         impl $name {
-            /// Seed constructor: hyper-parameters with the default quantization.
+            /// An optimizer with these hyper-parameters and the default
+            /// quantization. Never fails: values outside their domain are
+            /// kept and reported as an error (naming the field) by the first
+            /// call that needs them (`update`, `accumulate_grad`,
+            /// `apply_accumulated_grads`, `state_dict`, `save_state`);
+            /// [`Self::try_new`] reports them here instead.
             pub fn new(
                 learning_rate: f32,
                 beta1: f32,
                 beta2: f32,
                 epsilon: f32,
                 weight_decay: f32,
-            ) -> Result<Self> {
-                let optimizer = Adam4bitOptimizerConfig {
-                    learning_rate,
-                    beta1,
-                    beta2,
-                    epsilon,
-                    weight_decay,
-                };
-                Self::with_quantization_config(optimizer, Default::default())
+            ) -> Self {
+                Self::with_quantization_config(
+                    hyper_parameters(learning_rate, beta1, beta2, epsilon, weight_decay),
+                    Default::default(),
+                )
             }
 
-            /// Seed constructor with an explicit quantization config
-            /// (both halves validated).
+            /// [`Self::new`] with an explicit quantization config; an
+            /// invalid value in either half is reported as [`Self::new`]
+            /// says.
             pub fn with_quantization_config(
                 optimizer_config: Adam4bitOptimizerConfig,
                 quantization_config: AdvancedQuantizationConfig,
+            ) -> Self {
+                $name {
+                    core: Adam4bitCore::unvalidated(
+                        both(optimizer_config, quantization_config),
+                        $decoupled,
+                    ),
+                }
+            }
+
+            /// [`Self::new`], validated: an invalid value is an error here.
+            pub fn try_new(
+                learning_rate: f32,
+                beta1: f32,
+                beta2: f32,
+                epsilon: f32,
+                weight_decay: f32,
             ) -> Result<Self> {
-                let config = Adam4bitConfig {
-                    optimizer: optimizer_config,
-                    quantization: quantization_config,
-                };
+                Self::try_with_quantization_config(
+                    hyper_parameters(learning_rate, beta1, beta2, epsilon, weight_decay),
+                    Default::default(),
+                )
+            }
+
+            /// [`Self::with_quantization_config`], validated: an invalid
+            /// value in either half is an error here.
+            pub fn try_with_quantization_config(
+                optimizer_config: Adam4bitOptimizerConfig,
+                quantization_config: AdvancedQuantizationConfig,
+            ) -> Result<Self> {
                 Ok($name {
-                    core: Adam4bitCore::new(config, $decoupled)?,
+                    core: Adam4bitCore::new(
+                        both(optimizer_config, quantization_config),
+                        $decoupled,
+                    )?,
                 })
             }
 
@@ -172,7 +228,7 @@ optimizer_type!(
 use ndarray::array;
 use quantrs::{AdamW4bit, Optimizer, StatefulOptimizer};
 
-let mut opt = AdamW4bit::new(0.1, 0.9, 0.999, 1e-8, 0.5)?;
+let mut opt = AdamW4bit::new(0.1, 0.9, 0.999, 1e-8, 0.5);
 let mut w = array![10.0f32];
 let g = array![0.0f32];
 opt.update(w.view_mut().into_dyn(), g.view().into_dyn())?;

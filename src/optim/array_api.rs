@@ -1,4 +1,4 @@
-//! The seed's `Optimizer` trait on ndarray views (docs/rust.md): standard
+//! The [`Optimizer`] trait on ndarray views (docs/rust.md): standard
 //! layout checked here, then the slice engine does the work.
 
 use ndarray::{ArrayViewD, ArrayViewMutD};

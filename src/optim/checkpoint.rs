@@ -139,6 +139,7 @@ pub(crate) fn put_param(t: &mut Tensors, key: &str, p: &ParamState) {
 
 /// The state of `core` as named tensors.
 pub(crate) fn to_tensors(core: &Adam4bitCore) -> Result<Tensors> {
+    core.check_config()?;
     let c = core.config();
     let (o, q) = (&c.optimizer, &c.quantization);
     let mut t = Tensors::new();
@@ -424,6 +425,7 @@ pub(crate) fn load_param(
     if step > MAX_STEP {
         return Err(bad(format!("step: expected a value <= 2**53, got {step}")));
     }
+    core.check_config()?;
     let mut r = Reader { t };
     let p = read_param(&mut r, key, shape, &core.config().quantization)?;
     if let Some(extra) = r.t.keys().next() {

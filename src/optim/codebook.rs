@@ -160,69 +160,49 @@ impl VarianceMap {
     }
 }
 
-/// A 16-entry table with its 15 midpoints (padded with +inf to 16, so one
-/// SIMD register holds each).
+/// A table of `N` values (`N` a power of two: 16 for the 4-bit codes, 256
+/// for the int8 m) with its `N - 1` midpoints, padded with +inf to `N` so
+/// that one SIMD register (or gather table) holds each.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Codebook16 {
-    pub values: [f32; 16],
-    pub mids: [f32; 16],
+pub struct Codebook<const N: usize> {
+    pub values: [f32; N],
+    pub mids: [f32; N],
 }
 
-impl Codebook16 {
-    pub fn new(values: [f32; 16]) -> Self {
-        let mut mids = [f32::INFINITY; 16];
-        for k in 0..15 {
+/// The 4-bit code book (m and v).
+pub type Codebook16 = Codebook<16>;
+/// The 256-entry table of the int8 m codec.
+pub type Codebook256 = Codebook<256>;
+
+impl<const N: usize> Codebook<N> {
+    /// Code bits: `log2(N)`.
+    const BITS: u32 = N.trailing_zeros();
+
+    pub fn new(values: [f32; N]) -> Self {
+        let mut mids = [f32::INFINITY; N];
+        for k in 0..N - 1 {
             mids[k] = (values[k] + values[k + 1]) * 0.5;
         }
-        Codebook16 { values, mids }
+        Codebook { values, mids }
     }
 
     /// Nearest code of `x`: a branch-free binary search over the midpoints
-    /// (data-dependent branches mispredict half the time); the SIMD kernels
-    /// run the same four steps lane-wise.
-    #[inline(always)]
-    pub fn encode(&self, x: f32) -> u8 {
-        let mut idx = ((x > self.mids[7]) as usize) << 3;
-        idx += ((x > self.mids[idx + 3]) as usize) << 2;
-        idx += ((x > self.mids[idx + 1]) as usize) << 1;
-        idx += (x > self.mids[idx]) as usize;
-        idx as u8
-    }
-
-    #[inline(always)]
-    pub fn decode(&self, code: u8) -> f32 {
-        self.values[(code & 15) as usize]
-    }
-}
-
-/// The 256-entry table of the int8 m codec, with 255 midpoints.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Codebook256 {
-    pub values: [f32; 256],
-    pub mids: [f32; 256],
-}
-
-impl Codebook256 {
-    pub fn new(values: [f32; 256]) -> Self {
-        let mut mids = [f32::INFINITY; 256];
-        for k in 0..255 {
-            mids[k] = (values[k] + values[k + 1]) * 0.5;
-        }
-        Codebook256 { values, mids }
-    }
-
+    /// (data-dependent branches mispredict half the time), one compare per
+    /// code bit from the top; the SIMD kernels run the same steps
+    /// lane-wise.
     #[inline(always)]
     pub fn encode(&self, x: f32) -> u8 {
         let mut idx = 0usize;
-        for shift in (0..8).rev() {
+        for shift in (0..Self::BITS).rev() {
             idx += ((x > self.mids[idx + (1 << shift) - 1]) as usize) << shift;
         }
         idx as u8
     }
 
+    /// The value of `code` (its low `log2(N)` bits).
     #[inline(always)]
     pub fn decode(&self, code: u8) -> f32 {
-        self.values[code as usize]
+        self.values[code as usize & (N - 1)]
     }
 }
 

@@ -59,7 +59,7 @@ impl QuantizationMethod {
     }
 }
 
-/// The Adam hyper-parameters (seed order).
+/// The Adam hyper-parameters (in the order the constructors take them).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Adam4bitOptimizerConfig {
     /// Step size, finite and >= 0.
@@ -123,12 +123,13 @@ impl Adam4bitOptimizerConfig {
     }
 }
 
-/// The seed's only accepted `adaptation_rate` (see [`AdvancedQuantizationConfig`]).
+/// The only accepted `adaptation_rate` (see [`AdvancedQuantizationConfig`]).
 pub const ADAPTATION_RATE: f32 = 0.01;
 
 /// How the state is quantized.
 ///
-/// `adaptation_rate` is kept for the seed's signature, but block scales are
+/// `adaptation_rate` is kept so code written against the original config
+/// compiles (docs/rust.md), but block scales are
 /// recomputed from the block's absmax at every step, so there is nothing
 /// to adapt: any value other than the default 0.01 is rejected rather than
 /// silently ignored.
@@ -138,7 +139,7 @@ pub struct AdvancedQuantizationConfig {
     pub method: QuantizationMethod,
     /// Elements per block (one scale each), even, in [2, 65536].
     pub block_size: usize,
-    /// The seed's adaptation rate; only the default 0.01 is accepted.
+    /// Kept for compatibility; only the default 0.01 is accepted.
     pub adaptation_rate: f32,
     /// Lower clamp of a non-zero block scale, in gradient units (m's scale,
     /// and `sqrt` of v's scale); all-zero blocks keep scale 0.

@@ -1,14 +1,15 @@
 //! The optimizer's kernels, chosen once per optimizer: a [`Kernels`] holds
 //! the proof tokens of the SIMD level it was made for and routes each call
 //! to the AVX-512 twin when one fits, else to the AVX2 twin when one fits,
-//! else to the scalar twin of `format.rs` / `scale_format.rs`. All give
+//! else to the scalar twin of `format.rs`; the block scales go through
+//! the crate's scale codec (`crate::scales`) at the same level. All give
 //! bit-identical results.
 
 use super::format::{self, Codecs, Pass1, Pass2, StepConsts};
-use super::scale_format::{self, PrefixSearch};
 #[cfg(target_arch = "x86_64")]
-use super::{avx2, avx512, avx512_scales};
+use super::{avx2, avx512};
 use crate::error::Result;
+use crate::scales::ScaleCodec;
 use crate::simd::{self, Avx2, Avx512, SimdLevel};
 
 /// The kernels of one SIMD level.
@@ -56,7 +57,7 @@ impl Kernels {
             return avx512::pass1(t, k, c, bs, p);
         }
         #[cfg(target_arch = "x86_64")]
-        if let Some(t) = self.avx2.filter(|_| avx2::covers(&p.v_scale)) {
+        if let (Some(t), format::VScale::Block(_)) = (self.avx2, &p.v_scale) {
             return avx2::pass1(t, k, c, bs, p);
         }
         format::pass1(k, c, bs, p)
@@ -69,7 +70,7 @@ impl Kernels {
             return avx512::pass2(t, c, bs, p);
         }
         #[cfg(target_arch = "x86_64")]
-        if let Some(t) = self.avx2.filter(|_| avx2::covers(&p.v_inv)) {
+        if let (Some(t), format::VScale::Block(_)) = (self.avx2, &p.v_inv) {
             return avx2::pass2(t, c, bs, p);
         }
         format::pass2(c, bs, p)
@@ -88,48 +89,9 @@ impl Kernels {
         format::all_finite(x)
     }
 
-    /// Fill a double-quantization table (see `scale_format::table_with`).
-    fn fill_table(&self, max: f32, step: f32, t: &mut [f32; 256]) {
-        #[cfg(target_arch = "x86_64")]
-        if let Some(tok) = self.avx512 {
-            return avx512_scales::exp2_table(tok, max, step, t);
-        }
-        scale_format::fill_table(max, step, t)
-    }
-
-    /// Decode the block scales of one group (`codes.len()` blocks).
-    pub(crate) fn dq_decode(&self, codes: &[u8], max: f32, step: f32, out: &mut [f32]) {
-        let mut t = [0f32; 256];
-        scale_format::table_with(max, step, &mut t, |m, s, t| self.fill_table(m, s, t));
-        scale_format::decode_with_table(codes, &t, out);
-    }
-
-    /// Encode the block scales of one group; see `scale_format::encode_with_table`.
-    pub(crate) fn dq_encode(&self, s: &mut [f32], codes: &mut [u8]) -> (f32, f32) {
-        let mut t = [0f32; 256];
-        self.dq_encode_table(s, codes, &mut t)
-    }
-
-    /// [`Self::dq_encode`], also leaving the group's decoded table in `t`.
-    pub(crate) fn dq_encode_table(
-        &self,
-        s: &mut [f32],
-        codes: &mut [u8],
-        t: &mut [f32; 256],
-    ) -> (f32, f32) {
-        #[cfg(target_arch = "x86_64")]
-        if let Some(tok) = self.avx512 {
-            let search: PrefixSearch<'_> =
-                &|s, c, max, inv_step, t| avx512_scales::dq_search(tok, s, c, max, inv_step, t);
-            return scale_format::encode_with_table(
-                s,
-                codes,
-                |m, st, t| avx512_scales::exp2_table(tok, m, st, t),
-                Some(search),
-                t,
-            );
-        }
-        scale_format::encode_with_table(s, codes, scale_format::fill_table, None, t)
+    /// The block-scale codec of this level (`crate::scales`).
+    pub(crate) fn scales(&self) -> ScaleCodec {
+        ScaleCodec::new(self.avx512)
     }
 }
 
@@ -180,40 +142,6 @@ mod tests {
                         assert!(!format::all_finite(&y), "{n} {pos}");
                     }
                 }
-            }
-        }
-    }
-
-    #[test]
-    fn dq_codes_and_tables_match_scalar() {
-        for k in simd_kernels() {
-            for spread in [1.0001f32, 1.3, 2.0, 1e3, 1e20] {
-                let base: Vec<f32> = (0..256)
-                    .map(|i| {
-                        if i % 31 == 0 {
-                            0.0
-                        } else {
-                            spread.powf(((i * 97) % 256) as f32 / 255.0) * 3e-4
-                        }
-                    })
-                    .collect();
-                for n in [256usize, 255, 17, 3] {
-                    let (mut s0, mut c0) = (base[..n].to_vec(), vec![0u8; n]);
-                    let (mut s1, mut c1) = (base[..n].to_vec(), vec![0u8; n]);
-                    let p0 = scale_format::encode(&mut s0, &mut c0);
-                    let p1 = k.dq_encode(&mut s1, &mut c1);
-                    assert_eq!((p0, &c0, &s0), (p1, &c1, &s1), "spread {spread} n {n}");
-                    let (mut d0, mut d1) = (vec![0f32; n], vec![0f32; n]);
-                    scale_format::decode(&c0, p0.0, p0.1, &mut d0);
-                    k.dq_decode(&c1, p1.0, p1.1, &mut d1);
-                    assert_eq!(d0, d1);
-                }
-            }
-            for (max, step) in [(1.0f32, -0.001f32), (3e-7, -0.37), (5e3, -1.0), (2.0, 0.0)] {
-                let (mut t0, mut t1) = ([0f32; 256], [0f32; 256]);
-                scale_format::table_with(max, step, &mut t0, scale_format::fill_table);
-                scale_format::table_with(max, step, &mut t1, |m, s, t| k.fill_table(m, s, t));
-                assert_eq!(t0, t1, "{max} {step}");
             }
         }
     }

@@ -19,7 +19,7 @@
 //! the gradient within a few steps, so no ratchet forms).
 
 use super::dispatch::Kernels;
-use super::scale_format::GROUP_BLOCKS;
+use super::format::GROUP_BLOCKS;
 
 /// splitmix64's finalizer (Steele, Lea and Flood, "Fast splittable
 /// pseudorandom number generators", 2014).
@@ -55,7 +55,7 @@ impl Dither {
     }
 }
 
-/// Encode the scales `s` of one group like `Kernels::dq_encode`,
+/// Encode the scales `s` of one group like `ScaleCodec::encode`,
 /// then move each block to the next smaller code with the probability that
 /// makes its decoded scale unbiased. `s` receives the decoded scales.
 /// Scalar after the (level-independent) search, so every level gives the
@@ -70,7 +70,7 @@ pub(crate) fn dq_encode_dithered(
     let mut orig = [0f32; GROUP_BLOCKS];
     orig[..n].copy_from_slice(s);
     let mut t = [0f32; 256];
-    let pair = kernels.dq_encode_table(s, codes, &mut t);
+    let pair = kernels.scales().encode_table(s, codes, &mut t);
     for (i, (&x, (c, dec))) in orig[..n]
         .iter()
         .zip(codes.iter_mut().zip(s.iter_mut()))
@@ -94,7 +94,7 @@ pub(crate) fn dq_encode_dithered(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::optim::scale_format::{fill_table, table_with};
+    use crate::scales::scalar_table;
 
     fn spread_scales(n: usize, seed: u32) -> Vec<f32> {
         (0..n)
@@ -120,10 +120,9 @@ mod tests {
             let mut codes = vec![0u8; 256];
             let k = Kernels::scalar();
             let (max, step) = dq_encode_dithered(&k, &mut s, &mut codes, Dither::new(t, 999, 0));
-            let mut tab = [0f32; 256];
-            table_with(max, step, &mut tab, fill_table);
+            let tab = scalar_table(max, step);
             let mut dec = vec![0f32; 256];
-            k.dq_decode(&codes, max, step, &mut dec);
+            k.scales().decode(&codes, max, step, &mut dec);
             assert_eq!(dec, s);
             for (i, (&x, &c)) in orig.iter().zip(&codes).enumerate() {
                 if x == 0.0 {

@@ -14,6 +14,65 @@ use super::traits::{ParamMut, ParamRef, StateMemoryStats};
 use crate::error::{QuantError, Result};
 use crate::simd::SimdLevel;
 
+/// The constants of step `t` (1-based); shared with the device step
+/// (`gpu::adam::StepPlan`), so both take the very same values.
+pub(crate) fn step_consts(o: &Adam4bitOptimizerConfig, decoupled: bool, t: u64) -> StepConsts {
+    StepConsts::new(
+        o.learning_rate,
+        o.beta1,
+        o.beta2,
+        o.epsilon,
+        o.weight_decay,
+        decoupled,
+        t,
+    )
+}
+
+/// The divisor of `apply_accumulated_grads` (`accumulation_steps` as f32)
+/// after its count checks; shared with the device engine
+/// (`gpu::adam_engine`), which reports the same errors.
+pub(crate) fn accumulation_divisor(steps: usize, accumulated: usize, given: usize) -> Result<f32> {
+    if steps == 0 {
+        return Err(QuantError::arg(
+            "accumulation_steps: expected a value >= 1, got 0",
+        ));
+    }
+    if given != accumulated {
+        return Err(QuantError::InvalidState(format!(
+            "apply_accumulated_grads: {accumulated} parameters accumulated, {given} given"
+        )));
+    }
+    Ok(steps as f32)
+}
+
+/// The gradient sum accumulated under `key`.
+pub(crate) fn accumulated<'a, A>(accum: &'a BTreeMap<String, A>, key: &str) -> Result<&'a A> {
+    accum
+        .get(key)
+        .ok_or_else(|| QuantError::InvalidState(format!("no accumulated gradient for {key:?}")))
+}
+
+/// The error of a parameter whose shape is not the accumulated one.
+pub(crate) fn accumulated_mismatch(key: &str, have: &[usize], shape: &[usize]) -> QuantError {
+    QuantError::dims(
+        format!("param {key:?}"),
+        format!("{have:?}"),
+        format!("{shape:?}"),
+    )
+}
+
+/// `accumulate_grad`'s check: a key already accumulated keeps its shape.
+pub(crate) fn check_accumulating(key: &str, have: Option<&[usize]>, shape: &[usize]) -> Result<()> {
+    match have {
+        Some(a) if a != shape => Err(QuantError::dims(
+            format!("param shape (accumulated {key:?})"),
+            format!("{a:?}"),
+            format!("{shape:?}"),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// A gradient summed by `accumulate_grad`.
 #[derive(Clone, Debug)]
 struct Accumulated {
@@ -65,7 +124,14 @@ fn check_finite(kernels: &Kernels, what: &str, x: &[f32]) -> Result<()> {
 impl Adam4bitCore {
     pub(crate) fn new(config: Adam4bitConfig, decoupled: bool) -> Result<Self> {
         config.validate()?;
-        Ok(Adam4bitCore {
+        Ok(Self::unvalidated(config, decoupled))
+    }
+
+    /// An engine that keeps `config` as given; an invalid config is
+    /// reported by [`Self::check_config`], which every method that reads
+    /// the hyper-parameters or the block layout calls first.
+    pub(crate) fn unvalidated(config: Adam4bitConfig, decoupled: bool) -> Self {
+        Adam4bitCore {
             codecs: codecs_for(&config),
             config,
             decoupled,
@@ -73,7 +139,12 @@ impl Adam4bitCore {
             accum: BTreeMap::new(),
             bound: HashMap::new(),
             kernels: Kernels::in_force(),
-        })
+        }
+    }
+
+    /// The validation error of the config, if it is invalid.
+    pub(crate) fn check_config(&self) -> Result<()> {
+        self.config.validate()
     }
 
     /// Use the kernels of `level` (tests compare levels); an error, and no
@@ -116,6 +187,7 @@ impl Adam4bitCore {
 
     /// Validate a parameter/gradient pair against the state it maps to.
     fn check(&self, key: &str, shape: &[usize], param: &[f32], grad: &[f32]) -> Result<()> {
+        self.check_config()?;
         let n: usize = shape.iter().product();
         if n == 0 {
             return Err(QuantError::arg(format!(
@@ -160,15 +232,7 @@ impl Adam4bitCore {
         StepCtx {
             kernels: self.kernels,
             t: self.state.step + 1,
-            k: StepConsts::new(
-                o.learning_rate,
-                o.beta1,
-                o.beta2,
-                o.epsilon,
-                o.weight_decay,
-                self.decoupled,
-                self.state.step.saturating_add(1),
-            ),
+            k: step_consts(o, self.decoupled, self.state.step.saturating_add(1)),
             codecs: &self.codecs,
             block_size: q.block_size,
             m_clamp: Clamp { lo, hi },
@@ -202,15 +266,11 @@ impl Adam4bitCore {
         let addr = param.data.as_ptr() as usize;
         let key = self.key_of(param.name, addr, param.data.len());
         self.check(&key, param.shape, param.data, grad)?;
-        if let Some(a) = self.accum.get(&key) {
-            if a.shape != param.shape {
-                return Err(QuantError::dims(
-                    format!("param shape (accumulated {key:?})"),
-                    format!("{:?}", a.shape),
-                    format!("{:?}", param.shape),
-                ));
-            }
-        }
+        check_accumulating(
+            &key,
+            self.accum.get(&key).map(|a| &a.shape[..]),
+            param.shape,
+        )?;
         self.bind(param.name, addr, param.data.len());
         match self.accum.get_mut(&key) {
             Some(a) => a.sum.iter_mut().zip(grad).for_each(|(s, g)| *s += g),
@@ -241,30 +301,13 @@ impl Adam4bitCore {
         accumulation_steps: usize,
         params: &mut [(String, ParamMut<'_>)],
     ) -> Result<()> {
-        if accumulation_steps == 0 {
-            return Err(QuantError::arg(
-                "accumulation_steps: expected a value >= 1, got 0",
-            ));
-        }
-        if params.len() != self.accum.len() {
-            return Err(QuantError::InvalidState(format!(
-                "apply_accumulated_grads: {} parameters accumulated, {} given",
-                self.accum.len(),
-                params.len()
-            )));
-        }
-        let d = accumulation_steps as f32;
+        self.check_config()?;
+        let d = accumulation_divisor(accumulation_steps, self.accum.len(), params.len())?;
         let mut means = Vec::with_capacity(params.len());
         for (key, p) in params.iter() {
-            let a = self.accum.get(key).ok_or_else(|| {
-                QuantError::InvalidState(format!("no accumulated gradient for {key:?}"))
-            })?;
+            let a = accumulated(&self.accum, key)?;
             if a.shape != p.shape || p.data.len() != a.sum.len() {
-                return Err(QuantError::dims(
-                    format!("param {key:?}"),
-                    format!("{:?}", a.shape),
-                    format!("{:?}", p.shape),
-                ));
+                return Err(accumulated_mismatch(key, &a.shape, p.shape));
             }
             let mean: Vec<f32> = a.sum.iter().map(|s| s / d).collect();
             check_finite(&self.kernels, "accumulated grad", &mean)?;

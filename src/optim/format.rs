@@ -2,8 +2,7 @@
 //! layout, the argument structs of the two passes, and the scalar passes
 //! every SIMD kernel is tested against (a leaf: no `unsafe`, no dispatch).
 //!
-//! A group is up to [`GROUP_BLOCKS`](super::scale_format::GROUP_BLOCKS)
-//! blocks; per group:
+//! A group is up to [`GROUP_BLOCKS`] blocks; per group:
 //!
 //! 1. `pass1`: per element, decode m and v from their codes and the block's
 //!    scale, apply the Adam(W) update to the weight, and write the new m and
@@ -29,6 +28,10 @@
 //! block starts on a byte. int8 m codes are one byte per element.
 
 use super::codebook::{Codebook16, Codebook256};
+
+/// Blocks per group: per kernel work item, and per double-quantization
+/// group of the block scales (`crate::scales`).
+pub(crate) const GROUP_BLOCKS: usize = 256;
 
 /// Per-step constants of the element math.
 #[derive(Clone, Copy, Debug)]

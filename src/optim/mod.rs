@@ -7,20 +7,23 @@
 //! - v: an unsigned map with no zero ([`VarianceMap`]); a v that decodes to
 //!   0 makes `m / (sqrt(v) + eps)` explode (the "zero-point problem" of Li
 //!   et al., "Memory Efficient Optimizers with 4-bit States", 2023, lpmm).
-//! - block scales optionally double-quantized (`scale_format.rs`), v's
+//! - block scales optionally double-quantized (`crate::scales`), v's
 //!   rounded without bias (`dither.rs`); lpmm's rank-1 normalization of v
 //!   for 2-D parameters as an option.
 //! - the step is fused per group of 256 blocks (`format.rs`): decode,
-//!   update, encode, with AVX-512 (`avx512.rs`) or AVX2 (`avx2.rs`) for the
-//!   look-up and the nearest-code search and rayon over groups (`state.rs`); each group's
+//!   update, encode, with SIMD kernels written once over a vector trait
+//!   (`kernel.rs` over `lanes.rs`, instantiated for AVX-512 in `avx512.rs`
+//!   and AVX2 in `avx2.rs`) for the look-up and the nearest-code search and
+//!   rayon over groups (`state.rs`); each group's
 //!   arithmetic is independent of the thread count, so results are too.
 //!
 //! Modules import one way: `adam` (public types) -> `array_api` (the
-//! seed's ndarray views, checked for layout) -> `engine` (validation,
-//! keys, accumulation) -> `state` (parallel step) -> `dither` -> `dispatch` (kernels
-//! chosen once per optimizer from proof tokens) -> `avx2`, `avx512*` -> the leaves
-//! `format`, `scale_format`, `codebook`; `checkpoint` reads and writes the
-//! engine's state; `traits` and `config` are leaves.
+//! ndarray views of [`Optimizer`], checked for layout) -> `engine`
+//! (validation, keys, accumulation) -> `state` (parallel step) -> `dither`
+//! -> `dispatch` (kernels chosen once per optimizer from proof tokens) ->
+//! `avx2`, `avx512` -> `kernel` -> `lanes` and the leaves `format`,
+//! `codebook`; the scale codec is `crate::scales`; `checkpoint` reads and
+//! writes the engine's state; `traits` and `config` are leaves.
 
 mod adam;
 mod array_api;
@@ -28,8 +31,6 @@ mod array_api;
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
-#[cfg(target_arch = "x86_64")]
-mod avx512_scales;
 pub(crate) mod checkpoint;
 mod codebook;
 pub(crate) mod config;
@@ -37,7 +38,10 @@ mod dispatch;
 mod dither;
 mod engine;
 mod format;
-mod scale_format;
+#[cfg(target_arch = "x86_64")]
+mod kernel;
+#[cfg(target_arch = "x86_64")]
+mod lanes;
 mod state;
 #[cfg(test)]
 mod tests;
@@ -50,10 +54,12 @@ pub use config::{
 };
 #[cfg(any(feature = "python", feature = "gpu"))]
 pub(crate) use engine::Adam4bitCore;
+#[cfg(feature = "gpu")]
+pub(crate) use engine::{
+    accumulated, accumulated_mismatch, accumulation_divisor, check_accumulating, step_consts,
+};
 // The device step (src/gpu/adam.rs) runs the same element math with the
 // same code books and step constants.
-#[cfg(all(test, feature = "gpu"))]
-pub(crate) use scale_format::log2_det;
 pub use state::{OptimizerState, ParamState, Scales, VScales};
 pub use traits::{Optimizer, ParamMut, ParamRef, StateMemoryStats, StatefulOptimizer, Tensors};
 #[cfg(feature = "gpu")]

@@ -9,8 +9,8 @@ use rayon::prelude::*;
 
 use super::config::AdvancedQuantizationConfig;
 use super::dispatch::Kernels;
-use super::format::{inv, nibble, Codecs, MCodec, Pass1, Pass2, StepConsts, VScale};
-use super::scale_format::{GROUP_BLOCKS, ZERO_CODE};
+use super::format::{inv, nibble, Codecs, MCodec, Pass1, Pass2, StepConsts, VScale, GROUP_BLOCKS};
+use crate::scales::ZERO_CODE;
 
 /// Block scales of one moment.
 #[derive(Clone, Debug, PartialEq)]
@@ -67,7 +67,7 @@ impl ScalesChunk<'_> {
     fn decode(&self, kernels: &Kernels, out: &mut [f32]) {
         match self {
             ScalesChunk::F32(s) => out.copy_from_slice(s),
-            ScalesChunk::Double(c, g) => kernels.dq_decode(c, g[0], g[1], out),
+            ScalesChunk::Double(c, g) => kernels.scales().decode(c, g[0], g[1], out),
         }
     }
 
@@ -79,7 +79,7 @@ impl ScalesChunk<'_> {
             ScalesChunk::Double(c, g) => {
                 let (max, step) = match dither {
                     Some(d) => dq_encode_dithered(kernels, s, c, d),
-                    None => kernels.dq_encode(s, c),
+                    None => kernels.scales().encode(s, c),
                 };
                 g[0] = max;
                 g[1] = step;

@@ -1,4 +1,5 @@
-//! The seed's optimizer traits and the argument and statistics types they
+//! The optimizer traits ([`Optimizer`], [`StatefulOptimizer`]; docs/rust.md)
+//! and the argument and statistics types they
 //! use (a leaf: shared by the engine, the checkpoints and the public types).
 
 use std::collections::BTreeMap;
@@ -48,7 +49,7 @@ pub struct StateMemoryStats {
     pub num_parameters: usize,
 }
 
-/// The seed's optimizer interface, on ndarray views (docs/rust.md).
+/// The optimizer interface, on ndarray views (docs/rust.md).
 ///
 /// A parameter is an [`ArrayViewMutD`] of any shape in standard (C
 /// contiguous) layout: another layout is an error, never a silent copy. An
@@ -81,9 +82,9 @@ pub trait Optimizer {
     /// gradient with the mean `sum / accumulation_steps`, then clears the
     /// buffers. Does not call [`Self::step`].
     ///
-    /// The seed's form takes no parameters: a safe Rust optimizer cannot
-    /// keep the borrowed views of `accumulate_grad` alive until this call,
-    /// so the caller hands them back here (any order; matched by buffer).
+    /// A safe Rust optimizer cannot keep the borrowed views of
+    /// `accumulate_grad` alive until this call, so the caller hands them
+    /// back here (any order; matched by buffer).
     fn apply_accumulated_grads(
         &mut self,
         accumulation_steps: usize,
@@ -91,7 +92,7 @@ pub trait Optimizer {
     ) -> Result<()>;
 }
 
-/// The seed's checkpointing interface.
+/// Checkpointing: the configuration, the state and their serialization.
 pub trait StatefulOptimizer {
     /// The configuration type.
     type Config;

@@ -95,7 +95,7 @@ mod imp {
 }
 
 #[cfg(feature = "gpu")]
-mod array;
+pub(crate) mod array;
 #[cfg(feature = "gpu")]
 mod device;
 #[cfg(feature = "gpu")]
@@ -103,9 +103,9 @@ mod dlpack;
 #[cfg(feature = "gpu")]
 mod functions;
 #[cfg(feature = "gpu")]
-mod input;
+pub(crate) mod input;
 #[cfg(feature = "gpu")]
-mod layer;
+pub(crate) mod layer;
 #[cfg(feature = "gpu")]
 mod optim;
 #[cfg(feature = "gpu")]
@@ -113,7 +113,7 @@ mod qat;
 #[cfg(feature = "gpu")]
 mod qat_calibrate;
 #[cfg(feature = "gpu")]
-mod weight;
+pub(crate) mod weight;
 #[cfg(feature = "gpu")]
 mod imp {
     pub(crate) use super::functions::register;

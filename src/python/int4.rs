@@ -89,9 +89,9 @@ impl PyQuantizedWeight {
         let xa = input::<f32>(x, "x")?;
         let expected = || {
             if vector {
-                format!("[{}]", w.in_feat)
+                format!("[{}]", w.in_feat())
             } else {
-                format!("[batch, {}]", w.in_feat)
+                format!("[batch, {}]", w.in_feat())
             }
         };
         let wrong_x = || QuantError::dims("x", expected(), format!("{:?}", xa.shape()));
@@ -99,26 +99,26 @@ impl PyQuantizedWeight {
             let xv = xa.as_array();
             return Ok(if vector {
                 let x1 = xv.into_dimensionality::<Ix1>().map_err(|_| wrong_x())?;
-                if x1.len() != w.in_feat {
+                if x1.len() != w.in_feat() {
                     return Err(wrong_x().into());
                 }
                 PyArray1::from_owned_array(py, py.detach(|| w.matvec_array(x1))?).into_any()
             } else {
                 let x2 = xv.into_dimensionality::<Ix2>().map_err(|_| wrong_x())?;
-                if x2.ncols() != w.in_feat {
+                if x2.ncols() != w.in_feat() {
                     return Err(wrong_x().into());
                 }
                 PyArray2::from_owned_array(py, py.detach(|| w.matmul_array(x2))?).into_any()
             });
         }
         let (batch, out_shape) = match (vector, xa.shape()) {
-            (true, [k]) if *k == w.in_feat => (1, vec![w.out_feat]),
-            (false, [b, k]) if *k == w.in_feat => (*b, vec![*b, w.out_feat]),
+            (true, [k]) if *k == w.in_feat() => (1, vec![w.out_feat()]),
+            (false, [b, k]) if *k == w.in_feat() => (*b, vec![*b, w.out_feat()]),
             _ => return Err(wrong_x().into()),
         };
         let xs = xa.as_slice().map_err(|e| invalid("x", e))?;
         let Some(out) = out else {
-            let mut y = vec![0.0f32; batch * w.out_feat];
+            let mut y = vec![0.0f32; batch * w.out_feat()];
             py.detach(|| w.matmul_act(xs, batch, &mut y, act))?;
             let arr =
                 ArrayD::from_shape_vec(IxDyn(&out_shape), y).map_err(|e| invalid("out", e))?;
@@ -133,11 +133,25 @@ impl PyQuantizedWeight {
     }
 }
 
-pymethods_with_getters!(PyQuantizedWeight, {
-    in_feat: usize = "Input features (rows of the weight).",
-    out_feat: usize = "Output features (columns of the weight).",
-    num_groups: usize = "Scale groups along the input axis.",
-}, {
+pymethods_with_getters!(PyQuantizedWeight, {}, {
+    /// Input features (rows of the weight).
+    #[getter]
+    fn in_feat(&self) -> usize {
+        self.inner.in_feat()
+    }
+
+    /// Output features (columns of the weight).
+    #[getter]
+    fn out_feat(&self) -> usize {
+        self.inner.out_feat()
+    }
+
+    /// Scale groups along the input axis.
+    #[getter]
+    fn num_groups(&self) -> usize {
+        self.inner.num_groups()
+    }
+
     /// Rebuild from raw buffers, validating every size and value.
     #[new]
     fn new(
@@ -222,13 +236,13 @@ pymethods_with_getters!(PyQuantizedWeight, {
     /// Packed nibbles, uint8 `[num_pairs * out_feat]` (read-only view).
     #[getter]
     fn data<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyArray1<u8>>> {
-        Self::view(slf, &slf.get().inner.data)
+        Self::view(slf, slf.get().inner.data())
     }
 
     /// Scales, float32 `[num_groups * out_feat]` (read-only view).
     #[getter]
     fn scales<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyArray1<f32>>> {
-        Self::view(slf, &slf.get().inner.scales)
+        Self::view(slf, slf.get().inner.scales())
     }
 
     /// Effective group size (rows per scale).
@@ -245,11 +259,11 @@ pymethods_with_getters!(PyQuantizedWeight, {
 
     /// The weight as a new float32 array `[in_feat, out_feat]`.
     fn dequantize<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray2<f32>>> {
-        let arr = PyArray2::<f32>::zeros(py, [self.inner.in_feat, self.inner.out_feat], false);
+        let arr = PyArray2::<f32>::zeros(py, [self.inner.in_feat(), self.inner.out_feat()], false);
         {
             let mut rw = arr.readwrite();
             let s = rw.as_slice_mut().map_err(|e| invalid("out", e))?;
-            py.detach(|| self.inner.dequantize_to(s))?;
+            py.detach(|| self.inner.try_dequantize_to(s))?;
         }
         Ok(arr)
     }
@@ -260,10 +274,10 @@ pymethods_with_getters!(PyQuantizedWeight, {
         check_shape(
             "out",
             rw.shape(),
-            &[self.inner.in_feat, self.inner.out_feat],
+            &[self.inner.in_feat(), self.inner.out_feat()],
         )?;
         let s = rw.as_slice_mut().map_err(|e| invalid("out", e))?;
-        py.detach(|| self.inner.dequantize_to(s))?;
+        py.detach(|| self.inner.try_dequantize_to(s))?;
         Ok(())
     }
 
@@ -306,7 +320,10 @@ pymethods_with_getters!(PyQuantizedWeight, {
 
     /// Load a file written by `save`.
     #[staticmethod]
-    fn load(py: Python<'_>, #[pyo3(from_py_with = crate::python::scalars::path)] path: PathBuf) -> PyResult<Self> {
+    fn load(
+        py: Python<'_>,
+        #[pyo3(from_py_with = crate::python::scalars::path)] path: PathBuf,
+    ) -> PyResult<Self> {
         let inner = py.detach(|| Core::load(&path))?;
         Ok(PyQuantizedWeight::host(inner))
     }
@@ -320,7 +337,8 @@ pymethods_with_getters!(PyQuantizedWeight, {
     /// Parse bytes from `to_bytes`, validating them.
     #[staticmethod]
     fn from_bytes(data: &Bound<'_, PyAny>) -> PyResult<Self> {
-        let inner = crate::python::scalars::with_bytes(data, "data", Core::from_safetensors_bytes)??;
+        let inner =
+            crate::python::scalars::with_bytes(data, "data", Core::from_safetensors_bytes)??;
         Ok(PyQuantizedWeight::host(inner))
     }
 
@@ -336,7 +354,13 @@ pymethods_with_getters!(PyQuantizedWeight, {
             Device::Cpu => None,
             Device::Cuda(i) => Some(CudaWeight::from_cpu(py, &this.inner, i)?),
         };
-        Bound::new(py, PyQuantizedWeight { inner: this.inner.clone(), cuda })
+        Bound::new(
+            py,
+            PyQuantizedWeight {
+                inner: this.inner.clone(),
+                cuda,
+            },
+        )
     }
 
     /// Where `matvec` / `matmul` run: `"cpu"` or `"cuda:N"`.
@@ -360,9 +384,9 @@ pymethods_with_getters!(PyQuantizedWeight, {
         };
         format!(
             "QuantizedWeight(in_feat={}, out_feat={}, num_groups={}, group_size={}, nbytes={}{device})",
-            w.in_feat,
-            w.out_feat,
-            w.num_groups,
+            w.in_feat(),
+            w.out_feat(),
+            w.num_groups(),
             w.group_size(),
             w.nbytes()
         )

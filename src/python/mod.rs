@@ -18,6 +18,9 @@ macro_rules! on_backend {
 }
 
 mod arrays;
+mod atomic;
+#[cfg(feature = "gpu")]
+mod cuda_bench;
 mod errors;
 mod fields;
 mod fp8;
@@ -101,6 +104,9 @@ mod core_module {
         super::optim::register(m)?;
         super::qat::register(m)?;
         super::gpu::register(m)?;
+        #[cfg(feature = "gpu")]
+        super::cuda_bench::register(m)?;
+        super::atomic::register(m)?;
         Ok(())
     }
 }

@@ -1,4 +1,4 @@
-//! The seed's `QatOptimizer` surface on ndarray and `rand` (docs/rust.md):
+//! The `QatOptimizer` surface on ndarray and `rand` (docs/rust.md):
 //! `Array1` masters and gradients, and stochastic-rounding keys drawn from
 //! the caller's [`Rng`]. The slice methods in `optimizer.rs` do the work.
 

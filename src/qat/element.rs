@@ -1,4 +1,4 @@
-//! The master precisions the optimizer supports (f64, the seed's, and f32).
+//! The master precisions the optimizer supports (f64, the default, and f32).
 
 use std::fmt::Debug;
 use std::ops::{Add, Div, Mul, Sub};

@@ -1,4 +1,4 @@
-//! Quantization-aware training (docs/qat.md, seed 000 `QatOptimizer`).
+//! Quantization-aware training (docs/qat.md): `QatOptimizer`.
 //!
 //! The optimizer keeps full-precision master weights (owned by the caller,
 //! f64 or f32) and AdamW moments, and after every step re-derives a
@@ -12,7 +12,7 @@
 //!   propagating gradients through stochastic neurons").
 //! - `rng`: the counter-based generator behind stochastic rounding.
 //! - `optimizer`: `QatOptimizer`, the transactional AdamW step; `array_api`:
-//!   its seed surface on ndarray `Array1` and a `rand::Rng`.
+//!   its surface on ndarray `Array1` and a `rand::Rng` (docs/rust.md).
 //! - `serde`: the byte format behind pickling.
 //!
 //! Integer fake quantization follows the usual affine scheme (Jacob et al.

@@ -17,7 +17,7 @@ use ndarray::Array1;
 ///
 /// The FP32/FP64 master itself is owned by the caller and passed to every
 /// step; the optimizer updates it in place and re-derives the view from it.
-/// `T` is `f64` (the default, as in the seed) or `f32`.
+/// `T` is `f64` (the default) or `f32`.
 ///
 /// Stochastic rounding takes one 64-bit key per view: [`QatOptimizer::new`]
 /// and [`QatOptimizer::step`] draw it from the caller's `rng` (exactly one
@@ -95,7 +95,8 @@ fn first_non_finite<T: Master>(x: &[T]) -> Option<usize> {
 impl<T: Master> QatOptimizer<T> {
     /// An optimizer for the slice `master` whose stochastic rounding is keyed
     /// by `(seed, step)` (the Python binding's path); the view is derived at
-    /// once with step 0. [`QatOptimizer::new`] is the seed's `rng` form.
+    /// once with step 0. [`QatOptimizer::new`] is the form that draws the key
+    /// from a caller's `rng`.
     ///
     /// Errors: invalid hyper-parameters, an empty or non-finite master, and
     /// calibration failures (an all-zero master has no integer scale).
@@ -275,7 +276,8 @@ impl<T: Master> QatOptimizer<T> {
 
     /// One AdamW step on the slice `master` in place, then recalibration and
     /// a new view keyed by `(seed, step)`; `seed` overrides the optimizer's
-    /// stream seed for this step. [`QatOptimizer::step`] is the seed's form.
+    /// stream seed for this step. [`QatOptimizer::step`] is the form that draws
+    /// the key from a caller's `rng`.
     ///
     /// Errors (nothing changes): a length mismatch, a non-finite gradient or
     /// master, an update that overflows, a degenerate calibration.
@@ -323,12 +325,7 @@ impl<T: Master> QatOptimizer<T> {
         if grad.len() != n {
             return Err(QuantError::dims("grad", n, grad.len()));
         }
-        let t = self
-            .step
-            .checked_add(1)
-            .ok_or_else(|| QuantError::InvalidState("step count overflow".into()))?;
-        let c = &self.config;
-        let coef = Coef::<T>::new(c.lr, c.beta1, c.beta2, c.eps, c.weight_decay, t);
+        let (t, coef) = next_step::<T>(&self.config, self.step)?;
         let stats = kernels.dry(master, grad, &self.m, &self.v, &coef);
         if stats.non_finite {
             return Err(diagnose(master, grad));
@@ -398,6 +395,18 @@ impl<T: Master> QatOptimizer<T> {
             params,
         })
     }
+}
+
+/// The number of the step after `step` and its AdamW constants (an error
+/// when the count would overflow); shared with the device step (`gpu::qat`).
+pub(crate) fn next_step<T: Master>(c: &QatConfig, step: u64) -> Result<(u64, Coef<T>)> {
+    let t = step
+        .checked_add(1)
+        .ok_or_else(|| QuantError::InvalidState("step count overflow".into()))?;
+    Ok((
+        t,
+        Coef::<T>::new(c.lr, c.beta1, c.beta2, c.eps, c.weight_decay, t),
+    ))
 }
 
 /// The error of a step whose dry pass met a non-finite value: the first

@@ -1,5 +1,5 @@
-"""The CLI's side of docs/security.md: one-line errors for hostile headers and
-atomic writes with the same rules as the Rust writer."""
+"""The CLI's side of docs/security.md: one-line errors for hostile headers, and the atomic
+writes of the Python writers (the Rust writer of src/atomic.rs, seen from Python)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
+import quantrs
+from quantrs._core import _atomic_write, _AtomicFile
 from quantrs.cli import main
-from quantrs.formats._atomic import AtomicFile
 
 
 def hostile(path, header: bytes) -> None:
@@ -46,9 +47,7 @@ def temps(d):
 
 
 def write(path, data: bytes) -> None:
-    f = AtomicFile(path)
-    f.file.write(data)
-    f.commit()
+    _atomic_write(path, data)
 
 
 def test_cli_writer_removes_stale_temporaries_of_dead_writers(tmp_path):
@@ -56,9 +55,10 @@ def test_cli_writer_removes_stale_temporaries_of_dead_writers(tmp_path):
     code = (
         "import os, sys\n"
         "sys.path[:0] = " + repr(sys.path) + "\n"
-        "from quantrs.formats._atomic import AtomicFile\n"
-        f"f = AtomicFile({str(path)!r})\n"
-        "f.file.write(b'x' * 1000); f.file.flush()\n"
+        "import numpy as np\n"
+        "from quantrs._core import _AtomicFile\n"
+        f"f = _AtomicFile({str(path)!r})\n"
+        "f.write(np.zeros(1000, np.uint8))\n"
         "os._exit(0)\n"  # dies before commit, as after kill -9
     )
     for _ in range(3):
@@ -72,11 +72,28 @@ def test_cli_writer_removes_stale_temporaries_of_dead_writers(tmp_path):
 
 
 def test_cli_writer_unique_per_call(tmp_path):
-    a, b = AtomicFile(tmp_path / "x"), AtomicFile(tmp_path / "x")
+    a, b = _AtomicFile(tmp_path / "x"), _AtomicFile(tmp_path / "x")
     assert a.tmp != b.tmp
     a.abort()
     b.abort()
     assert temps(tmp_path) == []
+
+
+def test_cli_writer_streams_and_commits_once(tmp_path):
+    path = tmp_path / "x"
+    path.write_bytes(b"old")
+    f = _AtomicFile(path)
+    f.write(np.frombuffer(b"ab", np.uint8))
+    f.write(np.frombuffer(b"cd", np.uint8))
+    assert path.read_bytes() == b"old"
+    f.commit()
+    assert path.read_bytes() == b"abcd" and temps(tmp_path) == []
+    with pytest.raises(quantrs.InvalidState, match="already committed"):
+        f.write(np.zeros(1, np.uint8))
+    g = _AtomicFile(path)
+    g.write(np.zeros(3, np.uint8))
+    del g  # an uncommitted writer that goes away deletes its temporary
+    assert path.read_bytes() == b"abcd" and temps(tmp_path) == []
 
 
 def test_cli_writer_modes_links_and_special_files(tmp_path):
@@ -97,6 +114,32 @@ def test_cli_writer_modes_links_and_special_files(tmp_path):
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     with pytest.raises(OSError, match="not a regular file"):
-        AtomicFile(fifo)
+        _AtomicFile(fifo)
     with pytest.raises(OSError, match="not a regular file"):
-        AtomicFile(tmp_path)
+        _AtomicFile(tmp_path)
+
+
+def test_demo_plot_is_written_atomically(tmp_path, monkeypatch):
+    """write_plot renders into memory and writes through the atomic writer (a stand-in
+    matplotlib, so this runs without it; test_cli.py renders a real PNG where installed)."""
+    import types
+    from unittest import mock
+
+    from quantrs.cli._demo import Row
+    from quantrs.cli._report import write_plot
+
+    fig, ax = mock.MagicMock(), mock.MagicMock()
+    fig.savefig.side_effect = lambda f, format: f.write(b"\x89PNG-" + format.encode())
+    pyplot = types.ModuleType("matplotlib.pyplot")
+    pyplot.subplots = lambda **kw: (fig, ax)
+    pyplot.close = mock.MagicMock()
+    mpl = types.ModuleType("matplotlib")
+    mpl.use = lambda backend: None
+    mpl.pyplot = pyplot
+    monkeypatch.setitem(sys.modules, "matplotlib", mpl)
+    monkeypatch.setitem(sys.modules, "matplotlib.pyplot", pyplot)
+    path = tmp_path / "loss.png"
+    path.write_bytes(b"old")
+    write_plot([Row("float32", curve=[1.0, 0.5])], str(path))
+    assert path.read_bytes() == b"\x89PNG-png" and temps(tmp_path) == []
+    pyplot.close.assert_called_once_with(fig)

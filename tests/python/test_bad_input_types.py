@@ -157,6 +157,10 @@ def valid_calls(tmp: Path):
         ],
         "QuantizedWeight.save": [("save", QW.save, dict(path=path))],
         "QuantizedWeight.load": [("load", quantrs.QuantizedWeight.load, dict(path=path))],
+        "_atomic_write": [
+            ("_atomic_write", _core._atomic_write, dict(path=str(tmp / "a.bin"), data=b"xy"))
+        ],
+        "_AtomicFile.__new__": [("_AtomicFile", _core._AtomicFile, dict(path=str(tmp / "b.bin")))],
         "QuantizedWeight.from_bytes": [
             ("from_bytes", quantrs.QuantizedWeight.from_bytes, dict(data=QW.to_bytes()))
         ],

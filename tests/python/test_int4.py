@@ -1,4 +1,4 @@
-"""QuantizedWeight against the pure-NumPy reference (SPEC section 4)."""
+"""QuantizedWeight against the pure-NumPy reference (docs/int4.md)."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def test_ties_round_to_even():
     assert qw.dequantize().ravel().tolist() == [7.0, 2.0, -2.0, 0.0, 2.0, -4.0]
 
 
-def test_seed_layout_bytes():
+def test_nibble_layout_bytes():
     # Rows 0 and 1 share a byte: row 0 in the low nibble, row 1 in the high.
     w = np.array([[7.0, -7.0], [-1.0, 3.0]], dtype=np.float32)
     qw = QuantizedWeight.quantize(w)
@@ -77,7 +77,7 @@ def test_seed_layout_bytes():
     assert qw.scales.tolist() == [1.0, 1.0]
 
 
-def test_flat_seed_form_and_odd_small_in_feat():
+def test_flat_input_form_and_odd_small_in_feat():
     w = rand((5, 3), 1)
     a = QuantizedWeight.quantize(w.ravel(), 5, 3)
     b = QuantizedWeight.quantize(w)

@@ -1,5 +1,5 @@
-"""AdamW4bit / Adam4bit: the seed's vectors, the step math against the float32 oracle, the
-state layout, accumulation, the Python API, errors (SPEC section 6)."""
+"""AdamW4bit / Adam4bit: hand-computed vectors, the step math against the float32 oracle, the
+state layout, accumulation, the Python API, errors (docs/optim.md)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def make(method="nf4", lr=1e-2, wd=0.0, cls=quantrs.AdamW4bit, **q):
     )
 
 
-def test_seed_vector_weight_decay_only():
+def test_weight_decay_only_step_by_hand():
     opt = quantrs.AdamW4bit(0.1, 0.9, 0.999, 1e-8, 0.5)
     w = np.array([10.0], np.float32)
     opt.update(w, np.zeros(1, np.float32))
@@ -227,6 +227,21 @@ def test_lr_property_and_config():
     assert cfg.optimizer.learning_rate == 0.25 and cfg.quantization.block_size == 64
     assert cfg == opt.config() and cfg != quantrs.AdamW4bit().config()
     assert repr(cfg).startswith("Adam4bitConfig(optimizer=Adam4bitOptimizerConfig(")
+
+
+@pytest.mark.parametrize("cls", [quantrs.AdamW4bit, quantrs.Adam4bit])
+def test_config_has_the_hyper_parameters_as_fields(cls):
+    # The Rust Adam4bitOptimizerConfig's fields read on config() itself, and
+    # equal those of its .optimizer half (float32 values, shortest repr).
+    opt = cls(0.1, 0.8, 0.99, 1e-6, 0.5)
+    cfg = opt.config()
+    fields = ("learning_rate", "beta1", "beta2", "epsilon", "weight_decay")
+    assert [getattr(cfg, f) for f in fields] == [0.1, 0.8, 0.99, 1e-6, 0.5]
+    assert [getattr(cfg, f) for f in fields] == [getattr(cfg.optimizer, f) for f in fields]
+    opt.set_lr(0.03)
+    assert opt.config().learning_rate == 0.03 and cfg.learning_rate == 0.1
+    with pytest.raises(AttributeError):
+        cfg.learning_rate = 1.0  # type: ignore[misc]
 
 
 def test_repr_reads_like_the_constructor():

@@ -1,4 +1,4 @@
-"""Lossless, validated, atomic checkpoints of AdamW4bit (SPEC section 6)."""
+"""Lossless, validated, atomic checkpoints of AdamW4bit (docs/optim.md, "State layout")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""QatOptimizer and quantrs.qat against the NumPy reference (SPEC section 7)."""
+"""QatOptimizer and quantrs.qat against the NumPy reference (docs/qat.md)."""
 
 from __future__ import annotations
 

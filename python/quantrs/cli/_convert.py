@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._core import InvalidArgument
 from ..formats._stfile import StReader, TensorInfo
 
 _CHUNK = 16 << 20  # bytes per streamed chunk (copies, transposition)
@@ -116,7 +117,7 @@ def fp8_quantize(fp8, w: np.ndarray, to32=None, release=None) -> tuple[np.ndarra
         bad = np.flatnonzero(~np.isfinite(block))
         if bad.size:  # NaN would stay NaN and inf would poison the per-tensor scale
             r, c = divmod(int(bad[0]), w.shape[1])
-            raise ValueError(f"non-finite value {block[r, c]} at index [{r0 + r}, {c}]")
+            raise InvalidArgument(f"w: non-finite value {block[r, c]} at index [{r0 + r}, {c}]")
         absmax = max(absmax, np.abs(block).max(initial=np.float32(0)))
         if release:
             release(r0, min(w.shape[0], r0 + rows))

@@ -20,37 +20,19 @@ from pathlib import Path
 
 import numpy as np
 
-from ..formats import Checkpoint, FormatError, GgufFile
-from ..formats._int4 import int4_layout
+from ..formats import Checkpoint, FormatError, GgufFile, UnsupportedFormatError
 from ..formats._stfile import OutSpec, StWriter
 from ..formats.awq import awq_geometry, awq_layers, read_awq
 from ..formats.gguf import Q4_0, read_gguf_weight
 from ..formats.gptq import gptq_geometry, gptq_layers, read_gptq
 from ._errors import CliError
-from ._layout import FORMAT_KEY, FORMAT_VERSION, TENSORS_KEY
+from ._layout import FORMAT_KEY, FORMAT_VERSION, TENSORS_KEY, check_unique_outputs, int4_outputs
 from ._quantize import progress_bar
 
 SOURCES = ("gptq", "awq", "gguf")
 # GGUF plain types copied as safetensors tensors: ggml type name -> safetensors dtype
 _GGUF_COPY = {"F32": "F32", "F16": "F16", "BF16": "BF16", "F64": "F64", "I8": "I8",
               "I16": "I16", "I32": "I32", "I64": "I64"}  # fmt: skip
-
-
-def _int4_specs(name: str, in_feat: int, out_feat: int, gs: int, src_dtype: str):
-    gs, pairs, groups = int4_layout(in_feat, gs)
-    outs = [
-        OutSpec(name + ".qweight", "U8", (pairs, out_feat)),
-        OutSpec(name + ".scales", "F32", (groups, out_feat)),
-    ]
-    meta = {
-        "format": "int4",
-        "in_feat": in_feat,
-        "out_feat": out_feat,
-        "group_size": gs,
-        "num_groups": groups,
-        "dtype": src_dtype,
-    }
-    return outs, meta
 
 
 def _qw_arrays(qw, outs) -> list[np.ndarray]:
@@ -82,7 +64,9 @@ def _plan_safetensors(ck: Checkpoint, source: str, requantize: bool) -> list[_Jo
     for p in layers:
         geo = geometry(ck, p)
         gs = geo["group_size"] if geo["group_size"] % 2 == 0 else 32
-        outs, meta = _int4_specs(p + ".weight", geo["in_feat"], geo["out_feat"], gs, source.upper())
+        outs, meta = int4_outputs(
+            p + ".weight", geo["in_feat"], geo["out_feat"], gs, source.upper()
+        )
         parts = [f"{p}.{k}" for k in ("qweight", "qzeros", "scales", "g_idx") if f"{p}.{k}" in ck]
         owned.update(parts)
 
@@ -121,12 +105,12 @@ def _plan_gguf(g: GgufFile, requantize: bool) -> list[_Job]:
             continue
         if len(t.dims) != 2 or (t.type_id != Q4_0 and not requantize):
             why = "not 2-D" if len(t.dims) != 2 else f"ggml type {tname} is not Q4_0"
-            raise FormatError(
+            raise UnsupportedFormatError(
                 f"tensor {t.name!r}: {why}: not representable in quantrs INT4 exactly"
                 + ("" if len(t.dims) != 2 else " (--requantize dequantizes and re-quantizes it)")
             )
         in_feat, out_feat = t.dims
-        outs, meta = _int4_specs(t.name, in_feat, out_feat, 32, tname)
+        outs, meta = int4_outputs(t.name, in_feat, out_feat, 32, tname)
 
         def run(t=t, outs=outs):
             qw, err, note = read_gguf_weight(g, t.name, requantize)
@@ -163,21 +147,16 @@ def convert(
                 else _plan_safetensors(f, source, requantize)
             )
             if source != "gguf" and not any(j.kind == "int4" for j in jobs):
-                raise FormatError(f"{src}: no {source.upper()} layer (no '<layer>.qweight' tensor)")
+                raise UnsupportedFormatError(
+                    f"{src}: no {source.upper()} layer (no '<layer>.qweight' tensor)"
+                )
             return _write(jobs, dst, source, progress)
     except FormatError as e:
         raise CliError(str(e)) from None
 
 
 def _write(jobs, dst: Path, source: str, progress: bool) -> list[dict]:
-    seen: dict[str, str] = {}
-    for j in jobs:
-        for o in j.outs:
-            if o.name in seen:
-                raise CliError(
-                    f"output name {o.name!r} (from {j.name!r}) clashes with {seen[o.name]!r}"
-                )
-            seen[o.name] = j.name
+    check_unique_outputs((j.name, j.outs) for j in jobs)
     metadata = {
         FORMAT_KEY: "int4",
         "quantrs.version": FORMAT_VERSION,

@@ -35,7 +35,7 @@ from ..formats._stfile import OutSpec, StFormatError, StReader, StWriter, Tensor
 from ..formats.fp8 import LAYOUTS, scale_name
 from ._convert import fp8_tensor, int4_tensor
 from ._errors import CliError
-from ._layout import FORMAT_KEY, FORMAT_VERSION, TENSORS_KEY, int4_layout
+from ._layout import FORMAT_KEY, FORMAT_VERSION, TENSORS_KEY, check_unique_outputs, int4_outputs
 from ._select import Selector
 
 _CHUNK = 16 << 20  # bytes per streamed chunk of a copied tensor
@@ -68,29 +68,11 @@ def _plan(
             meta = {"format": "fp8_e4m3", "dtype": t.dtype, "layout": layout}
             jobs.append(Job(t, "fp8", outs, meta))
         else:
-            gs, pairs, groups = int4_layout(in_feat, group_size)
-            outs = [
-                OutSpec(t.name + ".qweight", "U8", (pairs, out_feat)),
-                OutSpec(t.name + ".scales", "F32", (groups, out_feat)),
-            ]
-            meta = {
-                "format": "int4",
-                "in_feat": in_feat,
-                "out_feat": out_feat,
-                "group_size": gs,
-                "num_groups": groups,
-                "dtype": t.dtype,
-            }
+            outs, meta = int4_outputs(t.name, in_feat, out_feat, group_size, t.dtype)
             jobs.append(Job(t, "int4", outs, meta))
-    seen: dict[str, str] = {}
-    for j in jobs:
-        for o in j.outs:
-            if o.name in seen:
-                raise CliError(
-                    f"output name {o.name!r} (from {j.info.name!r}) clashes with "
-                    f"{seen[o.name]!r}; the input already holds a tensor of that name"
-                )
-            seen[o.name] = j.info.name
+    check_unique_outputs(
+        ((j.info.name, j.outs) for j in jobs), "; the input already holds a tensor of that name"
+    )
     return jobs
 
 

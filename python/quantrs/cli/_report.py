@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 
-from ..formats._atomic import AtomicFile
+from .._core import _atomic_write
 from ._table import table
 
 
@@ -65,12 +66,9 @@ def write_plot(rows, path: str) -> None:
     ax.grid(True, alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    out = AtomicFile(path)
+    png = io.BytesIO()
     try:
-        fig.savefig(out.file, format="png")
-        out.commit()
-    except BaseException:
-        out.abort()
-        raise
+        fig.savefig(png, format="png")
     finally:
         plt.close(fig)
+    _atomic_write(path, png.getvalue())

@@ -9,15 +9,23 @@
   ``PerTensorFP8Linear`` (per-channel / block scales re-quantized on request);
 - :class:`Checkpoint`: the tensors of a file or (sharded) model folder, validated.
 
-Exact where the format allows; anything else raises :class:`FormatError` naming the
-tensor and the reason, or with ``requantize=True`` is dequantized and re-quantized
-with a :class:`RequantizedWarning` giving the error.
+Exact where the format allows; anything else raises a :class:`FormatError` (a
+``quantrs.QuantError``: :class:`CorruptCheckpointError`, :class:`UnsupportedFormatError`
+or :class:`TensorNotFoundError`) naming the tensor and the reason, or with
+``requantize=True`` is dequantized and re-quantized with a :class:`RequantizedWarning`
+giving the error.
 """
 
 from __future__ import annotations
 
 from ._checkpoint import Checkpoint
-from ._errors import FormatError, RequantizedWarning
+from ._errors import (
+    CorruptCheckpointError,
+    FormatError,
+    RequantizedWarning,
+    TensorNotFoundError,
+    UnsupportedFormatError,
+)
 from .awq import load_awq
 from .fp8 import load_fp8
 from .gguf import GgufFile, load_gguf
@@ -26,9 +34,12 @@ from .gptq import load_gptq
 
 __all__ = [
     "Checkpoint",
+    "CorruptCheckpointError",
     "FormatError",
     "GgufFile",
     "RequantizedWarning",
+    "TensorNotFoundError",
+    "UnsupportedFormatError",
     "load_awq",
     "load_fp8",
     "load_gguf",

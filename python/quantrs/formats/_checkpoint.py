@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._errors import FormatError
+from ._errors import CorruptCheckpointError, TensorNotFoundError
 from ._stfile import StFormatError, StReader, TensorInfo
 
 INDEX_NAME = "model.safetensors.index.json"
@@ -30,9 +30,9 @@ def read_json(path: Path) -> dict:
     try:
         obj = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
-        raise FormatError(f"{path}: not valid JSON ({e})") from None
+        raise CorruptCheckpointError(f"{path}: not valid JSON ({e})") from None
     if not isinstance(obj, dict):
-        raise FormatError(f"{path}: expected a JSON object, got {type(obj).__name__}")
+        raise CorruptCheckpointError(f"{path}: expected a JSON object, got {type(obj).__name__}")
     return obj
 
 
@@ -40,7 +40,7 @@ def _open(path: Path) -> StReader:
     try:
         return StReader(path)
     except StFormatError as e:
-        raise FormatError(f"{path}: not a valid safetensors file: {e}") from None
+        raise CorruptCheckpointError(f"{path}: not a valid safetensors file: {e}") from None
 
 
 def shard_names(folder: Path) -> tuple[list[str], dict[str, str] | None, dict]:
@@ -52,13 +52,19 @@ def shard_names(folder: Path) -> tuple[list[str], dict[str, str] | None, dict]:
         if not isinstance(wmap, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in wmap.items()
         ):
-            raise FormatError(f"{index_path}: 'weight_map' must map tensor names to file names")
+            raise CorruptCheckpointError(
+                f"{index_path}: 'weight_map' must map tensor names to file names"
+            )
         shards = list(dict.fromkeys(wmap.values()))
         for s in shards:  # a file name inside the folder, nothing else
             if Path(s).name != s or s in (".", ".."):
-                raise FormatError(f"{index_path}: shard name {s!r} is not a file in the folder")
+                raise CorruptCheckpointError(
+                    f"{index_path}: shard name {s!r} is not a file in the folder"
+                )
             if not (folder / s).is_file():
-                raise FormatError(f"{index_path}: shard {s!r} named by the index is missing")
+                raise CorruptCheckpointError(
+                    f"{index_path}: shard {s!r} named by the index is missing"
+                )
         return shards, wmap, index
     if (folder / SINGLE_NAME).is_file():
         return [SINGLE_NAME], None, {}
@@ -66,7 +72,7 @@ def shard_names(folder: Path) -> tuple[list[str], dict[str, str] | None, dict]:
     if len(found) == 1:
         return found, None, {}
     what = "no .safetensors file" if not found else f"{len(found)} .safetensors files"
-    raise FormatError(f"{folder}: {what} and no {INDEX_NAME}")
+    raise CorruptCheckpointError(f"{folder}: {what} and no {INDEX_NAME}")
 
 
 class Checkpoint:
@@ -95,19 +101,19 @@ class Checkpoint:
                 r = self.readers[shard] = _open(shard)
                 for t in r.tensors:
                     if t.name in self._where:
-                        raise FormatError(
+                        raise CorruptCheckpointError(
                             f"tensor {t.name!r} is in both {self._where[t.name].name} "
                             f"and {shard.name}"
                         )
                     if wmap is not None and wmap.get(t.name) != shard.name:
                         where = f"puts in {wmap[t.name]!r}" if t.name in wmap else "does not list"
-                        raise FormatError(
+                        raise CorruptCheckpointError(
                             f"{shard.name} holds tensor {t.name!r}, which the index {where}"
                         )
                     self._where[t.name] = shard
             for name, shard_name in (wmap or {}).items():
                 if name not in self._where:
-                    raise FormatError(
+                    raise CorruptCheckpointError(
                         f"the index names tensor {name!r} in {shard_name!r}, which does not hold it"
                     )
         except BaseException:
@@ -135,7 +141,7 @@ class Checkpoint:
 
     def info(self, name: str) -> TensorInfo:
         if name not in self._where:
-            raise FormatError(f"{self.path}: no tensor {name!r}")
+            raise TensorNotFoundError(f"{self.path}: no tensor {name!r}")
         return self.reader(name).by_name[name]
 
     def array(self, name: str, dtypes: tuple[str, ...] | None = None) -> np.ndarray:
@@ -143,7 +149,7 @@ class Checkpoint:
         accepted safetensors dtypes."""
         t = self.info(name)
         if dtypes is not None and t.dtype not in dtypes:
-            raise FormatError(
+            raise CorruptCheckpointError(
                 f"tensor {name!r}: expected dtype {' or '.join(dtypes)}, got {t.dtype}"
             )
         return np.array(self.reader(name).array(t))
@@ -152,7 +158,9 @@ class Checkpoint:
         """Tensor ``name`` (F32, F16 or BF16) as a new float32 array, exactly."""
         t = self.info(name)
         if t.dtype not in ("F32", "F16", "BF16"):
-            raise FormatError(f"tensor {name!r}: expected dtype F32, F16 or BF16, got {t.dtype}")
+            raise CorruptCheckpointError(
+                f"tensor {name!r}: expected dtype F32, F16 or BF16, got {t.dtype}"
+            )
         return np.array(self.reader(name).as_float32(t), np.float32)
 
     def quant_settings(self) -> dict:

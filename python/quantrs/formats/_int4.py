@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._errors import FormatError, RequantizedWarning
+from ._errors import CorruptCheckpointError, RequantizedWarning
 
 
 def int4_layout(in_feat: int, group_size: int) -> tuple[int, int, int]:
@@ -52,7 +52,7 @@ def from_offset8(q: np.ndarray, scales: np.ndarray, group_size: int, what: str):
     in_feat, out_feat = q.shape
     gs, pairs, groups = int4_layout(in_feat, group_size)
     if scales.shape != (groups, out_feat):
-        raise FormatError(
+        raise CorruptCheckpointError(
             f"{what}: scales shape {list(scales.shape)}, expected [{groups}, {out_feat}] for "
             f"{in_feat} inputs in groups of {group_size}"
         )
@@ -74,7 +74,7 @@ def requantize(w_in_out: np.ndarray, group_size: int, what: str, reason: str) ->
     from .. import QuantizedWeight
 
     if not np.isfinite(w_in_out).all():
-        raise FormatError(f"{what}: the dequantized weight holds non-finite values")
+        raise CorruptCheckpointError(f"{what}: the dequantized weight holds non-finite values")
     gs = group_size if group_size >= 2 and group_size % 2 == 0 else 32
     qw = QuantizedWeight.quantize(np.ascontiguousarray(w_in_out, np.float32), group_size=gs)
     d = w_in_out.astype(np.float64) - qw.dequantize()

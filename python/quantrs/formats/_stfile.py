@@ -25,11 +25,12 @@ import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
 
 import numpy as np
 
-from ._atomic import AtomicFile
+from .._core import InvalidArgument, _AtomicFile
+from ._errors import CorruptCheckpointError
+from ._mapped import MappedFile
 
 # safetensors dtype name -> (NumPy dtype for a view, bytes per element).
 # F8 and BF16 have no portable NumPy dtype: they are viewed as their raw codes.
@@ -55,8 +56,9 @@ MAX_HEADER = 100 * 1024 * 1024  # the safetensors library's own limit
 _ALIGN = 8  # pad the header so tensor data starts 8-byte aligned
 
 
-class StFormatError(ValueError):
-    """The file is not a valid safetensors file (message names the problem)."""
+class StFormatError(CorruptCheckpointError):
+    """The file is not a valid safetensors file (message names the problem); callers
+    re-raise it with the path."""
 
 
 @dataclass(frozen=True)
@@ -119,12 +121,11 @@ def _parse_header(raw: bytes, data_start: int, file_size: int) -> tuple[list[Ten
     return infos, meta
 
 
-class StReader:
+class StReader(MappedFile):
     """A memory-mapped safetensors file. Use as a context manager."""
 
     def __init__(self, path: str | os.PathLike):
-        self.path = Path(path)
-        self._file = open(self.path, "rb")  # noqa: SIM115 (closed in close())
+        super().__init__(path)
         try:
             size = os.fstat(self._file.fileno()).st_size
             head = self._file.read(8)
@@ -135,25 +136,11 @@ class StReader:
                 raise StFormatError(f"header length {n} does not fit a {size}-byte file")
             raw = self._file.read(n)
             self.tensors, self.metadata = _parse_header(raw, 8 + n, size)
-            self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ) if size else None
+            self._map_whole_file(size)
         except BaseException:
             self._file.close()
             raise
         self.by_name = {t.name: t for t in self.tensors}
-
-    def __enter__(self) -> StReader:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def close(self) -> None:
-        if self._map is not None:
-            try:
-                self._map.close()
-            except BufferError:  # a view is still alive; the GC closes it later
-                pass
-        self._file.close()
 
     def in_file_order(self) -> list[TensorInfo]:
         return sorted(self.tensors, key=lambda t: t.begin)
@@ -215,7 +202,7 @@ class StWriter:
         names = [s.name for s in specs]
         if len(set(names)) != len(names):
             dup = next(n for n in names if names.count(n) > 1)
-            raise ValueError(f"output tensor name {dup!r} would be written twice")
+            raise InvalidArgument(f"specs: output tensor name {dup!r} would be written twice")
         header: dict[str, object] = {}
         if metadata:
             header["__metadata__"] = metadata
@@ -231,10 +218,9 @@ class StWriter:
         raw += b" " * (-(8 + len(raw)) % _ALIGN)
         self._pending: Iterator[OutSpec] = iter(specs)
         self._left = len(specs)
-        self._atomic = AtomicFile(self.path)
-        self._file: BinaryIO | None = self._atomic.file
+        self._out: _AtomicFile | None = _AtomicFile(self.path)
         try:
-            self._file.write(struct.pack("<Q", len(raw)) + raw)
+            self._out.write(np.frombuffer(struct.pack("<Q", len(raw)) + raw, np.uint8))
         except BaseException:
             self.abort()
             raise
@@ -243,7 +229,7 @@ class StWriter:
         return self
 
     def __exit__(self, exc_type, *exc) -> None:
-        if exc_type is not None or self._file is not None:
+        if exc_type is not None or self._out is not None:
             self.abort()
 
     def write(self, name: str, data: np.ndarray | Iterable[np.ndarray]) -> None:
@@ -258,7 +244,7 @@ class StWriter:
             a = np.ascontiguousarray(chunk)
             if a.dtype.byteorder == ">":
                 a = a.astype(a.dtype.newbyteorder("<"))
-            self._file.write(a.reshape(-1).view(np.uint8).data)
+            self._out.write(a.reshape(-1).view(np.uint8))
             written += a.nbytes
         if written != spec.nbytes:
             raise RuntimeError(
@@ -269,9 +255,10 @@ class StWriter:
     def commit(self) -> None:
         if self._left:
             raise RuntimeError(f"internal error: {self._left} declared tensors were not written")
-        self._file = None
-        self._atomic.commit()
+        out, self._out = self._out, None
+        out.commit()
 
     def abort(self) -> None:
-        self._file = None
-        self._atomic.abort()
+        out, self._out = self._out, None
+        if out is not None:
+            out.abort()

@@ -21,8 +21,9 @@ import os
 import numpy as np
 
 from ._checkpoint import Checkpoint
-from ._errors import FormatError
+from ._errors import CorruptCheckpointError, UnsupportedFormatError
 from ._int4 import Imported, from_offset8, requantize, unpack_int32
+from ._layer_checks import group_size_of, packed_tensors
 
 ORDER = [0, 2, 4, 6, 1, 3, 5, 7]
 
@@ -31,13 +32,15 @@ def awq_settings(ck: Checkpoint) -> dict:
     q = ck.quant_settings()
     method = str(q.get("quant_method", "awq")).lower()
     if method != "awq":
-        raise FormatError(f"{ck.path}: quant_method is {method!r}, not awq")
+        raise UnsupportedFormatError(f"{ck.path}: quant_method is {method!r}, not awq")
     version = str(q.get("version", "gemm")).lower()
     if version != "gemm":
-        raise FormatError(f"{ck.path}: AWQ version {version!r}: only the GEMM packing is read")
+        raise UnsupportedFormatError(
+            f"{ck.path}: AWQ version {version!r}: only the GEMM packing is read"
+        )
     bits = int(q.get("bits", q.get("w_bit", 4)))
     if bits != 4:
-        raise FormatError(f"{ck.path}: {bits}-bit AWQ is not supported (4-bit is)")
+        raise UnsupportedFormatError(f"{ck.path}: {bits}-bit AWQ is not supported (4-bit is)")
     return {"group_size": int(q.get("group_size", q.get("q_group_size", 0)) or 0)}
 
 
@@ -50,31 +53,16 @@ def awq_geometry(ck: Checkpoint, prefix: str) -> dict:
     ``groups``, ``group_size``."""
     cfg = awq_settings(ck)
     what = f"AWQ layer {prefix!r}"
-    for k in ("qweight", "qzeros", "scales"):
-        if f"{prefix}.{k}" not in ck:
-            raise FormatError(f"{what}: missing tensor {prefix + '.' + k!r}")
-    tq, tz, ts = (ck.info(f"{prefix}.{k}") for k in ("qweight", "qzeros", "scales"))
-    for t, dts in ((tq, ("I32",)), (tz, ("I32",)), (ts, ("F16", "F32", "BF16"))):
-        if t.dtype not in dts or len(t.shape) != 2:
-            raise FormatError(
-                f"tensor {t.name!r}: expected a 2-D {' or '.join(dts)} tensor, "
-                f"got {t.dtype} {list(t.shape)}"
-            )
+    tq, tz, ts = packed_tensors(ck, prefix, what, ("F16", "F32", "BF16"))
     in_feat, out_feat = tq.shape[0], tq.shape[1] * 8
     groups = ts.shape[0]
     if ts.shape[1] != out_feat or tz.shape != (groups, tq.shape[1]):
-        raise FormatError(
+        raise CorruptCheckpointError(
             f"{what}: inconsistent shapes qweight {list(tq.shape)}, qzeros {list(tz.shape)}, "
             f"scales {list(ts.shape)} (expected scales [groups, {out_feat}], qzeros "
             f"[groups, {tq.shape[1]}])"
         )
-    if groups < 1 or groups > in_feat:
-        raise FormatError(f"{what}: {groups} groups for {in_feat} inputs")
-    gs = cfg["group_size"]
-    if gs <= 0:
-        gs = in_feat if groups == 1 else -(-in_feat // groups)
-    if -(-in_feat // gs) != groups:
-        raise FormatError(f"{what}: {groups} groups do not fit {in_feat} inputs in groups of {gs}")
+    gs = group_size_of(what, in_feat, groups, cfg["group_size"])
     return {"in_feat": in_feat, "out_feat": out_feat, "groups": groups, "group_size": gs}
 
 
@@ -86,7 +74,7 @@ def read_awq(ck: Checkpoint, prefix: str, requantize_ok: bool = False) -> Import
     names = {k: f"{prefix}.{k}" for k in ("qweight", "qzeros", "scales", "bias")}
     bias = ck.float32(names["bias"]) if names["bias"] in ck else None
     if bias is not None and bias.shape != (out_feat,):
-        raise FormatError(
+        raise CorruptCheckpointError(
             f"tensor {names['bias']!r}: expected [{out_feat}], got {list(bias.shape)}"
         )
 
@@ -97,7 +85,7 @@ def read_awq(ck: Checkpoint, prefix: str, requantize_ok: bool = False) -> Import
         return Imported(from_offset8(q, scales, gs, what), bias)
     reason = "zero points other than 8 (asymmetric)"
     if not requantize_ok:
-        raise FormatError(
+        raise UnsupportedFormatError(
             f"{what}: {reason}: not representable in quantrs INT4 (pass requantize=True / "
             "--requantize to dequantize and re-quantize it)"
         )

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._checkpoint import Checkpoint
-from ._errors import FormatError, RequantizedWarning
+from ._errors import CorruptCheckpointError, RequantizedWarning, UnsupportedFormatError
 
 PER_TENSOR = ("compressed-tensors", "fp8", "mistralrs")
 LAYOUTS = ("compressed-tensors", "mistralrs")
@@ -111,7 +111,9 @@ def load_fp8(path: str | os.PathLike, prefix: str, requantize: bool = False):
         weight = f"{prefix}.weight" if prefix else "weight"
         t = ck.info(weight)
         if t.dtype != "F8_E4M3":
-            raise FormatError(f"tensor {weight!r}: expected dtype F8_E4M3, got {t.dtype}")
+            raise CorruptCheckpointError(
+                f"tensor {weight!r}: expected dtype F8_E4M3, got {t.dtype}"
+            )
         qm = str(ck.quant_settings().get("quant_method", "")) or None
         layer = classify(weight, lambda n: ck.info(n) if n in ck else None, qm)
         bias = ck.float32(layer.bias) if layer.bias else None
@@ -120,10 +122,10 @@ def load_fp8(path: str | os.PathLike, prefix: str, requantize: bool = False):
         if layer.dialect in PER_TENSOR:
             return PerTensorFP8Linear(codes, _scalar(ck, layer.scale), act, bias)
         if layer.dialect not in ("per-channel", "block-128"):
-            raise FormatError(f"FP8 layer {prefix!r}: {layer.dialect}")
+            raise UnsupportedFormatError(f"FP8 layer {prefix!r}: {layer.dialect}")
         reason = f"{layer.dialect} scales ({layer.scale!r})"
         if not requantize:
-            raise FormatError(
+            raise UnsupportedFormatError(
                 f"FP8 layer {prefix!r}: {reason} are not per-tensor (pass requantize=True "
                 "to dequantize and re-quantize it per tensor)"
             )

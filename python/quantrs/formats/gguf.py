@@ -22,16 +22,20 @@ Every size, count and offset is checked against the file size before data is rea
 
 from __future__ import annotations
 
-import mmap
 import os
 import struct
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-from ._errors import FormatError
+from ._errors import (
+    CorruptCheckpointError,
+    FormatError,
+    TensorNotFoundError,
+    UnsupportedFormatError,
+)
 from ._int4 import from_offset8, requantize
+from ._mapped import MappedFile
 
 MAGIC = b"GGUF"
 VERSION = 3
@@ -114,7 +118,7 @@ class _Cursor:
 
     def take(self, n: int, what: str) -> bytes:
         if n < 0 or self.pos + n > self.size:
-            raise FormatError(
+            raise CorruptCheckpointError(
                 f"truncated: {what} needs {n} bytes at offset {self.pos}, the file has {self.size}"
             )
         b = self.buf[self.pos : self.pos + n]
@@ -129,7 +133,7 @@ class _Cursor:
         try:
             return self.take(n, what).decode("utf-8")
         except UnicodeDecodeError:
-            raise FormatError(f"{what} at offset {self.pos - n} is not UTF-8") from None
+            raise CorruptCheckpointError(f"{what} at offset {self.pos - n} is not UTF-8") from None
 
     def value(self, vtype: int, what: str, depth: int = 0):
         if vtype in _SCALARS:
@@ -138,7 +142,7 @@ class _Cursor:
             return self.string(what)
         if vtype == _ARRAY:
             if depth >= MAX_NESTING:
-                raise FormatError(f"{what}: arrays nested deeper than {MAX_NESTING}")
+                raise CorruptCheckpointError(f"{what}: arrays nested deeper than {MAX_NESTING}")
             etype = self.unpack("<I", what + " element type")
             count = self.unpack("<Q", what + " element count")
             if etype in _SCALARS:
@@ -146,32 +150,32 @@ class _Cursor:
                 raw = self.take(count * size, what)
                 return np.frombuffer(raw, np.dtype(_SCALARS[etype])).tolist()
             if etype not in (_STRING, _ARRAY):
-                raise FormatError(f"{what}: unknown array element type {etype}")
+                raise CorruptCheckpointError(f"{what}: unknown array element type {etype}")
             if count * 8 > self.size - self.pos:  # every element takes at least 8 bytes
-                raise FormatError(f"truncated: {what} claims {count} elements")
+                raise CorruptCheckpointError(f"truncated: {what} claims {count} elements")
             return [self.value(etype, f"{what}[{i}]", depth + 1) for i in range(count)]
-        raise FormatError(f"{what}: unknown value type {vtype}")
+        raise CorruptCheckpointError(f"{what}: unknown value type {vtype}")
 
 
-class GgufFile:
+class GgufFile(MappedFile):
     """A memory-mapped GGUF file: ``metadata`` (key -> value) and ``tensors`` (name ->
     :class:`GgufTensor`), all validated. Use as a context manager."""
 
     def __init__(self, path: str | os.PathLike):
-        self.path = Path(path)
-        self._file = open(self.path, "rb")  # noqa: SIM115 (closed in close())
-        self._map = None
+        super().__init__(path)
         try:
             size = os.fstat(self._file.fileno()).st_size
             if size < 24:
-                raise FormatError(f"{self.path}: {size} bytes, too short for a GGUF header")
-            self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
+                raise CorruptCheckpointError(
+                    f"{self.path}: {size} bytes, too short for a GGUF header"
+                )
+            self._map_whole_file(size)
             self._parse(size)
         except FormatError as e:
             self.close()
             if str(e).startswith(str(self.path)):
                 raise
-            raise FormatError(f"{self.path}: not a valid GGUF file: {e}") from None
+            raise type(e)(f"{self.path}: not a valid GGUF file: {e}") from None
         except BaseException:
             self.close()
             raise
@@ -179,14 +183,16 @@ class GgufFile:
     def _parse(self, size: int) -> None:
         c = _Cursor(self._map, size)
         if c.take(4, "magic") != MAGIC:
-            raise FormatError("bad magic (expected 'GGUF')")
+            raise CorruptCheckpointError("bad magic (expected 'GGUF')")
         version = c.unpack("<I", "version")
         if version != VERSION:
-            raise FormatError(f"version {version}, only version {VERSION} is read")
+            raise UnsupportedFormatError(f"version {version}, only version {VERSION} is read")
         n_tensors = c.unpack("<Q", "tensor count")
         n_kv = c.unpack("<Q", "key/value count")
         if n_tensors > size // 8 or n_kv > size // 8:
-            raise FormatError(f"{n_tensors} tensors / {n_kv} keys cannot fit {size} bytes")
+            raise CorruptCheckpointError(
+                f"{n_tensors} tensors / {n_kv} keys cannot fit {size} bytes"
+            )
         self.metadata: dict[str, object] = {}
         for i in range(n_kv):
             key = c.string(f"key {i}")
@@ -194,14 +200,16 @@ class GgufFile:
             self.metadata[key] = c.value(vtype, f"value of {key!r}")
         align = self.metadata.get("general.alignment", DEFAULT_ALIGNMENT)
         if type(align) is not int or align <= 0 or align & (align - 1):
-            raise FormatError(f"general.alignment {align!r} is not a power of two")
+            raise CorruptCheckpointError(f"general.alignment {align!r} is not a power of two")
         self.alignment = align
         infos = []
         for i in range(n_tensors):
             name = c.string(f"name of tensor {i}")
             n_dims = c.unpack("<I", f"n_dims of {name!r}")
             if not 1 <= n_dims <= MAX_DIMS:
-                raise FormatError(f"tensor {name!r}: {n_dims} dimensions (1..{MAX_DIMS})")
+                raise CorruptCheckpointError(
+                    f"tensor {name!r}: {n_dims} dimensions (1..{MAX_DIMS})"
+                )
             dims = tuple(c.unpack("<Q", f"dims of {name!r}") for _ in range(n_dims))
             type_id = c.unpack("<I", f"type of {name!r}")
             offset = c.unpack("<Q", f"offset of {name!r}")
@@ -210,15 +218,17 @@ class GgufFile:
         self.tensors: dict[str, GgufTensor] = {}
         for name, dims, type_id, offset in infos:
             if name in self.tensors:
-                raise FormatError(f"tensor {name!r} appears twice")
+                raise CorruptCheckpointError(f"tensor {name!r} appears twice")
             if type_id not in GGML_TYPES:
-                raise FormatError(f"tensor {name!r}: unknown ggml type {type_id}")
+                raise CorruptCheckpointError(f"tensor {name!r}: unknown ggml type {type_id}")
             tname, block, bsize = GGML_TYPES[type_id]
             if 0 in dims:
                 # nothing to read, and NumPy cannot shape ``(0, 2**64 - 1)``
-                raise FormatError(f"tensor {name!r}: a zero dimension in ne {list(dims)}")
+                raise CorruptCheckpointError(
+                    f"tensor {name!r}: a zero dimension in ne {list(dims)}"
+                )
             if dims[0] % block:
-                raise FormatError(
+                raise CorruptCheckpointError(
                     f"tensor {name!r}: {tname} needs rows of whole {block}-element blocks, "
                     f"ne[0] is {dims[0]}"
                 )
@@ -227,9 +237,11 @@ class GgufFile:
                 numel *= d
             nbytes = numel // block * bsize
             if offset % align:
-                raise FormatError(f"tensor {name!r}: offset {offset} is not a multiple of {align}")
+                raise CorruptCheckpointError(
+                    f"tensor {name!r}: offset {offset} is not a multiple of {align}"
+                )
             if data_start + offset + nbytes > size:
-                raise FormatError(
+                raise CorruptCheckpointError(
                     f"tensor {name!r}: {tname} {list(dims)} needs bytes up to "
                     f"{data_start + offset + nbytes}, the file has {size} (truncated)"
                 )
@@ -237,22 +249,10 @@ class GgufFile:
         end = data_start
         for t in sorted(self.tensors.values(), key=lambda t: t.offset):
             if t.offset < end:
-                raise FormatError(f"tensor {t.name!r}: data overlaps the previous tensor")
+                raise CorruptCheckpointError(
+                    f"tensor {t.name!r}: data overlaps the previous tensor"
+                )
             end = t.offset + t.nbytes
-
-    def __enter__(self) -> GgufFile:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def close(self) -> None:
-        if self._map is not None:
-            try:
-                self._map.close()
-            except BufferError:  # a view is still alive; the GC closes it later
-                pass
-        self._file.close()
 
     def raw(self, t: GgufTensor) -> np.ndarray:
         """Read-only uint8 view of the tensor's bytes."""
@@ -260,7 +260,7 @@ class GgufFile:
 
     def tensor(self, name: str) -> GgufTensor:
         if name not in self.tensors:
-            raise FormatError(f"{self.path}: no tensor {name!r}")
+            raise TensorNotFoundError(f"{self.path}: no tensor {name!r}")
         return self.tensors[name]
 
     def dequantize(self, t: GgufTensor) -> np.ndarray:
@@ -279,7 +279,7 @@ class GgufFile:
             with np.errstate(invalid="ignore", over="ignore"):  # a non-finite scale: inf * 0
                 out = _decode_blocks(name, rows).reshape(-1)
         else:
-            raise FormatError(f"tensor {t.name!r}: no decoder for ggml type {name}")
+            raise UnsupportedFormatError(f"tensor {t.name!r}: no decoder for ggml type {name}")
         return out.reshape(t.shape)
 
 
@@ -310,19 +310,19 @@ def q4_0_to_quantrs(g: GgufFile, t: GgufTensor):
     try:
         return from_offset8(np.ascontiguousarray(q.T), np.ascontiguousarray(d.T), 32, t.name)
     except QuantError as e:  # a non-finite scale, ...: the file's fault, not the caller's
-        raise FormatError(f"{g.path}: tensor {t.name!r}: {e}") from None
+        raise CorruptCheckpointError(f"{g.path}: tensor {t.name!r}: {e}") from None
 
 
 def read_gguf_weight(g: GgufFile, name: str, requantize_ok: bool = False):
     """``(QuantizedWeight, error or None, note)`` for the 2-D tensor ``name``."""
     t = g.tensor(name)
     if len(t.dims) != 2:
-        raise FormatError(f"tensor {name!r}: {len(t.dims)}-D; a linear weight is 2-D")
+        raise UnsupportedFormatError(f"tensor {name!r}: {len(t.dims)}-D; a linear weight is 2-D")
     if t.type_id == Q4_0:
         return q4_0_to_quantrs(g, t), None, ""
     reason = f"ggml type {t.type_name} is not Q4_0"
     if not requantize_ok:
-        raise FormatError(
+        raise UnsupportedFormatError(
             f"tensor {name!r}: {reason}: not representable in quantrs INT4 exactly (pass "
             "requantize=True / --requantize to dequantize and re-quantize it)"
         )

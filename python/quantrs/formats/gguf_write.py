@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._errors import FormatError
+from ._errors import UnsupportedFormatError
 from .gguf import _STRING, DEFAULT_ALIGNMENT, MAGIC, Q4_0, VERSION
 
 
@@ -31,7 +31,9 @@ def _q4_0_blocks(qw) -> tuple[np.ndarray, dict]:
         d16 = scales.astype(np.float16)
     if not np.isfinite(d16).all():
         g, o = np.argwhere(~np.isfinite(d16))[0]
-        raise FormatError(f"scale [{g}, {o}] = {scales[g, o]} does not fit an F16 (|s| <= 65504)")
+        raise UnsupportedFormatError(
+            f"scale [{g}, {o}] = {scales[g, o]} does not fit an F16 (|s| <= 65504)"
+        )
     out = np.empty((out_feat, in_feat // 32, 18), np.uint8)
     out[..., 0:2] = np.ascontiguousarray(d16.T)[..., None].view(np.uint8)
     out[..., 2:] = q[..., :16] | (q[..., 16:] << 4)
@@ -74,9 +76,9 @@ def save_gguf(path: str | os.PathLike, tensors: dict, architecture: str = "quant
     blocks, rows = [], []
     for name, qw in tensors.items():
         if not isinstance(name, str) or not name:
-            raise FormatError(f"tensor name {name!r}: expected a non-empty string")
+            raise UnsupportedFormatError(f"tensor name {name!r}: expected a non-empty string")
         if qw.group_size != 32 or qw.in_feat % 32:
-            raise FormatError(
+            raise UnsupportedFormatError(
                 f"tensor {name!r}: Q4_0 needs group size 32 and in_feat a multiple of 32, "
                 f"got group {qw.group_size}, in_feat {qw.in_feat}"
             )

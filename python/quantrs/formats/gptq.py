@@ -24,8 +24,9 @@ import os
 import numpy as np
 
 from ._checkpoint import Checkpoint
-from ._errors import FormatError
+from ._errors import CorruptCheckpointError, UnsupportedFormatError
 from ._int4 import Imported, from_offset8, requantize, unpack_int32
+from ._layer_checks import group_size_of, packed_tensors
 
 _SCALE_DTYPES = ("F16", "F32", "BF16")
 
@@ -35,10 +36,10 @@ def gptq_settings(ck: Checkpoint) -> dict:
     q = ck.quant_settings()
     method = str(q.get("quant_method", "gptq")).lower()
     if method not in ("gptq", ""):
-        raise FormatError(f"{ck.path}: quant_method is {method!r}, not gptq")
+        raise UnsupportedFormatError(f"{ck.path}: quant_method is {method!r}, not gptq")
     fmt = str(q.get("checkpoint_format", "gptq")).lower()
     if fmt not in ("gptq", "gptq_v2"):
-        raise FormatError(f"{ck.path}: checkpoint_format {fmt!r} is not gptq or gptq_v2")
+        raise UnsupportedFormatError(f"{ck.path}: checkpoint_format {fmt!r} is not gptq or gptq_v2")
     return {
         "bits": int(q.get("bits", 4)),
         "group_size": int(q.get("group_size", 0) or 0),
@@ -58,33 +59,20 @@ def gptq_geometry(ck: Checkpoint, prefix: str) -> dict:
     bits = cfg["bits"]
     what = f"GPTQ layer {prefix!r}"
     if bits not in (2, 4, 8):
-        raise FormatError(f"{what}: {bits}-bit packing is not supported (2, 4 and 8 are)")
+        raise UnsupportedFormatError(
+            f"{what}: {bits}-bit packing is not supported (2, 4 and 8 are)"
+        )
     per = 32 // bits
-    for k in ("qweight", "qzeros", "scales"):
-        if f"{prefix}.{k}" not in ck:
-            raise FormatError(f"{what}: missing tensor {prefix + '.' + k!r}")
-    tq, tz, ts = (ck.info(f"{prefix}.{k}") for k in ("qweight", "qzeros", "scales"))
-    for t, dts in ((tq, ("I32",)), (tz, ("I32",)), (ts, _SCALE_DTYPES)):
-        if t.dtype not in dts or len(t.shape) != 2:
-            raise FormatError(
-                f"tensor {t.name!r}: expected a 2-D {' or '.join(dts)} tensor, "
-                f"got {t.dtype} {list(t.shape)}"
-            )
+    tq, tz, ts = packed_tensors(ck, prefix, what, _SCALE_DTYPES)
     in_feat, out_feat = tq.shape[0] * per, tq.shape[1]
     groups = ts.shape[0]
     if ts.shape[1] != out_feat or out_feat % per or tz.shape != (groups, out_feat // per):
-        raise FormatError(
+        raise CorruptCheckpointError(
             f"{what}: inconsistent shapes qweight {list(tq.shape)}, qzeros {list(tz.shape)}, "
             f"scales {list(ts.shape)} (expected qzeros [{groups}, {out_feat // per}], "
             f"scales [groups, {out_feat}])"
         )
-    if groups < 1 or groups > in_feat:
-        raise FormatError(f"{what}: {groups} groups for {in_feat} inputs")
-    gs = cfg["group_size"]
-    if gs <= 0:  # -1: one group over all inputs; absent: from the shapes
-        gs = in_feat if groups == 1 else -(-in_feat // groups)
-    if -(-in_feat // gs) != groups:
-        raise FormatError(f"{what}: {groups} groups do not fit {in_feat} inputs in groups of {gs}")
+    gs = group_size_of(what, in_feat, groups, cfg["group_size"])
     return {
         "in_feat": in_feat,
         "out_feat": out_feat,
@@ -109,7 +97,7 @@ def read_gptq(ck: Checkpoint, prefix: str, requantize_ok: bool = False) -> Impor
         if g_idx.shape != (in_feat,) or (
             g_idx.size and not (0 <= g_idx.min() <= g_idx.max() < groups)
         ):
-            raise FormatError(
+            raise CorruptCheckpointError(
                 f"tensor {names['g_idx']!r}: expected [{in_feat}] group indices in "
                 f"[0, {groups}), got shape {list(g_idx.shape)}"
             )
@@ -117,7 +105,7 @@ def read_gptq(ck: Checkpoint, prefix: str, requantize_ok: bool = False) -> Impor
         g_idx = trivial
     bias = ck.float32(names["bias"]) if names["bias"] in ck else None
     if bias is not None and bias.shape != (out_feat,):
-        raise FormatError(
+        raise CorruptCheckpointError(
             f"tensor {names['bias']!r}: expected [{out_feat}], got {list(bias.shape)}"
         )
 
@@ -140,7 +128,7 @@ def read_gptq(ck: Checkpoint, prefix: str, requantize_ok: bool = False) -> Impor
         return Imported(from_offset8(np.ascontiguousarray(q), scales, gs, what), bias)
     reason = ", ".join(reasons)
     if not requantize_ok:
-        raise FormatError(
+        raise UnsupportedFormatError(
             f"{what}: {reason}: not representable in quantrs INT4 (pass requantize=True / "
             "--requantize to dequantize and re-quantize it)"
         )

@@ -1,6 +1,6 @@
 """INT4 reference: per-group symmetric absmax quantization, in pure NumPy.
 
-The format (seed 003, docs/int4.md), for ``w`` of shape ``[in_feat, out_feat]``:
+The format (docs/int4.md, "The format"), for ``w`` of shape ``[in_feat, out_feat]``:
 
 - ``gs = min(group_size, in_feat rounded up to even)``; rows are padded with
   zeros to ``in_padded``, a multiple of ``gs``; ``num_groups = in_padded // gs``.
@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._core import InvalidArgument
+
 
 def _layout(in_feat: int, group_size: int) -> tuple[int, int, int]:
     if in_feat <= 0:
-        raise ValueError(f"in_feat must be >= 1, got {in_feat}")
+        raise InvalidArgument(f"in_feat: expected >= 1, got {in_feat}")
     if group_size < 2 or group_size % 2:
-        raise ValueError(f"group_size must be even and >= 2, got {group_size}")
+        raise InvalidArgument(f"group_size: expected even and >= 2, got {group_size}")
     gs = min(group_size, in_feat + (in_feat % 2))
     in_padded = -(-in_feat // gs) * gs
     return gs, in_padded, in_padded // gs
@@ -30,11 +32,11 @@ def quantize_int4(w: np.ndarray, group_size: int = 32) -> tuple[np.ndarray, np.n
     scales ``[num_groups, out_feat]``."""
     w = np.asarray(w, dtype=np.float32)
     if w.ndim != 2:
-        raise ValueError(f"w must be 2-D [in_feat, out_feat], got shape {w.shape}")
+        raise InvalidArgument(f"w: expected 2-D [in_feat, out_feat], got shape {w.shape}")
     in_feat, out_feat = w.shape
     gs, in_padded, num_groups = _layout(in_feat, group_size)
     if not np.all(np.isfinite(w)):
-        raise ValueError("w has non-finite values")
+        raise InvalidArgument("w: expected finite values, got NaN or infinity")
     wp = np.zeros((in_padded, out_feat), dtype=np.float32)
     wp[:in_feat] = w
     groups = wp.reshape(num_groups, gs, out_feat)
@@ -57,10 +59,11 @@ def _fake_quantize_int4(w: np.ndarray, group_size: int = 32) -> np.ndarray:
 
 def pack_int4(q: np.ndarray) -> np.ndarray:
     """Pack int8 codes ``[in_padded, out_feat]`` (values in [-8, 7], even row
-    count) into the seed's byte layout, flat ``uint8[in_padded // 2 * out_feat]``."""
+    count) into the byte layout of ``QuantizedWeight.data``, flat
+    ``uint8[in_padded // 2 * out_feat]``."""
     q = np.asarray(q, dtype=np.int8)
     if q.ndim != 2 or q.shape[0] % 2:
-        raise ValueError(f"q must be 2-D with an even row count, got shape {q.shape}")
+        raise InvalidArgument(f"q: expected 2-D with an even row count, got shape {q.shape}")
     lo = q[0::2].astype(np.uint8) & 0x0F
     hi = q[1::2].astype(np.uint8) & 0x0F
     return (lo | (hi << 4)).astype(np.uint8).reshape(-1)

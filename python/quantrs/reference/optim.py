@@ -1,6 +1,6 @@
 """Float32 NumPy Adam / AdamW: the oracle of ``quantrs.Adam4bit`` / ``AdamW4bit``.
 
-Same step math (SPEC section 6): with ``t = step + 1``,
+Same step math (docs/optim.md, "Step math"): with ``t = step + 1``,
 ``m = b1 m + (1 - b1) g``, ``v = b2 v + (1 - b2) g^2``,
 ``w -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)``; AdamW also
 subtracts ``lr * wd * w`` (weight before the step, as PyTorch), Adam adds
@@ -20,6 +20,8 @@ from __future__ import annotations
 import json
 
 import numpy as np
+
+from .._core import InvalidArgument
 
 __all__ = [
     "NF4_VALUES",
@@ -85,7 +87,10 @@ def variance_table(name: str) -> tuple[np.ndarray, bool]:
     elif name == "sqrt_log":
         t = 10.0 ** (-2 * (15 - np.arange(16)) / 15)
     else:
-        raise ValueError(name)
+        raise InvalidArgument(
+            "name: expected a variance map, 'linear', 'log', 'sqrt_linear' or 'sqrt_log', "
+            f"got {name!r}"
+        )
     return t.astype(np.float32), name.startswith("sqrt")
 
 

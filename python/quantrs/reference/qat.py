@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._core import InvalidArgument
+
 _RANGES = {
     ("int8", "symmetric"): (-127, 127),
     ("int8", "affine"): (-128, 127),
@@ -49,12 +51,12 @@ def qparams_minmax(lo, hi, target="int8", scheme="symmetric"):
     if scheme == "symmetric":
         scale = max(abs(lo), abs(hi)) / qmax
         if scale == 0.0:
-            raise ValueError("degenerate calibration: scale is 0")
+            raise InvalidArgument(f"lo, hi: degenerate calibration range [{lo}, {hi}]: scale is 0")
         return scale, 0, qmin, qmax
     lo, hi = min(lo, 0.0), max(hi, 0.0)
     scale = (hi - lo) / (qmax - qmin)
     if scale == 0.0:
-        raise ValueError("degenerate calibration: empty range")
+        raise InvalidArgument(f"lo, hi: degenerate calibration range [{lo}, {hi}]: empty")
     zp = int(np.clip(np.round(qmin - lo / scale), qmin, qmax))
     return scale, zp, qmin, qmax
 

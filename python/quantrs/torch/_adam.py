@@ -75,7 +75,9 @@ def _to_numpy(where: str, key: str, value: Any) -> np.ndarray:
     if want == np.uint8 and t.dtype != torch.uint8:
         ok = t.is_floating_point() or t.dtype in (torch.int16, torch.int32, torch.int64)
         if not ok or not bool(((t >= 0) & (t <= 255) & (t == torch.round(t))).all()):
-            raise ValueError(f"{where}: state[{key!r}]: expected uint8 codes, got {t.dtype}")
+            raise _core.InvalidArgument(
+                f"{where}: state[{key!r}]: expected uint8 codes, got {t.dtype}"
+            )
         t = t.to(torch.uint8)
     elif want == np.float32 and t.dtype != torch.float32:
         if not t.is_floating_point():
@@ -86,11 +88,13 @@ def _to_numpy(where: str, key: str, value: Any) -> np.ndarray:
 
 def _step_of(where: str, state: dict) -> int:
     if "step" not in state:
-        raise ValueError(f"{where}: state has no 'step'")
+        raise _core.InvalidArgument(f"{where}: state has no 'step'")
     s = state["step"]
     x = float(s.item() if isinstance(s, torch.Tensor) else s)
     if not (x >= 0 and x == int(x)):
-        raise ValueError(f"{where}: state['step']: expected a whole number >= 0, got {x}")
+        raise _core.InvalidArgument(
+            f"{where}: state['step']: expected a whole number >= 0, got {x}"
+        )
     return int(x)
 
 
@@ -116,11 +120,7 @@ class _Adam4bitBase(SlotOptimizer):
         max_scale: float | None = None,
         adaptation_rate: float | None = None,
     ) -> None:
-        defaults = dict(
-            lr=lr,
-            betas=tuple(betas),
-            eps=eps,
-            weight_decay=weight_decay,
+        quantization = dict(
             block_size=block_size,
             method=method,
             double_quantization=double_quantization,
@@ -130,8 +130,7 @@ class _Adam4bitBase(SlotOptimizer):
             max_scale=max_scale,
             adaptation_rate=adaptation_rate,
         )
-        self._slots: dict[torch.Tensor, _Slot] = {}
-        super().__init__(params, defaults)
+        self._start(params, lr, betas, eps, weight_decay, **quantization)
 
     # ---- groups ------------------------------------------------------------------------
 
@@ -192,7 +191,7 @@ class _Adam4bitBase(SlotOptimizer):
     def _check_fixed(self, i: int, gi: int, group: dict, p: torch.Tensor) -> None:
         slot = self._slots.get(p)
         if slot is not None and slot.quant != self._quant_of(group):
-            raise ValueError(
+            raise _core.InvalidState(
                 f"{self._name}: param_groups[{gi}]: the quantization settings "
                 f"({', '.join(_QUANT_KEYS)}) cannot change once parameter {i} has state"
             )

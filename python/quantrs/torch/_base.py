@@ -19,20 +19,36 @@ from typing import Any, Callable, ClassVar
 import torch
 from torch.optim import Optimizer
 
+from .._core import InvalidArgument
 from ._checks import adam_hyper, check_grad, check_param
 
 
 class SlotOptimizer(Optimizer):
     """``torch.optim.Optimizer`` over per-parameter slots (see the module docstring).
 
-    Subclasses set ``_name`` and ``self._slots`` (before ``super().__init__``) and
-    implement ``_import``, ``_export``, ``_check_fixed`` and ``_update``.
+    Subclasses set ``_name``, construct through ``_start`` and implement ``_import``,
+    ``_export``, ``_check_fixed`` and ``_update``.
     """
 
     _name: ClassVar[str]
     # True where the engine has a device twin (quantrs.cuda): CUDA parameters are taken.
     _has_device_engine: ClassVar[bool] = False
     _slots: dict[torch.Tensor, Any]
+
+    def _start(
+        self,
+        params: Iterable[Any],
+        lr: float,
+        betas: tuple[float, float],
+        eps: float,
+        weight_decay: float,
+        **settings: Any,
+    ) -> None:
+        """``Optimizer.__init__`` with the Adam hyper-parameters and the subclass's
+        ``settings`` as the group defaults, and no slots yet."""
+        defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay)
+        self._slots = {}
+        super().__init__(params, {**defaults, **settings})
 
     # ---- hooks -------------------------------------------------------------------------
 
@@ -107,11 +123,13 @@ class SlotOptimizer(Optimizer):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         groups, saved_groups = self.param_groups, state_dict.get("param_groups")
         if not isinstance(saved_groups, list) or len(groups) != len(saved_groups):
-            raise ValueError("loaded state dict has a different number of parameter groups")
+            raise InvalidArgument(
+                "state_dict: loaded state dict has a different number of parameter groups"
+            )
         if any(len(g["params"]) != len(s["params"]) for g, s in zip(groups, saved_groups)):
-            raise ValueError(
-                "loaded state dict contains a parameter group that doesn't match the size "
-                "of optimizer's group"
+            raise InvalidArgument(
+                "state_dict: loaded state dict contains a parameter group that doesn't match "
+                "the size of optimizer's group"
             )
         id_map = dict(
             zip(

@@ -36,15 +36,15 @@ def check_param(owner: str, index: int, p: torch.Tensor, *, cuda: bool = False) 
             raise CudaNotAvailable(f"{where} is on {p.device}: {owner} runs on the CPU only")
         _cuda.require(where, p.device)
     elif p.device.type != "cpu":
-        raise ValueError(f"{where}: expected a CPU or CUDA tensor, got device {p.device}")
+        raise InvalidArgument(f"{where}: expected a CPU or CUDA tensor, got device {p.device}")
     if p.dtype != torch.float32:
         raise TypeError(f"{where}: expected dtype torch.float32, got {p.dtype}")
     if p.is_sparse or p.layout != torch.strided:
         raise TypeError(f"{where}: expected a dense (strided) tensor, got layout {p.layout}")
     if not p.is_contiguous():
-        raise ValueError(f"{where}: expected a contiguous tensor (the update runs in place)")
+        raise InvalidArgument(f"{where}: expected a contiguous tensor (the update runs in place)")
     if p.numel() == 0:
-        raise ValueError(f"{where}: expected at least one element, got shape {tuple(p.shape)}")
+        raise InvalidArgument(f"{where}: expected at least one element, got shape {tuple(p.shape)}")
 
 
 def check_grad(owner: str, index: int, p: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
@@ -60,7 +60,7 @@ def check_grad(owner: str, index: int, p: torch.Tensor, g: torch.Tensor) -> torc
             f"{where}: the gradient is on {g.device} but the parameter is on {p.device}"
         )
     if g.shape != p.shape:
-        raise ValueError(
+        raise InvalidArgument(
             f"{where}: gradient shape {tuple(g.shape)} does not match the parameter's "
             f"{tuple(p.shape)}"
         )
@@ -80,7 +80,7 @@ def check_grad(owner: str, index: int, p: torch.Tensor, g: torch.Tensor) -> torc
 def as_float(owner: str, group: int, key: str, value: Any) -> float:
     if isinstance(value, torch.Tensor):
         if value.numel() != 1:
-            raise ValueError(f"{owner}: param_groups[{group}][{key!r}]: expected one number")
+            raise InvalidArgument(f"{owner}: param_groups[{group}][{key!r}]: expected one number")
         value = value.item()
     try:
         x = float(value)
@@ -89,7 +89,7 @@ def as_float(owner: str, group: int, key: str, value: Any) -> float:
             f"{owner}: param_groups[{group}][{key!r}]: expected a number, got {value!r}"
         ) from None
     if not math.isfinite(x):
-        raise ValueError(f"{owner}: param_groups[{group}][{key!r}]: expected finite, got {x}")
+        raise InvalidArgument(f"{owner}: param_groups[{group}][{key!r}]: expected finite, got {x}")
     return x
 
 
@@ -102,26 +102,28 @@ def adam_hyper(owner: str, gi: int, group: dict) -> tuple[float, float, float, f
     lr = as_float(owner, gi, "lr", group["lr"])
     betas = group["betas"]
     if not isinstance(betas, (tuple, list)) or len(betas) != 2:
-        raise ValueError(f"{owner}: param_groups[{gi}]['betas']: expected two numbers")
+        raise InvalidArgument(f"{owner}: param_groups[{gi}]['betas']: expected two numbers")
     b1 = as_float(owner, gi, "betas", betas[0])
     b2 = as_float(owner, gi, "betas", betas[1])
     eps = as_float(owner, gi, "eps", group["eps"])
     wd = as_float(owner, gi, "weight_decay", group["weight_decay"])
     if lr < 0:
-        raise ValueError(f"{owner}: param_groups[{gi}]['lr']: expected >= 0, got {lr}")
+        raise InvalidArgument(f"{owner}: param_groups[{gi}]['lr']: expected >= 0, got {lr}")
     for k, b in (("betas[0]", b1), ("betas[1]", b2)):
         if not 0.0 <= b < 1.0:
-            raise ValueError(f"{owner}: param_groups[{gi}][{k}]: expected in [0, 1), got {b}")
+            raise InvalidArgument(f"{owner}: param_groups[{gi}][{k}]: expected in [0, 1), got {b}")
     if eps <= 0:
-        raise ValueError(f"{owner}: param_groups[{gi}]['eps']: expected > 0, got {eps}")
+        raise InvalidArgument(f"{owner}: param_groups[{gi}]['eps']: expected > 0, got {eps}")
     if wd < 0:
-        raise ValueError(f"{owner}: param_groups[{gi}]['weight_decay']: expected >= 0, got {wd}")
+        raise InvalidArgument(
+            f"{owner}: param_groups[{gi}]['weight_decay']: expected >= 0, got {wd}"
+        )
     # The engines hold float32 hyper-parameters: a value that overflows float32 (or an eps
     # that rounds to 0) would be refused by the engine of some parameter in the middle of
     # a step, after others had moved; refuse it here, before anything changes.
     for k, x in (("lr", lr), ("eps", eps), ("weight_decay", wd)):
         if x > _F32_MAX or (k == "eps" and x < _F32_TINY):
-            raise ValueError(
+            raise InvalidArgument(
                 f"{owner}: param_groups[{gi}][{k!r}]: {x} is not representable in float32"
             )
     return lr, b1, b2, eps, wd

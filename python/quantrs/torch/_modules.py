@@ -29,11 +29,11 @@ def _check_input(owner: str, x: torch.Tensor, in_features: int) -> torch.Tensor:
     if x.device.type == "cuda":
         _cuda.require(f"{owner}: the input", x.device)
     elif x.device.type != "cpu":
-        raise ValueError(f"{owner}: expected a CPU or CUDA input, got device {x.device}")
+        raise _core.InvalidArgument(f"{owner}: expected a CPU or CUDA input, got device {x.device}")
     if not x.is_floating_point():
         raise TypeError(f"{owner}: expected a floating-point input, got {x.dtype}")
     if x.dim() == 0 or x.shape[-1] != in_features:
-        raise ValueError(
+        raise _core.InvalidArgument(
             f"{owner}: expected an input whose last dimension is in_features={in_features}, "
             f"got shape {tuple(x.shape)}"
         )
@@ -244,12 +244,14 @@ def quantize_(
     (default: :func:`default_filter`). Returns ``model``; a module shared by several
     parents is quantized once."""
     if method not in ("int4", "fp8"):
-        raise ValueError(f"quantize_: method: expected 'int4' or 'fp8', got {method!r}")
+        raise _core.InvalidArgument(f"quantize_: method: expected 'int4' or 'fp8', got {method!r}")
     if method == "int4" and activation_scale is not None:
-        raise ValueError("quantize_: activation_scale applies to 'fp8' only")
+        raise _core.InvalidArgument("quantize_: activation_scale applies to 'fp8' only")
     pick = default_filter if filter_fn is None else filter_fn
     if isinstance(model, nn.Linear) and pick(model, ""):
-        raise ValueError("quantize_: pass the model holding the nn.Linear, not the layer itself")
+        raise _core.InvalidArgument(
+            "quantize_: pass the model holding the nn.Linear, not the layer itself"
+        )
     todo = []
     for parent_name, parent in model.named_modules(remove_duplicate=False):
         for name, child in parent._modules.items():  # named_children() skips repeats

@@ -88,24 +88,14 @@ class QatAdamW(SlotOptimizer):
         rounding: str = "nearest",
         seed: int = 0,
     ) -> None:
-        defaults = dict(
-            lr=lr,
-            betas=tuple(betas),
-            eps=eps,
-            weight_decay=weight_decay,
-            target=target,
-            scheme=scheme,
-            rounding=rounding,
-            seed=seed,
-        )
-        self._slots: dict[torch.Tensor, _Slot] = {}
-        super().__init__(params, defaults)
+        fake_quant = dict(target=target, scheme=scheme, rounding=rounding, seed=seed)
+        self._start(params, lr, betas, eps, weight_decay, **fake_quant)
 
     # ---- groups and engines ------------------------------------------------------------
 
     def _config(self, gi: int, group: dict, hyper: tuple) -> Any:
         if group["target"] not in _TARGETS:
-            raise ValueError(
+            raise _core.InvalidArgument(
                 f"{_NAME}: param_groups[{gi}]['target']: expected one of {_TARGETS}, "
                 f"got {group['target']!r}"
             )
@@ -162,21 +152,23 @@ class QatAdamW(SlotOptimizer):
             raise TypeError(f"{where}: expected a dict of state, got {type(state).__name__}")
         missing = {"step", "master", "exp_avg", "exp_avg_sq"} - set(state)
         if missing:
-            raise ValueError(f"{where}: state lacks {sorted(missing)}")
+            raise _core.InvalidArgument(f"{where}: state lacks {sorted(missing)}")
         arrays = {}
         for k in ("master", "exp_avg", "exp_avg_sq"):
             t = state[k]
             if not isinstance(t, torch.Tensor) or not t.is_floating_point():
                 raise TypeError(f"{where}: state[{k!r}]: expected a float tensor")
             if t.shape != p.shape:
-                raise ValueError(
+                raise _core.InvalidArgument(
                     f"{where}: state[{k!r}]: expected shape {tuple(p.shape)}, got {tuple(t.shape)}"
                 )
             arrays[k] = t.detach().cpu().to(torch.float32).contiguous()
         s = state["step"]
         step = float(s.item() if isinstance(s, torch.Tensor) else s)
         if not (step >= 0 and step == int(step)):
-            raise ValueError(f"{where}: state['step']: expected a whole number >= 0, got {step}")
+            raise _core.InvalidArgument(
+                f"{where}: state['step']: expected a whole number >= 0, got {step}"
+            )
         hyper = self._group_hyper(gi, group)
         master = arrays["master"].to(p.device, copy=True)
         slot = self._new_slot(i, group, hyper, self._config(gi, group, hyper), master)
@@ -202,7 +194,7 @@ class QatAdamW(SlotOptimizer):
 
     def _check_fixed(self, i: int, gi: int, group: dict, p: torch.Tensor) -> None:
         if self._slots[p].fixed != _fixed_of(group):
-            raise ValueError(
+            raise _core.InvalidState(
                 f"{_NAME}: param_groups[{gi}]: target and scheme cannot change once "
                 f"parameter {i} has state"
             )

@@ -89,3 +89,22 @@ __device__ __forceinline__ void tile_fma_4x4(const float (&xs)[BK][W], const flo
             for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
     }
 }
+
+// The tiled GEMMs' epilogue: writes thread (ty, tx)'s 4 x 4 accumulators of
+// the 64 x 64 output tile at (row0, col0) of y [m, n] as out(acc, column),
+// skipping the rows and columns past the edge.
+template <typename Out>
+__device__ __forceinline__ void store_tile_4x4(float* __restrict__ y, const float (&acc)[4][4],
+                                               int row0, int col0, int ty, int tx, int m, int n,
+                                               Out out) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        int r = row0 + ty * 4 + i;
+        if (r >= m) continue;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            int cc = col0 + tx * 4 + j;
+            if (cc < n) y[(long long)r * n + cc] = out(acc[i][j], cc);
+        }
+    }
+}

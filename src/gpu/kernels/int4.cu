@@ -188,14 +188,6 @@ extern "C" __global__ void __launch_bounds__(256) int4_gemm(
         tile_fma_4x4<GM_BK, GM_BM + 4>(xs, ws, ty, tx, acc);
         __syncthreads();
     }
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        int r = row0 + ty * 4 + i;
-        if (r >= m) continue;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            int cc = col0 + tx * 4 + j;
-            if (cc < n) y[(long long)r * n + cc] = acc[i][j] + (bias ? bias[cc] : 0.0f);
-        }
-    }
+    store_tile_4x4(y, acc, row0, col0, ty, tx, m, n,
+                   [&](float a, int cc) { return a + (bias ? bias[cc] : 0.0f); });
 }

@@ -79,19 +79,10 @@ __device__ void linear_gemm(const float* __restrict__ x, const void* __restrict_
         tile_fma_4x4<LG_BK, LG_BM + 4>(xs, ws, ty, tx, acc);
         __syncthreads();
     }
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        int r = row0 + ty * 4 + i;
-        if (r >= m) continue;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            int cc = col0 + tx * 4 + j;
-            if (cc < n) {
-                float s = (row_scale ? row_scale[cc] : 1.0f) * mult;
-                y[(long long)r * n + cc] = acc[i][j] * s + (bias ? bias[cc] : 0.0f);
-            }
-        }
-    }
+    store_tile_4x4(y, acc, row0, col0, ty, tx, m, n, [&](float a, int cc) {
+        float s = (row_scale ? row_scale[cc] : 1.0f) * mult;
+        return a * s + (bias ? bias[cc] : 0.0f);
+    });
 }
 
 #define LINEAR_ENTRY(NAME, KIND)                                                               \

@@ -2,7 +2,7 @@
 // (after optim_math.cuh, its per-element leaves).
 //
 // CPU twin: the scalar step of src/optim (format.rs: element math, code
-// books, nibble layout; scale_format.rs: double-quantized block scales,
+// books, nibble layout; scales/scalar.rs: double-quantized block scales,
 // polynomial exp2, deterministic log2; dither.rs: unbiased rounding of v's
 // scales; state.rs: the group walk and rank-1 statistics).
 // Accuracy contract: bit-identical to the CPU step (weights, codes, scales,
@@ -133,7 +133,7 @@ __device__ __forceinline__ u32 adam_m_code(const AdamArgs& a, const AdamShared& 
 
 // ---- the group's scales ----
 
-// Raw table entry c of a group (CPU twin: scale_format::fill_table).
+// Raw table entry c of a group (CPU twin: scales::scalar::fill_table).
 __device__ __forceinline__ float dq_raw(float max, float step, int c) {
     return max * exp2_neg((float)c * step);
 }
@@ -146,7 +146,7 @@ __device__ __forceinline__ void dq_finish_table(float* t, float max) {
 }
 
 // (max, log2 step) of the clamped scales s[0..nb) (CPU twin: the head of
-// scale_format::encode_with_table and log2_step).
+// scales::scalar::encode_with_table and log2_step).
 __device__ __forceinline__ void dq_pair(const float* s, int nb, float* pair) {
     float max = 0.0f, min = __uint_as_float(0x7F800000u);
     for (int i = 0; i < nb; ++i) {

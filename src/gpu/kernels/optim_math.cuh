@@ -26,7 +26,7 @@ __device__ __forceinline__ float dither_uniform(u64 t, u64 numel, u64 group, int
     return (float)(z >> 40) * (1.0f / 16777216.0f);
 }
 
-// CPU twin: scale_format::exp2_neg (degree-6 Taylor polynomial of 2^f).
+// CPU twin: scales::scalar::exp2_neg (degree-6 Taylor polynomial of 2^f).
 __device__ __forceinline__ float exp2_neg(float y) {
     int t = (int)(0.5f - y);
     if (t > 126) t = 126;
@@ -37,7 +37,7 @@ __device__ __forceinline__ float exp2_neg(float y) {
     return p * __uint_as_float(((u32)(127 - t)) << 23);
 }
 
-// CPU twin: scale_format::log2_det (IEEE double operations only, rounded
+// CPU twin: scales::scalar::log2_det (IEEE double operations only, rounded
 // to f32 once), for a positive finite r.
 __device__ __forceinline__ float log2_det(float r) {
     u32 bits = __float_as_uint(r);
@@ -116,7 +116,7 @@ __device__ __forceinline__ u32 nibble_at(const u8* codes, u64 e) {
 }
 
 // The largest c <= 254 with t[c] >= x (t non-increasing, t[0] >= x > 0):
-// the answer of scale_format::search_from whatever its guess.
+// the answer of scales::scalar::search_from whatever its guess.
 __device__ __forceinline__ int dq_search(const float* t, float x) {
     int lo = 0, hi = 254;
     while (lo < hi) {

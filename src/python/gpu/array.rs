@@ -12,7 +12,7 @@ use super::device::gpu;
 use super::dlpack::{self, DLDataType, DL_CUDA, DL_FLOAT, DL_INT, DL_UINT};
 use crate::error::QuantError;
 use crate::gpu::context::Gpu;
-use crate::gpu::memory::{to_host, DeviceBuffer};
+use crate::gpu::memory::DeviceBuffer;
 use crate::python::arrays::numpy_module;
 use crate::python::errors::{invalid, wrong_dtype};
 
@@ -103,6 +103,16 @@ impl DeviceArray {
         self.shape.iter().product()
     }
 
+    /// A writable view of the whole array.
+    pub fn view_mut<T: crate::gpu::memory::DeviceElem>(
+        &mut self,
+    ) -> PyResult<crate::gpu::memory::DeviceSliceMut<'_, T>> {
+        let buf = std::sync::Arc::get_mut(&mut self.buf).ok_or_else(|| {
+            QuantError::InvalidState("a shared DeviceArray cannot be written".into())
+        })?;
+        Ok(buf.view_mut())
+    }
+
     /// A new, uninitialised array on `gpu`.
     pub fn empty(gpu: &Arc<Gpu>, shape: Vec<usize>, dtype: DType) -> PyResult<DeviceArray> {
         let n: usize = shape.iter().product();
@@ -114,24 +124,23 @@ impl DeviceArray {
     }
 
     pub(super) fn host_copy<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let g = &self.buf.gpu;
-        let (p, n) = (self.buf.ptr(), self.len());
+        let b = &self.buf;
         let shape = self.shape.clone();
         Ok(match self.dtype {
             DType::F32 => {
-                let v: Vec<f32> = py.detach(|| to_host(g, p, n))?;
+                let v: Vec<f32> = py.detach(|| b.to_host())?;
                 numpy::PyArray1::from_vec(py, v).reshape(shape)?.into_any()
             }
             DType::F64 => {
-                let v: Vec<f64> = py.detach(|| to_host(g, p, n))?;
+                let v: Vec<f64> = py.detach(|| b.to_host())?;
                 numpy::PyArray1::from_vec(py, v).reshape(shape)?.into_any()
             }
             DType::U8 => {
-                let v: Vec<u8> = py.detach(|| to_host(g, p, n))?;
+                let v: Vec<u8> = py.detach(|| b.to_host())?;
                 numpy::PyArray1::from_vec(py, v).reshape(shape)?.into_any()
             }
             DType::I8 => {
-                let v: Vec<i8> = py.detach(|| to_host(g, p, n))?;
+                let v: Vec<i8> = py.detach(|| b.to_host())?;
                 numpy::PyArray1::from_vec(py, v).reshape(shape)?.into_any()
             }
         })
@@ -251,7 +260,7 @@ impl DeviceArray {
     /// `"cuda:N"`.
     #[getter]
     fn device(&self) -> String {
-        format!("cuda:{}", self.buf.gpu.ordinal)
+        format!("cuda:{}", self.buf.gpu().ordinal)
     }
 
     /// The device address of the first element (for interop and tests).
@@ -273,10 +282,10 @@ impl DeviceArray {
     ) -> PyResult<Bound<'py, PyAny>> {
         let _ = (stream, max_version);
         if let Some((t, id)) = dl_device {
-            if t != DL_CUDA || id != self.buf.gpu.ordinal as i32 {
+            if t != DL_CUDA || id != self.buf.gpu().ordinal as i32 {
                 return Err(QuantError::UnsupportedOperation(format!(
                     "__dlpack__(dl_device=({t}, {id})): this array is on cuda:{} and is exported only there",
-                    self.buf.gpu.ordinal
+                    self.buf.gpu().ordinal
                 ))
                 .into());
             }
@@ -288,7 +297,7 @@ impl DeviceArray {
     }
 
     fn __dlpack_device__(&self) -> (i32, i32) {
-        (DL_CUDA, self.buf.gpu.ordinal as i32)
+        (DL_CUDA, self.buf.gpu().ordinal as i32)
     }
 
     fn __len__(&self) -> usize {
@@ -300,7 +309,7 @@ impl DeviceArray {
             "DeviceArray(shape={:?}, dtype={}, device='cuda:{}')",
             self.shape,
             self.dtype.name(),
-            self.buf.gpu.ordinal
+            self.buf.gpu().ordinal
         )
     }
 }

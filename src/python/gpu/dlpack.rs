@@ -97,7 +97,7 @@ pub fn export<'py>(
         strides[i] = strides[i + 1] * shape[i + 1];
     }
     let data = buf.ptr() as *mut c_void;
-    let device_id = buf.gpu.ordinal as i32;
+    let device_id = buf.gpu().ordinal as i32;
     let mut ctx = Box::new(Export {
         _buf: buf,
         shape,

@@ -10,12 +10,8 @@ use pyo3::types::PyDict;
 use super::array::{DType, DeviceArray};
 use super::device::gpu;
 use super::input::{device_input, is_cuda_array, output, DevInput};
-use super::layer::CudaLayer;
-use super::weight::CudaWeight;
-use crate::error::QuantError;
 use crate::fp8::Fp8Format;
 use crate::gpu::context::Gpu;
-use crate::gpu::ops::Wait;
 use crate::python::errors::invalid;
 
 fn fmt_of(fmt: &str) -> PyResult<Fp8Format> {
@@ -49,9 +45,12 @@ fn fp8_encode(x: &Bound<'_, PyAny>, fmt: &str, saturate: bool) -> PyResult<Py<Py
     let py = x.py();
     let f = fmt_of(fmt)?;
     let (g, xi) = cuda_only_input(x, "x", DType::F32)?;
-    let out = DeviceArray::empty(&g, xi.shape.clone(), DType::U8)?;
-    let (xp, op, n) = (xi.ptr, out.buf.ptr(), out.len());
-    py.detach(|| crate::gpu::ops::fp8_encode(&g, xp, op, n, f, saturate))?;
+    let mut out = DeviceArray::empty(&g, xi.shape.clone(), DType::U8)?;
+    let x = xi.view::<f32>()?;
+    let mut o = out.view_mut::<u8>()?;
+    py.detach(|| {
+        crate::gpu::ops::fp8_encode(&x, &mut o, f, saturate).and_then(|_| g.synchronize())
+    })?;
     output(py, out, false)
 }
 
@@ -63,9 +62,10 @@ fn fp8_decode(codes: &Bound<'_, PyAny>, fmt: &str) -> PyResult<Py<PyAny>> {
     let py = codes.py();
     let f = fmt_of(fmt)?;
     let (g, ci) = cuda_only_input(codes, "codes", DType::U8)?;
-    let out = DeviceArray::empty(&g, ci.shape.clone(), DType::F32)?;
-    let (cp, op, n) = (ci.ptr, out.buf.ptr(), out.len());
-    py.detach(|| crate::gpu::ops::fp8_decode(&g, cp, op, n, f))?;
+    let mut out = DeviceArray::empty(&g, ci.shape.clone(), DType::F32)?;
+    let c = ci.view::<u8>()?;
+    let mut o = out.view_mut::<f32>()?;
+    py.detach(|| crate::gpu::ops::fp8_decode(&c, &mut o, f).and_then(|_| g.synchronize()))?;
     output(py, out, false)
 }
 
@@ -116,88 +116,6 @@ fn compile_all<'py>(py: Python<'py>, arch: &str) -> PyResult<Bound<'py, PyDict>>
     Ok(d)
 }
 
-/// Benchmark helper: queue `iters` calls of `obj` (the matmul of a
-/// `QuantizedWeight` or the forward of a layer placed on a GPU) on the CUDA
-/// input `x` back to back,
-/// after one warm-up, and return the mean seconds per call measured with
-/// CUDA events (kernel time with launches pipelined; no host round trip).
-#[pyfunction]
-#[pyo3(name = "_cuda_bench")]
-fn bench_calls(obj: &Bound<'_, PyAny>, x: &Bound<'_, PyAny>, iters: usize) -> PyResult<f64> {
-    use cudarc::driver::{result as cu, sys};
-    let py = obj.py();
-    let iters = iters.max(1);
-    enum Placed<'a> {
-        Weight(&'a CudaWeight),
-        Layer(&'a CudaLayer),
-    }
-    let placed = match crate::python::int4::cuda_weight(obj) {
-        Some(w) => Placed::Weight(w),
-        None => Placed::Layer(crate::python::linear::cuda_layer(obj).ok_or_else(|| {
-            invalid(
-                "obj",
-                "expected a QuantizedWeight or a linear layer placed on a GPU (.to('cuda'))",
-            )
-        })?),
-    };
-    let (g, in_feat, out_feat) = match placed {
-        Placed::Weight(w) => {
-            let w = &w.inner;
-            (w.gpu().clone(), w.in_feat, w.out_feat)
-        }
-        Placed::Layer(l) => {
-            let l = &l.inner;
-            (l.gpu.clone(), l.in_feat, l.out_feat)
-        }
-    };
-    let xi = device_input(&g, x, "x", DType::F32, "the object")?;
-    if xi.shape.len() != 2 || xi.shape[1] != in_feat {
-        return Err(
-            QuantError::dims("x", format!("[rows, {in_feat}]"), format!("{:?}", xi.shape)).into(),
-        );
-    }
-    let rows = xi.shape[0];
-    let y = DeviceArray::empty(&g, vec![rows, out_feat], DType::F32)?;
-    let (xp, yp) = (xi.ptr, y.buf.ptr());
-    let call = |wait: Wait| -> crate::Result<()> {
-        match placed {
-            Placed::Weight(w) => w.inner.matmul(xp, rows, 0, yp, wait),
-            Placed::Layer(l) => l.inner.forward(xp, rows, yp, wait),
-        }
-    };
-    call(Wait::Yes)?;
-    g.bind()?;
-    let ev = |what| {
-        cu::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
-            .map_err(|e| crate::gpu::context::gpu_err(what, e))
-    };
-    let (start, end) = (ev("creating an event")?, ev("creating an event")?);
-    let run = || -> crate::Result<f32> {
-        // SAFETY: fresh events of the bound context, recorded on the null
-        // stream around the queued calls, destroyed below.
-        unsafe {
-            cu::event::record(start, cu::stream::null())
-                .map_err(|e| crate::gpu::context::gpu_err("event", e))?;
-            for _ in 0..iters {
-                call(Wait::No)?;
-            }
-            cu::event::record(end, cu::stream::null())
-                .map_err(|e| crate::gpu::context::gpu_err("event", e))?;
-            cu::event::synchronize(end).map_err(|e| crate::gpu::context::gpu_err("event", e))?;
-            cu::event::elapsed(start, end).map_err(|e| crate::gpu::context::gpu_err("event", e))
-        }
-    };
-    let r = run();
-    let _ = g.synchronize();
-    // SAFETY: created above, no longer recorded anywhere.
-    unsafe {
-        let _ = cu::event::destroy(start);
-        let _ = cu::event::destroy(end);
-    }
-    let _ = py;
-    Ok(f64::from(r?) * 1e-3 / iters as f64)
-}
-
 /// Adds the GPU classes and functions to `_core` (`quantrs.cuda` re-exports them).
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<DeviceArray>()?;
@@ -208,6 +126,5 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(unavailable_reason, m)?)?;
     m.add_function(wrap_pyfunction!(device_info, m)?)?;
     m.add_function(wrap_pyfunction!(compile_all, m)?)?;
-    m.add_function(wrap_pyfunction!(bench_calls, m)?)?;
     Ok(())
 }

@@ -11,12 +11,15 @@ use super::array::{describe_dl, upload, DType, DeviceArray};
 use super::dlpack::{self, DL_CUDA};
 use crate::error::QuantError;
 use crate::gpu::context::Gpu;
+use crate::gpu::memory::{DeviceElem, DeviceSlice, DeviceSliceMut};
 use crate::python::errors::{invalid, wrong_dtype};
 
 /// A call input on the device: its address, shape, and what keeps it alive.
 pub struct DevInput<'py> {
     pub ptr: u64,
     pub shape: Vec<usize>,
+    gpu: Arc<Gpu>,
+    dtype: DType,
     /// Whether it came from the host (then the result goes back as NumPy).
     pub from_host: bool,
     _keep: Keep<'py>,
@@ -57,10 +60,12 @@ pub fn device_input<'py>(
         if d.dtype != dtype {
             return Err(wrong_dtype(arg, dtype.name(), d.dtype.name()));
         }
-        if d.buf.gpu.ordinal != gpu.ordinal {
-            return Err(mismatch(format!("cuda:{}", d.buf.gpu.ordinal)).into());
+        if d.buf.gpu().ordinal != gpu.ordinal {
+            return Err(mismatch(format!("cuda:{}", d.buf.gpu().ordinal)).into());
         }
         return Ok(DevInput {
+            gpu: gpu.clone(),
+            dtype,
             ptr: d.buf.ptr(),
             shape: d.shape.clone(),
             from_host: false,
@@ -89,6 +94,8 @@ pub fn device_input<'py>(
                 return Err(invalid(arg, format!("expected a C-contiguous tensor, got strides that are not (shape {:?}); call .contiguous() first", imp.shape)));
             }
             return Ok(DevInput {
+                gpu: gpu.clone(),
+                dtype,
                 ptr: imp.ptr,
                 shape: imp.shape.clone(),
                 from_host: false,
@@ -101,11 +108,62 @@ pub fn device_input<'py>(
     }
     let up = upload(gpu, obj, dtype, arg)?;
     Ok(DevInput {
+        gpu: gpu.clone(),
+        dtype,
         ptr: up.buf.ptr(),
         shape: up.shape.clone(),
         from_host: true,
         _keep: Keep::Uploaded(up),
     })
+}
+
+/// Element types of a `DType`.
+pub trait HasDType: DeviceElem {
+    const DTYPE: DType;
+}
+
+impl HasDType for f32 {
+    const DTYPE: DType = DType::F32;
+}
+
+impl HasDType for f64 {
+    const DTYPE: DType = DType::F64;
+}
+
+impl HasDType for u8 {
+    const DTYPE: DType = DType::U8;
+}
+
+impl DevInput<'_> {
+    fn check<T: HasDType>(&self) -> crate::Result<usize> {
+        if T::DTYPE != self.dtype {
+            return Err(QuantError::arg(format!(
+                "a {} input read as {}",
+                self.dtype.name(),
+                T::DTYPE.name()
+            )));
+        }
+        Ok(self.shape.iter().product())
+    }
+
+    /// The input as a typed view.
+    pub fn view<T: HasDType>(&self) -> crate::Result<DeviceSlice<'_, T>> {
+        let n = self.check::<T>()?;
+        // SAFETY: `device_input` checked the dtype (`T`'s, above), the
+        // device and C-contiguity; `_keep` (a DeviceArray, an uploaded copy
+        // or the producer's DLPack capsule) keeps the `n` elements alive
+        // while `self` is borrowed, and the glue synchronises before the
+        // call returns, so no queued kernel outlives them.
+        Ok(unsafe { DeviceSlice::from_raw(&self.gpu, self.ptr, n) })
+    }
+
+    /// The input as a writable view (an array the call updates in place).
+    pub fn view_mut<T: HasDType>(&mut self) -> crate::Result<DeviceSliceMut<'_, T>> {
+        let n = self.check::<T>()?;
+        // SAFETY: as for `view`; `&mut self` makes this the only view of
+        // the input, and the glue checks it does not overlap the others.
+        Ok(unsafe { DeviceSliceMut::from_raw(&self.gpu, self.ptr, n) })
+    }
 }
 
 /// A result: NumPy when the input came from the host, else the array.
@@ -128,7 +186,7 @@ pub fn is_cuda_array(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
 /// The device ordinal of a CUDA array input.
 pub fn cuda_ordinal(obj: &Bound<'_, PyAny>) -> PyResult<usize> {
     if let Ok(a) = obj.cast::<DeviceArray>() {
-        return Ok(a.get().buf.gpu.ordinal);
+        return Ok(a.get().buf.gpu().ordinal);
     }
     match cuda_dlpack_device(obj)? {
         Some((DL_CUDA, id)) => Ok(id.max(0) as usize),

@@ -11,7 +11,6 @@ use super::device::gpu;
 use super::input::{device_input, output};
 use crate::error::QuantError;
 use crate::gpu::layers::DeviceLinear;
-use crate::gpu::ops::Wait;
 use crate::linear::QuantMethod;
 
 /// A linear layer on a GPU.
@@ -33,7 +32,7 @@ impl CudaLayer {
     }
 
     pub(crate) fn ordinal(&self) -> usize {
-        self.inner.gpu.ordinal
+        self.inner.gpu().ordinal
     }
 
     /// `y = x @ W.T + bias` for float32 `x [..., in]` on the device: NumPy in,
@@ -41,21 +40,25 @@ impl CudaLayer {
     pub(crate) fn forward(&self, x: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         let py = x.py();
         let l = &self.inner;
-        let xi = device_input(&l.gpu, x, "x", DType::F32, "the layer")?;
-        if xi.shape.last() != Some(&l.in_feat) {
+        let xi = device_input(l.gpu(), x, "x", DType::F32, "the layer")?;
+        if xi.shape.last() != Some(&l.in_features()) {
             return Err(QuantError::dims(
                 "x",
-                format!("[..., {}]", l.in_feat),
+                format!("[..., {}]", l.in_features()),
                 format!("{:?}", xi.shape),
             )
             .into());
         }
         let rows = xi.shape[..xi.shape.len() - 1].iter().product();
         let mut out_shape = xi.shape.clone();
-        *out_shape.last_mut().expect("rank >= 1") = l.out_feat;
-        let y = DeviceArray::empty(&l.gpu, out_shape, DType::F32)?;
-        let (xp, yp) = (xi.ptr, y.buf.ptr());
-        py.detach(|| l.forward(xp, rows, yp, Wait::Yes))?;
+        *out_shape.last_mut().expect("rank >= 1") = l.out_features();
+        let mut y = DeviceArray::empty(l.gpu(), out_shape, DType::F32)?;
+        let xv = xi.view::<f32>()?;
+        let mut yv = y.view_mut::<f32>()?;
+        py.detach(|| {
+            l.forward(&xv, rows, &mut yv)
+                .and_then(|_| l.gpu().synchronize())
+        })?;
         output(py, y, xi.from_host)
     }
 }

@@ -11,9 +11,10 @@ use pyo3::prelude::*;
 
 use super::array::DType;
 use super::device::gpu;
-use super::input::{cuda_ordinal, device_input, is_cuda_array};
+use super::input::{cuda_ordinal, device_input, is_cuda_array, DevInput};
 use crate::error::QuantError;
-use crate::gpu::adam_engine::{DevParamRef, DeviceAdam};
+use crate::gpu::adam_engine::{DeviceAdam, DeviceParam};
+use crate::gpu::memory::DeviceSlice;
 use crate::optim::{Adam4bitConfig, Adam4bitCore, Adam4bitOptimizerConfig, StateMemoryStats};
 use crate::python::errors::invalid;
 
@@ -22,15 +23,6 @@ pub(crate) struct CudaAdam {
     inner: DeviceAdam,
     /// Key -> the parameter `apply_accumulated_grads` will update.
     accum_params: HashMap<String, Py<PyAny>>,
-}
-
-/// A validated (param, grad) pair: device addresses and the shape.
-struct Pair {
-    w: u64,
-    g: u64,
-    shape: Vec<usize>,
-    /// Keeps the DLPack capsules (and so the producers' memory) alive.
-    _keep: Vec<Py<PyAny>>,
 }
 
 impl CudaAdam {
@@ -64,36 +56,41 @@ impl CudaAdam {
     }
 
     pub(crate) fn ordinal(&self) -> usize {
-        self.inner.gpu.ordinal
+        self.inner.gpu().ordinal
     }
 
-    /// Validate `(param, grad)`, then run `f` on the engine with the GIL released.
+    /// Validate `(param, grad)`, then run `f` on the engine with the GIL
+    /// released, and wait for its kernels (the caller's tensors are read
+    /// by other streams once this returns).
     fn with_pair<R: Send>(
         &mut self,
         py: Python<'_>,
         param: &Bound<'_, PyAny>,
         grad: &Bound<'_, PyAny>,
         name: Option<&str>,
-        f: impl FnOnce(&mut DeviceAdam, DevParamRef<'_>) -> crate::Result<R> + Send,
+        f: impl FnOnce(&mut DeviceAdam, DeviceParam<'_>, &DeviceSlice<'_, f32>) -> crate::Result<R>
+            + Send,
     ) -> PyResult<R> {
-        let p = self.pair(param, grad)?;
+        let (mut w, g) = self.pair(param, grad)?;
+        let shape = w.shape.clone();
+        let gv = g.view::<f32>()?;
+        let data = w.view_mut::<f32>()?;
         let inner = &mut self.inner;
         let r = py.detach(|| {
-            f(
-                inner,
-                DevParamRef {
-                    name,
-                    shape: &p.shape,
-                    w: p.w,
-                    g: p.g,
-                },
-            )
+            let p = DeviceParam {
+                name,
+                shape: &shape,
+                data,
+            };
+            let r = f(inner, p, &gv)?;
+            inner.gpu().synchronize()?;
+            Ok::<_, crate::QuantError>(r)
         })?;
         Ok(r)
     }
 
     /// A CUDA float32 array on this device, or an error naming both devices.
-    fn device_array(&self, obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<(u64, Vec<usize>)> {
+    fn device_array<'py>(&self, obj: &Bound<'py, PyAny>, arg: &str) -> PyResult<DevInput<'py>> {
         let here = self.ordinal();
         if !is_cuda_array(obj)? {
             return Err(QuantError::arg(format!(
@@ -110,28 +107,29 @@ impl CudaAdam {
             ))
             .into());
         }
-        let d = device_input(&self.inner.gpu, obj, arg, DType::F32, "the optimizer")?;
-        Ok((d.ptr, d.shape.clone()))
+        device_input(self.inner.gpu(), obj, arg, DType::F32, "the optimizer")
     }
 
-    fn pair(&self, param: &Bound<'_, PyAny>, grad: &Bound<'_, PyAny>) -> PyResult<Pair> {
-        let (g, gshape) = self.device_array(grad, "grad")?;
-        let (w, shape) = self.device_array(param, "param")?;
-        if gshape != shape {
-            return Err(
-                QuantError::dims("grad", format!("{shape:?}"), format!("{gshape:?}")).into(),
-            );
+    fn pair<'py>(
+        &self,
+        param: &Bound<'py, PyAny>,
+        grad: &Bound<'py, PyAny>,
+    ) -> PyResult<(DevInput<'py>, DevInput<'py>)> {
+        let g = self.device_array(grad, "grad")?;
+        let w = self.device_array(param, "param")?;
+        if g.shape != w.shape {
+            return Err(QuantError::dims(
+                "grad",
+                format!("{:?}", w.shape),
+                format!("{:?}", g.shape),
+            )
+            .into());
         }
-        let bytes = 4 * shape.iter().product::<usize>() as u64;
-        if w < g + bytes && g < w + bytes {
+        let bytes = 4 * w.shape.iter().product::<usize>() as u64;
+        if w.ptr < g.ptr + bytes && g.ptr < w.ptr + bytes {
             return Err(invalid("grad", "must not share memory with param"));
         }
-        Ok(Pair {
-            w,
-            g,
-            shape,
-            _keep: vec![param.clone().unbind(), grad.clone().unbind()],
-        })
+        Ok((w, g))
     }
 
     /// One step of `param` (updated in place) with `grad`.
@@ -142,7 +140,7 @@ impl CudaAdam {
         grad: &Bound<'_, PyAny>,
         name: Option<&str>,
     ) -> PyResult<()> {
-        self.with_pair(py, param, grad, name, |inner, p| inner.update(p))
+        self.with_pair(py, param, grad, name, |inner, p, g| inner.update(p, g))
     }
 
     /// Add `grad` to the parameter's device accumulator.
@@ -153,23 +151,40 @@ impl CudaAdam {
         grad: &Bound<'_, PyAny>,
         name: Option<&str>,
     ) -> PyResult<()> {
-        let key = self.with_pair(py, param, grad, name, |inner, p| inner.accumulate(p))?;
+        let key = self.with_pair(py, param, grad, name, |inner, p, g| {
+            inner.accumulate_grad(&p, g)
+        })?;
         self.accum_params.insert(key, param.clone().unbind());
         Ok(())
     }
 
     /// Step every accumulated parameter with its mean gradient.
     pub(crate) fn apply_accumulated(&mut self, py: Python<'_>, steps: usize) -> PyResult<()> {
-        let mut params = Vec::new();
+        let mut inputs = Vec::new();
         for k in self.inner.accumulated_keys() {
             let obj = self.accum_params.get(&k).ok_or_else(|| {
                 QuantError::InvalidState(format!("no parameter recorded for {k:?}"))
             })?;
-            let (w, shape) = self.device_array(obj.bind(py), "param")?;
-            params.push((k, shape, w));
+            inputs.push((k, self.device_array(obj.bind(py), "param")?));
+        }
+        let shapes: Vec<Vec<usize>> = inputs.iter().map(|(_, w)| w.shape.clone()).collect();
+        let mut params = Vec::new();
+        for ((k, w), shape) in inputs.iter_mut().zip(&shapes) {
+            let data = w.view_mut::<f32>()?;
+            params.push((
+                k.clone(),
+                DeviceParam {
+                    name: None,
+                    shape,
+                    data,
+                },
+            ));
         }
         let inner = &mut self.inner;
-        py.detach(|| inner.apply_accumulated(steps, &params))?;
+        py.detach(|| {
+            inner.apply_accumulated_grads(steps, &mut params)?;
+            inner.gpu().synchronize()
+        })?;
         self.accum_params.clear();
         Ok(())
     }

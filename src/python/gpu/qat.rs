@@ -66,7 +66,7 @@ impl CudaQat {
     }
 
     pub(crate) fn ordinal(&self) -> usize {
-        each!(&self.inner, e => e.gpu.ordinal)
+        each!(&self.inner, e => e.gpu().ordinal)
     }
 
     /// A CUDA array of this optimizer's dtype and shape on its device.
@@ -92,7 +92,7 @@ impl CudaQat {
             ))
             .into());
         }
-        let g = each!(&self.inner, e => e.gpu.clone());
+        let g = each!(&self.inner, e => e.gpu().clone());
         let d = device_input(&g, obj, arg, self.dtype(), "the optimizer")?;
         if d.shape != self.shape {
             return Err(QuantError::dims(
@@ -145,7 +145,7 @@ impl CudaQat {
         grad: &Bound<'_, PyAny>,
         seed: Option<u64>,
     ) -> PyResult<()> {
-        let w = self.operand(master, "master")?;
+        let mut w = self.operand(master, "master")?;
         let g = self.operand(grad, "grad")?;
         let bytes = (self.shape.iter().product::<usize>() * self.dtype().size()) as u64;
         if w.ptr < g.ptr + bytes && g.ptr < w.ptr + bytes {
@@ -154,9 +154,24 @@ impl CudaQat {
                 "overlaps the master array (it is updated in place)",
             ));
         }
-        let (wp, gp) = (w.ptr, g.ptr);
         let inner = &mut self.inner;
-        Ok(py.detach(|| each!(inner, e => e.step(wp, gp, seed)))?)
+        let res = match inner {
+            Engine::F32(e) => {
+                let (mut wv, gv) = (w.view_mut::<f32>()?, g.view::<f32>()?);
+                py.detach(|| {
+                    e.step(&mut wv, &gv, seed)
+                        .and_then(|_| e.gpu().synchronize())
+                })
+            }
+            Engine::F64(e) => {
+                let (mut wv, gv) = (w.view_mut::<f64>()?, g.view::<f64>()?);
+                py.detach(|| {
+                    e.step(&mut wv, &gv, seed)
+                        .and_then(|_| e.gpu().synchronize())
+                })
+            }
+        };
+        Ok(res?)
     }
 
     /// The fake-quantized view: a `DeviceArray` over the optimizer's own
@@ -168,7 +183,9 @@ impl CudaQat {
     /// Device copies of the AdamW moments `(m, v)`.
     pub(crate) fn moments(&self, py: Python<'_>) -> PyResult<(DeviceArray, DeviceArray)> {
         let inner = &self.inner;
-        let (m, v) = py.detach(|| each!(inner, e => e.moments()))?;
+        let (m, v) = py.detach(
+            || each!(inner, e => e.moments().and_then(|mv| e.gpu().synchronize().map(|_| mv))),
+        )?;
         Ok((self.array(m.into()), self.array(v.into())))
     }
 
@@ -202,11 +219,11 @@ impl CudaQat {
         match &mut self.inner {
             Engine::F32(e) => {
                 let o = cpu_from::<f32>(state, &shape)?;
-                py.detach(|| e.load(&o))?;
+                py.detach(|| e.load(&o).and_then(|_| e.gpu().synchronize()))?;
             }
             Engine::F64(e) => {
                 let o = cpu_from::<f64>(state, &shape)?;
-                py.detach(|| e.load(&o))?;
+                py.detach(|| e.load(&o).and_then(|_| e.gpu().synchronize()))?;
             }
         }
         Ok(())

@@ -39,18 +39,17 @@ fn calibrate(
         Ok(d) => (d, false),
         Err(_) => (device_input(&g, x, "x", DType::F64, "the call")?, true),
     };
-    let (p, shape) = (xi.ptr, xi.shape.clone());
-    let n: usize = shape.iter().product();
+    let shape = xi.shape.clone();
     let wrap = |v: QuantParams| PyQuantParams::wrap(v);
     match axis {
         None => {
-            let r = py.detach(|| {
-                if f64_input {
-                    qat_channels::per_tensor::<f64>(&g, p, n, dtype, scheme, clip_fraction)
-                } else {
-                    qat_channels::per_tensor::<f32>(&g, p, n, dtype, scheme, clip_fraction)
-                }
-            })?;
+            let r = if f64_input {
+                let x = xi.view::<f64>()?;
+                py.detach(|| qat_channels::calibrate(&x, dtype, scheme, clip_fraction))?
+            } else {
+                let x = xi.view::<f32>()?;
+                py.detach(|| qat_channels::calibrate(&x, dtype, scheme, clip_fraction))?
+            };
             Ok(Py::new(py, wrap(r))?.into_any())
         }
         Some(axis) => {
@@ -61,13 +60,17 @@ fn calibrate(
                 ));
             }
             let s = [shape[0], shape[1]];
-            let r = py.detach(|| {
-                if f64_input {
-                    qat_channels::per_channel::<f64>(&g, p, s, axis, dtype, scheme, clip_fraction)
-                } else {
-                    qat_channels::per_channel::<f32>(&g, p, s, axis, dtype, scheme, clip_fraction)
-                }
-            })?;
+            let r = if f64_input {
+                let x = xi.view::<f64>()?;
+                py.detach(|| {
+                    qat_channels::calibrate_per_channel(&x, s, axis, dtype, scheme, clip_fraction)
+                })?
+            } else {
+                let x = xi.view::<f32>()?;
+                py.detach(|| {
+                    qat_channels::calibrate_per_channel(&x, s, axis, dtype, scheme, clip_fraction)
+                })?
+            };
             let list: Vec<PyQuantParams> = r.into_iter().map(wrap).collect();
             Ok(list.into_pyobject(py)?.into_any().unbind())
         }

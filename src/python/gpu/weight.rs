@@ -8,7 +8,6 @@ use super::device::gpu;
 use super::input::{device_input, output};
 use crate::error::QuantError;
 use crate::gpu::layers::DeviceQuantizedWeight;
-use crate::gpu::ops::Wait;
 use crate::int4::QuantizedWeight as Core;
 
 /// Packed INT4 weights on a GPU.
@@ -36,29 +35,33 @@ impl CudaWeight {
         let w = &self.inner;
         let xi = device_input(w.gpu(), x, "x", DType::F32, "the weight")?;
         let (batch, out_shape) = if vector {
-            if xi.shape != [w.in_feat] {
+            if xi.shape != [w.in_feat()] {
                 return Err(QuantError::dims(
                     "x",
-                    format!("[{}]", w.in_feat),
+                    format!("[{}]", w.in_feat()),
                     format!("{:?}", xi.shape),
                 )
                 .into());
             }
-            (1, vec![w.out_feat])
+            (1, vec![w.out_feat()])
         } else {
-            if xi.shape.len() != 2 || xi.shape[1] != w.in_feat {
+            if xi.shape.len() != 2 || xi.shape[1] != w.in_feat() {
                 return Err(QuantError::dims(
                     "x",
-                    format!("[batch, {}]", w.in_feat),
+                    format!("[batch, {}]", w.in_feat()),
                     format!("{:?}", xi.shape),
                 )
                 .into());
             }
-            (xi.shape[0], vec![xi.shape[0], w.out_feat])
+            (xi.shape[0], vec![xi.shape[0], w.out_feat()])
         };
-        let y = DeviceArray::empty(w.gpu(), out_shape, DType::F32)?;
-        let (xp, yp) = (xi.ptr, y.buf.ptr());
-        py.detach(|| w.matmul(xp, batch, 0, yp, Wait::Yes))?;
+        let mut y = DeviceArray::empty(w.gpu(), out_shape, DType::F32)?;
+        let xv = xi.view::<f32>()?;
+        let mut yv = y.view_mut::<f32>()?;
+        py.detach(|| {
+            w.matmul(&xv, batch, &mut yv)
+                .and_then(|_| w.gpu().synchronize())
+        })?;
         output(py, y, xi.from_host)
     }
 }

@@ -126,7 +126,7 @@ py_layer!(PyInt4Linear, Int4Linear, {
         qweight: PyRef<'_, PyQuantizedWeight>,
         bias: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let bias = opt_bias(bias, &[qweight.inner.out_feat, qweight.inner.in_feat])?;
+        let bias = opt_bias(bias, &[qweight.inner.out_feat(), qweight.inner.in_feat()])?;
         Ok(PyInt4Linear {
             inner: Arc::new(Int4Linear::new(qweight.inner.clone(), bias)?),
             cuda: None,
@@ -174,8 +174,8 @@ py_layer!(PyInt4Linear, Int4Linear, {
         let q = self.inner.qweight();
         format!(
             "Int4Linear(qweight=QuantizedWeight(in_feat={}, out_feat={}, group_size={}), bias={})",
-            q.in_feat,
-            q.out_feat,
+            q.in_feat(),
+            q.out_feat(),
             q.group_size(),
             bias_repr(self.inner.bias())
         )

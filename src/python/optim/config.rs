@@ -227,7 +227,9 @@ config_class_methods!(eq PyQCfg(CoreQCfg, "AdvancedQuantizationConfig"), {
 
 /// An optimizer's whole configuration, as `config()` returns it: the Adam
 /// hyper-parameters and the state quantization (the Rust `Adam4bitConfig`).
-/// `config_dict()` gives the same values as one flat dict.
+/// The hyper-parameters also read directly (`config().learning_rate`, as on
+/// `Adam4bitOptimizerConfig`). `config_dict()` gives the same values as one
+/// flat dict.
 #[pyclass(name = "Adam4bitConfig", module = "quantrs", frozen, eq)]
 #[derive(Clone, PartialEq)]
 pub struct PyAdamCfg {
@@ -242,6 +244,36 @@ impl PyAdamCfg {
         PyOptCfg {
             inner: self.inner.optimizer,
         }
+    }
+
+    /// Step size (`optimizer.learning_rate`).
+    #[getter]
+    fn learning_rate(&self) -> f64 {
+        pyf(self.inner.optimizer.learning_rate)
+    }
+
+    /// Decay rate of the first moment (`optimizer.beta1`).
+    #[getter]
+    fn beta1(&self) -> f64 {
+        pyf(self.inner.optimizer.beta1)
+    }
+
+    /// Decay rate of the second moment (`optimizer.beta2`).
+    #[getter]
+    fn beta2(&self) -> f64 {
+        pyf(self.inner.optimizer.beta2)
+    }
+
+    /// Term added to the denominator (`optimizer.epsilon`).
+    #[getter]
+    fn epsilon(&self) -> f64 {
+        pyf(self.inner.optimizer.epsilon)
+    }
+
+    /// Weight decay (`optimizer.weight_decay`).
+    #[getter]
+    fn weight_decay(&self) -> f64 {
+        pyf(self.inner.optimizer.weight_decay)
     }
 
     /// How the optimizer state is quantized.

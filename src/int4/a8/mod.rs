@@ -1,5 +1,5 @@
 //! `activations = "int8"`: `Y = X W` with `x` quantized to int8 per group
-//! ([`super::xq8`]) and integer dot products against the packed nibbles
+//! ([`xq8`]) and integer dot products against the packed nibbles
 //! (docs/int4.md, "Int8 activations"). Opt-in: it trades the float32 path's
 //! 1e-5 relative bound for the activation rounding error, stated as
 //! `|y_o - (x @ W)_o| <= sum_g d[g] / 2 * sum_{i in g} |w_io|` plus f32
@@ -8,25 +8,42 @@
 //! The work is cut into pieces fixed by the shape alone (blocks of rows of
 //! `x` times column chunks), each summing its outputs over every group in
 //! order, so results do not depend on the thread count; the scalar twin,
-//! the AVX2 per-row kernel and the blocked GEMM ([`super::a8_gemm`], from
+//! the AVX2 per-row kernel and the blocked GEMM ([`gemm`], from
 //! 5 rows, in pieces of 64 rows) give the same bits.
+//!
+//! The files import one way: this driver -> `xq8` (quantizing `x`) and
+//! the kernels: `avx2` (per row) and `gemm` (decoded panels) -> `micro`
+//! (the GEMM's micro-kernels and their tokens) -> `scalar` (the argument
+//! struct and the scalar twin every kernel matches) -> `xq8`.
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod gemm;
+#[cfg(target_arch = "x86_64")]
+mod micro;
+mod scalar;
+mod xq8;
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod gemm_tests;
+#[cfg(test)]
+mod tests;
 
 use std::ops::Range;
 use std::sync::{Mutex, MutexGuard};
 
-#[cfg(target_arch = "x86_64")]
-use super::a8_avx2;
-#[cfg(target_arch = "x86_64")]
-use super::a8_gemm::{self, Micro};
-use super::a8_scalar::{cols_scalar, A8Args};
 use super::matvec::{chunk_width, PAR_MIN_WEIGHTS};
-use super::xq8::Xq8;
 use super::QuantizedWeight;
 use crate::error::{QuantError, Result};
 use crate::par;
 #[cfg(target_arch = "x86_64")]
 use crate::simd::Avx2;
 use crate::simd::{self, SimdLevel};
+#[cfg(target_arch = "x86_64")]
+use micro::Micro;
+use scalar::{cols_scalar, A8Args};
+use xq8::Xq8;
 
 /// Rows of `x` one piece of a batched call serves (a pass of the AVX2
 /// kernel takes 4; 16 keep a piece's outputs in L2).
@@ -70,18 +87,18 @@ enum A8 {
     Scalar,
     #[cfg(target_arch = "x86_64")]
     Avx2(Avx2),
-    /// The blocked GEMM ([`a8_gemm`]), for large batches.
+    /// The blocked GEMM ([`gemm`]), for large batches.
     #[cfg(target_arch = "x86_64")]
     Gemm(Micro),
 }
 
 impl A8 {
     /// The kernel for a call of `batch` rows: the blocked GEMM from
-    /// `a8_gemm::MIN_BATCH` rows where it may run, else
+    /// `gemm::MIN_BATCH` rows where it may run, else
     /// [`Self::for_weights`].
     fn for_call(level: SimdLevel, group_size: usize, batch: usize) -> A8 {
         #[cfg(target_arch = "x86_64")]
-        if batch >= a8_gemm::MIN_BATCH {
+        if batch >= gemm::MIN_BATCH {
             if let Some(m) = Micro::at(level, group_size) {
                 return A8::Gemm(m);
             }
@@ -94,7 +111,7 @@ impl A8 {
     fn row_block(self) -> usize {
         match self {
             #[cfg(target_arch = "x86_64")]
-            A8::Gemm(_) => a8_gemm::ROW_BLOCK,
+            A8::Gemm(_) => gemm::ROW_BLOCK,
             _ => ROW_BLOCK,
         }
     }
@@ -103,7 +120,7 @@ impl A8 {
     fn for_weights(level: SimdLevel, group_size: usize) -> A8 {
         #[cfg(target_arch = "x86_64")]
         if let Some(t) = Avx2::at(level) {
-            if a8_avx2::eligible(group_size) {
+            if avx2::eligible(group_size) {
                 return A8::Avx2(t);
             }
         }
@@ -116,9 +133,9 @@ impl A8 {
             A8::Scalar => cols_scalar(args, rows, o0, ys),
             // SAFETY: the token proves AVX2; the kernel checks every size.
             #[cfg(target_arch = "x86_64")]
-            A8::Avx2(t) => unsafe { a8_avx2::cols(t, args, rows, o0, ys) },
+            A8::Avx2(t) => unsafe { avx2::cols(t, args, rows, o0, ys) },
             #[cfg(target_arch = "x86_64")]
-            A8::Gemm(m) => a8_gemm::cols(m, args, rows, o0, ys),
+            A8::Gemm(m) => gemm::cols(m, args, rows, o0, ys),
         }
     }
 }
@@ -133,7 +150,7 @@ impl QuantizedWeight {
         act: Activations,
     ) -> Result<()> {
         match act {
-            Activations::Float32 => self.matmul(x, batch, y),
+            Activations::Float32 => self.try_matmul(x, batch, y),
             Activations::Int8 => self.matmul_a8_with(x, batch, y, simd::level()),
         }
     }
@@ -167,17 +184,25 @@ impl QuantizedWeight {
         #[cfg(not(target_arch = "x86_64"))]
         let fast = None;
         let xq = Xq8::quantize(x, batch, self.in_feat, self.in_padded(), gs, fast)?;
-        let args = A8Args {
-            data: &self.data,
-            scales: &self.scales,
-            out_feat: self.out_feat,
-            group_size: gs,
-            x: &xq,
-            groups: 0..xq.num_groups,
-        };
+        let args = self.a8_args(&xq);
         args.check();
         run(&args, batch, y, A8::for_call(level, gs, batch));
         Ok(())
+    }
+}
+
+impl QuantizedWeight {
+    /// The kernels' arguments for these weights times every group of `xq`
+    /// (quantized for this weight's group size).
+    fn a8_args<'a>(&'a self, xq: &'a Xq8) -> A8Args<'a> {
+        A8Args {
+            data: &self.data,
+            scales: &self.scales,
+            out_feat: self.out_feat,
+            group_size: self.group_size(),
+            x: xq,
+            groups: 0..xq.num_groups,
+        }
     }
 }
 

@@ -1,12 +1,12 @@
-//! AVX-512 twins of the double-quantization table and code search of
-//! `scale_format.rs`. Each `unsafe fn` here is private; the `pub(super)`
-//! wrappers take an [`Avx512`] token, the proof that the CPU runs them.
+//! AVX-512 twins of the table and the code search of `scalar.rs`. Each
+//! `unsafe fn` here is private; the `pub(super)` wrappers take an
+//! [`Avx512`] token, the proof that the CPU runs them.
 
 #![cfg(target_arch = "x86_64")]
 
 use std::arch::x86_64::*;
 
-use super::scale_format::{encode_one, EXP2_C};
+use super::scalar::{encode_one, GroupTable, EXP2_C};
 use crate::simd::Avx512;
 
 /// Block-scale codes of double quantization, 16 blocks at a time: a guess
@@ -15,18 +15,11 @@ use crate::simd::Avx512;
 /// zero scales, go through the scalar walk. The code of a scale is defined
 /// by the table alone (the largest `c` with `t[c] >= x`), so this returns
 /// exactly the scalar codes. Returns how many leading entries it handled
-/// (a `scale_format::PrefixSearch`).
-pub(super) fn dq_search(
-    _proof: Avx512,
-    s: &mut [f32],
-    codes: &mut [u8],
-    max: f32,
-    inv_step: f32,
-    t: &[f32; 256],
-) -> usize {
+/// (a `scalar::PrefixSearch`).
+pub(super) fn dq_search(_proof: Avx512, s: &mut [f32], codes: &mut [u8], g: &GroupTable) -> usize {
     // SAFETY: the token proves AVX-512 F/BW/VL; `dq_search_impl` bounds its
     // accesses by `min(s.len(), codes.len())` and clamps gather indices.
-    unsafe { dq_search_impl(s, codes, max, inv_step, t) }
+    unsafe { dq_search_impl(s, codes, g.max, g.inv_step, g.t) }
 }
 
 /// # Safety
@@ -98,7 +91,7 @@ unsafe fn dq_search_impl(
 }
 
 /// `t[c] = max * exp2_neg(c * step)` for `c = 0..256`: the scalar
-/// `scale_format::fill_table` lane-wise, the same IEEE operations in the
+/// `scalar::fill_table` lane-wise, the same IEEE operations in the
 /// same order (so the tables are bit-identical).
 pub(super) fn exp2_table(_proof: Avx512, max: f32, step: f32, t: &mut [f32; 256]) {
     // SAFETY: the token proves AVX-512 F; the stores stay inside `t`.

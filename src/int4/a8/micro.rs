@@ -1,4 +1,4 @@
-//! The micro-kernels of the int8-activation GEMM ([`super::a8_gemm`]): a
+//! The micro-kernels of the int8-activation GEMM ([`super::gemm`]): a
 //! few rows of `x` times one decoded panel of 32 columns, over a block of
 //! groups.
 //!
@@ -13,9 +13,50 @@
 use std::arch::x86_64::*;
 use std::ops::Range;
 
-use super::a8_gemm::{Micro, PANEL};
-use super::a8_scalar::A8Args;
-use crate::simd::{Avx2, Avx512Vnni};
+use super::scalar::A8Args;
+use crate::simd::{Avx2, Avx512, Avx512Vnni, SimdLevel};
+
+/// Output columns per decoded panel (two 512-bit vectors of i32).
+pub(super) const PANEL: usize = 32;
+/// Largest group size taken: the i32 sums (at most `23 * 127 * group_size`
+/// in magnitude, the offset included) stay exact far below `i32::MAX`.
+const MAX_GROUP: usize = 1 << 16;
+
+/// A micro-kernel with the token that lets it run.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Micro {
+    /// AVX2 `vpmaddubsw` + `vpmaddwd`.
+    Avx2(Avx2),
+    /// AVX-512 VNNI `vpdpbusd`.
+    Vnni(Avx512Vnni),
+}
+
+impl Micro {
+    /// The best micro-kernel allowed at `level` for weights of
+    /// `group_size`, if any (whole 4-row lanes per group).
+    pub(super) fn at(level: SimdLevel, group_size: usize) -> Option<Micro> {
+        if !eligible(group_size) {
+            return None;
+        }
+        if let Some(t) = Avx512::at(level).and_then(Avx512::vnni) {
+            return Some(Micro::Vnni(t));
+        }
+        Avx2::at(level).map(Micro::Avx2)
+    }
+
+    /// The AVX2 token every micro-kernel implies (the packing runs on it).
+    pub(super) fn avx2(self) -> Avx2 {
+        match self {
+            Micro::Avx2(t) => t,
+            Micro::Vnni(t) => t.avx2(),
+        }
+    }
+}
+
+/// Whether the GEMM takes weights of `group_size`.
+pub(super) fn eligible(group_size: usize) -> bool {
+    group_size.is_multiple_of(4) && group_size <= MAX_GROUP
+}
 
 /// Most rows one call of the VNNI kernel serves: 12 accumulators and 12
 /// outputs in registers, next to the two weight vectors and the scales.
@@ -148,7 +189,10 @@ unsafe fn vnni<const R: usize>(
 }
 
 /// AVX2: `R` rows x 16 columns at a time (two halves of the panel), the
-/// outputs read and written in L1 once per group.
+/// outputs read and written in L1 once per group. Not one body with
+/// [`vnni`]: without `vpdpbusd` the products sum in i16 over up to
+/// `I16_QUADS` quads before widening, and 16 registers cannot hold the
+/// outputs as the VNNI kernel does.
 ///
 /// # Safety
 /// The token proves the features; the caller ([`run`]) checks the sizes.

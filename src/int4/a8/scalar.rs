@@ -49,6 +49,17 @@ impl A8Args<'_> {
             "int8-activation matvec: inconsistent sizes"
         );
     }
+
+    /// [`Self::check`], and that `ys` are the rows `rows` of `x`, all of
+    /// one width, over columns `o0 ..` inside the matrix (the contract of
+    /// the SIMD kernels' `cols`). Returns the width.
+    pub(crate) fn check_cols(&self, rows: &Range<usize>, o0: usize, ys: &[&mut [f32]]) -> usize {
+        self.check();
+        let width = ys.first().map_or(0, |y| y.len());
+        assert!(ys.len() == rows.len() && ys.iter().all(|y| y.len() == width));
+        assert!(o0 + width <= self.out_feat && rows.end <= self.x.rows);
+        width
+    }
 }
 
 /// Signed value of the low nibble of `b` (row `2 * pair`).

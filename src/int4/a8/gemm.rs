@@ -1,24 +1,24 @@
 //! Blocked integer GEMM for the int8-activation path at large batch
 //! (docs/int4.md, "Int8 activations"). Callable only with a [`Micro`],
-//! which carries the CPU proof token of its micro-kernel.
+//! which carries the CPU proof token of its micro-kernel ([`super::micro`]).
 //!
-//! The per-row kernel ([`super::a8_avx2`]) decodes a batch of nibbles per
+//! The per-row kernel ([`super::avx2`]) decodes a batch of nibbles per
 //! pass of four rows and pays a float epilogue per pass; at batch 128 that
 //! decode, not the arithmetic, sets its speed. Here a panel of 32 columns
 //! times a block of whole groups is decoded once into `u8` codes `q + 8`,
 //! laid out so that one 32-bit lane holds four consecutive input rows of
 //! one column (what `vpdpbusd`, and `vpmaddubsw` + `vpmaddwd`, consume),
 //! and every row of the piece then runs over it from L1 (the order of the
-//! float path's blocked GEMM, [`super::gemm`]). Per column and group the
+//! float path's blocked GEMM, [`crate::int4::gemm`]). Per column and group the
 //! integer sum is the scalar twin's exactly, and the f32 epilogue is its
 //! operations in its order, so the results are the same bits.
 
 use std::arch::x86_64::*;
 use std::ops::Range;
 
-use super::a8_micro;
-use super::a8_scalar::{cols_scalar, A8Args};
-use crate::simd::{Avx2, Avx512, Avx512Vnni, SimdLevel};
+use super::micro::{self, eligible, Micro, PANEL};
+use super::scalar::{cols_scalar, A8Args};
+use crate::simd::Avx2;
 
 /// Smallest batch the driver sends here: from 5 rows the panel decode,
 /// paid once per piece of 64 rows, costs less than the per-row kernel's
@@ -28,52 +28,10 @@ use crate::simd::{Avx2, Avx512, Avx512Vnni, SimdLevel};
 pub(super) const MIN_BATCH: usize = 5;
 /// Rows of `x` one piece of a call serves.
 pub(super) const ROW_BLOCK: usize = 64;
-/// Output columns per decoded panel (two 512-bit vectors of i32).
-pub(super) const PANEL: usize = 32;
 /// Input rows per decoded panel, rounded down to whole groups (at least
 /// one): `PANEL * DEPTH` = 16 KiB of codes stay in L1 while every row of
 /// the piece reads them.
 const DEPTH: usize = 512;
-/// Largest group size taken: the i32 sums (at most `23 * 127 * group_size`
-/// in magnitude, the offset included) stay exact far below `i32::MAX`.
-const MAX_GROUP: usize = 1 << 16;
-
-/// A micro-kernel with the token that lets it run.
-#[derive(Clone, Copy, Debug)]
-pub(super) enum Micro {
-    /// AVX2 `vpmaddubsw` + `vpmaddwd`.
-    Avx2(Avx2),
-    /// AVX-512 VNNI `vpdpbusd`.
-    Vnni(Avx512Vnni),
-}
-
-impl Micro {
-    /// The best micro-kernel allowed at `level` for weights of
-    /// `group_size`, if any (whole 4-row lanes per group).
-    pub(super) fn at(level: SimdLevel, group_size: usize) -> Option<Micro> {
-        if !eligible(group_size) {
-            return None;
-        }
-        if let Some(t) = Avx512::at(level).and_then(Avx512::vnni) {
-            return Some(Micro::Vnni(t));
-        }
-        Avx2::at(level).map(Micro::Avx2)
-    }
-
-    /// The AVX2 token every micro-kernel implies (the packing runs on it).
-    fn avx2(self) -> Avx2 {
-        match self {
-            Micro::Avx2(t) => t,
-            Micro::Vnni(t) => t.avx2(),
-        }
-    }
-}
-
-/// Whether the GEMM takes weights of `group_size`.
-pub(super) fn eligible(group_size: usize) -> bool {
-    group_size.is_multiple_of(4) && group_size <= MAX_GROUP
-}
-
 /// `ys[j][..] = (W^T x_r)[o0 .. o0 + width]` for the rows `r` of `rows`
 /// (`ys[j]` is row `rows.start + j`), the contract of the other kernels.
 /// Whole panels run here, the columns short of a panel through the scalar
@@ -85,11 +43,8 @@ pub(super) fn cols(
     o0: usize,
     ys: &mut [&mut [f32]],
 ) {
-    args.check();
+    let width = args.check_cols(&rows, o0, ys);
     assert!(eligible(args.group_size));
-    let width = ys.first().map_or(0, |y| y.len());
-    assert!(ys.len() == rows.len() && ys.iter().all(|y| y.len() == width));
-    assert!(o0 + width <= args.out_feat && rows.end <= args.x.rows);
     let gs = args.group_size;
     let main = width / PANEL * PANEL;
     let per_block = (DEPTH / gs).max(1);
@@ -101,17 +56,17 @@ pub(super) fn cols(
             // SAFETY: the token proves AVX2; `pack` checks every size.
             unsafe { pack(micro.avx2(), args, block.clone(), o0 + c, &mut panel) };
             let first = gb == groups.start;
-            let mr = a8_micro::rows(micro);
+            let mr = micro::rows(micro);
             for (b, part) in ys.chunks_mut(mr).enumerate() {
                 let r0 = rows.start + b * mr;
-                let at = a8_micro::At {
+                let at = micro::At {
                     groups: block.clone(),
                     col: o0 + c,
                     yoff: c,
                     r0,
                     first,
                 };
-                a8_micro::run(micro, args, &panel, &at, part);
+                micro::run(micro, args, &panel, &at, part);
             }
         }
     }

@@ -1,26 +1,9 @@
-//! Block-scale codes, the scalar twin (a leaf: no `unsafe`, no dispatch).
-//!
-//! Block scales: one f32 per block, or (double quantization, after QLoRA
-//! section 3) an 8-bit code per block plus an f32 pair `(max, step)` per
-//! group of [`GROUP_BLOCKS`] blocks.
-//!
-//! The 8-bit code is log-spaced between the group's largest and smallest
-//! non-zero scale: `s(c) = max * 2^(c * step)` for `c = 0..=254` with
-//! `step = log2(min / max) / 254` (stored; computed with our own `log2`
-//! and decoded with our own polynomial `exp2`, so a step encodes and a
-//! checkpoint decodes the same on every platform and on the GPU),
-//! and `c = 255` is an all-zero block (scale exactly 0). A scale is rounded *up*
-//! to the next code, so every value of the block still fits in `[-1, 1]`
-//! after normalization; the relative rounding error is at most
-//! `(max/min)^(1/254) - 1` (0.9 % for four decades). Unlike QLoRA's linear
-//! 8-bit code on the scales, this never rounds the scale of a block with
-//! small values (typical for v) to 0 or to the group's maximum.
+//! The scale codec's scalar twin (a leaf: no `unsafe`, no dispatch); the
+//! format is described in the module docs of [`crate::scales`].
 
-/// Blocks per double-quantization group (and per kernel work item).
-pub(crate) const GROUP_BLOCKS: usize = 256;
-
-/// Code of an all-zero block.
+/// Code of an all-zero block (scale exactly 0).
 pub(crate) const ZERO_CODE: u8 = 255;
+/// Code steps between the group's largest and smallest non-zero scale.
 const STEPS: f32 = 254.0;
 
 /// `log2(r)` for a positive normal `r`, to ~1e-5: exponent bits plus the
@@ -181,10 +164,17 @@ pub(crate) fn encode_one(x: &mut f32, c: &mut u8, guess: usize, t: &[f32; 256]) 
     }
 }
 
-/// A SIMD search over a prefix of the scales: `(s, codes, max, 1 / step,
-/// table) -> how many leading entries it encoded`.
-pub(crate) type PrefixSearch<'a> =
-    &'a dyn Fn(&mut [f32], &mut [u8], f32, f32, &[f32; 256]) -> usize;
+/// What a search needs of a group: its largest scale, `1 / step` and its
+/// decoded table.
+pub(crate) struct GroupTable<'a> {
+    pub(crate) max: f32,
+    pub(crate) inv_step: f32,
+    pub(crate) t: &'a [f32; 256],
+}
+
+/// A SIMD search over a prefix of the scales: `(s, codes, group) -> how
+/// many leading entries it encoded`.
+pub(crate) type PrefixSearch<'a> = &'a dyn Fn(&mut [f32], &mut [u8], &GroupTable<'_>) -> usize;
 
 /// Encode the (non-negative, finite) scales `s` of one group: writes the
 /// codes, returns `(max, step)` and overwrites `s` with the decoded scales.
@@ -220,7 +210,7 @@ pub(crate) fn encode_with_table(
     // (max/min < 1.2) the exact one keeps the walk short.
     let fast = step < -1e-3;
     let done = match prefix {
-        Some(search) if fast => search(s, codes, max, inv_step, t),
+        Some(search) if fast => search(s, codes, &GroupTable { max, inv_step, t }),
         _ => 0,
     };
     for (x, c) in s[done..].iter_mut().zip(codes[done..].iter_mut()) {

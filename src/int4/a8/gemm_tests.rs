@@ -3,10 +3,11 @@
 //! columns that do not start at 0), the driver's choice at large batch, and
 //! determinism.
 
-use super::a8_gemm::{self, Micro};
-use super::a8_scalar::{cols_scalar, A8Args};
+use super::super::*;
+use super::gemm;
+use super::micro::{self, Micro};
+use super::scalar::cols_scalar;
 use super::xq8::Xq8;
-use super::*;
 use crate::simd::{available_levels, Avx2, Avx512Vnni, SimdLevel};
 use crate::testutil::rand_vec;
 
@@ -60,14 +61,7 @@ fn micro_kernels_match_the_scalar_twin_bit_for_bit() {
         let batch = 37;
         let x = rand_vec(batch * k, 50 + s as u64);
         let xq = Xq8::quantize(&x, batch, k, qw.in_padded(), gs, None).unwrap();
-        let args = A8Args {
-            data: &qw.data,
-            scales: &qw.scales,
-            out_feat: n,
-            group_size: gs,
-            x: &xq,
-            groups: 0..xq.num_groups,
-        };
+        let args = qw.a8_args(&xq);
         // Rows 3 .. 37 (34 rows: passes of 4 and a pass of 2), columns from
         // 1 (no panel is aligned to the matrix).
         let (rows, o0) = (3..batch, 1);
@@ -78,7 +72,7 @@ fn micro_kernels_match_the_scalar_twin_bit_for_bit() {
         for &m in &ms {
             let mut got = vec![f32::NAN; rows.len() * width];
             let mut ys: Vec<&mut [f32]> = got.chunks_exact_mut(width).collect();
-            a8_gemm::cols(m, &args, rows.clone(), o0, &mut ys);
+            gemm::cols(m, &args, rows.clone(), o0, &mut ys);
             assert_eq!(bits(&got), bits(&want), "{m:?} [{k}x{n}] gs {gs}");
         }
     }
@@ -92,7 +86,7 @@ fn large_batches_match_the_scalar_twin_at_every_level() {
     let mut shapes = SHAPES.to_vec();
     shapes.extend([(36, 40, 6), (20, 21, 2)]);
     for (s, &(k, n, gs)) in shapes.iter().enumerate() {
-        assert_eq!(a8_gemm::eligible(gs), gs % 4 == 0, "gs {gs}");
+        assert_eq!(micro::eligible(gs), gs % 4 == 0, "gs {gs}");
         let qw = QuantizedWeight::quantize_grouped(&rand_vec(k * n, s as u64), k, n, gs).unwrap();
         for batch in [4, 5, 17, 33, 128, 130] {
             let x = rand_vec(batch * k, 200 + s as u64);
@@ -137,7 +131,7 @@ fn the_gemm_runs_only_where_its_token_and_group_size_allow() {
 fn large_batches_do_not_depend_on_the_thread_count() {
     // Above PAR_MIN_WEIGHTS: pieces of 64 rows times column chunks.
     let (k, n) = (1024, 1000);
-    let qw = QuantizedWeight::quantize(&rand_vec(k * n, 9), k, n).unwrap();
+    let qw = QuantizedWeight::try_quantize(&rand_vec(k * n, 9), k, n).unwrap();
     for batch in [33, 130] {
         let x = rand_vec(batch * k, 10 + batch as u64);
         let mut y = vec![f32::NAN; batch * n];
@@ -168,14 +162,7 @@ fn the_per_row_kernel_still_matches_on_many_rows() {
     let batch = 23;
     let x = rand_vec(batch * k, 61);
     let xq = Xq8::quantize(&x, batch, k, qw.in_padded(), gs, None).unwrap();
-    let args = A8Args {
-        data: &qw.data,
-        scales: &qw.scales,
-        out_feat: n,
-        group_size: gs,
-        x: &xq,
-        groups: 0..xq.num_groups,
-    };
+    let args = qw.a8_args(&xq);
     let (rows, o0) = (2..batch, 3);
     let width = n - o0;
     let mut want = vec![f32::NAN; rows.len() * width];
@@ -184,6 +171,6 @@ fn the_per_row_kernel_still_matches_on_many_rows() {
     let mut got = vec![f32::NAN; rows.len() * width];
     let mut ys: Vec<&mut [f32]> = got.chunks_exact_mut(width).collect();
     // SAFETY: the token proves AVX2; the kernel checks every size.
-    unsafe { super::a8_avx2::cols(t, &args, rows, o0, &mut ys) };
+    unsafe { super::avx2::cols(t, &args, rows, o0, &mut ys) };
     assert_eq!(bits(&got), bits(&want));
 }

@@ -17,7 +17,7 @@
 use std::arch::x86_64::*;
 use std::ops::Range;
 
-use super::a8_scalar::{cols_scalar, A8Args};
+use super::scalar::{cols_scalar, A8Args};
 use crate::simd::Avx2;
 
 /// Output columns per strip (one 256-bit load of packed bytes).
@@ -54,11 +54,8 @@ pub(super) unsafe fn cols(
     o0: usize,
     ys: &mut [&mut [f32]],
 ) {
-    args.check();
+    let width = args.check_cols(&rows, o0, ys);
     assert!(eligible(args.group_size));
-    let width = ys.first().map_or(0, |y| y.len());
-    assert!(ys.len() == rows.len() && ys.iter().all(|y| y.len() == width));
-    assert!(o0 + width <= args.out_feat && rows.end <= args.x.rows);
     let main = width / STRIP * STRIP;
     for y in ys.iter_mut() {
         y[..main].fill(0.0);
@@ -174,14 +171,12 @@ unsafe fn strip<const R: usize, const H: usize>(
 ) {
     let (n, x) = (args.out_feat, args.x);
     let half = args.group_size / 2;
-    let (p0, p_end) = (g * half, (g + 1) * half);
     debug_assert!(half.is_multiple_of(BATCH_PAIRS));
-    assert!(p_end * n <= args.data.len() && col + H * STRIP <= n && g < x.num_groups);
-    assert!(ys.len() == R && ys.iter().all(|y| y.len() >= yoff + H * STRIP));
-    assert!(r0 + R <= x.rows && 2 * p_end <= x.pitch);
+    assert!(ys.len() == R);
+    let (p0, _) = strip_pairs(args, g, col, H * STRIP, yoff, r0, ys);
     // Raw pointers stepped along the group (fixed trip counts, no index
     // arithmetic in the loop): the weights one row pitch per pair, each
-    // row's codes two per pair. In bounds by the asserts above.
+    // row's codes two per pair. In bounds by the asserts above (`strip_pairs`).
     let base = args.data.as_ptr().wrapping_add(p0 * n + col);
     let xrow: [*const i8; R] = std::array::from_fn(|j| x.row(r0 + j).as_ptr().wrapping_add(2 * p0));
     // The sums start at -8 sum(x_q), the offset of the nibbles (see the
@@ -277,12 +272,9 @@ unsafe fn strip_block(
     ys: &mut [&mut [f32]],
 ) {
     let (n, x) = (args.out_feat, args.x);
-    let half = args.group_size / 2;
-    let (p0, p_end) = (g * half, (g + 1) * half);
     let count = ys.len();
-    assert!(p_end * n <= args.data.len() && col + STRIP <= n && g < x.num_groups);
-    assert!(count <= ROW_BLOCK && ys.iter().all(|y| y.len() >= yoff + STRIP));
-    assert!(r0 + count <= x.rows && 2 * p_end <= x.pitch);
+    assert!(count <= ROW_BLOCK);
+    let (p0, p_end) = strip_pairs(args, g, col, STRIP, yoff, r0, ys);
     let mut acc32 = [[_mm256_setzero_si256(); 4]; ROW_BLOCK];
     for (j, a) in acc32.iter_mut().take(count).enumerate() {
         // The nibbles' offset, as in `strip`.
@@ -293,7 +285,7 @@ unsafe fn strip_block(
     for pb in (p0..p_end).step_by(BATCH_PAIRS) {
         for (k, d) in dec.chunks_exact_mut(2).enumerate() {
             // SAFETY: pair pb + k < p_end at column col + 32 <= n lies in
-            // `data` (asserted above).
+            // `data` (asserted in `strip_pairs`).
             let bytes = unsafe {
                 _mm256_loadu_si256(args.data.as_ptr().add((pb + k) * n + col) as *const __m256i)
             };
@@ -308,7 +300,7 @@ unsafe fn strip_block(
             let acc = &mut acc32[a..b];
             // SAFETY: (every arm) the features are this function's; `acc`
             // holds exactly the arm's row count, rows r0 + a .. r0 + b
-            // exist and hold codes up to 2 p_end (asserted above).
+            // exist and hold codes up to 2 p_end (asserted in `strip_pairs`).
             unsafe {
                 match acc.len() {
                     4 => pass::<4>(&dec, x, r0 + a, pb, acc),
@@ -387,4 +379,27 @@ unsafe fn widen_add(a32: &mut [__m256i; 4], a16: &[__m256i; 2]) {
     for (v, h) in a32.iter_mut().zip(halves) {
         *v = _mm256_add_epi32(*v, _mm256_cvtepi16_epi32(h));
     }
+}
+
+/// The packed pairs `p0 .. p_end` of group `g`, once the strip's reads are
+/// checked: `width` columns from `col` inside the matrix, the rows `r0 ..`
+/// of `x` (one per output in `ys`, each holding `yoff + width` floats), and
+/// the group's codes inside each row.
+#[inline(always)]
+fn strip_pairs(
+    args: &A8Args,
+    g: usize,
+    col: usize,
+    width: usize,
+    yoff: usize,
+    r0: usize,
+    ys: &[&mut [f32]],
+) -> (usize, usize) {
+    let (n, x) = (args.out_feat, args.x);
+    let half = args.group_size / 2;
+    let (p0, p_end) = (g * half, (g + 1) * half);
+    assert!(p_end * n <= args.data.len() && col + width <= n && g < x.num_groups);
+    assert!(ys.iter().all(|y| y.len() >= yoff + width));
+    assert!(r0 + ys.len() <= x.rows && 2 * p_end <= x.pitch);
+    (p0, p_end)
 }

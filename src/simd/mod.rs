@@ -12,7 +12,12 @@
 //! `QUANTRS_AMX=0` turns the AMX tile kernels off. Both are read here and
 //! nowhere else.
 
+mod lanes;
+
 use std::sync::OnceLock;
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) use lanes::F32Lanes;
 
 use crate::error::{QuantError, Result};
 

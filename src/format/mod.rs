@@ -1,0 +1,85 @@
+//! Weight formats behind one trait, [`WeightFormat`], and the registry,
+//! [`FormatId`]: the one list of the formats, from which the layer types,
+//! `IsqType::parse`, `WeightDType`'s names and the layer byte format's type
+//! tags derive (docs/architecture.md walks through adding a format).
+//!
+//! Imports go one way: `weight_format` (the trait, a leaf) <- each format
+//! file (`float32`, `int8`, `int4`, `fp8_e4m3`, which call the kernels of
+//! `crate::int4`, `crate::linear::kernels` and `crate::fp8`) <- this file
+//! (the registry) <- `crate::linear`'s layers and the bindings.
+
+mod float32;
+mod fp8_e4m3;
+mod int4;
+mod int8;
+mod row_forward;
+mod weight_format;
+
+pub(crate) use float32::check_float_weight;
+pub use float32::{Float32, FloatWeight};
+pub(crate) use fp8_e4m3::{check_codes, check_scale, dequantize_e4m3, quantize_e4m3, E4m3Rows};
+pub use fp8_e4m3::{Fp8E4M3, Fp8Weight};
+pub use int4::{quantize_weighted as quantize_int4_weighted, weighted_group_scale, Int4};
+pub use int8::{Int8, Int8Weight};
+pub use weight_format::{Block, FormatInfo, GpuKernels, RowOrder, ScaleStorage, WeightFormat};
+
+/// Declares [`FormatId`] with one line per format: `Variant => type`.
+macro_rules! registry {
+    ($($(#[$doc:meta])* $id:ident => $ty:ty,)*) => {
+        /// Every weight format of the crate, in registration order.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum FormatId {
+            $($(#[$doc])* $id,)*
+        }
+
+        impl FormatId {
+            /// Every registered format.
+            pub const ALL: &'static [FormatId] = &[$(FormatId::$id,)*];
+
+            /// The format's registry entry.
+            pub fn info(self) -> &'static FormatInfo {
+                match self {
+                    $(FormatId::$id => &<$ty as WeightFormat>::INFO,)*
+                }
+            }
+        }
+    };
+}
+
+registry! {
+    /// float32, unquantized ([`Float32`]).
+    Float32 => Float32,
+    /// int8 codes, one absmax scale per output row ([`Int8`]).
+    Int8 => Int8,
+    /// Packed symmetric INT4, f32 scales per group of inputs ([`Int4`]).
+    Int4 => Int4,
+    /// FP8 E4M3 codes, one scale per tensor ([`Fp8E4M3`]).
+    Fp8E4M3 => Fp8E4M3,
+}
+
+impl FormatId {
+    /// The format named `s` (its name or an alias, any case).
+    pub fn parse(s: &str) -> Option<FormatId> {
+        let s = s.to_ascii_lowercase();
+        Self::ALL.iter().copied().find(|id| {
+            let info = id.info();
+            info.name == s || info.aliases.contains(&s.as_str())
+        })
+    }
+
+    /// The format whose layer blobs carry type tag `tag`.
+    pub fn from_serde_tag(tag: u8) -> Option<FormatId> {
+        Self::ALL
+            .iter()
+            .copied()
+            .find(|id| id.info().serde_tag == tag)
+    }
+
+    /// The name byte-format errors print for `tag`.
+    pub fn serde_name_of(tag: u8) -> Option<&'static str> {
+        Self::from_serde_tag(tag).map(|id| id.info().serde_name)
+    }
+}
+
+#[cfg(test)]
+mod tests;

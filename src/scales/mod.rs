@@ -1,0 +1,162 @@
+//! The double-quantized scale codec: a group of non-negative f32 scales
+//! (one per block of some quantized tensor) stored as one 8-bit code per
+//! scale plus an f32 pair `(max, step)` per group. The codec knows nothing
+//! of what the scales scale: the caller chooses the group (the 4-bit
+//! optimizer's is 256 blocks, `optim::format::GROUP_BLOCKS`) and keeps the
+//! codes and the pairs where its format stores them.
+//!
+//! # Format
+//!
+//! For a group with largest scale `max` and smallest non-zero scale `min`:
+//!
+//! - `step = log2(min / max) / 254` (0 when `min == max`, and never below
+//!   -1: scales are normal f32). `log2` is [`log2_det`], a function of IEEE
+//!   double operations only, so the stored step is the same on every CPU
+//!   and on the GPU (`src/gpu/kernels/optim.cu` runs the same operations).
+//! - Code `c` in `0..=254` decodes to `t[c]`, where `t[c] = max * 2^(c *
+//!   step)` computed with a degree-6 polynomial `exp2` in plain f32
+//!   operations (no libm), made non-increasing by a running minimum; `t[0]
+//!   = max`. Code 255 ([`ZERO_CODE`]) is an all-zero block: scale exactly 0.
+//! - The code of a scale `x > 0` is the largest `c <= 254` with `t[c] >=
+//!   x`: a scale is rounded *up*, so every value of its block still fits in
+//!   `[-1, 1]` after normalization; the relative rounding error is at most
+//!   `(max / min)^(1/254) - 1` (0.9 % for four decades).
+//! - An all-zero group stores `(max, step) = (0, 0)` and every code 255.
+//!
+//! The codes are log-spaced between the group's extremes (after QLoRA's
+//! double quantization, section 3, which codes the scales linearly); unlike
+//! a linear code this never rounds the scale of a block with small values
+//! to 0 or to the group's maximum. The code of a scale is defined by the
+//! table alone, so the AVX-512 search (a vectorized logarithm for a guess,
+//! verified against the table) gives exactly the scalar codes, and a
+//! checkpoint decodes the same on every machine.
+//!
+//! [`ScaleCodec`] picks the kernels once from a proof token; `scalar.rs`
+//! is the reference every SIMD twin is tested against.
+
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+mod scalar;
+
+pub(crate) use scalar::ZERO_CODE;
+// The device step's test compares its log2 with this one.
+#[cfg(all(test, feature = "gpu"))]
+pub(crate) use scalar::log2_det;
+
+use crate::simd::Avx512;
+
+/// The codec's kernels for one SIMD level: AVX-512 for the table and the
+/// code search when the token is given, else the scalar twin. Both give
+/// bit-identical codes, tables and decoded scales.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ScaleCodec {
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    avx512: Option<Avx512>,
+}
+
+impl ScaleCodec {
+    /// The kernels `avx512` proves (`None`: the scalar twin).
+    pub(crate) fn new(avx512: Option<Avx512>) -> ScaleCodec {
+        ScaleCodec { avx512 }
+    }
+
+    /// Fill the raw table `t[c] = max * 2^(c * step)` (see
+    /// `scalar::table_with`).
+    fn fill_table(&self, max: f32, step: f32, t: &mut [f32; 256]) {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(tok) = self.avx512 {
+            return avx512::exp2_table(tok, max, step, t);
+        }
+        scalar::fill_table(max, step, t)
+    }
+
+    /// Decode the scales of one group (`codes.len()` of them) into `out`.
+    pub(crate) fn decode(&self, codes: &[u8], max: f32, step: f32, out: &mut [f32]) {
+        let mut t = [0f32; 256];
+        scalar::table_with(max, step, &mut t, |m, s, t| self.fill_table(m, s, t));
+        scalar::decode_with_table(codes, &t, out);
+    }
+
+    /// Encode the (non-negative, finite) scales `s` of one group: writes the
+    /// codes, returns `(max, step)` and overwrites `s` with the decoded
+    /// scales (each at least the scale it replaces).
+    pub(crate) fn encode(&self, s: &mut [f32], codes: &mut [u8]) -> (f32, f32) {
+        let mut t = [0f32; 256];
+        self.encode_table(s, codes, &mut t)
+    }
+
+    /// [`Self::encode`], also leaving the group's decoded table in `t` (all
+    /// zeros for an all-zero group): a caller that rounds a scale to a
+    /// neighbouring code needs it.
+    pub(crate) fn encode_table(
+        &self,
+        s: &mut [f32],
+        codes: &mut [u8],
+        t: &mut [f32; 256],
+    ) -> (f32, f32) {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(tok) = self.avx512 {
+            let search: scalar::PrefixSearch<'_> = &|s, c, g| avx512::dq_search(tok, s, c, g);
+            return scalar::encode_with_table(
+                s,
+                codes,
+                |m, st, t| avx512::exp2_table(tok, m, st, t),
+                Some(search),
+                t,
+            );
+        }
+        scalar::encode_with_table(s, codes, scalar::fill_table, None, t)
+    }
+}
+
+/// The raw scalar table (`t[c] = max * 2^(c * step)` made non-increasing,
+/// `t[255] = 0`), for tests that check a decoded scale against its code's
+/// neighbours.
+#[cfg(test)]
+pub(crate) fn scalar_table(max: f32, step: f32) -> [f32; 256] {
+    let mut t = [0f32; 256];
+    scalar::table_with(max, step, &mut t, scalar::fill_table);
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    //! The AVX-512 twin against the scalar one, where the CPU has it.
+    use super::*;
+
+    #[test]
+    fn codes_and_tables_match_scalar() {
+        let Some(tok) = Avx512::new() else {
+            eprintln!("skipped: AVX-512 not in force, only the scalar twin would run");
+            return;
+        };
+        let k = ScaleCodec::new(Some(tok));
+        for spread in [1.0001f32, 1.3, 2.0, 1e3, 1e20] {
+            let base: Vec<f32> = (0..256)
+                .map(|i| {
+                    if i % 31 == 0 {
+                        0.0
+                    } else {
+                        spread.powf(((i * 97) % 256) as f32 / 255.0) * 3e-4
+                    }
+                })
+                .collect();
+            for n in [256usize, 255, 17, 3] {
+                let (mut s0, mut c0) = (base[..n].to_vec(), vec![0u8; n]);
+                let (mut s1, mut c1) = (base[..n].to_vec(), vec![0u8; n]);
+                let p0 = scalar::encode(&mut s0, &mut c0);
+                let p1 = k.encode(&mut s1, &mut c1);
+                assert_eq!((p0, &c0, &s0), (p1, &c1, &s1), "spread {spread} n {n}");
+                let (mut d0, mut d1) = (vec![0f32; n], vec![0f32; n]);
+                scalar::decode(&c0, p0.0, p0.1, &mut d0);
+                k.decode(&c1, p1.0, p1.1, &mut d1);
+                assert_eq!(d0, d1);
+            }
+        }
+        for (max, step) in [(1.0f32, -0.001f32), (3e-7, -0.37), (5e3, -1.0), (2.0, 0.0)] {
+            let mut t1 = [0f32; 256];
+            scalar::table_with(max, step, &mut t1, |m, s, t| k.fill_table(m, s, t));
+            assert_eq!(scalar_table(max, step), t1, "{max} {step}");
+        }
+    }
+}
