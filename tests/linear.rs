@@ -104,6 +104,9 @@ fn valid_blobs() -> Vec<(u8, Vec<u8>)> {
             quantrs::linear::Layer::Unquant(a) => a.serialize().unwrap().into_owned(),
             quantrs::linear::Layer::Int8(a) => a.serialize().unwrap().into_owned(),
             quantrs::linear::Layer::Int4(a) => a.serialize().unwrap().into_owned(),
+            quantrs::linear::Layer::Registered { layer, .. } => {
+                layer.serialize_layer().unwrap().into_owned()
+            }
         }
     };
     vec![

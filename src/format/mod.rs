@@ -13,6 +13,8 @@ mod fp8_e4m3;
 mod int4;
 mod int8;
 mod row_forward;
+#[cfg(test)]
+mod sign8_test_format;
 mod weight_format;
 
 pub(crate) use float32::check_float_weight;
@@ -23,26 +25,54 @@ pub use int4::{quantize_weighted as quantize_int4_weighted, weighted_group_scale
 pub use int8::{Int8, Int8Weight};
 pub use weight_format::{Block, FormatInfo, GpuKernels, RowOrder, ScaleStorage, WeightFormat};
 
-/// Declares [`FormatId`] with one line per format: `Variant => type`.
+/// Declares [`FormatId`] with one line per format: `Variant => type`
+/// (`#[cfg(test)]` before a line registers a test-only format), and
+/// `for_each_format!`, which hands the same list to a callback macro so the
+/// layer dispatch (`crate::linear::registered`) covers every format without
+/// a line per format.
 macro_rules! registry {
-    ($($(#[$doc:meta])* $id:ident => $ty:ty,)*) => {
+    ($($(#[doc = $doc:expr])* $(#[cfg($cfg:meta)])? $id:ident => $($ty:ident)::+,)*) => {
         /// Every weight format of the crate, in registration order.
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
         pub enum FormatId {
-            $($(#[$doc])* $id,)*
+            $($(#[doc = $doc])* $(#[cfg($cfg)])? $id,)*
         }
 
         impl FormatId {
             /// Every registered format.
-            pub const ALL: &'static [FormatId] = &[$(FormatId::$id,)*];
+            pub const ALL: &'static [FormatId] = &[$($(#[cfg($cfg)])? FormatId::$id,)*];
 
             /// The format's registry entry.
             pub fn info(self) -> &'static FormatInfo {
                 match self {
-                    $(FormatId::$id => &<$ty as WeightFormat>::INFO,)*
+                    $($(#[cfg($cfg)])? FormatId::$id => &<$($ty)::+ as WeightFormat>::INFO,)*
                 }
             }
+
+            /// The registered id of format type `F` (None: not registered).
+            pub fn of<F: WeightFormat>() -> Option<FormatId> {
+                let t = std::any::TypeId::of::<F>();
+                $($(#[cfg($cfg)])? if t == std::any::TypeId::of::<$($ty)::+>() {
+                    return Some(FormatId::$id);
+                })*
+                None
+            }
         }
+
+        /// Each registered format's type under its id's name, so
+        /// `for_each_format!` callbacks name them from anywhere.
+        pub(crate) mod types {
+            $($(#[cfg($cfg)])? pub(crate) type $id = super::$($ty)::+;)*
+        }
+
+        /// `for_each_format!(callback)` expands to `callback! { Id => Type, ... }`
+        /// over every registered format (with its `#[cfg(...)]`, if any).
+        macro_rules! for_each_format {
+            ($cb:ident) => {
+                $cb! { $($(#[cfg($cfg)])? $id => $crate::format::types::$id,)* }
+            };
+        }
+        pub(crate) use for_each_format;
     };
 }
 
@@ -55,6 +85,10 @@ registry! {
     Int4 => Int4,
     /// FP8 E4M3 codes, one scale per tensor ([`Fp8E4M3`]).
     Fp8E4M3 => Fp8E4M3,
+    /// A scalar-only format that exists to test the registry mechanism
+    /// (`sign8_test_format`): its module and this line are all it adds.
+    #[cfg(test)]
+    TestSign8 => sign8_test_format::Sign8,
 }
 
 impl FormatId {

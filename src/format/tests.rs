@@ -89,7 +89,15 @@ fn every_format_round_trips_against_its_formula() {
                 let q = Fp8E4M3::quantize(&w, out, inf, ()).unwrap();
                 (Fp8E4M3::dequantize(&q), Fp8E4M3::shape(&q))
             }
+            FormatId::TestSign8 => {
+                let q = types::TestSign8::quantize(&w, out, inf, ()).unwrap();
+                (
+                    types::TestSign8::dequantize(&q),
+                    types::TestSign8::shape(&q),
+                )
+            }
         };
+        let mean_abs = (w.iter().map(|v| v.abs() as f64).sum::<f64>() / w.len() as f64) as f32;
         assert_eq!(shape, [out, inf], "{id:?}");
         let fp8_max = 448.0f64;
         let tensor_absmax = w.iter().fold(0f64, |m, v| m.max(v.abs() as f64));
@@ -125,6 +133,14 @@ fn every_format_round_trips_against_its_formula() {
                             rel <= 2f64.powf(step - 3.0) * 0.5 + 1e-6,
                             "fp8 [{o}, {i}] v {v} got {got} s {s} rel {rel} step {step}"
                         );
+                    }
+                    FormatId::TestSign8 => {
+                        let want = if v == 0.0 {
+                            0.0
+                        } else {
+                            v.signum() as f32 * mean_abs
+                        };
+                        assert_eq!(got, want as f64, "sign8 [{o}, {i}]");
                     }
                 }
             }

@@ -210,7 +210,12 @@ impl DeviceLinear {
                 bias_of(gpu, l.bias())?,
                 l.out_features(),
                 l.in_features(),
-            ),
+            ),            Layer::Registered { format, .. } => {
+                return Err(QuantError::UnsupportedOperation(format!(
+                    "moving a {} layer to a GPU: the format has no GPU kernels (it runs on the CPU)",
+                    format.info().name
+                )))
+            }
         };
         Ok(DeviceLinear {
             gpu: gpu.clone(),

@@ -31,6 +31,21 @@ pub(crate) struct Epilogue<'a> {
 /// `$s => $in_feat` gives the input width from `self` bound as `$s`.
 macro_rules! shared_quant_method_items {
     ($s:ident => $in_feat:expr) => {
+        fn serde_name(&self) -> &'static str {
+            $crate::linear::QuantizedSerde::name(self)
+        }
+
+        fn serialize_layer(&self) -> $crate::error::Result<std::borrow::Cow<'_, [u8]>> {
+            $crate::linear::QuantizedSerde::serialize(self)
+        }
+
+        fn serialize_layer_with_bias(
+            &self,
+            bias: Option<Vec<f32>>,
+        ) -> $crate::error::Result<std::borrow::Cow<'_, [u8]>> {
+            $crate::linear::QuantizedSerde::serialize_with_bias(self, bias)
+        }
+
         fn add_delta_w_slice(
             &self,
             delta: &[f32],

@@ -26,6 +26,7 @@ pub(crate) fn convert(
         Layer::Unquant(l) => (&**l, None),
         Layer::Int8(l) => (&**l, None),
         Layer::Int4(l) => (&**l, None),
+        Layer::Registered { layer, .. } => (&**layer, None),
     };
     device.require_cpu()?;
     let shape = src.weight_shape();
@@ -61,7 +62,9 @@ pub(crate) fn convert(
     let Some(target) = dtype else {
         return Ok(Arc::new(UnquantLinear::new(w, out_feat, in_feat, bias)?));
     };
-    // One arm per registered format: its layer's constructor from floats.
+    // The formats with constructors of their own (an FP8 source's
+    // activation scale, the INT4 imatrix); every other registered format
+    // through the registry.
     let layer: Arc<dyn QuantMethod> = match target.format() {
         FormatId::Float32 => Arc::new(UnquantLinear::new(w, out_feat, in_feat, bias)?),
         FormatId::Fp8E4M3 => Arc::new(PerTensorFP8Linear::from_float(&w, shape, bias, act_scale)?),
@@ -79,6 +82,14 @@ pub(crate) fn convert(
                 bias,
                 imatrix_weight.as_deref(),
             )?)
+        }
+        #[allow(unreachable_patterns)] // reached once a format registers without an arm here
+        format => {
+            let group_size = match target {
+                IsqType::Registered { group_size, .. } => group_size,
+                _ => crate::int4::DEFAULT_GROUP_SIZE,
+            };
+            super::registered::quantize_layer(format, &w, out_feat, in_feat, group_size, bias)?
         }
     };
     n_quantized.fetch_add(1, Ordering::Relaxed);

@@ -48,6 +48,7 @@ mod int8_linear;
 mod isq;
 pub(crate) mod kernels;
 mod quant_linear;
+mod registered;
 pub mod serde;
 mod stats;
 mod unquant;
@@ -61,7 +62,10 @@ use ndarray::{ArrayD, ArrayViewD};
 pub use fp8_linear::PerTensorFP8Linear;
 pub use int4_linear::Int4Linear;
 pub use int8_linear::Int8Linear;
-pub use quant_linear::{LayerKind, QuantLinear};
+pub use quant_linear::QuantLinear;
+#[cfg(feature = "python")]
+pub(crate) use registered::quantize_layer;
+pub use registered::{IsqParams, ParamsFromIsq, ParamsProbe, ParamsUnknown, ReadLayer};
 pub use unquant::UnquantLinear;
 
 use crate::error::{QuantError, Result};
@@ -79,6 +83,16 @@ pub enum IsqType {
     Fp8E4M3,
     /// int8 per-output-row symmetric absmax.
     Int8,
+    /// Any other registered format, quantized through its
+    /// [`crate::format::WeightFormat`] implementation; `group_size` is
+    /// used by formats whose parameters are a group size
+    /// ([`IsqParams`]).
+    Registered {
+        /// The target format.
+        format: FormatId,
+        /// Input rows per scale, for formats that take one.
+        group_size: usize,
+    },
 }
 
 impl IsqType {
@@ -91,6 +105,8 @@ impl IsqType {
             FormatId::Fp8E4M3 => Some(IsqType::Fp8E4M3),
             FormatId::Int8 => Some(IsqType::Int8),
             FormatId::Float32 => None,
+            #[allow(unreachable_patterns)] // reached once a format registers without a variant here
+            format => Some(IsqType::Registered { format, group_size }),
         }
     }
 
@@ -100,6 +116,7 @@ impl IsqType {
             IsqType::Int4 { .. } => FormatId::Int4,
             IsqType::Fp8E4M3 => FormatId::Fp8E4M3,
             IsqType::Int8 => FormatId::Int8,
+            IsqType::Registered { format, .. } => format,
         }
     }
 }
@@ -158,6 +175,8 @@ pub enum WeightDType {
     I8,
     /// Packed INT4 (two per byte).
     I4,
+    /// Any other registered format's storage.
+    Registered(FormatId),
 }
 
 impl WeightDType {
@@ -168,6 +187,19 @@ impl WeightDType {
             WeightDType::F8E4M3 => FormatId::Fp8E4M3,
             WeightDType::I8 => FormatId::Int8,
             WeightDType::I4 => FormatId::Int4,
+            WeightDType::Registered(id) => id,
+        }
+    }
+
+    /// The dtype of format `id`'s storage.
+    pub fn of(id: FormatId) -> WeightDType {
+        match id {
+            FormatId::Float32 => WeightDType::F32,
+            FormatId::Fp8E4M3 => WeightDType::F8E4M3,
+            FormatId::Int8 => WeightDType::I8,
+            FormatId::Int4 => WeightDType::I4,
+            #[allow(unreachable_patterns)] // reached once a format registers without a variant here
+            id => WeightDType::Registered(id),
         }
     }
 
@@ -201,6 +233,13 @@ pub enum Layer {
     Int8(Arc<Int8Linear>),
     /// [`Int4Linear`].
     Int4(Arc<Int4Linear>),
+    /// A [`QuantLinear`] over any other registered format.
+    Registered {
+        /// Its format.
+        format: FormatId,
+        /// The layer.
+        layer: Arc<dyn QuantMethod>,
+    },
 }
 
 /// The layer interface. Shapes: weight `[out, in]` (FP8 layers
@@ -321,6 +360,15 @@ pub trait QuantMethod: Send + Sync + std::fmt::Debug {
 
     /// This layer by concrete type.
     fn into_layer(self: Arc<Self>) -> Layer;
+
+    /// [`QuantizedSerde::name`], callable on a `dyn QuantMethod`.
+    fn serde_name(&self) -> &'static str;
+
+    /// [`QuantizedSerde::serialize`], callable on a `dyn QuantMethod`.
+    fn serialize_layer(&self) -> Result<Cow<'_, [u8]>>;
+
+    /// [`QuantizedSerde::serialize_with_bias`], callable on a `dyn QuantMethod`.
+    fn serialize_layer_with_bias(&self, bias: Option<Vec<f32>>) -> Result<Cow<'_, [u8]>>;
 
     /// `forward`: `y = x . W^T + bias` for `x [..., in]` (any
     /// leading dimensions, standard layout) -> `[..., out]`.

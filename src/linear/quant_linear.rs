@@ -10,45 +10,17 @@ use super::serde::{self as ser, Reader, Writer, FLAG_BIAS};
 use super::stats::Stats;
 use super::{check_bias, rows_of, Device, Layer, QuantMethod, QuantizedSerde, WeightDType};
 use crate::error::Result;
-use crate::format::{check_float_weight, Float32, FormatId, Int4, Int8, WeightFormat};
+use crate::format::{check_float_weight, FormatId, WeightFormat};
 
 /// A linear layer whose weight is in format `F`, with an optional bias.
 #[derive(Clone, Debug)]
 pub struct QuantLinear<F: WeightFormat> {
+    /// `F`'s registry id (a layer exists only for registered formats).
+    format: FormatId,
     weight: F::Weight,
     bias: Option<Vec<f32>>,
     merge_error: Option<f64>,
     stats: Stats,
-}
-
-/// What the layer enum and `dtype_and_device` call a format's layer: the
-/// formats with a layer class of their own (one line each below).
-pub trait LayerKind: WeightFormat {
-    /// The layer by concrete type.
-    fn into_layer(layer: Arc<QuantLinear<Self>>) -> Layer;
-    /// The storage dtype `dtype_and_device` reports.
-    const DTYPE: WeightDType;
-}
-
-impl LayerKind for Float32 {
-    fn into_layer(layer: Arc<QuantLinear<Self>>) -> Layer {
-        Layer::Unquant(layer)
-    }
-    const DTYPE: WeightDType = WeightDType::F32;
-}
-
-impl LayerKind for Int8 {
-    fn into_layer(layer: Arc<QuantLinear<Self>>) -> Layer {
-        Layer::Int8(layer)
-    }
-    const DTYPE: WeightDType = WeightDType::I8;
-}
-
-impl LayerKind for Int4 {
-    fn into_layer(layer: Arc<QuantLinear<Self>>) -> Layer {
-        Layer::Int4(layer)
-    }
-    const DTYPE: WeightDType = WeightDType::I4;
 }
 
 impl<F: WeightFormat> QuantLinear<F> {
@@ -56,6 +28,7 @@ impl<F: WeightFormat> QuantLinear<F> {
     pub fn from_weight(weight: F::Weight, bias: Option<Vec<f32>>) -> Result<Self> {
         check_bias(bias.as_deref(), F::shape(&weight)[0])?;
         Ok(QuantLinear {
+            format: Self::registered()?,
             weight,
             bias,
             merge_error: None,
@@ -73,6 +46,22 @@ impl<F: WeightFormat> QuantLinear<F> {
     ) -> Result<Self> {
         check_float_weight(w, &[out_feat, in_feat])?;
         Self::from_weight(F::quantize(w, out_feat, in_feat, params)?, bias)
+    }
+
+    /// `F`'s registry id; a format outside `crate::format`'s registry
+    /// has no layer.
+    fn registered() -> Result<FormatId> {
+        FormatId::of::<F>().ok_or_else(|| {
+            crate::error::QuantError::UnsupportedOperation(format!(
+                "format {:?} is not in crate::format's registry",
+                F::INFO.name
+            ))
+        })
+    }
+
+    /// The registered format of the weight.
+    pub fn format(&self) -> FormatId {
+        self.format
     }
 
     /// The quantized weight.
@@ -113,6 +102,7 @@ impl<F: WeightFormat> QuantLinear<F> {
         ser::as_ser(check_bias(bias.as_deref(), F::shape(&weight)[0]))?;
         Ok((
             QuantLinear {
+                format: Self::registered()?,
                 weight,
                 bias: None,
                 merge_error: None,
@@ -123,7 +113,7 @@ impl<F: WeightFormat> QuantLinear<F> {
     }
 }
 
-impl<F: LayerKind> QuantMethod for QuantLinear<F> {
+impl<F: WeightFormat> QuantMethod for QuantLinear<F> {
     fn weight_shape(&self) -> Vec<usize> {
         self.dims().to_vec()
     }
@@ -140,17 +130,17 @@ impl<F: LayerKind> QuantMethod for QuantLinear<F> {
     }
 
     fn dtype_and_device(&self) -> (WeightDType, Device) {
-        (F::DTYPE, Device::Cpu)
+        (WeightDType::of(self.format), Device::Cpu)
     }
 
     fn into_layer(self: Arc<Self>) -> Layer {
-        F::into_layer(self)
+        super::registered::layer_of(self)
     }
 
     shared_quant_method_items!(s => s.dims()[1]);
 }
 
-impl<F: LayerKind> QuantizedSerde for QuantLinear<F> {
+impl<F: WeightFormat> QuantizedSerde for QuantLinear<F> {
     fn name(&self) -> &'static str {
         let info = &F::INFO;
         info.layer_name

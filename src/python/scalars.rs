@@ -108,7 +108,7 @@ pub(crate) mod flag {
 /// Str arguments.
 pub(crate) mod text {
     use pyo3::prelude::*;
-    named!(str_arg -> String: fmt, device, prefix, name);
+    named!(str_arg -> String: fmt, format, device, prefix, name);
 }
 
 /// Optional str arguments (None passes through).

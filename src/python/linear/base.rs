@@ -15,7 +15,7 @@ use super::convert::{
 };
 use super::wrap;
 use crate::error::QuantError;
-use crate::linear::{Device, IsqType, QuantMethod, QuantizedSerde};
+use crate::linear::{Device, IsqType, QuantMethod, QuantizedSerde, ReadLayer};
 use crate::python::arrays::{input, numpy_module};
 use crate::python::errors::{invalid, wrong_dtype};
 
@@ -153,7 +153,10 @@ pub(super) fn apply_isq(
         Some(s) => Some(IsqType::parse(s, group_size).ok_or_else(|| {
             invalid(
                 "dtype",
-                format!("expected 'int4', 'fp8_e4m3', 'int8' or None, got {s:?}"),
+                format!(
+                    "expected one of {} or None, got {s:?}",
+                    super::convert::format_names(true)
+                ),
             )
         })?),
     };
@@ -188,7 +191,7 @@ pub(super) fn bias<'py>(
 }
 
 /// `serialize_with_bias(bias)`.
-pub(super) fn serialize_with_bias<'py, L: QuantizedSerde + QuantMethod>(
+pub(super) fn serialize_with_bias<'py, L: QuantizedSerde + QuantMethod + ?Sized>(
     py: Python<'py>,
     layer: &L,
     bias: Option<&Bound<'py, PyAny>>,
@@ -199,12 +202,12 @@ pub(super) fn serialize_with_bias<'py, L: QuantizedSerde + QuantMethod>(
 }
 
 /// `deserialize(data)` for the layer type `L`.
-pub(super) fn deserialize<L: QuantizedSerde>(
+pub(super) fn deserialize<L: ReadLayer + ?Sized>(
     py: Python<'_>,
     data: &Bound<'_, PyAny>,
 ) -> PyResult<Py<PyAny>> {
     let d = bytes_of(data)?;
-    let l = py.detach(|| L::deserialize(Cow::Borrowed(&d), &Device::Cpu))?;
+    let l = py.detach(|| L::read_layer(Cow::Borrowed(&d), &Device::Cpu))?;
     wrap(py, l)
 }
 
@@ -212,18 +215,18 @@ pub(super) fn deserialize<L: QuantizedSerde>(
 pub(super) type LayerBias<'py> = (Py<PyAny>, Option<Bound<'py, PyAny>>);
 
 /// `deserialize_ext_bias(data)` for the layer type `L`.
-pub(super) fn deserialize_ext_bias<'py, L: QuantizedSerde>(
+pub(super) fn deserialize_ext_bias<'py, L: ReadLayer + ?Sized>(
     py: Python<'py>,
     data: &Bound<'py, PyAny>,
 ) -> PyResult<LayerBias<'py>> {
     let d = bytes_of(data)?;
-    let (l, b) = py.detach(|| L::deserialize_ext_bias(Cow::Borrowed(&d), &Device::Cpu))?;
+    let (l, b) = py.detach(|| L::read_layer_ext_bias(Cow::Borrowed(&d), &Device::Cpu))?;
     let bias = bias_array(py, &*l, b)?;
     Ok((wrap(py, l)?, bias))
 }
 
 /// `__reduce__`: `(cls.deserialize, (layer.serialize(),))`.
-pub(super) fn reduce<'py, L: QuantizedSerde>(
+pub(super) fn reduce<'py, L: QuantizedSerde + ?Sized>(
     cls: &Bound<'py, pyo3::types::PyType>,
     layer: &L,
 ) -> PyResult<Bound<'py, PyTuple>> {

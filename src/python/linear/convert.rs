@@ -10,6 +10,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyMemoryView};
 
 use crate::error::QuantError;
+use crate::format::FormatId;
 use crate::linear::Device;
 use crate::python::arrays::input;
 use crate::python::errors::{invalid, wrong_dtype};
@@ -171,4 +172,14 @@ pub(super) fn bias_repr(bias: Option<&[f32]>) -> &'static str {
     } else {
         "None"
     }
+}
+
+/// `'a', 'b', ...`: the registered format names, for error messages.
+pub(super) fn format_names(skip_float32: bool) -> String {
+    FormatId::ALL
+        .iter()
+        .filter(|id| !(skip_float32 && **id == FormatId::Float32))
+        .map(|id| format!("'{}'", id.info().name))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
