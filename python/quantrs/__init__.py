@@ -21,6 +21,7 @@ from ._core import (
     InvalidState,
     OptimizerState,
     PerTensorFP8Linear,
+    QuantLinear,
     QuantError,
     QuantizationMethod,
     QuantizedWeight,
@@ -48,6 +49,7 @@ __all__ = [
     "Int4Linear",
     "Int8Linear",
     "PerTensorFP8Linear",
+    "QuantLinear",
     "QuantizedWeight",
     "UnquantLinear",
     # 4-bit Adam / AdamW

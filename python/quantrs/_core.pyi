@@ -187,6 +187,19 @@ class Int8Linear(_LinearBase):
     def scales(self) -> npt.NDArray[np.float32]: ...
 
 @final
+class QuantLinear(_LinearBase):
+    def __new__(
+        cls,
+        weight: npt.ArrayLike,
+        format: str,
+        bias: npt.ArrayLike | None = None,
+        *,
+        group_size: int = 32,
+    ) -> QuantLinear: ...
+    @property
+    def format(self) -> str: ...
+
+@final
 class Int4Linear(_LinearBase):
     def __new__(cls, qweight: QuantizedWeight, bias: npt.ArrayLike | None = None) -> Int4Linear: ...
     @staticmethod
