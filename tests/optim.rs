@@ -291,7 +291,23 @@ fn bad_config_and_input_rejected() {
         .is_err());
     assert_eq!(w, before);
     assert_eq!(o.num_parameters(), 0);
-    assert!(o.set_lr(-1.0).is_err());
+    assert!(o.try_set_lr(-1.0).is_err());
+    // The infallible form keeps it, and the next update reports it.
+    o.set_lr(-1.0);
+    assert_eq!(o.get_lr(), -1.0);
+    let g = vec![0.1f32; 10];
+    let err = o
+        .update_param(
+            ParamMut {
+                name: None,
+                shape: &shape,
+                data: &mut w,
+            },
+            &g,
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("learning_rate"), "{err}");
+    assert_eq!(w, before);
 }
 
 #[test]

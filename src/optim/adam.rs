@@ -160,7 +160,10 @@ macro_rules! optimizer_type {
             fn get_lr(&self) -> f32 {
                 self.core.get_lr()
             }
-            fn set_lr(&mut self, lr: f32) -> Result<()> {
+            fn set_lr(&mut self, lr: f32) {
+                self.core.set_lr_unchecked(lr)
+            }
+            fn try_set_lr(&mut self, lr: f32) -> Result<()> {
                 self.core.set_lr(lr)
             }
             fn accumulate_grad(

@@ -341,6 +341,12 @@ impl Adam4bitCore {
         Ok(())
     }
 
+    /// `lr` kept as given; an invalid one is reported by the next call
+    /// that validates the configuration (`check_config`).
+    pub(crate) fn set_lr_unchecked(&mut self, lr: f32) {
+        self.config.optimizer.learning_rate = lr;
+    }
+
     /// Replace lr, betas, epsilon and weight decay (validated first; the
     /// state and the quantization are kept).
     #[cfg_attr(not(feature = "python"), allow(dead_code))] // the torch adapter's

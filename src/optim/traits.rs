@@ -69,8 +69,15 @@ pub trait Optimizer {
     fn step(&mut self);
     /// The current learning rate.
     fn get_lr(&self) -> f32;
-    /// Sets a new learning rate (finite and >= 0, else an error and no change).
-    fn set_lr(&mut self, lr: f32) -> Result<()>;
+    /// Sets a new learning rate. Never fails: a value that is not finite
+    /// and >= 0 is kept and reported as an error by the next call that needs
+    /// it (`update`, `accumulate_grad`, `apply_accumulated_grads`,
+    /// `state_dict`, `save_state`), as with `new`; [`Self::try_set_lr`]
+    /// reports it here instead.
+    fn set_lr(&mut self, lr: f32);
+    /// [`Self::set_lr`], validated: finite and >= 0, else an error and no
+    /// change.
+    fn try_set_lr(&mut self, lr: f32) -> Result<()>;
     /// Adds `grad` to `parameter`'s float32 accumulation buffer (gradient
     /// accumulation); the parameter is not changed yet.
     fn accumulate_grad(

@@ -112,6 +112,7 @@ fn the_generic_reader_returns_the_named_classes_for_their_formats() {
 }
 
 #[test]
+#[allow(clippy::needless_borrow)] // `&ParamsProbe` is the call the generated dispatch makes
 fn isq_parameters_come_from_the_group_size_or_are_refused() {
     #[derive(Debug)]
     struct Custom;
