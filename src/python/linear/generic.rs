@@ -47,7 +47,7 @@ py_layer!(PyQuantLinear, dyn QuantMethod, {
 
     fn __repr__(&self) -> String {
         format!(
-            "QuantLinear(format={:?}, weight_shape={:?}, bias={})",
+            "QuantLinear(format='{}', weight_shape={:?}, bias={})",
             self.format(),
             self.inner.weight_shape(),
             bias_repr(self.inner.bias())
