@@ -10,6 +10,7 @@
 
 mod float32;
 mod fp8_e4m3;
+mod gguf_blocks;
 mod int4;
 mod int8;
 mod row_forward;
@@ -19,6 +20,7 @@ pub(crate) use float32::check_float_weight;
 pub use float32::{Float32, FloatWeight};
 pub(crate) use fp8_e4m3::{check_codes, check_scale, dequantize_e4m3, quantize_e4m3, E4m3Rows};
 pub use fp8_e4m3::{Fp8E4M3, Fp8Weight};
+pub use gguf_blocks::{GgufBlocks, GgufWeight};
 pub use int4::{quantize_weighted as quantize_int4_weighted, weighted_group_scale, Int4};
 pub use int8::{Int8, Int8Weight};
 pub use weight_format::{Block, FormatInfo, GpuKernels, RowOrder, ScaleStorage, WeightFormat};
@@ -27,6 +29,7 @@ pub use weight_format::{Block, FormatInfo, GpuKernels, RowOrder, ScaleStorage, W
 macro_rules! registry {
     ($($(#[$doc:meta])* $id:ident => $ty:ty,)*) => {
         /// Every weight format of the crate, in registration order.
+        #[allow(non_camel_case_types)] // gguf's type names: Q4_0, Q4_K.
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
         pub enum FormatId {
             $($(#[$doc])* $id,)*
@@ -55,6 +58,22 @@ registry! {
     Int4 => Int4,
     /// FP8 E4M3 codes, one scale per tensor ([`Fp8E4M3`]).
     Fp8E4M3 => Fp8E4M3,
+    /// GGUF Q8_0 blocks ([`crate::ggml::Q8_0`]).
+    Q8_0 => GgufBlocks<crate::ggml::Q8_0>,
+    /// GGUF Q4_0 blocks ([`crate::ggml::Q4_0`]).
+    Q4_0 => GgufBlocks<crate::ggml::Q4_0>,
+    /// GGUF Q4_1 blocks ([`crate::ggml::Q4_1`]).
+    Q4_1 => GgufBlocks<crate::ggml::Q4_1>,
+    /// GGUF Q5_0 blocks ([`crate::ggml::Q5_0`]).
+    Q5_0 => GgufBlocks<crate::ggml::Q5_0>,
+    /// GGUF Q5_1 blocks ([`crate::ggml::Q5_1`]).
+    Q5_1 => GgufBlocks<crate::ggml::Q5_1>,
+    /// GGUF Q4_K super-blocks ([`crate::ggml::Q4K`]).
+    Q4_K => GgufBlocks<crate::ggml::Q4K>,
+    /// GGUF Q5_K super-blocks ([`crate::ggml::Q5K`]).
+    Q5_K => GgufBlocks<crate::ggml::Q5K>,
+    /// GGUF Q6_K super-blocks ([`crate::ggml::Q6K`]).
+    Q6_K => GgufBlocks<crate::ggml::Q6K>,
 }
 
 impl FormatId {

@@ -80,6 +80,13 @@ pub(crate) fn convert(
                 imatrix_weight.as_deref(),
             )?)
         }
+        // The GGUF block formats are loaded from files, not an ISQ target.
+        other => {
+            return Err(QuantError::UnsupportedOperation(format!(
+                "{} is not an ISQ target",
+                other.info().name
+            )))
+        }
     };
     n_quantized.fetch_add(1, Ordering::Relaxed);
     Ok(layer)

@@ -41,7 +41,7 @@ pub(crate) mod dispatch;
 #[cfg(target_arch = "x86_64")]
 mod dots;
 mod format;
-mod fp8_dialect;
+pub(crate) mod fp8_dialect;
 mod fp8_linear;
 mod int4_linear;
 mod int8_linear;
@@ -90,7 +90,8 @@ impl IsqType {
             FormatId::Int4 => Some(IsqType::Int4 { group_size }),
             FormatId::Fp8E4M3 => Some(IsqType::Fp8E4M3),
             FormatId::Int8 => Some(IsqType::Int8),
-            FormatId::Float32 => None,
+            // float32 and the GGUF block formats (loaded, not targets).
+            _ => None,
         }
     }
 
