@@ -69,7 +69,8 @@ fn check_blob_and_errors<T: GgmlType>() {
     )
     .unwrap();
     let parts = GgufBlocks::<T>::read_blob(&mut r).unwrap();
-    assert_eq!(GgufBlocks::<T>::from_blob(parts).unwrap(), q);
+    let back = GgufBlocks::<T>::from_blob(parts).unwrap();
+    assert_eq!((back.bytes(), GgufBlocks::<T>::shape(&back)), (q.bytes(), [out, inf]));
 
     let bytes = q.bytes().to_vec();
     let short = bytes[..bytes.len() - 1].to_vec();

@@ -1,7 +1,7 @@
 //! `GgufWeight`: one GGUF block-quantized weight of any `crate::ggml`
 //! type, its packed blocks kept as the file stores them.
 
-use numpy::{PyArray2, PyArrayDyn, PyArrayMethods, PyUntypedArrayMethods};
+use numpy::{PyArray2, PyArrayDyn, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 
 use super::arrays::input;

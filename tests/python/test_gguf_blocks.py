@@ -78,8 +78,11 @@ def test_matmul_within_f32_rounding_of_float64(name, batch):
     bound = (inf + 1) * np.finfo(np.float32).eps * (np.abs(x.astype(np.float64)) @ np.abs(wd).T)
     assert y.shape == (batch, out)
     assert np.all(np.abs(y - exact) <= bound)
-    # Leading dims are kept: [2, batch, in] -> [2, batch, out].
-    np.testing.assert_array_equal(w.matmul(np.stack([x, x])), np.stack([y, y]))
+    # Leading dims are kept: [2, batch, in] -> [2, batch, out] (2 * batch rows may take
+    # another path of the row engine: the same bound, not the same bits).
+    y2 = w.matmul(np.stack([x, x]))
+    assert y2.shape == (2, batch, out)
+    assert np.all(np.abs(y2 - exact) <= bound)
 
 
 def write_file(path, tensors):
