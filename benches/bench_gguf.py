@@ -9,7 +9,6 @@ from __future__ import annotations
 import sys
 
 import numpy as np
-
 from _common import emit, machine_note, paired_ms, reexec_without_openblas_overrides
 
 # type -> (weights per block, bytes per block)
@@ -30,7 +29,9 @@ def gguf_weight(name: str, out: int, inf: int, rng) -> object:
 
     elems, size = TYPES[name]
     b = rng.integers(0, 256, (out, inf // elems, size), dtype=np.uint8)
-    halves = [208] if name == "q6_k" else [0, 2] if name in ("q4_1", "q5_1", "q4_k", "q5_k") else [0]
+    halves = (
+        [208] if name == "q6_k" else [0, 2] if name in ("q4_1", "q5_1", "q4_k", "q5_k") else [0]
+    )
     for o in halves:  # small finite scales
         h = np.full(b.shape[:2], 0x2000, "<u2")
         b[..., o : o + 2] = h[..., None].view(np.uint8)
@@ -51,7 +52,10 @@ def run(quick: bool) -> list[dict]:
         for batch in (1, 16):
             x = rng.standard_normal((batch, inf)).astype(np.float32)
             base_ms, ours_ms, ratio = paired_ms(
-                lambda: int4.matmul(x), lambda: g.matmul(x), pairs=3 if quick else 7, inner=5
+                lambda x=x: int4.matmul(x),
+                lambda g=g, x=x: g.matmul(x),
+                pairs=3 if quick else 7,
+                inner=5,
             )
             per_byte = (base_ms / int4_bytes) / (ours_ms / g.nbytes)
             rows.append(

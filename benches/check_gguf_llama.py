@@ -32,8 +32,10 @@ def main(path: str) -> None:
         t2 = time.perf_counter()
     diff = (a - b).abs().max().item()
     print(f"{n} GgufLinear modules {sorted(types)}")
-    print(f"max |logit diff| {diff:.3e}, max |logit| {a.abs().max().item():.3f}, "
-          f"relative {diff / a.abs().max().item():.3e}")
+    print(
+        f"max |logit diff| {diff:.3e}, max |logit| {a.abs().max().item():.3f}, "
+        f"relative {diff / a.abs().max().item():.3e}"
+    )
     print(f"same argmax: {bool((a.argmax(-1) == b.argmax(-1)).all())}")
     print(f"forward s: float {t1 - t0:.3f}, quantrs {t2 - t1:.3f}")
     assert np.isfinite(diff)

@@ -93,7 +93,10 @@ impl<T: GgmlType> RowSource for BlockRows<'_, T> {
         let (mut k, end) = (k0, k0 + out.len());
         while k < end {
             let blk = k / T::ELEMS;
-            T::dequantize_block(&row[blk * T::BYTES..(blk + 1) * T::BYTES], &mut buf[..T::ELEMS]);
+            T::dequantize_block(
+                &row[blk * T::BYTES..(blk + 1) * T::BYTES],
+                &mut buf[..T::ELEMS],
+            );
             let from = k - blk * T::ELEMS;
             let n = (T::ELEMS - from).min(end - k);
             out[k - k0..k - k0 + n].copy_from_slice(&buf[from..from + n]);

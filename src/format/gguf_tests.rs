@@ -29,7 +29,11 @@ fn check_forward<T: GgmlType>() {
                 }
                 let bound = (inf + 1) as f64 * f32::EPSILON as f64 * mag;
                 let got = y[b * out + o] as f64;
-                assert!((got - exact).abs() <= bound, "{} rows {rows} [{b}, {o}]", T::NAME);
+                assert!(
+                    (got - exact).abs() <= bound,
+                    "{} rows {rows} [{b}, {o}]",
+                    T::NAME
+                );
             }
         }
     }
@@ -45,9 +49,15 @@ fn check_forward<T: GgmlType>() {
         for o in 0..out {
             let got = rows.dot(dots, o, &x);
             let want = rows.dot(Dots::Scalar, o, &x);
-            let mag: f64 = (0..inf).map(|i| (deq[o * inf + i] * x[i]).abs() as f64).sum();
+            let mag: f64 = (0..inf)
+                .map(|i| (deq[o * inf + i] * x[i]).abs() as f64)
+                .sum();
             let bound = 2.0 * inf as f64 * f32::EPSILON as f64 * mag;
-            assert!(((got - want) as f64).abs() <= bound, "{} {level:?} row {o}", T::NAME);
+            assert!(
+                ((got - want) as f64).abs() <= bound,
+                "{} {level:?} row {o}",
+                T::NAME
+            );
         }
     }
     // decode of an unaligned column range is the dequantized slice.
@@ -70,7 +80,10 @@ fn check_blob_and_errors<T: GgmlType>() {
     .unwrap();
     let parts = GgufBlocks::<T>::read_blob(&mut r).unwrap();
     let back = GgufBlocks::<T>::from_blob(parts).unwrap();
-    assert_eq!((back.bytes(), GgufBlocks::<T>::shape(&back)), (q.bytes(), [out, inf]));
+    assert_eq!(
+        (back.bytes(), GgufBlocks::<T>::shape(&back)),
+        (q.bytes(), [out, inf])
+    );
 
     let bytes = q.bytes().to_vec();
     let short = bytes[..bytes.len() - 1].to_vec();
@@ -104,12 +117,36 @@ per_type!(Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4K, Q5K, Q6K);
 
 #[test]
 fn bits_per_weight_are_ggml_s() {
-    assert_eq!(GgufBlocks::<Q8_0>::block((), 32).unwrap().bits_per_weight(), 8.5);
-    assert_eq!(GgufBlocks::<Q4_0>::block((), 32).unwrap().bits_per_weight(), 4.5);
-    assert_eq!(GgufBlocks::<Q4_1>::block((), 32).unwrap().bits_per_weight(), 5.0);
-    assert_eq!(GgufBlocks::<Q5_0>::block((), 32).unwrap().bits_per_weight(), 5.5);
-    assert_eq!(GgufBlocks::<Q5_1>::block((), 32).unwrap().bits_per_weight(), 6.0);
-    assert_eq!(GgufBlocks::<Q4K>::block((), 256).unwrap().bits_per_weight(), 4.5);
-    assert_eq!(GgufBlocks::<Q5K>::block((), 256).unwrap().bits_per_weight(), 5.5);
-    assert_eq!(GgufBlocks::<Q6K>::block((), 256).unwrap().bits_per_weight(), 6.5625);
+    assert_eq!(
+        GgufBlocks::<Q8_0>::block((), 32).unwrap().bits_per_weight(),
+        8.5
+    );
+    assert_eq!(
+        GgufBlocks::<Q4_0>::block((), 32).unwrap().bits_per_weight(),
+        4.5
+    );
+    assert_eq!(
+        GgufBlocks::<Q4_1>::block((), 32).unwrap().bits_per_weight(),
+        5.0
+    );
+    assert_eq!(
+        GgufBlocks::<Q5_0>::block((), 32).unwrap().bits_per_weight(),
+        5.5
+    );
+    assert_eq!(
+        GgufBlocks::<Q5_1>::block((), 32).unwrap().bits_per_weight(),
+        6.0
+    );
+    assert_eq!(
+        GgufBlocks::<Q4K>::block((), 256).unwrap().bits_per_weight(),
+        4.5
+    );
+    assert_eq!(
+        GgufBlocks::<Q5K>::block((), 256).unwrap().bits_per_weight(),
+        5.5
+    );
+    assert_eq!(
+        GgufBlocks::<Q6K>::block((), 256).unwrap().bits_per_weight(),
+        6.5625
+    );
 }

@@ -19,7 +19,11 @@ impl GgmlType for Q4K {
 
     fn dequantize_block(b: &[u8], out: &mut [f32]) {
         let mult = multipliers(b);
-        for (c, (qs, w)) in b[16..144].chunks_exact(32).zip(out.chunks_exact_mut(64)).enumerate() {
+        for (c, (qs, w)) in b[16..144]
+            .chunks_exact(32)
+            .zip(out.chunks_exact_mut(64))
+            .enumerate()
+        {
             let ((d1, m1), (d2, m2)) = (mult[2 * c], mult[2 * c + 1]);
             let (lo, hi) = w.split_at_mut(32);
             for (l, &q) in qs.iter().enumerate() {

@@ -39,7 +39,8 @@ impl GgmlType for Q6K {
     }
 
     fn quantize_block(x: &[f32], b: &mut [u8]) {
-        let scale: [f32; 16] = std::array::from_fn(|j| signed_absmax(&x[16 * j..16 * j + 16]) / -32.0);
+        let scale: [f32; 16] =
+            std::array::from_fn(|j| signed_absmax(&x[16 * j..16 * j + 16]) / -32.0);
         let top = scale.iter().fold(0f32, |m, v| m.max(v.abs()));
         put_f16(b, 208, top / 127.0);
         let d = f16_at(b, 208);

@@ -59,7 +59,10 @@ fn by_hand(name: &str, b: &[u8], i: usize) -> f32 {
             let (sc, m) = if j < 4 {
                 (s[j] & 63, s[j + 4] & 63)
             } else {
-                ((s[j + 4] & 15) | ((s[j - 4] >> 6) << 4), (s[j + 4] >> 4) | ((s[j] >> 6) << 4))
+                (
+                    (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4),
+                    (s[j + 4] >> 4) | ((s[j] >> 6) << 4),
+                )
             };
             let qs = if name == "q4_k" { 16 } else { 48 };
             let mut q = nib(b[qs + 32 * c + l], j % 2 == 1);
@@ -105,7 +108,11 @@ fn check_type<T: GgmlType>() {
     // K types also round their 6-bit sub-block scales: a looser bound.
     let slack = if T::ELEMS == 256 { 2.0 } else { 1.0 };
     for (i, (&a, &q)) in x.iter().zip(&out).enumerate() {
-        assert!((a - q).abs() <= slack * range / levels, "{} [{i}] {a} vs {q}", T::NAME);
+        assert!(
+            (a - q).abs() <= slack * range / levels,
+            "{} [{i}] {a} vs {q}",
+            T::NAME
+        );
     }
 }
 

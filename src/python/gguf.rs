@@ -114,8 +114,8 @@ impl PyGgufWeight {
     fn dequantize<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray2<f32>>> {
         let [o, i] = self.inner.shape();
         let w = py.detach(|| self.inner.dequantize());
-        let arr = numpy::ndarray::Array2::from_shape_vec((o, i), w)
-            .map_err(|e| invalid("weight", e))?;
+        let arr =
+            numpy::ndarray::Array2::from_shape_vec((o, i), w).map_err(|e| invalid("weight", e))?;
         Ok(PyArray2::from_owned_array(py, arr))
     }
 
@@ -134,8 +134,8 @@ impl PyGgufWeight {
         py.detach(|| self.inner.matmul(src, rows, &mut y))?;
         let mut out_shape = shape;
         *out_shape.last_mut().unwrap_or(&mut 0) = o;
-        let arr = numpy::ndarray::ArrayD::from_shape_vec(out_shape, y)
-            .map_err(|e| invalid("x", e))?;
+        let arr =
+            numpy::ndarray::ArrayD::from_shape_vec(out_shape, y).map_err(|e| invalid("x", e))?;
         Ok(PyArrayDyn::from_owned_array(py, arr))
     }
 

@@ -87,8 +87,10 @@ def test_matmul_within_f32_rounding_of_float64(name, batch):
 
 def write_file(path, tensors):
     writer = gguf.GGUFWriter(str(path), "llama")
-    for tname, name, blocks, shape in tensors:
-        writer.add_tensor(tname, blocks, raw_shape=blocks.shape, raw_dtype=gguf.GGMLQuantizationType[name])
+    for tname, name, blocks, _shape in tensors:
+        writer.add_tensor(
+            tname, blocks, raw_shape=blocks.shape, raw_dtype=gguf.GGMLQuantizationType[name]
+        )
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -108,7 +108,7 @@ def _plan_gguf(g: GgufFile, requantize: bool) -> list[_Job]:
             continue
         if t.name in _GGUF_EMBEDDINGS and tname in PACKED_TYPES:
             # A lookup table, not a linear: stored as its exact float32 values.
-            def embed(t=t):
+            def embed(t=t, tname=tname):
                 return [packed_weight(g, t).dequantize()], None, f"{tname} dequantized exactly"
 
             out = OutSpec(t.name, "F32", t.shape)

@@ -31,7 +31,9 @@ class GgufLinear(nn.Module):
         super().__init__()
         self.weight_packed = weight
         self.out_features, self.in_features = weight.shape
-        self.bias = None if bias is None else nn.Parameter(bias.detach().float(), requires_grad=False)
+        self.bias = (
+            None if bias is None else nn.Parameter(bias.detach().float(), requires_grad=False)
+        )
         self.register_buffer(
             "out_index", None if out_index is None else torch.as_tensor(out_index, dtype=torch.long)
         )
