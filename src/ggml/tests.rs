@@ -129,6 +129,14 @@ fn every_type_decodes_its_layout_bit_for_bit() {
 }
 
 #[test]
+fn f16_at_is_f16_to_f32_for_every_half() {
+    for h in 0u16..=0xFFFF {
+        let (a, b) = (f16_at(&h.to_le_bytes(), 0), f16_to_f32(h));
+        assert!(a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()), "{h:#06x}");
+    }
+}
+
+#[test]
 fn f32_to_f16_rounds_to_nearest_even() {
     for h in 0u16..=0xFFFF {
         let v = f16_to_f32(h);
