@@ -68,7 +68,7 @@ impl<T: GgmlType> GgufWeight<T> {
 
 /// Bytes per row of `in_feat` weights, after checking the shape.
 fn row_bytes<T: GgmlType>(out_feat: usize, in_feat: usize) -> Result<usize> {
-    if out_feat == 0 || in_feat == 0 || in_feat % T::ELEMS != 0 {
+    if out_feat == 0 || in_feat == 0 || !in_feat.is_multiple_of(T::ELEMS) {
         return Err(QuantError::arg(format!(
             "{} weight shape [{out_feat}, {in_feat}]: expected positive dims with in a \
              multiple of {}",
@@ -200,7 +200,7 @@ impl<T: GgmlType> WeightFormat for GgufBlocks<T> {
 
     fn read_blob(r: &mut Reader<'_>) -> Result<Self::BlobParts> {
         let (shape, data) = r.tensor("weight", DType::U8)?;
-        if shape.len() != 2 || shape[1] % T::BYTES != 0 {
+        if shape.len() != 2 || !shape[1].is_multiple_of(T::BYTES) {
             return Err(QuantError::ser(format!(
                 "weight: expected [out, k * {}] bytes of {} blocks, got dims {shape:?}",
                 T::BYTES,
