@@ -145,3 +145,28 @@ def test_bad_arguments_are_named():
     w = quantrs.GgufWeight.from_bytes("Q8_0", (2, 64), blocks)
     with pytest.raises(quantrs.DimensionMismatch, match="x"):
         w.matmul(np.zeros((3, 63), np.float32))
+
+
+def test_cli_inspect_and_convert_keep_a_q8_0_embedding(tmp_path):
+    from safetensors.numpy import load_file
+
+    from quantrs.cli._import import convert
+    from quantrs.cli._inspect import inspect_path
+
+    emb = np.random.default_rng(3).standard_normal((8, 64)).astype(np.float32)
+    blocks = quants.quantize(emb, gguf.GGMLQuantizationType.Q8_0)
+    path = tmp_path / "m.gguf"
+    write_file(path, [("token_embd.weight", "Q8_0", blocks, (8, 64))])
+    rows = inspect_path(path)["tensors"]
+    assert rows == [
+        {
+            "name": "token_embd.weight",
+            "dtype": "Q8_0",
+            "shape": [8, 64],
+            "bytes": blocks.size,
+            "kind": "gguf q8_0: packed GgufWeight",
+        }
+    ]
+    convert(path, tmp_path / "out.safetensors", "gguf", progress=False)
+    got = load_file(str(tmp_path / "out.safetensors"))["token_embd.weight"]
+    np.testing.assert_array_equal(got, reference("Q8_0", blocks))
