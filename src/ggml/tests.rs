@@ -132,7 +132,10 @@ fn every_type_decodes_its_layout_bit_for_bit() {
 fn f16_at_is_f16_to_f32_for_every_half() {
     for h in 0u16..=0xFFFF {
         let (a, b) = (f16_at(&h.to_le_bytes(), 0), f16_to_f32(h));
-        assert!(a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()), "{h:#06x}");
+        assert!(
+            a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
+            "{h:#06x}"
+        );
     }
 }
 
