@@ -52,6 +52,7 @@ pub(crate) mod atomic;
 pub mod error;
 pub mod format;
 pub mod fp8;
+pub mod ggml;
 pub mod gpu;
 pub mod int4;
 pub mod linear;

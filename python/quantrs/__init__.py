@@ -14,6 +14,7 @@ from ._core import (
     AdvancedQuantizationConfig,
     CudaNotAvailable,
     DimensionMismatch,
+    GgufWeight,
     GpuError,
     Int4Linear,
     Int8Linear,
@@ -46,6 +47,7 @@ __all__ = [
     "SerializationError",
     "UnsupportedOperation",
     # INT4 weights and the QuantMethod layers
+    "GgufWeight",
     "Int4Linear",
     "Int8Linear",
     "PerTensorFP8Linear",

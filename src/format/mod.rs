@@ -10,6 +10,7 @@
 
 mod float32;
 mod fp8_e4m3;
+mod gguf_blocks;
 mod int4;
 mod int8;
 mod row_forward;
@@ -21,9 +22,28 @@ pub(crate) use float32::check_float_weight;
 pub use float32::{Float32, FloatWeight};
 pub(crate) use fp8_e4m3::{check_codes, check_scale, dequantize_e4m3, quantize_e4m3, E4m3Rows};
 pub use fp8_e4m3::{Fp8E4M3, Fp8Weight};
+pub use gguf_blocks::{GgufBlocks, GgufWeight};
 pub use int4::{quantize_weighted as quantize_int4_weighted, weighted_group_scale, Int4};
 pub use int8::{Int8, Int8Weight};
 pub use weight_format::{Block, FormatInfo, GpuKernels, RowOrder, ScaleStorage, WeightFormat};
+
+/// The GGUF block formats under one name each (the registry takes plain
+/// type paths).
+pub type GgufQ8_0 = GgufBlocks<crate::ggml::Q8_0>;
+/// GGUF Q4_0.
+pub type GgufQ4_0 = GgufBlocks<crate::ggml::Q4_0>;
+/// GGUF Q4_1.
+pub type GgufQ4_1 = GgufBlocks<crate::ggml::Q4_1>;
+/// GGUF Q5_0.
+pub type GgufQ5_0 = GgufBlocks<crate::ggml::Q5_0>;
+/// GGUF Q5_1.
+pub type GgufQ5_1 = GgufBlocks<crate::ggml::Q5_1>;
+/// GGUF Q4_K.
+pub type GgufQ4K = GgufBlocks<crate::ggml::Q4K>;
+/// GGUF Q5_K.
+pub type GgufQ5K = GgufBlocks<crate::ggml::Q5K>;
+/// GGUF Q6_K.
+pub type GgufQ6K = GgufBlocks<crate::ggml::Q6K>;
 
 /// Declares [`FormatId`] with one line per format: `Variant => type`
 /// (`#[cfg(test)]` before a line registers a test-only format), and
@@ -33,6 +53,7 @@ pub use weight_format::{Block, FormatInfo, GpuKernels, RowOrder, ScaleStorage, W
 macro_rules! registry {
     ($($(#[doc = $doc:expr])* $(#[cfg($cfg:meta)])? $id:ident => $($ty:ident)::+,)*) => {
         /// Every weight format of the crate, in registration order.
+        #[allow(non_camel_case_types)] // gguf's type names: Q4_0, Q4_K.
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
         pub enum FormatId {
             $($(#[doc = $doc])* $(#[cfg($cfg)])? $id,)*
@@ -61,6 +82,7 @@ macro_rules! registry {
 
         /// Each registered format's type under its id's name, so
         /// `for_each_format!` callbacks name them from anywhere.
+        #[allow(non_camel_case_types)] // gguf's type names: Q4_0, Q4_K.
         pub(crate) mod types {
             $($(#[cfg($cfg)])? pub(crate) type $id = super::$($ty)::+;)*
         }
@@ -85,6 +107,22 @@ registry! {
     Int4 => Int4,
     /// FP8 E4M3 codes, one scale per tensor ([`Fp8E4M3`]).
     Fp8E4M3 => Fp8E4M3,
+    /// GGUF Q8_0 blocks ([`crate::ggml::Q8_0`]).
+    Q8_0 => GgufQ8_0,
+    /// GGUF Q4_0 blocks ([`crate::ggml::Q4_0`]).
+    Q4_0 => GgufQ4_0,
+    /// GGUF Q4_1 blocks ([`crate::ggml::Q4_1`]).
+    Q4_1 => GgufQ4_1,
+    /// GGUF Q5_0 blocks ([`crate::ggml::Q5_0`]).
+    Q5_0 => GgufQ5_0,
+    /// GGUF Q5_1 blocks ([`crate::ggml::Q5_1`]).
+    Q5_1 => GgufQ5_1,
+    /// GGUF Q4_K super-blocks ([`crate::ggml::Q4K`]).
+    Q4_K => GgufQ4K,
+    /// GGUF Q5_K super-blocks ([`crate::ggml::Q5K`]).
+    Q5_K => GgufQ5K,
+    /// GGUF Q6_K super-blocks ([`crate::ggml::Q6K`]).
+    Q6_K => GgufQ6K,
     /// A scalar-only format that exists to test the registry mechanism
     /// (`sign8_test_format`): its module and this line are all it adds.
     #[cfg(test)]

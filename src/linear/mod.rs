@@ -41,7 +41,7 @@ pub(crate) mod dispatch;
 #[cfg(target_arch = "x86_64")]
 mod dots;
 mod format;
-mod fp8_dialect;
+pub(crate) mod fp8_dialect;
 mod fp8_linear;
 mod int4_linear;
 mod int8_linear;

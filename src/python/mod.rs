@@ -24,6 +24,7 @@ mod cuda_bench;
 mod errors;
 mod fields;
 mod fp8;
+mod gguf;
 mod gpu;
 mod int4;
 mod linear;
@@ -100,6 +101,7 @@ mod core_module {
         super::errors::register(m)?;
         super::int4::register(m)?;
         super::fp8::register(m)?;
+        super::gguf::register(m)?;
         super::linear::register(m)?;
         super::optim::register(m)?;
         super::qat::register(m)?;

@@ -23,7 +23,7 @@ import numpy as np
 from ..formats import Checkpoint, FormatError, GgufFile, UnsupportedFormatError
 from ..formats._stfile import OutSpec, StWriter
 from ..formats.awq import awq_geometry, awq_layers, read_awq
-from ..formats.gguf import Q4_0, read_gguf_weight
+from ..formats.gguf import PACKED_TYPES, Q4_0, packed_weight, read_gguf_weight
 from ..formats.gptq import gptq_geometry, gptq_layers, read_gptq
 from ._errors import CliError
 from ._layout import FORMAT_KEY, FORMAT_VERSION, TENSORS_KEY, check_unique_outputs, int4_outputs
@@ -31,6 +31,9 @@ from ._quantize import progress_bar
 
 SOURCES = ("gptq", "awq", "gguf")
 # GGUF plain types copied as safetensors tensors: ggml type name -> safetensors dtype
+# GGUF's embedding tables (llama.cpp's tensor names): block-quantized ones are written
+# as float32 (every ggml value is an exact float32), not refused as non-Q4_0 linears.
+_GGUF_EMBEDDINGS = frozenset({"token_embd.weight"})
 _GGUF_COPY = {"F32": "F32", "F16": "F16", "BF16": "BF16", "F64": "F64", "I8": "I8",
               "I16": "I16", "I32": "I32", "I64": "I64"}  # fmt: skip
 
@@ -102,6 +105,14 @@ def _plan_gguf(g: GgufFile, requantize: bool) -> list[_Job]:
 
             out = OutSpec(t.name, _GGUF_COPY[tname], t.shape)
             jobs.append(_Job(t.name, tname, list(t.shape), "copy", [out], t.nbytes, copy))
+            continue
+        if t.name in _GGUF_EMBEDDINGS and tname in PACKED_TYPES:
+            # A lookup table, not a linear: stored as its exact float32 values.
+            def embed(t=t, tname=tname):
+                return [packed_weight(g, t).dequantize()], None, f"{tname} dequantized exactly"
+
+            out = OutSpec(t.name, "F32", t.shape)
+            jobs.append(_Job(t.name, tname, list(t.shape), "copy", [out], t.nbytes, embed))
             continue
         if len(t.dims) != 2 or (t.type_id != Q4_0 and not requantize):
             why = "not 2-D" if len(t.dims) != 2 else f"ggml type {tname} is not Q4_0"

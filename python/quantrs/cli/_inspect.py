@@ -15,6 +15,7 @@ from ..formats import Checkpoint, FormatError
 from ..formats._stfile import StFormatError, StReader
 from ..formats.fp8 import classify
 from ._errors import CliError
+from ._inspect_gguf import inspect_gguf, is_gguf
 from ._layout import FORMAT_KEY, TENSORS_KEY
 from ._table import table
 
@@ -24,7 +25,7 @@ def inspect_path(path: str | os.PathLike) -> dict:
     row with its ``file``), the folder's ``quantization_config`` and FP8 dialects
     resolved across shards."""
     if not os.path.isdir(path):
-        return inspect_file(path)
+        return inspect_gguf(path) if is_gguf(path) else inspect_file(path)
     try:
         ck = Checkpoint(path)
     except FormatError as e:

@@ -297,6 +297,36 @@ def _decode_blocks(name: str, rows: np.ndarray) -> np.ndarray:
     return (d * (q - 8)).reshape(rows.shape[0], -1)
 
 
+# The ggml block types kept packed as :class:`quantrs.GgufWeight` (exact, no float copy).
+PACKED_TYPES = frozenset({"Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"})
+
+
+def packed_weight(g: GgufFile, t: GgufTensor):
+    """The 2-D block tensor ``t`` (``ne = [in, out]``) as a :class:`quantrs.GgufWeight`
+    ``[out, in]``: its bytes read from the memory map and copied once, exactly. A
+    truncated tensor or a non-finite block scale raises :class:`CorruptCheckpointError`
+    naming the tensor."""
+    from .. import GgufWeight, QuantError
+
+    if t.type_name not in PACKED_TYPES:
+        raise UnsupportedFormatError(
+            f"tensor {t.name!r}: ggml type {t.type_name} is not one of {sorted(PACKED_TYPES)}"
+        )
+    if len(t.dims) != 2:
+        raise UnsupportedFormatError(f"tensor {t.name!r}: {len(t.dims)}-D; a linear weight is 2-D")
+    try:
+        return GgufWeight.from_bytes(t.type_name.lower(), t.shape, g.raw(t))
+    except QuantError as e:  # the file's fault, not the caller's
+        raise CorruptCheckpointError(f"{g.path}: tensor {t.name!r}: {e}") from None
+
+
+def load_gguf_packed(path: str | os.PathLike, name: str):
+    """The 2-D block tensor ``name`` of a GGUF file (:data:`PACKED_TYPES`) as a
+    :class:`quantrs.GgufWeight`, exact: ``w.matmul(x)`` is ``x @ W.T``."""
+    with GgufFile(path) as g:
+        return packed_weight(g, g.tensor(name))
+
+
 def q4_0_to_quantrs(g: GgufFile, t: GgufTensor):
     """The ``QuantizedWeight`` of a 2-D ``Q4_0`` tensor ``[out, in]`` (``ne = [in,
     out]``), exactly: signed code ``q - 8``, scale ``d`` as float32, group 32."""

@@ -17,6 +17,7 @@ tensors (4-bit optimizers and inference modules; docs/gpu.md) through DLPack, an
 from __future__ import annotations
 
 from ._adam import Adam4bit, AdamW4bit
+from ._gguf import GgufLinear, load_gguf_llama
 from ._modules import FP8Linear, Int4Linear, default_filter, quantize_
 from ._qat import QatAdamW
 from ._zero import broadcast_views
@@ -25,9 +26,11 @@ __all__ = [
     "Adam4bit",
     "AdamW4bit",
     "FP8Linear",
+    "GgufLinear",
     "Int4Linear",
     "QatAdamW",
     "broadcast_views",
     "default_filter",
+    "load_gguf_llama",
     "quantize_",
 ]

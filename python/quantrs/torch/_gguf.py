@@ -1,0 +1,105 @@
+"""GGUF block weights inside PyTorch: :class:`GgufLinear` (an inference ``nn.Module``
+over a packed :class:`quantrs.GgufWeight`) and :func:`load_gguf_llama`, a transformers
+Llama model whose block-quantized linears run from the file's packed tensors
+(docs/formats.md, docs/torch.md)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from .. import GgufWeight
+from ..formats.gguf import PACKED_TYPES, GgufFile, packed_weight
+
+
+class GgufLinear(nn.Module):
+    """``y = x @ W.T + bias`` with ``W`` a packed :class:`quantrs.GgufWeight`; the
+    kernel runs on float32 CPU activations, ``x``'s dtype is restored. Inference only
+    (no gradient). ``out_index`` reorders the output features (``y[..., out_index]``):
+    llama.cpp stores Llama's q / k projections with their rows permuted."""
+
+    def __init__(
+        self,
+        weight: GgufWeight,
+        bias: torch.Tensor | None = None,
+        out_index: np.ndarray | None = None,
+    ):
+        super().__init__()
+        self.weight_packed = weight
+        self.out_features, self.in_features = weight.shape
+        self.bias = (
+            None if bias is None else nn.Parameter(bias.detach().float(), requires_grad=False)
+        )
+        self.register_buffer(
+            "out_index", None if out_index is None else torch.as_tensor(out_index, dtype=torch.long)
+        )
+
+    @torch.no_grad()
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.detach().to("cpu", torch.float32).contiguous()
+        y = torch.from_numpy(self.weight_packed.matmul(x32.numpy()))
+        if self.out_index is not None:
+            y = y[..., self.out_index]
+        if self.bias is not None:
+            y = y + self.bias
+        return y.to(x.device, x.dtype)
+
+    def extra_repr(self) -> str:
+        return (
+            f"type={self.weight_packed.type}, in_features={self.in_features}, "
+            f"out_features={self.out_features}, bias={self.bias is not None}"
+        )
+
+
+# transformers' Llama module -> llama.cpp's tensor name (transformers' GGUF mapping).
+_LLAMA_LINEARS = {
+    "self_attn.q_proj": "attn_q",
+    "self_attn.k_proj": "attn_k",
+    "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output",
+    "mlp.gate_proj": "ffn_gate",
+    "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down",
+}
+
+
+def llama_row_order(out_features: int, n_head: int) -> np.ndarray:
+    """Indices ``p`` with ``W_hf = W_file[p]`` for a q / k projection: the inverse of
+    llama.cpp's per-head interleave of the rotary halves, as transformers undoes it."""
+    dim = out_features // n_head // 2
+    return np.arange(out_features).reshape(n_head, dim, 2).swapaxes(2, 1).reshape(-1)
+
+
+def load_gguf_llama(path: str | os.PathLike, **kwargs) -> nn.Module:
+    """A transformers Llama causal LM from a GGUF file, its linears with a block type
+    (:data:`quantrs.formats.gguf.PACKED_TYPES`) replaced by :class:`GgufLinear` over the
+    file's packed tensors (read from the memory-mapped file, no float copy kept); the
+    rest (embeddings, norms) as transformers loads it. ``kwargs`` go to
+    ``from_pretrained``."""
+    from transformers import AutoModelForCausalLM
+
+    p = Path(path)
+    model = AutoModelForCausalLM.from_pretrained(p.parent, gguf_file=p.name, **kwargs)
+    cfg = model.config
+    heads = {"attn_q": cfg.num_attention_heads, "attn_k": cfg.num_key_value_heads}
+    with GgufFile(p) as g:
+        for i, layer in enumerate(model.model.layers):
+            for hf, short in _LLAMA_LINEARS.items():
+                name = f"blk.{i}.{short}.weight"
+                t = g.tensors.get(name)
+                if t is None or t.type_name not in PACKED_TYPES:
+                    continue
+                parent_name, attr = hf.split(".")
+                parent = getattr(layer, parent_name)
+                old = getattr(parent, attr)
+                w = packed_weight(g, t)
+                order = llama_row_order(w.shape[0], heads[short]) if short in heads else None
+                setattr(parent, attr, GgufLinear(w, old.bias, order))
+        out = g.tensors.get("output.weight")
+        if out is not None and out.type_name in PACKED_TYPES and not cfg.tie_word_embeddings:
+            model.lm_head = GgufLinear(packed_weight(g, out), model.lm_head.bias)
+    return model

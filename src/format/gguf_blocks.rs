@@ -1,0 +1,220 @@
+//! GGUF's block-quantized weights (`crate::ggml`'s types), one generic
+//! format for them all: the weight keeps the `[out, in]` rows of blocks
+//! exactly as a GGUF file stores them (no float copy), the forward decodes
+//! one block at a time into f32 lanes and runs the shared row engine
+//! (`crate::linear::kernels`: rayon over output rows, the SIMD dot of the
+//! level in force, tiles decoded once for every row of a batch).
+
+use std::marker::PhantomData;
+
+use rayon::prelude::*;
+
+use super::row_forward::forward_rows;
+use super::weight_format::{Block, FormatInfo, RowOrder, ScaleStorage, WeightFormat};
+use crate::error::{QuantError, Result};
+use crate::ggml::{bad_scale, GgmlType, MAX_BLOCK_ELEMS};
+use crate::linear::dispatch::Dots;
+use crate::linear::kernels::RowSource;
+use crate::linear::serde::{DType, Reader, Writer};
+
+/// The weight format of ggml block type `T` (`GgufBlocks<Q4_0>`, ...).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GgufBlocks<T>(PhantomData<T>);
+
+/// A `[out, in]` weight as GGUF rows of `T` blocks.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GgufWeight<T> {
+    data: Vec<u8>,
+    out_feat: usize,
+    in_feat: usize,
+    kind: PhantomData<T>,
+}
+
+impl<T: GgmlType> GgufWeight<T> {
+    /// Validated: `in` a positive multiple of `T::ELEMS`, `out > 0`,
+    /// `data` exactly `out * in / ELEMS` blocks, every half scale finite.
+    pub fn new(data: Vec<u8>, out_feat: usize, in_feat: usize) -> Result<Self> {
+        let row = row_bytes::<T>(out_feat, in_feat)?;
+        if Some(data.len()) != row.checked_mul(out_feat) {
+            return Err(QuantError::dims(
+                format!("{} bytes of a [{out_feat}, {in_feat}] weight", T::NAME),
+                row * out_feat,
+                data.len(),
+            ));
+        }
+        let bad = data
+            .par_chunks(row)
+            .enumerate()
+            .find_map_first(|(r, bytes)| bad_scale::<T>(bytes).map(|(b, v)| (r, b, v)));
+        if let Some((r, b, v)) = bad {
+            return Err(QuantError::arg(format!(
+                "{} weight row {r} block {b}: scale {v}, expected a finite half",
+                T::NAME
+            )));
+        }
+        Ok(GgufWeight {
+            data,
+            out_feat,
+            in_feat,
+            kind: PhantomData,
+        })
+    }
+
+    /// The packed blocks, `[out, in / ELEMS]` blocks of `BYTES` bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.data
+    }
+}
+
+/// Bytes per row of `in_feat` weights, after checking the shape.
+fn row_bytes<T: GgmlType>(out_feat: usize, in_feat: usize) -> Result<usize> {
+    if out_feat == 0 || in_feat == 0 || !in_feat.is_multiple_of(T::ELEMS) {
+        return Err(QuantError::arg(format!(
+            "{} weight shape [{out_feat}, {in_feat}]: expected positive dims with in a \
+             multiple of {}",
+            T::NAME,
+            T::ELEMS
+        )));
+    }
+    Ok(in_feat / T::ELEMS * T::BYTES)
+}
+
+/// The rows of a [`GgufWeight`] for the shared forward engine.
+struct BlockRows<'a, T> {
+    data: &'a [u8],
+    row_bytes: usize,
+    kind: PhantomData<T>,
+}
+
+impl<T: GgmlType> RowSource for BlockRows<'_, T> {
+    fn decode(&self, r: usize, k0: usize, out: &mut [f32]) {
+        let row = &self.data[r * self.row_bytes..(r + 1) * self.row_bytes];
+        let mut buf = [0f32; MAX_BLOCK_ELEMS];
+        let (mut k, end) = (k0, k0 + out.len());
+        while k < end {
+            let blk = k / T::ELEMS;
+            T::dequantize_block(
+                &row[blk * T::BYTES..(blk + 1) * T::BYTES],
+                &mut buf[..T::ELEMS],
+            );
+            let from = k - blk * T::ELEMS;
+            let n = (T::ELEMS - from).min(end - k);
+            out[k - k0..k - k0 + n].copy_from_slice(&buf[from..from + n]);
+            k += n;
+        }
+    }
+
+    fn dot(&self, dots: Dots, r: usize, x: &[f32]) -> f32 {
+        let row = &self.data[r * self.row_bytes..(r + 1) * self.row_bytes];
+        let mut buf = [0f32; MAX_BLOCK_ELEMS];
+        let w = &mut buf[..T::ELEMS];
+        row.chunks_exact(T::BYTES)
+            .zip(x.chunks_exact(T::ELEMS))
+            .map(|(b, xb)| {
+                T::dequantize_block(b, w);
+                dots.f32(w, xb)
+            })
+            .sum()
+    }
+}
+
+impl<T: GgmlType> WeightFormat for GgufBlocks<T> {
+    const INFO: FormatInfo = FormatInfo {
+        name: T::NAME,
+        aliases: &[],
+        dtype_name: T::NAME,
+        // 64 + gguf's type value: clear of the other formats' tags.
+        serde_tag: 64 + T::GGML_TYPE as u8,
+        serde_name: T::NAME,
+        layer_name: T::NAME,
+        safetensors_format: None,
+        order: RowOrder::OutputMajor,
+        scales: ScaleStorage::None,
+        int8_activations: false,
+        gpu: None,
+    };
+    type Params = ();
+    type Weight = GgufWeight<T>;
+    type BlobParts = (Vec<usize>, Vec<u8>);
+
+    fn block((): (), _in_feat: usize) -> Result<Block> {
+        let halves = 2 * T::HALF_SCALES.len();
+        Ok(Block {
+            elems: T::ELEMS,
+            code_bytes: T::BYTES - halves,
+            scale_bytes: halves,
+        })
+    }
+
+    fn params(_: &GgufWeight<T>) {}
+
+    fn shape(w: &GgufWeight<T>) -> [usize; 2] {
+        [w.out_feat, w.in_feat]
+    }
+
+    /// Round to nearest per block (`GgmlType::quantize_block`).
+    fn quantize(w: &[f32], out_feat: usize, in_feat: usize, (): ()) -> Result<GgufWeight<T>> {
+        let row = row_bytes::<T>(out_feat, in_feat)?;
+        if Some(w.len()) != out_feat.checked_mul(in_feat) {
+            return Err(QuantError::dims(
+                "weight length",
+                format!("{out_feat} x {in_feat}"),
+                w.len(),
+            ));
+        }
+        let mut data = vec![0u8; row * out_feat];
+        data.par_chunks_mut(T::BYTES)
+            .zip(w.par_chunks(T::ELEMS))
+            .for_each(|(b, x)| T::quantize_block(x, b));
+        GgufWeight::new(data, out_feat, in_feat)
+    }
+
+    fn dequantize(w: &GgufWeight<T>) -> Vec<f32> {
+        let mut out = vec![0f32; w.out_feat * w.in_feat];
+        out.par_chunks_mut(T::ELEMS)
+            .zip(w.data.par_chunks(T::BYTES))
+            .with_min_len(64)
+            .for_each(|(o, b)| T::dequantize_block(b, o));
+        out
+    }
+
+    fn matmul(
+        w: &GgufWeight<T>,
+        x: &[f32],
+        rows: usize,
+        bias: Option<&[f32]>,
+        y: &mut [f32],
+    ) -> Result<()> {
+        let src = BlockRows::<T> {
+            data: &w.data,
+            row_bytes: w.in_feat / T::ELEMS * T::BYTES,
+            kind: PhantomData,
+        };
+        forward_rows(&src, Self::shape(w), &|_| 1.0, bias, x, rows, y)
+    }
+
+    fn write_blob(w: &GgufWeight<T>, out: &mut Writer) {
+        let row = w.data.len() / w.out_feat;
+        out.tensor(DType::U8, &[w.out_feat, row], &w.data);
+    }
+
+    fn read_blob(r: &mut Reader<'_>) -> Result<Self::BlobParts> {
+        let (shape, data) = r.tensor("weight", DType::U8)?;
+        if shape.len() != 2 || !shape[1].is_multiple_of(T::BYTES) {
+            return Err(QuantError::ser(format!(
+                "weight: expected [out, k * {}] bytes of {} blocks, got dims {shape:?}",
+                T::BYTES,
+                T::NAME
+            )));
+        }
+        Ok((shape, data.to_vec()))
+    }
+
+    fn from_blob((shape, data): Self::BlobParts) -> Result<GgufWeight<T>> {
+        GgufWeight::new(data, shape[0], shape[1] / T::BYTES * T::ELEMS)
+    }
+}
+
+#[cfg(test)]
+#[path = "gguf_tests.rs"]
+mod tests;

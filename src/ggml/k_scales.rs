@@ -1,0 +1,73 @@
+//! The super-block of Q4_K and Q5_K: 256 weights in 8 sub-blocks of 32,
+//! each with a 6-bit scale and a 6-bit min packed into 12 bytes, times the
+//! half `d` and `dmin` of the super-block: `w = (d * sc) * q - (dmin * m)`.
+
+use super::{f16_at, inverse, put_f16};
+
+/// Sub-block `j`'s 6-bit (scale, min) from the 12 packed bytes `s`
+/// (ggml's `get_scale_min_k4`): sub-blocks 0-3 in the low 6 bits of bytes
+/// 0-3 / 4-7; sub-blocks 4-7 in the nibbles of bytes 8-11 with their top
+/// two bits in the top bits of bytes 0-3 / 4-7.
+pub(crate) fn scale_min(j: usize, s: &[u8]) -> (u8, u8) {
+    if j < 4 {
+        (s[j] & 63, s[j + 4] & 63)
+    } else {
+        (
+            (s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4),
+            (s[j + 4] >> 4) | ((s[j] >> 6) << 4),
+        )
+    }
+}
+
+/// Pack 8 (scale, min) pairs (each < 64) the way [`scale_min`] reads them.
+fn pack_scale_min(sc: &[u8; 8], m: &[u8; 8], s: &mut [u8]) {
+    s[..12].fill(0);
+    for j in 0..8 {
+        if j < 4 {
+            s[j] = sc[j];
+            s[j + 4] = m[j];
+        } else {
+            s[j + 4] = (sc[j] & 0x0F) | ((m[j] & 0x0F) << 4);
+            s[j - 4] |= (sc[j] >> 4) << 6;
+            s[j] |= (m[j] >> 4) << 6;
+        }
+    }
+}
+
+/// The per-sub-block multipliers `(d * sc, dmin * m)` of a block whose
+/// `d`, `dmin` and scales start at byte 0.
+pub(crate) fn multipliers(b: &[u8]) -> [(f32, f32); 8] {
+    let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
+    std::array::from_fn(|j| {
+        let (sc, m) = scale_min(j, &b[4..16]);
+        (d * f32::from(sc), dmin * f32::from(m))
+    })
+}
+
+/// Round-to-nearest quantization of 256 weights to codes `0..=levels`:
+/// writes `d`, `dmin` and the scales (bytes 0-15 of `b`), returns the codes.
+pub(crate) fn quantize_super_block(x: &[f32], levels: f32, b: &mut [u8]) -> [u8; 256] {
+    let mut scale = [0f32; 8];
+    let mut min = [0f32; 8];
+    for (j, sub) in x.chunks_exact(32).enumerate() {
+        let lo = sub.iter().fold(0f32, |m, &v| m.min(v));
+        let hi = sub.iter().fold(0f32, |m, &v| m.max(v));
+        scale[j] = (hi - lo) / levels;
+        min[j] = -lo;
+    }
+    let top = |a: &[f32; 8]| a.iter().fold(0f32, |m, &v| m.max(v));
+    put_f16(b, 0, top(&scale) / 63.0);
+    put_f16(b, 2, top(&min) / 63.0);
+    let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
+    let six = |v: f32, step: f32| (v * inverse(step)).round().clamp(0.0, 63.0) as u8;
+    let sc: [u8; 8] = std::array::from_fn(|j| six(scale[j], d));
+    let m: [u8; 8] = std::array::from_fn(|j| six(min[j], dmin));
+    pack_scale_min(&sc, &m, &mut b[4..16]);
+    let mult = multipliers(b);
+    let mut q = [0u8; 256];
+    for (i, (c, &v)) in q.iter_mut().zip(x).enumerate() {
+        let (dj, mj) = mult[i / 32];
+        *c = ((v + mj) * inverse(dj)).round().clamp(0.0, levels) as u8;
+    }
+    q
+}

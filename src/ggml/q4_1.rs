@@ -1,0 +1,45 @@
+//! Q4_1: 32 weights, `{ f16 d; f16 m; u8 qs[16] }` (20 bytes, 5 bits per
+//! weight); nibbles as Q4_0; `w = d * q + m`.
+
+use super::{f16_at, put_f16, GgmlType};
+use crate::ggml::{f32_to_f16, inverse};
+
+/// ggml's Q4_1.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Q4_1;
+
+/// Offset `m` and step `d` (as stored) spanning `x` in `levels` steps.
+pub(crate) fn min_step(x: &[f32], levels: f32) -> (f32, f32) {
+    let lo = x.iter().fold(f32::INFINITY, |m, &v| m.min(v));
+    let hi = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+    let stored = |v: f32| crate::linear::fp8_dialect::f16_to_f32(f32_to_f16(v));
+    (stored(lo), stored((hi - lo) / levels))
+}
+
+impl GgmlType for Q4_1 {
+    const NAME: &'static str = "q4_1";
+    const GGML_TYPE: u32 = 3;
+    const ELEMS: usize = 32;
+    const BYTES: usize = 20;
+    const HALF_SCALES: &'static [usize] = &[0, 2];
+
+    fn dequantize_block(b: &[u8], out: &mut [f32]) {
+        let (d, m) = (f16_at(b, 0), f16_at(b, 2));
+        let (lo, hi) = out.split_at_mut(16);
+        for (j, &q) in b[4..20].iter().enumerate() {
+            lo[j] = d * f32::from(q & 0x0F) + m;
+            hi[j] = d * f32::from(q >> 4) + m;
+        }
+    }
+
+    fn quantize_block(x: &[f32], b: &mut [u8]) {
+        let (m, d) = min_step(x, 15.0);
+        let id = inverse(d);
+        put_f16(b, 0, d);
+        put_f16(b, 2, m);
+        let code = |v: f32| ((v - m) * id).round().clamp(0.0, 15.0) as u8;
+        for j in 0..16 {
+            b[4 + j] = code(x[j]) | (code(x[j + 16]) << 4);
+        }
+    }
+}

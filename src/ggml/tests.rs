@@ -1,0 +1,156 @@
+//! Each type's dequantization against its layout written out by hand (an
+//! independent decoding of the same ggml facts, weight by weight), the
+//! half conversion, and quantize -> dequantize within one step.
+
+use super::*;
+use crate::linear::fp8_dialect::f16_to_f32;
+use crate::testutil::rand_vec;
+
+/// A block of `T` with random code bytes and random finite half scales
+/// of both signs.
+fn random_block<T: GgmlType>(seed: u64) -> Vec<u8> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    let mut b: Vec<u8> = (0..T::BYTES).map(|_| next() as u8).collect();
+    for &o in T::HALF_SCALES {
+        // Exponent field 0..=30: finite; the sign bit random.
+        let h = ((next() % 31) << 10) as u16 | (next() as u16 & 0x83FF);
+        b[o..o + 2].copy_from_slice(&h.to_le_bytes());
+    }
+    b
+}
+
+fn half(b: &[u8], o: usize) -> f32 {
+    f16_to_f32(u16::from_le_bytes([b[o], b[o + 1]]))
+}
+
+fn nib(b: u8, hi: bool) -> u8 {
+    if hi {
+        b >> 4
+    } else {
+        b & 15
+    }
+}
+
+/// Weight `i` of block `b` of type `name`, straight from the layout.
+fn by_hand(name: &str, b: &[u8], i: usize) -> f32 {
+    match name {
+        "q8_0" => half(b, 0) * f32::from(b[2 + i] as i8),
+        "q4_0" => half(b, 0) * (f32::from(nib(b[2 + i % 16], i >= 16)) - 8.0),
+        "q4_1" => half(b, 0) * f32::from(nib(b[4 + i % 16], i >= 16)) + half(b, 2),
+        "q5_0" | "q5_1" => {
+            let base = if name == "q5_0" { 2 } else { 4 };
+            let qh = u32::from_le_bytes(b[base..base + 4].try_into().unwrap());
+            let q = nib(b[base + 4 + i % 16], i >= 16) | ((((qh >> i) & 1) as u8) << 4);
+            if name == "q5_0" {
+                half(b, 0) * (f32::from(q) - 16.0)
+            } else {
+                half(b, 0) * f32::from(q) + half(b, 2)
+            }
+        }
+        "q4_k" | "q5_k" => {
+            let (j, c, l) = (i / 32, i / 64, i % 32);
+            let s = &b[4..16];
+            let (sc, m) = if j < 4 {
+                (s[j] & 63, s[j + 4] & 63)
+            } else {
+                (
+                    (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4),
+                    (s[j + 4] >> 4) | ((s[j] >> 6) << 4),
+                )
+            };
+            let qs = if name == "q4_k" { 16 } else { 48 };
+            let mut q = nib(b[qs + 32 * c + l], j % 2 == 1);
+            if name == "q5_k" {
+                q |= ((b[16 + l] >> j) & 1) << 4;
+            }
+            (half(b, 0) * f32::from(sc)) * f32::from(q) - half(b, 2) * f32::from(m)
+        }
+        "q6_k" => {
+            let (n, r) = (i / 128, i % 128);
+            let (g, l) = (r / 32, r % 32);
+            let lo = nib(b[64 * n + 32 * (g % 2) + l], g >= 2);
+            let hi = (b[128 + 32 * n + l] >> (2 * g)) & 3;
+            let q = i32::from(lo | (hi << 4)) - 32;
+            (half(b, 208) * f32::from(b[192 + i / 16] as i8)) * q as f32
+        }
+        _ => unreachable!(),
+    }
+}
+
+fn check_type<T: GgmlType>() {
+    let mut out = vec![0f32; T::ELEMS];
+    for seed in 1..200 {
+        let b = random_block::<T>(seed);
+        T::dequantize_block(&b, &mut out);
+        for (i, &v) in out.iter().enumerate() {
+            let want = by_hand(T::NAME, &b, i);
+            assert_eq!(v.to_bits(), want.to_bits(), "{} seed {seed} [{i}]", T::NAME);
+        }
+    }
+    // quantize -> dequantize stays within one code step of each weight.
+    let x: Vec<f32> = rand_vec(T::ELEMS, 5).iter().map(|v| 2.0 * v).collect();
+    let mut b = vec![0u8; T::BYTES];
+    T::quantize_block(&x, &mut b);
+    T::dequantize_block(&b, &mut out);
+    let range = x.iter().fold(0f32, |m, v| m.max(v.abs())) * 2.0;
+    let levels = match T::NAME {
+        "q8_0" => 254.0,
+        "q4_0" | "q4_1" => 15.0,
+        "q6_k" => 63.0,
+        _ => 31.0,
+    };
+    // K types also round their 6-bit sub-block scales: a looser bound.
+    let slack = if T::ELEMS == 256 { 2.0 } else { 1.0 };
+    for (i, (&a, &q)) in x.iter().zip(&out).enumerate() {
+        assert!(
+            (a - q).abs() <= slack * range / levels,
+            "{} [{i}] {a} vs {q}",
+            T::NAME
+        );
+    }
+}
+
+#[test]
+fn every_type_decodes_its_layout_bit_for_bit() {
+    check_type::<Q8_0>();
+    check_type::<Q4_0>();
+    check_type::<Q4_1>();
+    check_type::<Q5_0>();
+    check_type::<Q5_1>();
+    check_type::<Q4K>();
+    check_type::<Q5K>();
+    check_type::<Q6K>();
+}
+
+#[test]
+fn f16_at_is_f16_to_f32_for_every_half() {
+    for h in 0u16..=0xFFFF {
+        let (a, b) = (f16_at(&h.to_le_bytes(), 0), f16_to_f32(h));
+        assert!(
+            a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
+            "{h:#06x}"
+        );
+    }
+}
+
+#[test]
+fn f32_to_f16_rounds_to_nearest_even() {
+    for h in 0u16..=0xFFFF {
+        let v = f16_to_f32(h);
+        if v.is_finite() {
+            assert_eq!(f32_to_f16(v), h, "{h:#06x}");
+        }
+    }
+    assert_eq!(f32_to_f16(65519.0), 0x7BFF);
+    assert_eq!(f32_to_f16(65520.0), 0x7C00);
+    assert_eq!(f32_to_f16(1.0 + 2f32.powi(-11)), 0x3C00); // tie to even
+    assert_eq!(f32_to_f16(1.0 + 3.0 * 2f32.powi(-11)), 0x3C02);
+    assert_eq!(f32_to_f16(2f32.powi(-25)), 0); // tie to even (0)
+    assert_eq!(f32_to_f16(3.0 * 2f32.powi(-26)), 1);
+}

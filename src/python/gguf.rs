@@ -1,0 +1,150 @@
+//! `GgufWeight`: one GGUF block-quantized weight of any `crate::ggml`
+//! type, its packed blocks kept as the file stores them.
+
+use numpy::{PyArray2, PyArrayDyn, PyUntypedArrayMethods};
+use pyo3::prelude::*;
+
+use super::arrays::input;
+use super::errors::invalid;
+use super::fp8::u8_input;
+use crate::error::QuantError;
+use crate::format::{GgufBlocks, GgufWeight as Packed, WeightFormat};
+use crate::ggml::{GgmlType, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8_0};
+
+/// Declares the weight of every type and the dispatch over them.
+macro_rules! types {
+    ($($v:ident => $t:ty),*) => {
+        #[derive(Clone, Debug)]
+        enum AnyWeight {
+            $($v(Packed<$t>),)*
+        }
+
+        /// The type names `from_bytes` accepts.
+        const NAMES: &[&str] = &[$(<$t as GgmlType>::NAME,)*];
+
+        impl AnyWeight {
+            fn new(name: &str, data: Vec<u8>, out: usize, inf: usize) -> PyResult<Self> {
+                $(if name == <$t as GgmlType>::NAME {
+                    return Ok(AnyWeight::$v(Packed::new(data, out, inf)?));
+                })*
+                Err(invalid("type", format!("expected one of {NAMES:?}, got {name:?}")))
+            }
+
+            fn name(&self) -> &'static str {
+                match self { $(AnyWeight::$v(_) => <$t as GgmlType>::NAME,)* }
+            }
+
+            fn bytes(&self) -> &[u8] {
+                match self { $(AnyWeight::$v(w) => w.bytes(),)* }
+            }
+
+            fn shape(&self) -> [usize; 2] {
+                match self { $(AnyWeight::$v(w) => GgufBlocks::<$t>::shape(w),)* }
+            }
+
+            fn dequantize(&self) -> Vec<f32> {
+                match self { $(AnyWeight::$v(w) => GgufBlocks::<$t>::dequantize(w),)* }
+            }
+
+            fn matmul(&self, x: &[f32], rows: usize, y: &mut [f32]) -> crate::error::Result<()> {
+                match self {
+                    $(AnyWeight::$v(w) => GgufBlocks::<$t>::matmul(w, x, rows, None, y),)*
+                }
+            }
+        }
+    };
+}
+
+types!(Q8_0 => Q8_0, Q4_0 => Q4_0, Q4_1 => Q4_1, Q5_0 => Q5_0, Q5_1 => Q5_1,
+       Q4K => Q4K, Q5K => Q5K, Q6K => Q6K);
+
+/// A `[out, in]` weight as GGUF blocks of one ggml type (`q8_0`, `q4_0`,
+/// `q4_1`, `q5_0`, `q5_1`, `q4_k`, `q5_k`, `q6_k`), packed as in the file.
+#[pyclass(name = "GgufWeight", module = "quantrs._core", frozen)]
+pub struct PyGgufWeight {
+    inner: AnyWeight,
+}
+
+#[pymethods]
+impl PyGgufWeight {
+    /// The weight of `type` and `shape` `(out, in)` from its packed blocks
+    /// (`buffer`, uint8, any shape, copied once); checks the length and
+    /// that every half scale is finite.
+    #[staticmethod]
+    #[pyo3(signature = (r#type, shape, buffer), text_signature = "(type, shape, buffer)")]
+    fn from_bytes(
+        py: Python<'_>,
+        r#type: &str,
+        shape: (usize, usize),
+        buffer: &Bound<'_, PyAny>,
+    ) -> PyResult<Self> {
+        let name = r#type.to_ascii_lowercase();
+        let codes = u8_input(buffer, "buffer")?;
+        let data = codes.as_slice().map_err(|e| invalid("buffer", e))?.to_vec();
+        let (out, inf) = shape;
+        let inner = py.detach(|| AnyWeight::new(&name, data, out, inf))?;
+        Ok(PyGgufWeight { inner })
+    }
+
+    /// The ggml type name (`q4_0`, ...).
+    #[getter]
+    fn r#type(&self) -> &'static str {
+        self.inner.name()
+    }
+
+    /// `(out, in)`.
+    #[getter]
+    fn shape(&self) -> (usize, usize) {
+        let [o, i] = self.inner.shape();
+        (o, i)
+    }
+
+    /// Bytes of packed blocks.
+    #[getter]
+    fn nbytes(&self) -> usize {
+        self.inner.bytes().len()
+    }
+
+    /// The packed blocks as a uint8 array (a copy).
+    fn to_bytes<'py>(&self, py: Python<'py>) -> Bound<'py, numpy::PyArray1<u8>> {
+        numpy::PyArray1::from_slice(py, self.inner.bytes())
+    }
+
+    /// The float32 weight `[out, in]`, exactly as ggml decodes it.
+    fn dequantize<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray2<f32>>> {
+        let [o, i] = self.inner.shape();
+        let w = py.detach(|| self.inner.dequantize());
+        let arr =
+            numpy::ndarray::Array2::from_shape_vec((o, i), w).map_err(|e| invalid("weight", e))?;
+        Ok(PyArray2::from_owned_array(py, arr))
+    }
+
+    /// `x @ W.T` for float32 `x [..., in]` -> `[..., out]`.
+    fn matmul<'py>(&self, x: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
+        let py = x.py();
+        let xa = input::<f32>(x, "x")?;
+        let [o, i] = self.inner.shape();
+        let shape = xa.shape().to_vec();
+        if shape.last() != Some(&i) {
+            return Err(QuantError::dims("x", format!("[..., {i}]"), format!("{shape:?}")).into());
+        }
+        let rows = shape[..shape.len() - 1].iter().product::<usize>();
+        let src = xa.as_slice().map_err(|e| invalid("x", e))?;
+        let mut y = vec![0f32; rows * o];
+        py.detach(|| self.inner.matmul(src, rows, &mut y))?;
+        let mut out_shape = shape;
+        *out_shape.last_mut().unwrap_or(&mut 0) = o;
+        let arr =
+            numpy::ndarray::ArrayD::from_shape_vec(out_shape, y).map_err(|e| invalid("x", e))?;
+        Ok(PyArrayDyn::from_owned_array(py, arr))
+    }
+
+    fn __repr__(&self) -> String {
+        let [o, i] = self.inner.shape();
+        format!("GgufWeight(type='{}', shape=({o}, {i}))", self.inner.name())
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyGgufWeight>()
+}
