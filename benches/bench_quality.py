@@ -101,31 +101,6 @@ def perplexity(model, windows: torch.Tensor) -> float:
     return math.exp(nll / count)
 
 
-@torch.no_grad()
-def importance(model, linears, calib: torch.Tensor) -> dict[str, np.ndarray]:
-    """Each linear's mean x^2 per input over the calibration windows."""
-    sums = {n: torch.zeros(m.in_features, dtype=torch.float64) for n, m in linears.items()}
-    count = [0]
-
-    def hook(name):
-        def pre(_mod, args):
-            x = args[0].reshape(-1, args[0].shape[-1]).double()
-            sums[name] += (x * x).sum(0)
-            if name == next(iter(linears)):
-                count[0] += x.shape[0]
-
-        return pre
-
-    handles = [m.register_forward_pre_hook(hook(n)) for n, m in linears.items()]
-    try:
-        for w in calib:
-            model(w[None])
-    finally:
-        for h in handles:
-            h.remove()
-    return {n: (s / count[0]).float().numpy() for n, s in sums.items()}
-
-
 def swap_weights(linears, originals, quantize) -> float:
     """Replace each weight by ``quantize(name, w_in_out)`` (a dequantized float32
     [in, out] array and its stored bytes); return bits per weight."""
@@ -195,7 +170,7 @@ def main() -> None:
         if use_imat and imat is None:
             for n, m in linears.items():
                 m.weight.data.copy_(originals[n])
-            imat = importance(model, linears, calib)
+            imat = qt.collect_importance(model, calib[:, None], lambda _m, n: n in linears)
 
         def quantize(lname, w, method=method, gs=gs, use_imat=use_imat):
             qw = quantrs.QuantizedWeight.quantize(

@@ -35,6 +35,8 @@ mod matvec;
 mod quantize;
 mod rows;
 mod scale_search;
+#[cfg(test)]
+mod scale_search_tests;
 mod serde;
 #[cfg(target_arch = "x86_64")]
 mod strips;
