@@ -53,8 +53,8 @@ pub use a8::Activations;
 /// linear layers' batched forward (`crate::linear::kernels`).
 pub(crate) use dispatch::Gemm as GemmKernels;
 pub use dispatch::MatvecKernel;
-pub use scale_search::ScaleMethod;
 pub(crate) use format::{panel_stride, NR as PANEL_WIDTH};
+pub use scale_search::ScaleMethod;
 
 /// Default group size along the input dimension.
 pub const DEFAULT_GROUP_SIZE: usize = 32;

@@ -39,18 +39,31 @@ fn full_maps_the_largest_value_to_minus_eight() {
 
 #[test]
 fn search_is_never_worse_than_rtn_or_full() {
-    for (seed, (k, n, gs)) in [(64, 16, 32), (576, 8, 128), (33, 5, 8)].into_iter().enumerate() {
+    for (seed, (k, n, gs)) in [(64, 16, 32), (576, 8, 128), (33, 5, 8)]
+        .into_iter()
+        .enumerate()
+    {
         let w = rand_vec(k * n, 30 + seed as u64);
-        let imp: Vec<f32> = rand_vec(k, 60 + seed as u64).iter().map(|v| v * v).collect();
+        let imp: Vec<f32> = rand_vec(k, 60 + seed as u64)
+            .iter()
+            .map(|v| v * v)
+            .collect();
         let ones = vec![1.0f32; k];
         for weights in [None, Some(&imp[..])] {
-            let m = |method| QuantizedWeight::quantize_method(&w, k, n, gs, method, weights).unwrap();
+            let m =
+                |method| QuantizedWeight::quantize_method(&w, k, n, gs, method, weights).unwrap();
             let e = weights.unwrap_or(&ones);
             let search = error(&m(ScaleMethod::Search), &w, e, n);
             let rtn = error(&m(ScaleMethod::Rtn), &w, e, n);
             let full = error(&m(ScaleMethod::Full), &w, e, n);
-            assert!(search <= rtn * (1.0 + 1e-5), "{k}x{n}: {search} > rtn {rtn}");
-            assert!(search <= full * (1.0 + 1e-5), "{k}x{n}: {search} > full {full}");
+            assert!(
+                search <= rtn * (1.0 + 1e-5),
+                "{k}x{n}: {search} > rtn {rtn}"
+            );
+            assert!(
+                search <= full * (1.0 + 1e-5),
+                "{k}x{n}: {search} > full {full}"
+            );
             // Random weights: using all 16 codes and the best scale wins clearly over absmax / 7.
             assert!(search < 0.9 * rtn, "{k}x{n}: {search} vs rtn {rtn}");
         }

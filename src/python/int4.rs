@@ -204,9 +204,14 @@ pymethods_with_getters!(PyQuantizedWeight, {}, {
         importance: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let method = ScaleMethod::parse(method).ok_or_else(|| {
-            invalid("method", format!("expected 'rtn', 'full' or 'search', got {method:?}"))
+            invalid(
+                "method",
+                format!("expected 'rtn', 'full' or 'search', got {method:?}"),
+            )
         })?;
-        let imp = importance.map(|a| input::<f32>(a, "importance")).transpose()?;
+        let imp = importance
+            .map(|a| input::<f32>(a, "importance"))
+            .transpose()?;
         let imp = match &imp {
             Some(a) if a.ndim() != 1 => {
                 return Err(QuantError::dims(

@@ -128,15 +128,19 @@ def test_quantize_calibration_gives_the_importance():
     model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8))
     batches = [torch.randn(5, 64) * torch.linspace(0.1, 4, 64) for _ in range(3)]
     x = torch.cat(batches).double()
-    h = torch.relu(x @ model[0].weight.double().t() + model[0].bias.double())
+    with torch.no_grad():
+        h = torch.relu(x @ model[0].weight.double().t() + model[0].bias.double())
     want = {"0": (x * x).mean(0).numpy(), "2": (h * h).mean(0).numpy()}
+    imp = qt.collect_importance(model, batches, lambda m, n: True)
+    assert sorted(imp) == ["0", "2"]
+    for n in want:
+        np.testing.assert_allclose(imp[n], want[n], rtol=1e-5)
     weights = {n: model[int(n)].weight.detach().t().contiguous().numpy() for n in want}
     qt.quantize_(model, "int4", quantizer="search", calibration=batches)
-    for n, imp in want.items():
-        ref = QuantizedWeight.quantize(
-            weights[n], group_size=32, method="search", importance=imp.astype(np.float32)
-        )
-        got = model[int(n)].quantized_weight()
-        np.testing.assert_array_equal(got.dequantize(), ref.dequantize())
+    for n in want:
+        ref = QuantizedWeight.quantize(weights[n], group_size=32, method="search", importance=imp[n])
+        np.testing.assert_array_equal(model[int(n)].quantized_weight().dequantize(), ref.dequantize())
     with pytest.raises(quantrs.InvalidArgument, match="quantizer|method"):
         qt.quantize_(torch.nn.Sequential(torch.nn.Linear(4, 4)), "int4", quantizer="nope")
+    with pytest.raises(quantrs.InvalidArgument, match="calibration"):
+        qt.quantize_(torch.nn.Sequential(torch.nn.Linear(4, 4)), "int4", calibration=[])
