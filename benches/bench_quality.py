@@ -149,7 +149,9 @@ def main() -> None:
     calib, evals = ids[:CALIB_WINDOWS], ids[CALIB_WINDOWS:]
     linears = block_linears(model)
     originals = {n: m.weight.detach().clone() for n, m in linears.items()}
-    print(f"{len(linears)} linears, {evals.numel()} evaluation tokens; load {time.time() - t0:.0f}s")
+    print(
+        f"{len(linears)} linears, {evals.numel()} evaluation tokens; load {time.time() - t0:.0f}s"
+    )
     want = [r for r in args.rows.split(",") if r]
     pick = (lambda r: r in want) if want else (lambda r: True)
     rows = []

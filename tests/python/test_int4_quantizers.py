@@ -47,7 +47,9 @@ def test_rtn_is_the_default_grid(k, n, gs):
     old = QuantizedWeight.quantize(w, group_size=gs)
     rtn = QuantizedWeight.quantize(w, group_size=gs, method="rtn")
     assert old == rtn
-    np.testing.assert_array_equal(rtn.dequantize(), quantrs.reference.int4._fake_quantize_int4(w, gs))
+    np.testing.assert_array_equal(
+        rtn.dequantize(), quantrs.reference.int4._fake_quantize_int4(w, gs)
+    )
 
 
 @pytest.mark.parametrize(("k", "n", "gs"), [(64, 8, 32), (70, 5, 16), (576, 3, 128)])
@@ -96,7 +98,9 @@ def test_search_matches_numpy_error(k, n, gs, weighted):
     ref = weighted_err(w, numpy_search(w, qw.group_size, imp), imp)
     assert ours == pytest.approx(ref, rel=1e-4)
     for other in ("rtn", "full"):
-        e = weighted_err(w, QuantizedWeight.quantize(w, group_size=gs, method=other).dequantize(), imp)
+        e = weighted_err(
+            w, QuantizedWeight.quantize(w, group_size=gs, method=other).dequantize(), imp
+        )
         assert ours <= e * (1 + 1e-6), other
     # The codes are the nearest ones at the stored scales (one format for every method).
     s = np.asarray(qw.scales).reshape(-1, n)
@@ -138,8 +142,12 @@ def test_quantize_calibration_gives_the_importance():
     weights = {n: model[int(n)].weight.detach().t().contiguous().numpy() for n in want}
     qt.quantize_(model, "int4", quantizer="search", calibration=batches)
     for n in want:
-        ref = QuantizedWeight.quantize(weights[n], group_size=32, method="search", importance=imp[n])
-        np.testing.assert_array_equal(model[int(n)].quantized_weight().dequantize(), ref.dequantize())
+        ref = QuantizedWeight.quantize(
+            weights[n], group_size=32, method="search", importance=imp[n]
+        )
+        np.testing.assert_array_equal(
+            model[int(n)].quantized_weight().dequantize(), ref.dequantize()
+        )
     with pytest.raises(quantrs.InvalidArgument, match="quantizer|method"):
         qt.quantize_(torch.nn.Sequential(torch.nn.Linear(4, 4)), "int4", quantizer="nope")
     with pytest.raises(quantrs.InvalidArgument, match="calibration"):
