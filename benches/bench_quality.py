@@ -174,9 +174,9 @@ def main() -> None:
                 m.weight.data.copy_(originals[n])
             imat = qt.collect_importance(model, calib[:, None], lambda _m, n: n in linears)
 
-        def quantize(lname, w, method=method, gs=gs, use_imat=use_imat):
+        def quantize(lname, w, method=method, gs=gs, imp=imat if use_imat else None):
             qw = quantrs.QuantizedWeight.quantize(
-                w, group_size=gs, method=method, importance=imat[lname] if use_imat else None
+                w, group_size=gs, method=method, importance=None if imp is None else imp[lname]
             )
             return qw.dequantize(), qw.nbytes
 

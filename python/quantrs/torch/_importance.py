@@ -5,7 +5,8 @@ quantization error (docs/int4.md "Quantizers")."""
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from collections.abc import Iterable
+from typing import Callable
 
 import numpy as np
 import torch

@@ -11,7 +11,8 @@ with the kernel's output; no gradient flows through these modules.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from collections.abc import Iterable
+from typing import Callable
 
 import numpy as np
 import torch
