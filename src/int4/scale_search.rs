@@ -48,9 +48,6 @@ impl ScaleMethod {
 const STEPS: i32 = 10;
 const STEP: f32 = 0.1;
 
-/// Work below this many weights runs on the calling thread.
-const PAR_MIN_WEIGHTS: usize = 1 << 14;
-
 /// Scales `[num_groups * out_feat]` for `w` `[in_feat, out_feat]` by `method`;
 /// `importance` (length `in_feat`, finite, >= 0) weights the error of each
 /// input row in `Search` and is ignored otherwise.
@@ -78,14 +75,11 @@ pub fn scales(
             *s = group_scale(&x, &imp, method);
         }
     };
-    if w.len() >= PAR_MIN_WEIGHTS {
-        scales
-            .par_chunks_mut(out_feat)
-            .enumerate()
-            .for_each(one_group);
-    } else {
-        scales.chunks_mut(out_feat).enumerate().for_each(one_group);
-    }
+    // Always split by group: the search makes ~45 passes over each group.
+    scales
+        .par_chunks_mut(out_feat)
+        .enumerate()
+        .for_each(one_group);
     scales
 }
 
