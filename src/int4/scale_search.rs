@@ -18,7 +18,7 @@
 
 use rayon::prelude::*;
 
-use super::quantize::quantize_value;
+use super::quantize::{absmax_scales, quantize_value};
 use super::{Layout, MIN_SCALE};
 
 /// How the per-group scales are chosen (see the module docs).
@@ -59,6 +59,9 @@ pub fn scales(
     method: ScaleMethod,
     importance: Option<&[f32]>,
 ) -> Vec<f32> {
+    if method == ScaleMethod::Rtn {
+        return absmax_scales(w, in_feat, out_feat, layout);
+    }
     let gs = layout.group_size;
     let mut scales = vec![0.0f32; layout.num_groups * out_feat];
     let one_group = |(g, srow): (usize, &mut [f32])| {
