@@ -56,6 +56,8 @@ class QuantizedWeight:
         out_feat: int | None = None,
         *,
         group_size: int = 32,
+        method: Literal["rtn", "full", "search"] = "rtn",
+        importance: npt.ArrayLike | None = None,
     ) -> QuantizedWeight: ...
     @property
     def data(self) -> npt.NDArray[np.uint8]: ...

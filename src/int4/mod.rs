@@ -34,6 +34,9 @@ mod gemm;
 mod matvec;
 mod quantize;
 mod rows;
+mod scale_search;
+#[cfg(test)]
+mod scale_search_tests;
 mod serde;
 #[cfg(target_arch = "x86_64")]
 mod strips;
@@ -51,6 +54,7 @@ pub use a8::Activations;
 pub(crate) use dispatch::Gemm as GemmKernels;
 pub use dispatch::MatvecKernel;
 pub(crate) use format::{panel_stride, NR as PANEL_WIDTH};
+pub use scale_search::ScaleMethod;
 
 /// Default group size along the input dimension.
 pub const DEFAULT_GROUP_SIZE: usize = 32;
@@ -159,6 +163,34 @@ impl QuantizedWeight {
     ) -> Result<Self> {
         let layout = Self::check_input(w, in_feat, out_feat, group_size)?;
         let scales = quantize::absmax_scales(w, in_feat, out_feat, &layout);
+        Ok(Self::pack(w, in_feat, out_feat, &layout, scales))
+    }
+
+    /// Quantize `w` `[in_feat, out_feat]` with the scales chosen by `method`
+    /// (`ScaleMethod::Rtn` is [`Self::quantize_grouped`]); `importance`
+    /// (length `in_feat`, finite and >= 0: the mean `x^2` of each input over
+    /// calibration data) weights the error that `ScaleMethod::Search` minimizes.
+    pub fn quantize_method(
+        w: &[f32],
+        in_feat: usize,
+        out_feat: usize,
+        group_size: usize,
+        method: ScaleMethod,
+        importance: Option<&[f32]>,
+    ) -> Result<Self> {
+        let layout = Self::check_input(w, in_feat, out_feat, group_size)?;
+        if let Some(imp) = importance {
+            if imp.len() != in_feat {
+                return Err(QuantError::dims("importance", in_feat, imp.len()));
+            }
+            if let Some(i) = imp.iter().position(|v| !(v.is_finite() && *v >= 0.0)) {
+                return Err(QuantError::arg(format!(
+                    "importance[{i}]: expected finite and >= 0, got {}",
+                    imp[i]
+                )));
+            }
+        }
+        let scales = scale_search::scales(w, in_feat, out_feat, &layout, method, importance);
         Ok(Self::pack(w, in_feat, out_feat, &layout, scales))
     }
 

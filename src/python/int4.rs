@@ -12,7 +12,7 @@ use super::errors::invalid;
 use super::fields::pymethods_with_getters;
 use super::gpu::CudaWeight;
 use crate::error::QuantError;
-use crate::int4::{Activations, QuantizedWeight as Core};
+use crate::int4::{Activations, QuantizedWeight as Core, ScaleMethod};
 use crate::linear::Device;
 
 /// Packed INT4 weight `[in_feat, out_feat]` with one f32 scale per group of
@@ -187,16 +187,43 @@ pymethods_with_getters!(PyQuantizedWeight, {}, {
     }
 
     /// Quantize `w` (float32 `[in_feat, out_feat]`; or flat with `in_feat` and
-    /// `out_feat` given: the flat form of the Rust `quantize`) with absmax scales per group.
+    /// `out_feat` given: the flat form of the Rust `quantize`), one scale per group
+    /// chosen by `method` ("rtn": absmax / 7, "full": max / -8, "search": least weighted
+    /// squared error; docs/int4.md "Quantizers"), `importance` (float32 `[in_feat]`,
+    /// >= 0: each input's mean x^2) weighting the error of "search".
     #[staticmethod]
-    #[pyo3(signature = (w, in_feat = None, out_feat = None, *, group_size = 32))]
+    #[pyo3(signature = (w, in_feat = None, out_feat = None, *, group_size = 32, method = "rtn", importance = None))]
+    #[allow(clippy::too_many_arguments)]
     fn quantize(
         py: Python<'_>,
         w: &Bound<'_, PyAny>,
         #[pyo3(from_py_with = crate::python::sizes::opt_in_feat)] in_feat: Option<usize>,
         #[pyo3(from_py_with = crate::python::sizes::opt_out_feat)] out_feat: Option<usize>,
         #[pyo3(from_py_with = crate::python::sizes::group_size)] group_size: usize,
+        method: &str,
+        importance: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        let method = ScaleMethod::parse(method).ok_or_else(|| {
+            invalid(
+                "method",
+                format!("expected 'rtn', 'full' or 'search', got {method:?}"),
+            )
+        })?;
+        let imp = importance
+            .map(|a| input::<f32>(a, "importance"))
+            .transpose()?;
+        let imp = match &imp {
+            Some(a) if a.ndim() != 1 => {
+                return Err(QuantError::dims(
+                    "importance",
+                    "a 1-D array [in_feat]",
+                    format!("shape {:?}", a.shape()),
+                )
+                .into())
+            }
+            Some(a) => Some(a.as_slice().map_err(|e| invalid("importance", e))?),
+            None => None,
+        };
         let wa = input::<f32>(w, "w")?;
         let shape = wa.shape().to_vec();
         let (k, n) = match (in_feat, out_feat) {
@@ -229,7 +256,7 @@ pymethods_with_getters!(PyQuantizedWeight, {}, {
             }
         };
         let ws = wa.as_slice().map_err(|e| invalid("w", e))?;
-        let inner = py.detach(|| Core::quantize_grouped(ws, k, n, group_size))?;
+        let inner = py.detach(|| Core::quantize_method(ws, k, n, group_size, method, imp))?;
         Ok(PyQuantizedWeight::host(inner))
     }
 

@@ -95,6 +95,28 @@ def test_int4_round_trip_bit_exact(ckpt, tmp_path, capsys, group_size):
 
 
 @needs_int4
+@pytest.mark.parametrize("method", ["full", "search"])
+def test_int4_method_flag(ckpt, tmp_path, method):
+    src, tensors = ckpt
+    dst = tmp_path / "out.safetensors"
+    assert quantize(src, dst, "--format", "int4", "--group-size", "64", "--method", method) == 0
+    for name, w in weights_2d(tensors).items():
+        want = quantrs.QuantizedWeight.quantize(
+            np.ascontiguousarray(w.astype(np.float32).T), group_size=64, method=method
+        )
+        assert load_int4(dst, name) == want, name
+        assert (
+            want
+            != quantrs.QuantizedWeight.quantize(
+                np.ascontiguousarray(w.astype(np.float32).T), group_size=64
+            )
+            or w.shape[1] < 2
+        ), name
+    with pytest.raises(SystemExit):
+        quantize(src, tmp_path / "x.safetensors", "--format", "int4", "--method", "gptq")
+
+
+@needs_int4
 def test_int4_bf16_input(tmp_path):
     w = np.random.default_rng(1).standard_normal((24, 48)).astype(np.float32)
     bits = bf16(w)

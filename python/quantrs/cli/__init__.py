@@ -67,6 +67,13 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--format", required=True, choices=["int4", "fp8"], help="target format")
     q.add_argument("--group-size", type=_positive, default=32, help="INT4 group size, even (32)")
     q.add_argument(
+        "--method",
+        choices=["rtn", "full", "search"],
+        default="rtn",
+        help="INT4 scales: rtn (absmax/7), full (max/-8), search (least squared error); "
+        "docs/int4.md",
+    )
+    q.add_argument(
         "--layout",
         choices=["compressed-tensors", "mistralrs"],
         default="compressed-tensors",
@@ -160,6 +167,7 @@ def _cmd_quantize(args) -> int:
         progress=not args.no_progress,
         layout=args.layout,
         selector=selector,
+        method=args.method,
     )
     if os.path.isdir(args.input):
         rows, summary = quantize_folder(args.input, args.output, args.format, **opts)

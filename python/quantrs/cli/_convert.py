@@ -37,12 +37,12 @@ def _transposed_f32(reader: StReader, t: TensorInfo) -> np.ndarray:
     return wt
 
 
-def int4_tensor(reader: StReader, t: TensorInfo, meta: dict, group_size: int):
+def int4_tensor(reader: StReader, t: TensorInfo, meta: dict, group_size: int, method: str = "rtn"):
     """``[qweight [num_pairs, out] u8, scales [num_groups, out] f32]`` and the error."""
     from .. import QuantizedWeight
 
     wt = _transposed_f32(reader, t)
-    qw = QuantizedWeight.quantize(wt, group_size=group_size)
+    qw = QuantizedWeight.quantize(wt, group_size=group_size, method=method)
     m = meta
     data = np.asarray(qw.data).reshape(-1, m["out_feat"])
     scales = np.asarray(qw.scales).reshape(-1, m["out_feat"])

@@ -84,6 +84,7 @@ def quantize_folder(
     progress: bool = True,
     layout: str = "compressed-tensors",
     selector: Selector | None = None,
+    method: str = "rtn",
 ) -> tuple[list[dict], dict]:
     """Quantize model folder ``src`` into folder ``dst``; ``(rows, summary)``."""
     check_options(fmt, group_size, layout)
@@ -109,7 +110,7 @@ def quantize_folder(
         rows, weight_map = [], {}
         for shard in shards:
             shard_rows = quantize_file(
-                shard, tmp / shard.name, fmt, group_size, progress, layout, selector
+                shard, tmp / shard.name, fmt, group_size, progress, layout, selector, method
             )
             for r in shard_rows:
                 r["shard"] = shard.name

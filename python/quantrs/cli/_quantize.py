@@ -94,9 +94,11 @@ def quantize_file(
     progress: bool = True,
     layout: str = "compressed-tensors",
     selector: Selector | None = None,
+    method: str = "rtn",
 ) -> list[dict]:
     """Quantize the file ``src`` into ``dst`` (atomically); return one report row per
-    tensor. ``selector`` (default: linear weights only) picks the tensors."""
+    tensor. ``selector`` (default: linear weights only) picks the tensors; ``method`` is
+    the INT4 quantizer (``QuantizedWeight.quantize``'s, docs/int4.md "Quantizers")."""
     check_options(fmt, group_size, layout)
     selector = selector or Selector()
     src, dst = Path(src), Path(dst)
@@ -136,7 +138,7 @@ def quantize_file(
                         err = None
                     else:
                         arrays, err = (
-                            int4_tensor(reader, t, j.meta, group_size)
+                            int4_tensor(reader, t, j.meta, group_size, method)
                             if j.kind == "int4"
                             else fp8_tensor(reader, t)
                         )

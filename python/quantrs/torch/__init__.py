@@ -11,13 +11,14 @@ tensors (4-bit optimizers and inference modules; docs/gpu.md) through DLPack, an
 - :class:`QatAdamW`: quantization-aware training (float32 masters, fake-quantized
   parameters); :func:`broadcast_views` after wrapping it in ``ZeroRedundancyOptimizer``;
 - :class:`Int4Linear`, :class:`FP8Linear`, :func:`quantize_`: inference modules replacing
-  ``nn.Linear``.
+  ``nn.Linear``; :func:`collect_importance`: each linear's mean input ``x^2`` (imatrix).
 """
 
 from __future__ import annotations
 
 from ._adam import Adam4bit, AdamW4bit
 from ._gguf import GgufLinear, load_gguf_llama
+from ._importance import collect_importance
 from ._modules import FP8Linear, Int4Linear, default_filter, quantize_
 from ._qat import QatAdamW
 from ._zero import broadcast_views
@@ -30,6 +31,7 @@ __all__ = [
     "Int4Linear",
     "QatAdamW",
     "broadcast_views",
+    "collect_importance",
     "default_filter",
     "load_gguf_llama",
     "quantize_",

