@@ -35,6 +35,7 @@ mod matvec;
 mod quantize;
 mod rows;
 mod serde;
+mod transposed;
 #[cfg(target_arch = "x86_64")]
 mod strips;
 #[cfg(target_arch = "x86_64")]

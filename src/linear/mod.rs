@@ -41,6 +41,7 @@ pub(crate) mod dispatch;
 #[cfg(target_arch = "x86_64")]
 mod dots;
 mod format;
+pub(crate) mod grad_input;
 mod fp8_dialect;
 mod fp8_linear;
 mod int4_linear;

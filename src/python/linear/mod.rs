@@ -12,6 +12,7 @@
 mod base;
 mod convert;
 mod fp8;
+mod grad;
 mod isq;
 mod py_layer;
 
