@@ -6,8 +6,8 @@ use super::row_forward::forward_rows;
 use super::weight_format::{Block, FormatInfo, RowOrder, ScaleStorage, WeightFormat};
 use crate::error::{QuantError, Result};
 use crate::linear::dispatch::Dots;
-use crate::linear::kernels::RowSource;
 use crate::linear::grad_input::grad_input_rows;
+use crate::linear::kernels::RowSource;
 use crate::linear::serde::{Reader, Writer};
 
 /// The float32 format.

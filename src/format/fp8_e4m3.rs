@@ -13,8 +13,8 @@ use super::weight_format::{Block, FormatInfo, GpuKernels, RowOrder, ScaleStorage
 use crate::error::{QuantError, Result};
 use crate::fp8::{decode_slice, encode_slice, Fp8Format};
 use crate::linear::dispatch::Dots;
-use crate::linear::kernels::RowSource;
 use crate::linear::grad_input::grad_input_rows;
+use crate::linear::kernels::RowSource;
 use crate::linear::serde::{DType, Reader, Writer};
 
 const FMT: Fp8Format = Fp8Format::E4M3;

@@ -9,8 +9,8 @@ use super::row_forward::forward_rows;
 use super::weight_format::{Block, FormatInfo, GpuKernels, RowOrder, ScaleStorage, WeightFormat};
 use crate::error::{QuantError, Result};
 use crate::linear::dispatch::Dots;
-use crate::linear::kernels::RowSource;
 use crate::linear::grad_input::grad_input_rows;
+use crate::linear::kernels::RowSource;
 use crate::linear::serde::{DType, Reader, Writer};
 
 /// The per-row int8 format.

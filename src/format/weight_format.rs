@@ -165,7 +165,9 @@ pub trait WeightFormat: Sized + Clone + Debug + Send + Sync + 'static {
     /// f32 weight is never materialized in full).
     fn matmul_transposed(w: &Self::Weight, g: &[f32], rows: usize, dx: &mut [f32]) -> Result<()> {
         let [out_feat, in_feat] = Self::shape(w);
-        if rows.checked_mul(out_feat) != Some(g.len()) || rows.checked_mul(in_feat) != Some(dx.len()) {
+        if rows.checked_mul(out_feat) != Some(g.len())
+            || rows.checked_mul(in_feat) != Some(dx.len())
+        {
             return Err(QuantError::dims(
                 "grad_output / dx",
                 format!("[{rows}, {out_feat}] / [{rows}, {in_feat}]"),

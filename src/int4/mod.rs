@@ -35,9 +35,9 @@ mod matvec;
 mod quantize;
 mod rows;
 mod serde;
-mod transposed;
 #[cfg(target_arch = "x86_64")]
 mod strips;
+mod transposed;
 #[cfg(target_arch = "x86_64")]
 mod vnni;
 mod xint;

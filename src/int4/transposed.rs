@@ -112,11 +112,20 @@ mod tests {
     /// Against the f64 product with the dequantized weight.
     #[test]
     fn matches_the_dequantized_product() {
-        for (inf, outf, gs, batch) in [(7, 5, 2, 3), (64, 33, 32, 2), (100, 17, 128, 1), (6, 9, 4, 0)] {
-            let w: Vec<f32> = (0..inf * outf).map(|i| ((i * 37 % 23) as f32 - 11.0) / 7.0).collect();
+        for (inf, outf, gs, batch) in [
+            (7, 5, 2, 3),
+            (64, 33, 32, 2),
+            (100, 17, 128, 1),
+            (6, 9, 4, 0),
+        ] {
+            let w: Vec<f32> = (0..inf * outf)
+                .map(|i| ((i * 37 % 23) as f32 - 11.0) / 7.0)
+                .collect();
             let q = QuantizedWeight::quantize_grouped(&w, inf, outf, gs).unwrap();
             let deq = q.dequantize();
-            let g: Vec<f32> = (0..batch * outf).map(|i| ((i * 13 % 17) as f32 - 8.0) / 3.0).collect();
+            let g: Vec<f32> = (0..batch * outf)
+                .map(|i| ((i * 13 % 17) as f32 - 8.0) / 3.0)
+                .collect();
             let mut dx = vec![f32::NAN; batch * inf];
             q.try_matmul_transposed(&g, batch, &mut dx).unwrap();
             for b in 0..batch {
@@ -128,7 +137,10 @@ mod tests {
                         mag += t.abs();
                     }
                     let err = (dx[b * inf + i] as f64 - r).abs();
-                    assert!(err <= outf as f64 * 2f64.powi(-23) * mag, "{err} at {b},{i}");
+                    assert!(
+                        err <= outf as f64 * 2f64.powi(-23) * mag,
+                        "{err} at {b},{i}"
+                    );
                 }
             }
         }

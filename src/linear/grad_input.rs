@@ -98,7 +98,11 @@ mod tests {
                     mag += t.abs();
                 }
                 let err = (dx[b * in_feat + i] as f64 - r).abs();
-                assert!(err <= out_feat as f64 * 2f64.powi(-23) * mag, "{} {err}", F::INFO.name);
+                assert!(
+                    err <= out_feat as f64 * 2f64.powi(-23) * mag,
+                    "{} {err}",
+                    F::INFO.name
+                );
             }
         }
         let mut short = vec![0f32; rows * in_feat + 1];

@@ -41,9 +41,9 @@ pub(crate) mod dispatch;
 #[cfg(target_arch = "x86_64")]
 mod dots;
 mod format;
-pub(crate) mod grad_input;
 mod fp8_dialect;
 mod fp8_linear;
+pub(crate) mod grad_input;
 mod int4_linear;
 mod int8_linear;
 mod isq;

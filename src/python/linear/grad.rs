@@ -50,7 +50,10 @@ macro_rules! quant_linear_grad {
             /// The input gradient `grad_output @ W` for float32
             /// `grad_output [..., out]`: `[..., in]`, computed without
             /// materializing the float32 weight.
-            fn grad_input<'py>(&self, grad_output: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+            fn grad_input<'py>(
+                &self,
+                grad_output: &Bound<'py, PyAny>,
+            ) -> PyResult<Bound<'py, PyAny>> {
                 if let Some(c) = &self.cuda {
                     return Err(host_only("grad_input", c.ordinal()));
                 }
