@@ -72,6 +72,48 @@ pub(crate) fn grad_input_rows<S: RowSource>(
     Ok(())
 }
 
+impl<F: crate::format::WeightFormat> super::QuantLinear<F> {
+    /// The input gradient `dx = g . W` of `forward` for `g` `[rows, out]`:
+    /// `[rows, in]`, through the format's transposed kernel (the bias has
+    /// no part in it; the weight is frozen and gets no gradient).
+    pub fn grad_input(&self, g: &[f32], rows: usize) -> Result<Vec<f32>> {
+        let w = self.quantized_weight();
+        let [_, in_feat] = F::shape(w);
+        let n = rows
+            .checked_mul(in_feat)
+            .ok_or_else(|| QuantError::arg(format!("rows: {rows} x {in_feat} overflows")))?;
+        let mut dx = vec![0f32; n];
+        F::matmul_transposed(w, g, rows, &mut dx)?;
+        Ok(dx)
+    }
+}
+
+impl super::PerTensorFP8Linear {
+    /// The input gradient `dx = g . (decode(codes) * weight_scale_inv)` for
+    /// `g` `[rows, out]`: `[rows, in]`. The same with or without an
+    /// activation scale: W8A8's activation rounding is treated as the
+    /// identity (the straight-through estimator). A 2-D weight only.
+    pub fn grad_input(&self, g: &[f32], rows: usize) -> Result<Vec<f32>> {
+        let &[out_feat, in_feat] = self.shape() else {
+            return Err(QuantError::UnsupportedOperation(format!(
+                "grad_input: expected a 2-D weight [out, in], got shape {:?}",
+                self.shape()
+            )));
+        };
+        let n = rows
+            .checked_mul(in_feat)
+            .ok_or_else(|| QuantError::arg(format!("rows: {rows} x {in_feat} overflows")))?;
+        let mut dx = vec![0f32; n];
+        let src = crate::format::E4m3Rows {
+            codes: self.weight(),
+            k: in_feat,
+        };
+        let s = self.weight_scale_inv();
+        grad_input_rows(&src, [out_feat, in_feat], &|_| s, g, rows, &mut dx)?;
+        Ok(dx)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use crate::format::{Float32, Fp8E4M3, Int4, Int8, WeightFormat};
@@ -118,47 +160,5 @@ mod tests {
             check::<Int4>(32, o, i, r);
             check::<Int4>(2, o, i, r);
         }
-    }
-}
-
-impl<F: crate::format::WeightFormat> super::QuantLinear<F> {
-    /// The input gradient `dx = g . W` of `forward` for `g` `[rows, out]`:
-    /// `[rows, in]`, through the format's transposed kernel (the bias has
-    /// no part in it; the weight is frozen and gets no gradient).
-    pub fn grad_input(&self, g: &[f32], rows: usize) -> Result<Vec<f32>> {
-        let w = self.quantized_weight();
-        let [_, in_feat] = F::shape(w);
-        let n = rows
-            .checked_mul(in_feat)
-            .ok_or_else(|| QuantError::arg(format!("rows: {rows} x {in_feat} overflows")))?;
-        let mut dx = vec![0f32; n];
-        F::matmul_transposed(w, g, rows, &mut dx)?;
-        Ok(dx)
-    }
-}
-
-impl super::PerTensorFP8Linear {
-    /// The input gradient `dx = g . (decode(codes) * weight_scale_inv)` for
-    /// `g` `[rows, out]`: `[rows, in]`. The same with or without an
-    /// activation scale: W8A8's activation rounding is treated as the
-    /// identity (the straight-through estimator). A 2-D weight only.
-    pub fn grad_input(&self, g: &[f32], rows: usize) -> Result<Vec<f32>> {
-        let &[out_feat, in_feat] = self.shape() else {
-            return Err(QuantError::UnsupportedOperation(format!(
-                "grad_input: expected a 2-D weight [out, in], got shape {:?}",
-                self.shape()
-            )));
-        };
-        let n = rows
-            .checked_mul(in_feat)
-            .ok_or_else(|| QuantError::arg(format!("rows: {rows} x {in_feat} overflows")))?;
-        let mut dx = vec![0f32; n];
-        let src = crate::format::E4m3Rows {
-            codes: self.weight(),
-            k: in_feat,
-        };
-        let s = self.weight_scale_inv();
-        grad_input_rows(&src, [out_feat, in_feat], &|_| s, g, rows, &mut dx)?;
-        Ok(dx)
     }
 }

@@ -11,13 +11,14 @@ tensors (4-bit optimizers and inference modules; docs/gpu.md) through DLPack, an
 - :class:`QatAdamW`: quantization-aware training (float32 masters, fake-quantized
   parameters); :func:`broadcast_views` after wrapping it in ``ZeroRedundancyOptimizer``;
 - :class:`Int4Linear`, :class:`FP8Linear`, :func:`quantize_`: inference modules replacing
-  ``nn.Linear``.
+  ``nn.Linear``, with input gradients (:func:`peft_config`: peft LoRA on them).
 """
 
 from __future__ import annotations
 
 from ._adam import Adam4bit, AdamW4bit
 from ._modules import FP8Linear, Int4Linear, default_filter, quantize_
+from ._peft import peft_config
 from ._qat import QatAdamW
 from ._zero import broadcast_views
 
@@ -29,5 +30,6 @@ __all__ = [
     "QatAdamW",
     "broadcast_views",
     "default_filter",
+    "peft_config",
     "quantize_",
 ]
