@@ -6,6 +6,7 @@ use super::row_forward::forward_rows;
 use super::weight_format::{Block, FormatInfo, RowOrder, ScaleStorage, WeightFormat};
 use crate::error::{QuantError, Result};
 use crate::linear::dispatch::Dots;
+use crate::linear::grad_input::grad_input_rows;
 use crate::linear::kernels::RowSource;
 use crate::linear::serde::{Reader, Writer};
 
@@ -130,6 +131,14 @@ impl WeightFormat for Float32 {
             k: w.in_feat,
         };
         forward_rows(&src, Self::shape(w), &|_| 1.0, bias, x, rows, y)
+    }
+
+    fn matmul_transposed(w: &FloatWeight, g: &[f32], rows: usize, dx: &mut [f32]) -> Result<()> {
+        let src = Rows {
+            w: &w.w,
+            k: w.in_feat,
+        };
+        grad_input_rows(&src, Self::shape(w), &|_| 1.0, g, rows, dx)
     }
 
     fn write_blob(w: &FloatWeight, out: &mut Writer) {

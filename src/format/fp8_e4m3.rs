@@ -13,6 +13,7 @@ use super::weight_format::{Block, FormatInfo, GpuKernels, RowOrder, ScaleStorage
 use crate::error::{QuantError, Result};
 use crate::fp8::{decode_slice, encode_slice, Fp8Format};
 use crate::linear::dispatch::Dots;
+use crate::linear::grad_input::grad_input_rows;
 use crate::linear::kernels::RowSource;
 use crate::linear::serde::{DType, Reader, Writer};
 
@@ -203,6 +204,15 @@ impl WeightFormat for Fp8E4M3 {
         };
         let scale = w.scale;
         forward_rows(&src, Self::shape(w), &|_| scale, bias, x, rows, y)
+    }
+
+    fn matmul_transposed(w: &Fp8Weight, g: &[f32], rows: usize, dx: &mut [f32]) -> Result<()> {
+        let src = E4m3Rows {
+            codes: &w.codes,
+            k: w.in_feat,
+        };
+        let scale = w.scale;
+        grad_input_rows(&src, Self::shape(w), &|_| scale, g, rows, dx)
     }
 
     fn write_blob(w: &Fp8Weight, out: &mut Writer) {

@@ -204,6 +204,15 @@ impl WeightFormat for Int4 {
         w.matmul_act(x, rows, y, Activations::Int8)
     }
 
+    fn matmul_transposed(
+        w: &QuantizedWeight,
+        g: &[f32],
+        rows: usize,
+        dx: &mut [f32],
+    ) -> Result<()> {
+        w.try_matmul_transposed(g, rows, dx)
+    }
+
     fn write_blob(q: &QuantizedWeight, out: &mut Writer) {
         let dims: Vec<u8> = [q.in_feat() as u32, q.out_feat() as u32]
             .iter()

@@ -9,6 +9,7 @@ use super::row_forward::forward_rows;
 use super::weight_format::{Block, FormatInfo, GpuKernels, RowOrder, ScaleStorage, WeightFormat};
 use crate::error::{QuantError, Result};
 use crate::linear::dispatch::Dots;
+use crate::linear::grad_input::grad_input_rows;
 use crate::linear::kernels::RowSource;
 use crate::linear::serde::{DType, Reader, Writer};
 
@@ -169,6 +170,15 @@ impl WeightFormat for Int8 {
         };
         let scales = &w.scales;
         forward_rows(&src, Self::shape(w), &|r| scales[r], bias, x, rows, y)
+    }
+
+    fn matmul_transposed(w: &Int8Weight, g: &[f32], rows: usize, dx: &mut [f32]) -> Result<()> {
+        let src = Rows {
+            q: &w.q,
+            k: w.in_feat,
+        };
+        let scales = &w.scales;
+        grad_input_rows(&src, Self::shape(w), &|r| scales[r], g, rows, dx)
     }
 
     fn write_blob(w: &Int8Weight, out: &mut Writer) {

@@ -158,6 +158,34 @@ pub trait WeightFormat: Sized + Clone + Debug + Send + Sync + 'static {
         )))
     }
 
+    /// The input gradient `dx = g . W` for `g` `[rows, out]`, `dx`
+    /// `[rows, in]` (lengths checked here; a wrong one is an error and `dx`
+    /// is untouched). This default dequantizes the whole weight once (a
+    /// format with a tiled or transposed kernel overrides it so that the
+    /// f32 weight is never materialized in full).
+    fn matmul_transposed(w: &Self::Weight, g: &[f32], rows: usize, dx: &mut [f32]) -> Result<()> {
+        let [out_feat, in_feat] = Self::shape(w);
+        if rows.checked_mul(out_feat) != Some(g.len())
+            || rows.checked_mul(in_feat) != Some(dx.len())
+        {
+            return Err(QuantError::dims(
+                "grad_output / dx",
+                format!("[{rows}, {out_feat}] / [{rows}, {in_feat}]"),
+                format!("{} / {} elements", g.len(), dx.len()),
+            ));
+        }
+        let wd = Self::dequantize(w);
+        for (gr, dr) in g.chunks_exact(out_feat).zip(dx.chunks_exact_mut(in_feat)) {
+            dr.fill(0.0);
+            for (&c, wr) in gr.iter().zip(wd.chunks_exact(in_feat)) {
+                for (d, &v) in dr.iter_mut().zip(wr) {
+                    *d += c * v;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Append the weight's tensors to a layer blob.
     fn write_blob(w: &Self::Weight, out: &mut Writer);
 

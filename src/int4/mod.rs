@@ -40,6 +40,7 @@ mod scale_search_tests;
 mod serde;
 #[cfg(target_arch = "x86_64")]
 mod strips;
+mod transposed;
 #[cfg(target_arch = "x86_64")]
 mod vnni;
 mod xint;

@@ -43,6 +43,8 @@ mod dots;
 mod format;
 pub(crate) mod fp8_dialect;
 mod fp8_linear;
+pub(crate) mod grad_input;
+mod grad_layers;
 mod int4_linear;
 mod int8_linear;
 mod isq;

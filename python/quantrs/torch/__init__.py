@@ -11,7 +11,8 @@ tensors (4-bit optimizers and inference modules; docs/gpu.md) through DLPack, an
 - :class:`QatAdamW`: quantization-aware training (float32 masters, fake-quantized
   parameters); :func:`broadcast_views` after wrapping it in ``ZeroRedundancyOptimizer``;
 - :class:`Int4Linear`, :class:`FP8Linear`, :func:`quantize_`: inference modules replacing
-  ``nn.Linear``; :func:`collect_importance`: each linear's mean input ``x^2`` (imatrix).
+  ``nn.Linear``, with input gradients (:func:`peft_config`: peft LoRA on them);
+  :func:`collect_importance`: each linear's mean input ``x^2`` (imatrix);
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from ._adam import Adam4bit, AdamW4bit
 from ._gguf import GgufLinear, load_gguf_llama
 from ._importance import collect_importance
 from ._modules import FP8Linear, Int4Linear, default_filter, quantize_
+from ._peft import peft_config
 from ._qat import QatAdamW
 from ._zero import broadcast_views
 
@@ -34,5 +36,6 @@ __all__ = [
     "collect_importance",
     "default_filter",
     "load_gguf_llama",
+    "peft_config",
     "quantize_",
 ]

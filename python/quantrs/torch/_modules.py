@@ -1,12 +1,13 @@
-"""Inference modules: ``Int4Linear``, ``FP8Linear`` and ``quantize_``.
+"""Inference and fine-tuning modules: ``Int4Linear``, ``FP8Linear`` and ``quantize_``.
 
 The packed weights are buffers (``module.state_dict()``, ``load_state_dict`` and
-``torch.save`` see them); the Rust layer that runs the kernel is built from the buffers on
+``torch.save`` see them); the Rust object that runs the kernel is built from the buffers on
 the first forward and rebuilt whenever a buffer changes (``load_state_dict``, an in-place
-write): it keeps its own copy of the packed bytes, so a module holds them twice (int4:
-1 byte per weight in all, still a quarter of float32). ``forward`` runs under
-``torch.no_grad`` on any leading batch shape and returns a float32 tensor sharing memory
-with the kernel's output; no gradient flows through these modules.
+write): it keeps its own copy of the packed bytes (docs/torch.md, "Memory"). On the CPU
+``forward`` is the custom operator of ``_ops`` (``torch.compile`` / ``torch.export`` see one
+node per layer), takes float32, bfloat16, float16 or float64 activations of any leading batch
+shape and returns the input's dtype; the input gets its gradient ``grad_output @ W``, the
+packed weight is frozen (docs/torch.md, "Fine-tuning on quantized weights").
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ import torch
 from torch import nn
 
 from .. import _core
-from . import _cuda
+from . import _cuda, _ops
 from ._importance import collect_importance
 
 _F32 = torch.float32
+# The activation dtypes the CPU path takes as they are (the output has the same dtype).
+_FLOATS = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 
 
 def _check_input(owner: str, x: torch.Tensor, in_features: int) -> torch.Tensor:
@@ -42,6 +45,17 @@ def _check_input(owner: str, x: torch.Tensor, in_features: int) -> torch.Tensor:
     return x.detach().reshape(-1, in_features).to(_F32).contiguous()
 
 
+def _needs_graph(x: torch.Tensor, bias: torch.Tensor | None) -> bool:
+    """Whether the call goes through the custom op's dispatcher: when compiling or
+    exporting (the op is what the graph holds), or when autograd has something to record;
+    plain eager inference calls the kernel directly (one Python frame less)."""
+    if torch.compiler.is_compiling():
+        return True
+    return torch.is_grad_enabled() and (
+        x.requires_grad or (bias is not None and bias.requires_grad)
+    )
+
+
 def _weight_of(owner: str, linear: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
     if not isinstance(linear, nn.Linear):
         raise TypeError(f"{owner}.from_linear: expected an nn.Linear, got {type(linear).__name__}")
@@ -56,20 +70,6 @@ def _weight_of(owner: str, linear: nn.Module) -> tuple[torch.Tensor, torch.Tenso
     # Quantized on the CPU; from_linear moves the module to the weight's device after.
     w = w.detach().cpu().to(_F32)
     return w, (None if b is None else b.detach().cpu().to(_F32).contiguous())
-
-
-class _Cached:
-    """The Rust layer for the current contents of a module's buffers."""
-
-    def __init__(self) -> None:
-        self.key: tuple = ()
-        self.layer = None
-
-    def get(self, buffers: list[torch.Tensor | None], build: Callable[[], object]):
-        key = tuple((None if b is None else (b.data_ptr(), b._version)) for b in buffers)
-        if key != self.key or self.layer is None:
-            self.layer, self.key = build(), key
-        return self.layer
 
 
 class Int4Linear(nn.Module):
@@ -90,7 +90,6 @@ class Int4Linear(nn.Module):
         self.register_buffer("scales", torch.from_numpy(np.array(shape.scales)))
         self.num_groups = shape.num_groups
         self.register_buffer("bias", torch.zeros(out_features) if bias else None)
-        self._cache = _Cached()
 
     @classmethod
     def from_linear(
@@ -113,36 +112,27 @@ class Int4Linear(nn.Module):
         m.register_buffer("qweight", torch.from_numpy(np.array(qw.data)))
         m.register_buffer("scales", torch.from_numpy(np.array(qw.scales)))
         m.register_buffer("bias", b)
-        m._cache = _Cached()
         return m.to(linear.weight.device)
 
     def quantized_weight(self) -> _core.QuantizedWeight:
         """The ``quantrs.QuantizedWeight`` for the current buffers ([in, out] layout)."""
-
-        def build():
-            return _core.QuantizedWeight(
-                self.qweight.cpu().numpy(),
-                self.scales.cpu().numpy(),
-                self.in_features,
-                self.out_features,
-                self.num_groups,
-            )
-
-        return self._cache.get([self.qweight, self.scales], build)
+        return _ops.int4_weight(self.qweight, self.scales, self.in_features, self.out_features)
 
     def dequantize(self) -> torch.Tensor:
         """The weight as the kernel sees it, float32 ``[out_features, in_features]``."""
         return torch.from_numpy(self.quantized_weight().dequantize()).t().contiguous()
 
-    @torch.no_grad()
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x2 = _check_input("Int4Linear", x, self.in_features)
-        if x2.device.type == "cuda":
-            return _cuda.int4_forward(self, x2, tuple(x.shape[:-1]))
-        y = torch.from_numpy(self.quantized_weight().matmul(x2.numpy()))
-        if self.bias is not None:
-            y += self.bias
-        return y.reshape(*x.shape[:-1], self.out_features)
+        if not (isinstance(x, torch.Tensor) and x.device.type == "cpu" and x.dtype in _FLOATS):
+            x2 = _check_input("Int4Linear", x, self.in_features)
+            if x2.device.type == "cuda":
+                return _cuda.int4_forward(self, x2, tuple(x.shape[:-1]))
+        elif x.dim() == 0 or x.shape[-1] != self.in_features:
+            _check_input("Int4Linear", x, self.in_features)
+        args = (x, self.qweight, self.scales, self.bias, self.in_features, self.out_features)
+        if _needs_graph(x, self.bias):
+            return _ops.int4_linear(*args)
+        return _ops.int4_linear_impl(*args)
 
     def extra_repr(self) -> str:
         return (
@@ -173,7 +163,6 @@ class FP8Linear(nn.Module):
         a = None if activation_scale is None else torch.tensor(float(activation_scale))
         self.register_buffer("activation_scale", a)
         self.register_buffer("bias", torch.zeros(out_features) if bias else None)
-        self._cache = _Cached()
 
     @classmethod
     def from_linear(
@@ -195,31 +184,25 @@ class FP8Linear(nn.Module):
         return m.to(linear.weight.device)
 
     def layer(self) -> _core.PerTensorFP8Linear:
-        """The ``quantrs.PerTensorFP8Linear`` for the current buffers."""
-
-        def build():
-            a = self.activation_scale
-            return _core.PerTensorFP8Linear(
-                self.weight.cpu().numpy(),
-                float(self.weight_scale_inv),
-                activation_scale=None if a is None else float(a),
-                bias=None if self.bias is None else self.bias.cpu().numpy(),
-            )
-
-        bufs = [self.weight, self.weight_scale_inv, self.activation_scale, self.bias]
-        return self._cache.get(bufs, build)
+        """The ``quantrs.PerTensorFP8Linear`` for the current buffers (its bias is the
+        module's: added outside the kernel)."""
+        return _ops.fp8_layer(self.weight, self.weight_scale_inv, self.activation_scale)
 
     def dequantize(self) -> torch.Tensor:
         """The weight as the kernel sees it, float32 ``[out_features, in_features]``."""
         return torch.from_numpy(np.asarray(self.layer().dequantize_w(), np.float32))
 
-    @torch.no_grad()
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x2 = _check_input("FP8Linear", x, self.in_features)
-        if x2.device.type == "cuda":
-            return _cuda.fp8_forward(self, x2, tuple(x.shape[:-1]))
-        y = torch.from_numpy(self.layer().forward(x2.numpy()))
-        return y.reshape(*x.shape[:-1], self.out_features)
+        if not (isinstance(x, torch.Tensor) and x.device.type == "cpu" and x.dtype in _FLOATS):
+            x2 = _check_input("FP8Linear", x, self.in_features)
+            if x2.device.type == "cuda":
+                return _cuda.fp8_forward(self, x2, tuple(x.shape[:-1]))
+        elif x.dim() == 0 or x.shape[-1] != self.in_features:
+            _check_input("FP8Linear", x, self.in_features)
+        args = (x, self.weight, self.weight_scale_inv, self.activation_scale, self.bias)
+        if _needs_graph(x, self.bias):
+            return _ops.fp8_linear(*args)
+        return _ops.fp8_linear_impl(*args)
 
     def extra_repr(self) -> str:
         a = self.activation_scale

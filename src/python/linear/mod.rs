@@ -14,6 +14,7 @@ mod base;
 mod convert;
 mod fp8;
 mod generic;
+mod grad;
 mod isq;
 mod py_layer;
 
