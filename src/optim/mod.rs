@@ -22,7 +22,8 @@
 //! (validation, keys, accumulation) -> `state` (parallel step) -> `dither`
 //! -> `dispatch` (kernels chosen once per optimizer from proof tokens) ->
 //! `avx2`, `avx512` -> `kernel` -> `lanes` and the leaves `format`,
-//! `codebook`; the scale codec is `crate::scales`; `checkpoint` reads and
+//! `codebook`; `multi` (one call over a list of engines, for the torch
+//! adapter) sits above `engine`; the scale codec is `crate::scales`; `checkpoint` reads and
 //! writes the engine's state; `traits` and `config` are leaves.
 
 mod adam;
@@ -42,6 +43,8 @@ mod format;
 mod kernel;
 #[cfg(target_arch = "x86_64")]
 mod lanes;
+#[cfg(any(feature = "python", test))]
+pub(crate) mod multi;
 mod state;
 #[cfg(test)]
 mod tests;
