@@ -45,6 +45,7 @@ impl Lanes for __m256 {
     const N: usize = 8;
     type Idx = __m256i;
     type Table = Lut16;
+    type Mids = Lut16;
     type Bad = __m256;
 
     #[inline(always)]
@@ -130,6 +131,11 @@ impl Lanes for __m256 {
     unsafe fn lookup(t: Lut16, idx: __m256i) -> Self {
         // SAFETY: AVX2 (the trait's contract).
         unsafe { t.get(idx, _mm256_castsi256_ps(_mm256_slli_epi32::<28>(idx))) }
+    }
+    #[inline(always)]
+    unsafe fn mids(t: &[f32; 16]) -> Lut16 {
+        // SAFETY: AVX2 (the trait's contract).
+        unsafe { Self::table(t) }
     }
     #[inline(always)]
     unsafe fn search16(mids: Lut16, x: Self) -> __m256i {

@@ -29,10 +29,24 @@ unsafe fn pack16(idx: __m512i) -> __m128i {
     }
 }
 
+/// The midpoints for the four-step search: `m7` (all lanes `mids[7]`, the
+/// first compare) and, for the steps of 4, 2 and 1, tables indexed by the
+/// code so far: `t[s][j] = mids[min(j + s - 1, 15)]`, so each step is one
+/// permute, one compare and one masked add (the compares of
+/// `Codebook16::encode`, in its order).
+#[derive(Clone, Copy)]
+pub(super) struct Mids16 {
+    m7: __m512,
+    t4: __m512,
+    t2: __m512,
+    t1: __m512,
+}
+
 impl Lanes for __m512 {
     const N: usize = 16;
     type Idx = __m512i;
     type Table = __m512;
+    type Mids = Mids16;
     type Bad = __mmask16;
 
     #[inline(always)]
@@ -107,16 +121,35 @@ impl Lanes for __m512 {
         unsafe { _mm512_permutexvar_ps(idx, t) }
     }
     #[inline(always)]
-    unsafe fn search16(mids: __m512, x: Self) -> __m512i {
+    unsafe fn mids(t: &[f32; 16]) -> Mids16 {
+        let shifted = |s: usize| {
+            let mut o = [0f32; 16];
+            for (j, x) in o.iter_mut().enumerate() {
+                *x = t[(j + s - 1).min(15)];
+            }
+            o
+        };
+        let (t4, t2) = (shifted(4), shifted(2));
+        // SAFETY: AVX-512 F/BW/VL (the trait's contract); each array holds 16 f32.
+        unsafe {
+            Mids16 {
+                m7: _mm512_set1_ps(t[7]),
+                t4: _mm512_loadu_ps(t4.as_ptr()),
+                t2: _mm512_loadu_ps(t2.as_ptr()),
+                t1: _mm512_loadu_ps(t.as_ptr()),
+            }
+        }
+    }
+    #[inline(always)]
+    unsafe fn search16(m: Mids16, x: Self) -> __m512i {
         // The number of midpoints strictly below `x`.
         // SAFETY: AVX-512 F/BW/VL (the trait's contract).
         unsafe {
-            let mut idx = _mm512_setzero_si512();
-            for step in [8, 4, 2, 1] {
-                let cand = _mm512_add_epi32(idx, _mm512_set1_epi32(step));
-                let mid = _mm512_permutexvar_ps(_mm512_sub_epi32(cand, _mm512_set1_epi32(1)), mids);
-                let gt = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, mid);
-                idx = _mm512_mask_mov_epi32(idx, gt, cand);
+            let gt = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, m.m7);
+            let mut idx = _mm512_maskz_mov_epi32(gt, _mm512_set1_epi32(8));
+            for (t, step) in [(m.t4, 4), (m.t2, 2), (m.t1, 1)] {
+                let gt = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, _mm512_permutexvar_ps(idx, t));
+                idx = _mm512_mask_add_epi32(idx, gt, idx, _mm512_set1_epi32(step));
             }
             idx
         }

@@ -25,7 +25,7 @@ const PREFETCH: usize = 512;
 /// registers, or the 256-entry int8 tables (gathers).
 #[derive(Clone, Copy)]
 enum MLut<'a, V: Lanes> {
-    Four(V::Table, V::Table),
+    Four(V::Table, V::Mids),
     Eight(&'a [f32; 256], &'a [f32; 256]),
 }
 
@@ -36,7 +36,7 @@ impl<V: Lanes> MLut<'_, V> {
     unsafe fn new(m: &MCodec) -> MLut<'_, V> {
         match m {
             // SAFETY: `V`'s features per this function's contract.
-            MCodec::Four(cb) => unsafe { MLut::Four(V::table(&cb.values), V::table(&cb.mids)) },
+            MCodec::Four(cb) => unsafe { MLut::Four(V::table(&cb.values), V::mids(&cb.mids)) },
             MCodec::Eight(cb) => MLut::Eight(&cb.values, &cb.mids),
         }
     }
@@ -168,7 +168,7 @@ pub(super) unsafe fn pass2<V: Lanes>(c: &Codecs, bs: usize, mut p: Pass2<'_>) {
     // e/2..e/2 + N/2, or + N in the two-register loop; e is even as blocks
     // are even).
     unsafe {
-        let (mlut, mids_v) = (MLut::<V>::new(&c.m), V::table(&c.v.mids));
+        let (mlut, mids_v) = (MLut::<V>::new(&c.m), V::mids(&c.v.mids));
         let enc_v = |x: V| {
             if uniform {
                 V::search_uniform(x)

@@ -20,6 +20,8 @@ pub(super) trait Lanes: Copy {
     type Idx: Copy;
     /// A 16-entry f32 table held in registers.
     type Table: Copy;
+    /// The 16 midpoints of a code book laid out for [`Lanes::search16`].
+    type Mids: Copy;
     /// The running "some lane was not finite" of [`Lanes::all_finite`].
     type Bad: Copy;
 
@@ -44,10 +46,12 @@ pub(super) trait Lanes: Copy {
     unsafe fn table(t: &[f32; 16]) -> Self::Table;
     /// `t[idx]` lane-wise, `idx` in 0..16.
     unsafe fn lookup(t: Self::Table, idx: Self::Idx) -> Self;
+    /// The midpoints `t` (+inf padded) for [`Lanes::search16`].
+    unsafe fn mids(t: &[f32; 16]) -> Self::Mids;
     /// Lane-wise nearest code given the 16 midpoints (+inf padded): the
     /// branch-free four-step search of `Codebook16::encode`, the same
     /// compares.
-    unsafe fn search16(mids: Self::Table, x: Self) -> Self::Idx;
+    unsafe fn search16(mids: Self::Mids, x: Self) -> Self::Idx;
     /// Nearest codes on the uniform `{k/16 : k = 1..16}` map:
     /// `clamp(ceil(16x - 1.5), 0, 15)`. Equal to the midpoint search: the
     /// midpoints are `(2k + 3) / 32`, `16x` is exact, and `16x - 1.5` is
