@@ -86,6 +86,30 @@ mod tests {
         (xorshift_f32(seed, n, 1.0), xorshift_f32(seed + 99, n, 0.01))
     }
 
+    /// The items of one step: engine `i` updates `ws[i]` with `grads[i]`.
+    fn items<'a>(
+        engines: &'a mut [Adam4bitCore],
+        ws: &'a mut [Vec<f32>],
+        grads: &'a [Vec<f32>],
+        shapes: &'a [[usize; 1]],
+    ) -> Vec<StepItem<'a>> {
+        engines
+            .iter_mut()
+            .zip(ws.iter_mut())
+            .zip(grads)
+            .zip(shapes)
+            .map(|(((core, w), g), shape)| StepItem {
+                core,
+                param: ParamMut {
+                    name: Some("w"),
+                    shape,
+                    data: w,
+                },
+                grad: g,
+            })
+            .collect()
+    }
+
     #[test]
     fn same_bits_as_one_update_per_parameter() {
         let mut one: Vec<Adam4bitCore> = SIZES.iter().map(|_| engine()).collect();
@@ -108,22 +132,7 @@ mod tests {
                 e.step();
             }
             let shapes: Vec<[usize; 1]> = w2.iter().map(|w| [w.len()]).collect();
-            let mut items: Vec<StepItem<'_>> = many
-                .iter_mut()
-                .zip(w2.iter_mut())
-                .zip(&grads)
-                .zip(&shapes)
-                .map(|(((core, w), g), shape)| StepItem {
-                    core,
-                    param: ParamMut {
-                        name: Some("w"),
-                        shape,
-                        data: w,
-                    },
-                    grad: g,
-                })
-                .collect();
-            step_all(&mut items).unwrap();
+            step_all(&mut items(&mut many, &mut w2, &grads, &shapes)).unwrap();
         }
         assert_eq!(w1, w2);
         for (a, b) in one.iter().zip(&many) {
@@ -140,22 +149,7 @@ mod tests {
         let mut grads: Vec<Vec<f32>> = SIZES.iter().map(|&n| data(n as u64, n).1).collect();
         grads[3][5] = f32::NAN;
         let shapes: Vec<[usize; 1]> = ws.iter().map(|w| [w.len()]).collect();
-        let mut items: Vec<StepItem<'_>> = engines
-            .iter_mut()
-            .zip(ws.iter_mut())
-            .zip(&grads)
-            .zip(&shapes)
-            .map(|(((core, w), g), shape)| StepItem {
-                core,
-                param: ParamMut {
-                    name: Some("w"),
-                    shape,
-                    data: w,
-                },
-                grad: g,
-            })
-            .collect();
-        let (i, e) = step_all(&mut items).unwrap_err();
+        let (i, e) = step_all(&mut items(&mut engines, &mut ws, &grads, &shapes)).unwrap_err();
         assert_eq!(i, 3);
         assert!(e.to_string().contains("grad"), "{e}");
         assert_eq!(ws, before);
