@@ -1,7 +1,9 @@
 """AdamW4bit benchmark (docs/benchmarks.md): one optimizer step on a single float32 parameter of
 2^24 elements against a vectorized NumPy float32 AdamW measured in the same run (and PyTorch's
-fused AdamW when torch happens to be installed), state bytes per parameter, and the convergence
-table of the v maps and m methods against the float32 oracle.
+fused AdamW and quantrs.torch's step when torch happens to be installed), state bytes per
+parameter, the step's effective bandwidth against the machine's read and triad bandwidth
+(benches/_bandwidth.py), and the convergence table of the v maps and m methods against the
+float32 oracle.
 
 Run: python benches/bench_optim.py [--quick] [--json] [--log2n 24] [--repeats 7] [--threads N]
      [--no-step] [--no-convergence] [--all-maps]
@@ -24,6 +26,7 @@ import time
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _bandwidth import bandwidth  # noqa: E402
 from _common import reexec_without_openblas_overrides  # noqa: E402
 
 BASELINE = "numpy f32 AdamW (in-place ops)"
@@ -119,9 +122,19 @@ def measure_step(log2n: int, repeats: int) -> dict:
     q_step()
     q_ms = median_ms(q_step, repeats)
     mu = opt.memory_usage()
-    ours.append(
-        ("quantrs AdamW4bit (defaults)", "defaults", q_ms, mu.total_bytes / mu.num_parameters)
-    )
+    bpp = mu.total_bytes / mu.num_parameters
+    ours.append(("quantrs AdamW4bit (defaults)", "defaults", q_ms, bpp))
+
+    if torch is not None:
+        import quantrs.torch as qt
+
+        pw = torch.from_numpy(w.copy()).requires_grad_(True)
+        pw.grad = torch.from_numpy(g.copy())
+        qopt = qt.AdamW4bit([pw], lr=1e-3, weight_decay=0.01)
+        qopt.step()
+        time.sleep(0.25)  # torch's OpenMP threads spin a while after its last kernel
+        qt_ms = median_ms(qopt.step, repeats)
+        ours.append(("quantrs.torch.AdamW4bit", "quantrs.torch", qt_ms, bpp))
 
     for method in ("int8",):
         o2 = quantrs.AdamW4bit.with_quantization_config(
@@ -147,12 +160,20 @@ def measure_step(log2n: int, repeats: int) -> dict:
         )
 
     return {
+        "bandwidth": bandwidth(quantrs.build_info()["threads"]),
         "log2n": log2n,
         "repeats": repeats,
         "info": quantrs.build_info(),
         "baselines": baselines,
         "ours": ours,
     }
+
+
+def step_gbps(log2n: int, state_bytes_per_param: float, ms: float) -> float:
+    """The step's effective bandwidth: the least traffic of an Adam step (the parameter read
+    and written, the gradient read: 12 bytes, and the state read and written) over its
+    time, in GB/s."""
+    return (12 + 2 * state_bytes_per_param) * (1 << log2n) / (ms * 1e-3) / 1e9
 
 
 def step_rows(meas: dict) -> list[dict]:
@@ -172,6 +193,9 @@ def step_rows(meas: dict) -> list[dict]:
                     "bytes_per_param": bpp,
                     "baseline_bytes_per_param": bbpp,
                     "threads": threads,
+                    "step_GBps": step_gbps(meas["log2n"], bpp, med),
+                    "triad_GBps": meas["bandwidth"]["triad_GBps"],
+                    "read_GBps": meas["bandwidth"]["read_GBps"],
                 }
             )
     return rows
@@ -185,12 +209,21 @@ def print_step(meas: dict) -> None:
         f"(median of {repeats}; simd={info['simd']}, threads={info['threads']}, "
         f"cpus={os.cpu_count()}, load={os.getloadavg()[0]:.1f})\n"
     )
-    print("| implementation | median ms | vs NumPy | min ms | vs NumPy (min) | bytes / param |")
-    print("|---|---|---|---|---|---|")
+    bw = meas["bandwidth"]
+    print(
+        f"Memory bandwidth ({bw['how']}): read {bw['read_GBps']:.1f} GB/s, "
+        f"triad {bw['triad_GBps']:.1f} GB/s\n"
+    )
+    print(
+        "| implementation | median ms | vs NumPy | min ms | vs NumPy (min) | bytes / param "
+        "| step GB/s | of triad |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     for name, _, (med, best), bpp in meas["baselines"] + meas["ours"]:
+        gbps = step_gbps(log2n, bpp, med)
         print(
             f"| {name} | {med:.1f} | {np_ms[0] / med:.2f}x | {best:.1f} | {np_ms[1] / best:.2f}x "
-            f"| {bpp:.3f} |"
+            f"| {bpp:.3f} | {gbps:.1f} | {gbps / bw['triad_GBps']:.0%} |"
         )
 
 

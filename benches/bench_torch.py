@@ -155,17 +155,26 @@ def step_rows(quick):
             opt.step()
             times[name].append(1e3 * (time.perf_counter() - t0))
     base = statistics.median(times[BASELINE])
+    from _bandwidth import bandwidth
+
+    bw = bandwidth(torch.get_num_threads())
     rows = []
     for name in opts:
         ms = statistics.median(times[name])
+        state_bpp = _state_bytes(opts[name]) / n
         row = {
             "bench": f"{name} step, {len(params)} tensors {n / 1e6:.1f}M params",
             "ours_ms": ms,
             "baseline": BASELINE,
             "baseline_ms": base,
             "ratio": base / ms,
-            "state_B_per_param": _state_bytes(opts[name]) / n,
+            "state_B_per_param": state_bpp,
             "first_step_ms": first[name],
+            # The least traffic of an Adam step (param in and out, grad in: 12 B, the state
+            # in and out) over its time, and the machine's bandwidth (benches/_bandwidth.py).
+            "step_GBps": (12 + 2 * state_bpp) * n / (ms * 1e-3) / 1e9,
+            "read_GBps": bw["read_GBps"],
+            "triad_GBps": bw["triad_GBps"],
         }
         rows.append(row)
     for name, note in notes.items():

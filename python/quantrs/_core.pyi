@@ -1,6 +1,7 @@
 """Type stubs for the Rust extension module ``quantrs._core``."""
 
 import os
+from collections.abc import Sequence
 from typing import Any, Callable, ClassVar, Literal
 
 import numpy as np
@@ -608,6 +609,17 @@ class Adam4bit(_Adam4bitBase):
 @final
 class AdamW4bit(_Adam4bitBase):
     """4-bit AdamW: decoupled weight decay (w -= lr * wd * w), as PyTorch's AdamW."""
+
+def adam4bit_multi_step(
+    engines: Sequence[Adam4bit | AdamW4bit],
+    params: Sequence[npt.NDArray[np.float32]],
+    grads: Sequence[npt.ArrayLike],
+    *,
+    name: str | None = None,
+    hyper: tuple[float, float, float, float, float]
+    | Sequence[tuple[float, float, float, float, float]]
+    | None = None,
+) -> None: ...
 
 # ---------------------------------------------------------------- GPU (docs/gpu.md)
 # Present in builds with the `gpu` cargo feature (every wheel); quantrs.cuda

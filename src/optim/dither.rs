@@ -77,16 +77,16 @@ pub(crate) fn dq_encode_dithered(
         .enumerate()
     {
         let k = *c as usize;
-        // Code 254 is the group's smallest scale, 255 an all-zero block.
-        if k >= 254 {
-            continue;
-        }
-        let (hi, lo) = (t[k], t[k + 1]);
+        // Code 254 is the group's smallest scale, 255 an all-zero block:
+        // neither moves. The coin is fair, so a branch on it mispredicts
+        // half the time: the choice is computed without one.
+        let (hi, lo) = (t[k], t[(k + 1).min(255)]);
         let gap = hi - lo;
-        if gap > 0.0 && d.uniform(i) * gap < hi - x {
-            *c = (k + 1) as u8;
-            *dec = lo;
-        }
+        let down = (k < 254) & (gap > 0.0) & (d.uniform(i) * gap < hi - x);
+        *c = (k + down as usize) as u8;
+        // A bit select (an `if` here compiles back to the branch).
+        let keep = (down as u32).wrapping_sub(1);
+        *dec = f32::from_bits((dec.to_bits() & keep) | (lo.to_bits() & !keep));
     }
     pair
 }

@@ -254,12 +254,32 @@ impl Adam4bitCore {
     /// One update of `param` with `grad` (validated first; on error nothing
     /// changes).
     pub(crate) fn update(&mut self, param: ParamMut<'_>, grad: &[f32]) -> Result<()> {
+        self.check_update(
+            ParamRef {
+                name: param.name,
+                shape: param.shape,
+                data: param.data,
+            },
+            grad,
+        )?;
+        self.update_checked(param, grad);
+        Ok(())
+    }
+
+    /// The validation half of [`Self::update`]: the multi-tensor step
+    /// (`multi.rs`) checks every parameter of a list before it changes any.
+    pub(crate) fn check_update(&self, param: ParamRef<'_>, grad: &[f32]) -> Result<()> {
+        let key = self.key_of(param.name, param.data.as_ptr() as usize, param.data.len());
+        self.check(&key, param.shape, param.data, grad)
+    }
+
+    /// The update half of [`Self::update`], for a pair that passed
+    /// [`Self::check_update`] on this engine with nothing changed since.
+    pub(crate) fn update_checked(&mut self, param: ParamMut<'_>, grad: &[f32]) {
         let addr = param.data.as_ptr() as usize;
         let key = self.key_of(param.name, addr, param.data.len());
-        self.check(&key, param.shape, param.data, grad)?;
         self.bind(param.name, addr, param.data.len());
         self.apply(key, param.shape, param.data, grad);
-        Ok(())
     }
 
     pub(crate) fn accumulate_grad(&mut self, param: ParamRef<'_>, grad: &[f32]) -> Result<String> {

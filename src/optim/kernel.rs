@@ -1,5 +1,5 @@
 //! The two passes of `format.rs` for per-block v scales (4-bit or int8 m),
-//! and the finiteness check, written once over [`Lanes`]; [`entry_points`]
+//! and the finiteness check, written once over `crate::simd::F32Lanes`; [`entry_points`]
 //! instantiates them in a `#[target_feature]` function per ISA (`avx2.rs`,
 //! `avx512.rs`). Rank-1 v scales and the double-quantization search stay
 //! on the scalar twins.
@@ -16,7 +16,7 @@ use super::format::{
     m_decode, m_encode, pass1_elements, pass2_elements, Codecs, MCodec, Pass1, Pass2, StepConsts,
     VScale,
 };
-use super::lanes::Lanes;
+use crate::simd::F32Lanes as Lanes;
 
 /// Prefetch distance of pass 1, in elements.
 const PREFETCH: usize = 512;
@@ -25,7 +25,7 @@ const PREFETCH: usize = 512;
 /// registers, or the 256-entry int8 tables (gathers).
 #[derive(Clone, Copy)]
 enum MLut<'a, V: Lanes> {
-    Four(V::Table, V::Table),
+    Four(V::Table, V::Mids),
     Eight(&'a [f32; 256], &'a [f32; 256]),
 }
 
@@ -36,7 +36,7 @@ impl<V: Lanes> MLut<'_, V> {
     unsafe fn new(m: &MCodec) -> MLut<'_, V> {
         match m {
             // SAFETY: `V`'s features per this function's contract.
-            MCodec::Four(cb) => unsafe { MLut::Four(V::table(&cb.values), V::table(&cb.mids)) },
+            MCodec::Four(cb) => unsafe { MLut::Four(V::table(&cb.values), V::mids(&cb.mids)) },
             MCodec::Eight(cb) => MLut::Eight(&cb.values, &cb.mids),
         }
     }
@@ -104,7 +104,7 @@ pub(super) unsafe fn pass1<V: Lanes>(k: &StepConsts, c: &Codecs, bs: usize, mut 
             let (sm, sv) = (V::splat(p.m_scale[b]), V::splat(v_scale[b]));
             let (mut am, mut au) = (V::zero(), V::zero());
             let mut e = start;
-            while e + V::N <= end {
+            while e + V::LANES <= end {
                 let m_hat = lut_m.decode(p.m_codes, e).mul(sm);
                 let mut v_hat = V::lookup(lut_v, V::load_nibbles(p.v_codes.as_ptr().add(e / 2)));
                 v_hat = v_hat.mul(sv);
@@ -129,7 +129,7 @@ pub(super) unsafe fn pass1<V: Lanes>(k: &StepConsts, c: &Codecs, bs: usize, mut 
                 u.store(p.su.as_mut_ptr().add(e));
                 am = am.max(m.abs());
                 au = au.max(u);
-                e += V::N;
+                e += V::LANES;
             }
             let acc = (am.hmax(), au.hmax());
             let (am_s, au_s) = pass1_elements(
@@ -168,7 +168,7 @@ pub(super) unsafe fn pass2<V: Lanes>(c: &Codecs, bs: usize, mut p: Pass2<'_>) {
     // e/2..e/2 + N/2, or + N in the two-register loop; e is even as blocks
     // are even).
     unsafe {
-        let (mlut, mids_v) = (MLut::<V>::new(&c.m), V::table(&c.v.mids));
+        let (mlut, mids_v) = (MLut::<V>::new(&c.m), V::mids(&c.v.mids));
         let enc_v = |x: V| {
             if uniform {
                 V::search_uniform(x)
@@ -182,22 +182,22 @@ pub(super) unsafe fn pass2<V: Lanes>(c: &Codecs, bs: usize, mut p: Pass2<'_>) {
             let sm = |e: usize| V::load(p.sm.as_ptr().add(e)).mul(im);
             let su = |e: usize| V::load(p.su.as_ptr().add(e)).mul(iv);
             let mut e = start;
-            while eight && e + V::N <= end {
+            while eight && e + V::LANES <= end {
                 V::store_bytes(mlut.encode(sm(e)), p.m_codes.as_mut_ptr().add(e));
                 V::store_nibbles(enc_v(su(e)), p.v_codes.as_mut_ptr().add(e / 2));
-                e += V::N;
+                e += V::LANES;
             }
-            while !eight && e + 2 * V::N <= end {
-                let (m0, m1) = (mlut.encode(sm(e)), mlut.encode(sm(e + V::N)));
+            while !eight && e + 2 * V::LANES <= end {
+                let (m0, m1) = (mlut.encode(sm(e)), mlut.encode(sm(e + V::LANES)));
                 V::store_nibbles2(m0, m1, p.m_codes.as_mut_ptr().add(e / 2));
-                let (v0, v1) = (enc_v(su(e)), enc_v(su(e + V::N)));
+                let (v0, v1) = (enc_v(su(e)), enc_v(su(e + V::LANES)));
                 V::store_nibbles2(v0, v1, p.v_codes.as_mut_ptr().add(e / 2));
-                e += 2 * V::N;
+                e += 2 * V::LANES;
             }
-            while !eight && e + V::N <= end {
+            while !eight && e + V::LANES <= end {
                 V::store_nibbles(mlut.encode(sm(e)), p.m_codes.as_mut_ptr().add(e / 2));
                 V::store_nibbles(enc_v(su(e)), p.v_codes.as_mut_ptr().add(e / 2));
-                e += V::N;
+                e += V::LANES;
             }
             pass2_elements(
                 c,
@@ -217,7 +217,7 @@ pub(super) unsafe fn pass2<V: Lanes>(c: &Codecs, bs: usize, mut p: Pass2<'_>) {
 /// The CPU must support `V`'s features.
 #[inline(always)]
 pub(super) unsafe fn all_finite<V: Lanes>(x: &[f32]) -> bool {
-    let mut chunks = x.chunks_exact(V::N);
+    let mut chunks = x.chunks_exact(V::LANES);
     // SAFETY: `V`'s features per this function's contract; each chunk
     // holds exactly `N` values.
     let none_bad = unsafe {

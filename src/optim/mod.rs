@@ -12,7 +12,7 @@
 //!   for 2-D parameters as an option.
 //! - the step is fused per group of 256 blocks (`format.rs`): decode,
 //!   update, encode, with SIMD kernels written once over a vector trait
-//!   (`kernel.rs` over `lanes.rs`, instantiated for AVX-512 in `avx512.rs`
+//!   (`kernel.rs` over `crate::simd::F32Lanes`, instantiated for AVX-512 in `avx512.rs`
 //!   and AVX2 in `avx2.rs`) for the look-up and the nearest-code search and
 //!   rayon over groups (`state.rs`); each group's
 //!   arithmetic is independent of the thread count, so results are too.
@@ -21,8 +21,9 @@
 //! ndarray views of [`Optimizer`], checked for layout) -> `engine`
 //! (validation, keys, accumulation) -> `state` (parallel step) -> `dither`
 //! -> `dispatch` (kernels chosen once per optimizer from proof tokens) ->
-//! `avx2`, `avx512` -> `kernel` -> `lanes` and the leaves `format`,
-//! `codebook`; the scale codec is `crate::scales`; `checkpoint` reads and
+//! `avx2`, `avx512` -> `kernel` -> `crate::simd` and the leaves `format`,
+//! `codebook`; `multi` (one call over a list of engines, for the torch
+//! adapter) sits above `engine`; the scale codec is `crate::scales`; `checkpoint` reads and
 //! writes the engine's state; `traits` and `config` are leaves.
 
 mod adam;
@@ -40,8 +41,8 @@ mod engine;
 mod format;
 #[cfg(target_arch = "x86_64")]
 mod kernel;
-#[cfg(target_arch = "x86_64")]
-mod lanes;
+#[cfg(any(feature = "python", test))]
+pub(crate) mod multi;
 mod state;
 #[cfg(test)]
 mod tests;

@@ -1,184 +1,105 @@
-//! One vector of f32 lanes as a trait, for kernel bodies written once and
-//! compiled for AVX2 and AVX-512 (the pattern of memchr's `Vector`).
+//! One register of f32 lanes as a trait ([`F32Lanes`]), for kernel bodies
+//! written once and compiled for AVX2 and AVX-512 (the pattern of memchr's
+//! `Vector`): the linear kernels' dot products (`src/linear/dots.rs`,
+//! `src/int4/strips.rs`) and the optimizer's fused step
+//! (`src/optim/kernel.rs`: look-ups, nearest-code searches, nibble
+//! packing, gathers). `lanes_avx2.rs` implements it for `__m256`,
+//! `lanes_avx512.rs` for `__m512`.
 //!
 //! A kernel body generic over [`F32Lanes`] is `#[inline(always)]`; each
 //! per-ISA file instantiates it inside its own `#[target_feature]` function,
-//! which takes the proof token. Every method here is `#[inline(always)]`, so
-//! in that function it becomes the one instruction it names (outside such a
-//! function it would not inline, so no such call is written).
+//! which takes the proof token. Every method is `#[inline(always)]` in the
+//! implementations, so in that function it becomes the instructions it
+//! names (outside such a function it would not inline, so no such call is
+//! written).
+//!
+//! Every method is `unsafe`: the CPU must have the implementing type's
+//! instruction set (AVX2 + FMA for `__m256`, AVX-512 F/BW/VL for `__m512`),
+//! and a pointer argument must be valid for the bytes each method names.
 
 #![cfg(target_arch = "x86_64")]
 
-use std::arch::x86_64::*;
-
-/// The operations on one vector of f32 that the kernels share. Every method
-/// is `unsafe`: the CPU must have the implementing type's instruction set
-/// (AVX2 + FMA for `__m256`, AVX-512 F for `__m512`), and a method taking a
-/// pointer reads or writes `LANES` elements through it.
+/// One SIMD register of `LANES` f32 lanes and its companions.
 pub(crate) trait F32Lanes: Copy {
-    /// f32 lanes per vector.
+    /// f32 lanes per register.
     const LANES: usize;
+    /// `LANES` i32 lane indices (codes).
+    type Idx: Copy;
+    /// A 16-entry f32 table held in registers.
+    type Table: Copy;
+    /// The 16 midpoints of a code book laid out for [`F32Lanes::search16`].
+    type Mids: Copy;
+    /// The running "some lane was not finite" of [`F32Lanes::all_finite`].
+    type Bad: Copy;
 
-    /// All lanes zero.
-    ///
-    /// # Safety
-    /// See the trait.
+    unsafe fn splat(x: f32) -> Self;
     unsafe fn zero() -> Self;
-
-    /// All lanes `v`.
-    ///
-    /// # Safety
-    /// See the trait.
-    unsafe fn splat(v: f32) -> Self;
-
-    /// `LANES` floats from `p`, unaligned.
-    ///
-    /// # Safety
-    /// See the trait.
+    /// `LANES` f32 from `p` (unaligned).
     unsafe fn load(p: *const f32) -> Self;
-
-    /// `LANES` floats to `p`, unaligned.
-    ///
-    /// # Safety
-    /// See the trait.
+    /// `LANES` f32 to `p` (unaligned).
     unsafe fn store(self, p: *mut f32);
+    unsafe fn add(self, o: Self) -> Self;
+    unsafe fn sub(self, o: Self) -> Self;
+    unsafe fn mul(self, o: Self) -> Self;
+    unsafe fn div(self, o: Self) -> Self;
+    unsafe fn sqrt(self) -> Self;
+    unsafe fn max(self, o: Self) -> Self;
+    /// The sign bit cleared.
+    unsafe fn abs(self) -> Self;
+    /// The largest lane.
+    unsafe fn hmax(self) -> f32;
 
     /// `LANES` signed bytes from `p`, each converted to f32 (exact).
-    ///
-    /// # Safety
-    /// See the trait.
     unsafe fn load_i8(p: *const i8) -> Self;
-
-    /// `a * b + c`, one rounding.
-    ///
-    /// # Safety
-    /// See the trait.
+    /// `a * b + c`, one rounding (FMA: the linear kernels only; the
+    /// optimizer's step never fuses, to stay bit-identical to its scalar twin).
     unsafe fn fmadd(a: Self, b: Self, c: Self) -> Self;
-
-    /// Lane-wise `a + b`.
-    ///
-    /// # Safety
-    /// See the trait.
-    unsafe fn add(a: Self, b: Self) -> Self;
-
     /// The sum of the lanes, in the fixed order of the implementation.
-    ///
-    /// # Safety
-    /// See the trait.
     unsafe fn hsum(self) -> f32;
-}
 
-impl F32Lanes for __m256 {
-    const LANES: usize = 8;
-
+    /// A 16-entry table (values or midpoints) in registers.
+    unsafe fn table(t: &[f32; 16]) -> Self::Table;
+    /// `t[idx]` lane-wise, `idx` in 0..16.
+    unsafe fn lookup(t: Self::Table, idx: Self::Idx) -> Self;
+    /// The midpoints `t` (+inf padded) for [`F32Lanes::search16`].
+    unsafe fn mids(t: &[f32; 16]) -> Self::Mids;
+    /// Lane-wise nearest code given the 16 midpoints (+inf padded): the
+    /// branch-free four-step search of `Codebook16::encode`, the same
+    /// compares.
+    unsafe fn search16(mids: Self::Mids, x: Self) -> Self::Idx;
+    /// Nearest codes on the uniform `{k/16 : k = 1..16}` map:
+    /// `clamp(ceil(16x - 1.5), 0, 15)`. Equal to the midpoint search: the
+    /// midpoints are `(2k + 3) / 32`, `16x` is exact, and `16x - 1.5` is
+    /// exact whenever `16x >= 0.75` (and negative otherwise), so
+    /// `x > mid_k` iff `k < 16x - 1.5`. Tested bit for bit against the
+    /// scalar reference.
+    unsafe fn search_uniform(x: Self) -> Self::Idx;
+    /// `LANES / 2` bytes of packed nibbles at `p` -> `LANES` codes (element order).
+    unsafe fn load_nibbles(p: *const u8) -> Self::Idx;
+    /// `LANES` codes (< 16) -> `LANES / 2` bytes of packed nibbles at `p`.
+    unsafe fn store_nibbles(idx: Self::Idx, p: *mut u8);
+    /// Two registers of codes -> `LANES` bytes at `p` (one store where a
+    /// narrow store per register is slow).
     #[inline(always)]
-    unsafe fn zero() -> Self {
-        // SAFETY: the caller guarantees AVX2 (see the trait).
-        unsafe { _mm256_setzero_ps() }
-    }
-
-    #[inline(always)]
-    unsafe fn splat(v: f32) -> Self {
-        // SAFETY: as above.
-        unsafe { _mm256_set1_ps(v) }
-    }
-
-    #[inline(always)]
-    unsafe fn load(p: *const f32) -> Self {
-        // SAFETY: AVX2, and `p` holds 8 floats (the caller).
-        unsafe { _mm256_loadu_ps(p) }
-    }
-
-    #[inline(always)]
-    unsafe fn store(self, p: *mut f32) {
-        // SAFETY: AVX2, and `p` holds 8 floats (the caller).
-        unsafe { _mm256_storeu_ps(p, self) }
-    }
-
-    #[inline(always)]
-    unsafe fn load_i8(p: *const i8) -> Self {
-        // SAFETY: AVX2, and `p` holds 8 bytes, which `_mm_loadl_epi64` reads.
-        unsafe { _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(p.cast()))) }
-    }
-
-    #[inline(always)]
-    unsafe fn fmadd(a: Self, b: Self, c: Self) -> Self {
-        // SAFETY: the caller guarantees FMA.
-        unsafe { _mm256_fmadd_ps(a, b, c) }
-    }
-
-    #[inline(always)]
-    unsafe fn add(a: Self, b: Self) -> Self {
-        // SAFETY: the caller guarantees AVX2.
-        unsafe { _mm256_add_ps(a, b) }
-    }
-
-    /// The two 128-bit halves added, then the high pair onto the low pair,
-    /// then lane 1 onto lane 0.
-    #[inline(always)]
-    unsafe fn hsum(self) -> f32 {
-        // SAFETY: the caller guarantees AVX2.
+    unsafe fn store_nibbles2(a: Self::Idx, b: Self::Idx, p: *mut u8) {
+        // SAFETY: the caller guarantees `LANES` writable bytes at `p`.
         unsafe {
-            let s = _mm_add_ps(
-                _mm256_castps256_ps128(self),
-                _mm256_extractf128_ps::<1>(self),
-            );
-            let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-            let s = _mm_add_ss(s, _mm_movehdup_ps(s));
-            _mm_cvtss_f32(s)
+            Self::store_nibbles(a, p);
+            Self::store_nibbles(b, p.add(Self::LANES / 2));
         }
     }
-}
+    /// `t[codes[i]]` for the `LANES` byte codes at `codes` (a gather).
+    unsafe fn gather256(t: &[f32; 256], codes: *const u8) -> Self;
+    /// Lane-wise nearest code in a 256-entry midpoint table: the 8-step
+    /// search of `Codebook256::encode` (gathers; indices stay in 0..=254).
+    unsafe fn search256(mids: &[f32; 256], x: Self) -> Self::Idx;
+    /// `LANES` codes (< 256) -> `LANES` bytes at `p`.
+    unsafe fn store_bytes(idx: Self::Idx, p: *mut u8);
 
-impl F32Lanes for __m512 {
-    const LANES: usize = 16;
-
-    #[inline(always)]
-    unsafe fn zero() -> Self {
-        // SAFETY: the caller guarantees AVX-512 F (see the trait).
-        unsafe { _mm512_setzero_ps() }
-    }
-
-    #[inline(always)]
-    unsafe fn splat(v: f32) -> Self {
-        // SAFETY: as above.
-        unsafe { _mm512_set1_ps(v) }
-    }
-
-    #[inline(always)]
-    unsafe fn load(p: *const f32) -> Self {
-        // SAFETY: AVX-512 F, and `p` holds 16 floats (the caller).
-        unsafe { _mm512_loadu_ps(p) }
-    }
-
-    #[inline(always)]
-    unsafe fn store(self, p: *mut f32) {
-        // SAFETY: AVX-512 F, and `p` holds 16 floats (the caller).
-        unsafe { _mm512_storeu_ps(p, self) }
-    }
-
-    #[inline(always)]
-    unsafe fn load_i8(p: *const i8) -> Self {
-        // SAFETY: AVX-512 F, and `p` holds 16 bytes (the caller).
-        unsafe { _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(p.cast()))) }
-    }
-
-    #[inline(always)]
-    unsafe fn fmadd(a: Self, b: Self, c: Self) -> Self {
-        // SAFETY: the caller guarantees AVX-512 F.
-        unsafe { _mm512_fmadd_ps(a, b, c) }
-    }
-
-    #[inline(always)]
-    unsafe fn add(a: Self, b: Self) -> Self {
-        // SAFETY: the caller guarantees AVX-512 F.
-        unsafe { _mm512_add_ps(a, b) }
-    }
-
-    /// In the order of `_mm512_reduce_add_ps`.
-    #[inline(always)]
-    unsafe fn hsum(self) -> f32 {
-        // SAFETY: the caller guarantees AVX-512 F.
-        unsafe { _mm512_reduce_add_ps(self) }
-    }
+    /// No lane seen yet.
+    unsafe fn no_bad() -> Self::Bad;
+    /// `bad` plus the lanes of `x` that are NaN or infinite.
+    unsafe fn add_bad(bad: Self::Bad, x: Self) -> Self::Bad;
+    /// True when no lane was NaN or infinite.
+    unsafe fn none_bad(bad: Self::Bad) -> bool;
 }

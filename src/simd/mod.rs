@@ -13,6 +13,10 @@
 //! nowhere else.
 
 mod lanes;
+#[cfg(target_arch = "x86_64")]
+mod lanes_avx2;
+#[cfg(target_arch = "x86_64")]
+mod lanes_avx512;
 
 use std::sync::OnceLock;
 

@@ -24,6 +24,7 @@ import torch
 
 from .. import _core
 from . import _cuda
+from ._adam_multi import update_all
 from ._base import SlotOptimizer
 from ._checks import adam_hyper
 
@@ -201,13 +202,25 @@ class _Adam4bitBase(SlotOptimizer):
         self._slots = {}
         super()._adopt_loaded(fresh)
 
-    def _update(self, i, gi, group, p, g, hyper) -> None:
+    def _slot_for(self, gi: int, group: dict, p: torch.Tensor, hyper: tuple) -> _Slot:
+        """``p``'s slot (a new one at its first step), with the group's hyper-parameters."""
         slot = self._slots.get(p)
         if slot is None:
             slot = _Slot(self._new_engine(gi, group, hyper, p), hyper, self._quant_of(group), 0)
             self._adopt(p, slot)
         elif slot.hyper != hyper:
             self._retune(slot, hyper)
+        return slot
+
+    # Every CPU parameter of a group in one call (_adam_multi.py), which checks the
+    # gradients' values itself before it updates any.
+    _engine_checks_cpu_grads = True
+
+    def _update_all(self, work: list[tuple], hypers: dict[int, tuple]) -> None:
+        update_all(self, work, hypers)
+
+    def _update(self, i, gi, group, p, g, hyper) -> None:
+        slot = self._slot_for(gi, group, p, hyper)
         try:
             slot.engine.update(_cuda.view(p), _cuda.view(g), name=_KEY)
         except (_core.QuantError, TypeError, ValueError) as e:

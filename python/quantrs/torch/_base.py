@@ -166,11 +166,20 @@ class SlotOptimizer(Optimizer):
             if p.grad is None:
                 continue
             check_param(self._name, i, p, cuda=self._has_device_engine)
-            g = check_grad(self._name, i, p, p.grad)
+            finite = not (self._engine_checks_cpu_grads and p.device.type == "cpu")
+            g = check_grad(self._name, i, p, p.grad, finite=finite)
             if gi not in hypers:
                 hypers[gi] = self._group_hyper(gi, group)
             self._check_fixed(i, gi, group, p)
             work.append((i, gi, group, p, g))
+        self._update_all(work, hypers)
+        return loss
+
+    # True where ``_update_all`` checks the values of the CPU gradients before it updates
+    # any parameter (so ``step`` skips its own summing pass over them).
+    _engine_checks_cpu_grads = False
+
+    def _update_all(self, work: list[tuple], hypers: dict[int, tuple]) -> None:
+        """Update every checked ``(i, gi, group, p, g)`` of ``work``."""
         for i, gi, group, p, g in work:
             self._update(i, gi, group, p, g, hypers[gi])
-        return loss

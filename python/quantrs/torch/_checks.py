@@ -47,9 +47,12 @@ def check_param(owner: str, index: int, p: torch.Tensor, *, cuda: bool = False) 
         raise InvalidArgument(f"{where}: expected at least one element, got shape {tuple(p.shape)}")
 
 
-def check_grad(owner: str, index: int, p: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+def check_grad(
+    owner: str, index: int, p: torch.Tensor, g: torch.Tensor, *, finite: bool = True
+) -> torch.Tensor:
     """The gradient of ``p`` as a dense contiguous float32 tensor on ``p``'s device (a copy
-    only when it is not contiguous)."""
+    only when it is not contiguous); ``finite=False`` leaves the check of its values to an
+    engine that checks every gradient of the step before it updates any."""
     where = f"{owner}: parameter {index}"
     if g.is_sparse or g.layout != torch.strided:
         raise TypeError(f"{where}: sparse gradients are not supported (layout {g.layout})")
@@ -68,7 +71,7 @@ def check_grad(owner: str, index: int, p: torch.Tensor, g: torch.Tensor) -> torc
     # One summing pass finds any NaN or inf (a finite sum that overflows is checked
     # element by element): the Rust kernel would refuse it too, but only after the
     # parameters before this one had been updated.
-    if not torch.isfinite(g.sum()) and not bool(torch.isfinite(g).all()):
+    if finite and not torch.isfinite(g.sum()) and not bool(torch.isfinite(g).all()):
         bad = int((~torch.isfinite(g)).flatten().nonzero()[0])
         raise InvalidArgument(
             f"{where}: the gradient has a non-finite value {float(g.flatten()[bad])} at flat "

@@ -2,7 +2,8 @@
 //! statistics classes (docs/optim.md). Validation and conversion only; the
 //! numerics are in `crate::optim`.
 //!
-//! One way down: `optimizer.rs` (the two classes) and `torch_state.rs`
+//! One way down: `multi.rs` (one step over a list of engines) ->
+//! `optimizer.rs` (the two classes) and `torch_state.rs`
 //! (their per-parameter methods) -> `backend.rs` (host or device state) ->
 //! `state.rs` (the host state: update, accumulation, checkpoints) ->
 //! `config.rs` (the config classes, `QuantizationMethod`, float
@@ -10,6 +11,7 @@
 
 mod backend;
 mod config;
+mod multi;
 mod optimizer;
 mod state;
 mod stats;
@@ -27,5 +29,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<stats::PyState>()?;
     m.add_class::<optimizer::PyAdam4bit>()?;
     m.add_class::<optimizer::PyAdamW4bit>()?;
+    m.add_function(wrap_pyfunction!(multi::adam4bit_multi_step, m)?)?;
     Ok(())
 }

@@ -41,6 +41,13 @@ impl<'py> Pair<'py> {
         check_shape("grad", grad.shape(), &shape)?;
         Ok(Pair { param, grad, shape })
     }
+
+    /// The parameter's values (written), the gradient's, and the shape.
+    pub(super) fn slices(&mut self) -> PyResult<(&mut [f32], &[f32], &[usize])> {
+        let g = self.grad.as_slice().map_err(|e| invalid("grad", e))?;
+        let p = self.param.as_slice_mut().map_err(|e| invalid("param", e))?;
+        Ok((p, g, &self.shape))
+    }
 }
 
 /// A checkpoint tensor as a NumPy array (uint8, or float32 from its
