@@ -32,6 +32,7 @@ from ._core import (
     build_info,
     cuda_available,
 )
+from ._core import num_threads, threads  # the small-batch kernels' thread cap
 from .qat import *  # noqa: F403 (the QAT API, listed in qat.__all__)
 
 __all__ = [
@@ -67,4 +68,5 @@ __all__ = [
     "qat",
     "reference",
 ]
+__all__ += ["num_threads", "threads"]
 __all__ += qat.__all__  # quantization-aware training
