@@ -31,8 +31,9 @@ from ._core import (
     __version__,
     build_info,
     cuda_available,
+    num_threads,
+    threads,
 )
-from ._core import num_threads, threads  # the small-batch kernels' thread cap
 from .qat import *  # noqa: F403 (the QAT API, listed in qat.__all__)
 
 __all__ = [
@@ -65,8 +66,10 @@ __all__ = [
     "build_info",
     "cuda_available",
     "fp8",
+    # the small-batch kernels' thread cap (docs/int4.md, "Threads")
+    "num_threads",
+    "threads",
     "qat",
     "reference",
 ]
-__all__ += ["num_threads", "threads"]
 __all__ += qat.__all__  # quantization-aware training
