@@ -95,6 +95,9 @@ static THREAD_LIMIT: AtomicUsize = AtomicUsize::new(0);
 /// previous cap. A cap of 1 runs every block on the calling thread: the
 /// choice for a loop whose other library (OpenBLAS, OpenMP) keeps threads
 /// spinning on the other cores between our calls (docs/int4.md, "Threads").
+// Reached from Python (`quantrs.threads`); the crate's Rust API does not
+// export `par`, so a build without the bindings only uses it in tests.
+#[cfg_attr(not(feature = "python"), allow(dead_code))]
 pub fn set_thread_limit(limit: Option<usize>) -> Option<usize> {
     let prev = THREAD_LIMIT.swap(limit.map_or(0, |n| n.max(1)), Ordering::Relaxed);
     (prev != 0).then_some(prev)
