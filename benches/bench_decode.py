@@ -28,6 +28,18 @@ a warm-up round. Per variant: the step time, the time inside the linears, the
 weight bytes they read per second, and the ratio of NumPy's linear (and step)
 time to the variant's, the median of the per-round ratios.
 
+``--threads N`` caps quantrs's small-batch kernels at N threads
+(``quantrs.threads(N)``) for the whole run; without it quantrs's default
+applies. ``--torch`` runs the same step written with torch tensors:
+``nn.Linear`` float32 (the baseline) against ``quantrs.torch.Int4Linear`` g32
+and g128, torch's own ops (and its OpenMP pool) between the calls.
+
+The machine's 2-thread read and triad bandwidth (``benches/_bandwidth.py``)
+is probed after every round; ``of_read_bw`` is the variant's weight bytes per
+second in the linears over the read rate of the same round (the median of the
+per-round fractions), so batch-1 rows show how close a kernel is to the
+memory limit under the step's real conditions.
+
 ``--openblas-threads N`` sets ``OPENBLAS_NUM_THREADS`` before NumPy loads and
 ``--openblas-timeout T`` OpenBLAS's ``OPENBLAS_THREAD_TIMEOUT`` (log2 of the
 cycles a pool thread spins after a call before sleeping, 4..30); see
@@ -43,12 +55,14 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _bandwidth import Bandwidth  # noqa: E402
 from _common import emit, machine_note, reexec_without_openblas_overrides  # noqa: E402
 
 D, FF, HEADS, CTX = 4096, 11008, 32, 512
 HEAD_DIM = D // HEADS
 PROJ = ("q", "k", "v", "o", "gate", "up", "down")
 VARIANTS = ("numpy", "int4-g32", "int4-g128", "int4-g32-a8", "fp8-w8a32", "fp8-w8a8")
+TORCH_VARIANTS = ("torch", "torch-int4-g32", "torch-int4-g128")
 
 
 def _shape(name: str) -> tuple[int, int]:
@@ -197,29 +211,102 @@ def step(np, lin, kv, norms, x):
     return h
 
 
-def run(layers: int, rounds: int, batches: list[int], variants: list[str]) -> list[dict]:
+def build_torch(np, torch, variants, layers: int, rng):
+    """The NumPy loop's weights, cache and norms as torch tensors; the
+    linears are ``nn.Linear`` (float32) and ``quantrs.torch.Int4Linear``."""
+    from quantrs.torch import Int4Linear
+
+    w32, kv, norms, _ = build(np, (), layers, rng)
+    kv = [(torch.from_numpy(k), torch.from_numpy(v)) for k, v in kv]
+    norms = [(torch.from_numpy(a), torch.from_numpy(b)) for a, b in norms]
+    dense = []
+    for ws in w32:
+        layer = {}
+        for n in PROJ:
+            out, inp = _shape(n)
+            lin = torch.nn.Linear(inp, out, bias=False)
+            with torch.no_grad():
+                lin.weight.copy_(torch.from_numpy(ws[n]))
+            layer[n] = lin
+        dense.append(layer)
+    linears = {}
+    if "torch" in variants:
+        nbytes = sum(w.nbytes for ws in w32 for w in ws.values())
+        linears["torch"] = Timed("torch", dense, nbytes)
+    for v, gs in (("torch-int4-g32", 32), ("torch-int4-g128", 128)):
+        if v in variants:
+            fns = [
+                {n: Int4Linear.from_linear(m, group_size=gs) for n, m in d.items()} for d in dense
+            ]
+            nbytes = sum(m.quantized_weight().nbytes for d in fns for m in d.values())
+            linears[v] = Timed(v, fns, nbytes)
+    return w32, kv, norms, linears
+
+
+def step_torch(torch, lin, kv, norms, x):
+    """`step` written with torch tensors and ops (no NumPy between calls)."""
+    one = x.ndim == 1
+    h = x
+    with torch.no_grad():
+        for layer, ((kc, vc), (g1, g2)) in enumerate(zip(kv, norms)):
+            a = h * torch.rsqrt((h * h).mean(-1, keepdim=True) + 1e-6) * g1
+            q = lin(layer, "q", a)
+            k = lin(layer, "k", a)
+            v = lin(layer, "v", a)
+            kc[:, -1, :] = (k if one else k[-1]).reshape(HEADS, HEAD_DIM)
+            vc[:, -1, :] = (v if one else v[-1]).reshape(HEADS, HEAD_DIM)
+            b = q.reshape(-1, D).shape[0]
+            qh = q.reshape(b, HEADS, HEAD_DIM).transpose(0, 1)
+            s = torch.softmax(qh @ kc.transpose(1, 2) / HEAD_DIM**0.5, dim=-1)
+            att = (s @ vc).transpose(0, 1).reshape(b, D)
+            h = h + lin(layer, "o", att[0] if one else att)
+            a = h * torch.rsqrt((h * h).mean(-1, keepdim=True) + 1e-6) * g2
+            gate = lin(layer, "gate", a)
+            up = lin(layer, "up", a)
+            h = h + lin(layer, "down", torch.nn.functional.silu(gate) * up)
+    assert h.dtype == torch.float32, h.dtype
+    return h
+
+
+def run(
+    layers: int, rounds: int, batches: list[int], variants: list[str], torch_loop: bool = False
+) -> list[dict]:
     import numpy as np
 
     rng = np.random.default_rng(0)
-    w32, kv, norms, linears = build(np, variants, layers, rng)
-    if "numpy" not in linears:
-        raise SystemExit("the numpy variant is the baseline: keep it in --variants")
+    if torch_loop:
+        import torch
+
+        w32, kv, norms, linears = build_torch(np, torch, variants, layers, rng)
+        step_fn, base = (lambda _np, *a: step_torch(torch, *a)), "torch"
+        x_of = torch.from_numpy
+    else:
+        w32, kv, norms, linears = build(np, variants, layers, rng)
+        step_fn, base = step, "numpy"
+        x_of = lambda a: a  # noqa: E731
+    bw = Bandwidth(np)
+    if base not in linears:
+        raise SystemExit(f"the {base} variant is the baseline: keep it in --variants")
     rows = []
     for b in batches:
         x = rng.standard_normal((b, D), dtype=np.float32)
         if b == 1:
             x = x[0]
+        x = x_of(x)
         step_t = {v: [] for v in linears}
         lin_t = {v: [] for v in linears}
+        read_bw: list[float] = []
         for r in range(rounds + 1):
             for v, lin in linears.items():
                 lin.spent = 0.0
                 t0 = time.perf_counter()
-                step(np, lin, kv, norms, x)
+                step_fn(np, lin, kv, norms, x)
                 dt = time.perf_counter() - t0
                 if r > 0:  # round 0 warms every path
                     step_t[v].append(dt)
                     lin_t[v].append(lin.spent)
+            if r > 0 and b == 1:
+                read_bw.append(bw.read())
         for v, lin in linears.items():
             lin_ms = 1e3 * statistics.median(lin_t[v])
             rows.append(
@@ -229,15 +316,25 @@ def run(layers: int, rounds: int, batches: list[int], variants: list[str]) -> li
                     "step_ms": 1e3 * statistics.median(step_t[v]),
                     "linears_ms": lin_ms,
                     "weight_GB/s": lin.nbytes / (lin_ms * 1e-3) / 1e9,
+                    "of_read_bw": statistics.median(
+                        lin.nbytes / t / 1e9 / r for t, r in zip(lin_t[v], read_bw)
+                    )
+                    if read_bw
+                    else None,
                     "linears_ratio": statistics.median(
-                        n / o for n, o in zip(lin_t["numpy"], lin_t[v])
+                        n / o for n, o in zip(lin_t[base], lin_t[v])
                     ),
-                    "step_ratio": statistics.median(
-                        n / o for n, o in zip(step_t["numpy"], step_t[v])
-                    ),
+                    "step_ratio": statistics.median(n / o for n, o in zip(step_t[base], step_t[v])),
                     "weight_MB": lin.nbytes / 1e6,
                 }
             )
+    if bw.read_values:
+        rows.append(
+            {
+                "variant": f"machine read ({bw.kind}; triad {bw.triad():.1f} GB/s)",
+                "weight_GB/s": bw.summary()["read_GB/s"],
+            }
+        )
     return rows
 
 
@@ -247,6 +344,7 @@ COLUMNS = [
     "step_ms",
     "linears_ms",
     "weight_GB/s",
+    "of_read_bw",
     "linears_ratio",
     "step_ratio",
     "weight_MB",
@@ -258,9 +356,11 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=2, help="distinct layers (default 2)")
     ap.add_argument("--rounds", type=int, default=5, help="timed rounds (default 5)")
     ap.add_argument("--batches", default="1,4,16", help="comma-separated (default 1,4,16)")
-    ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated")
+    ap.add_argument("--variants", help="comma-separated (default: all of the loop)")
     ap.add_argument("--openblas-threads", type=int, help="set OPENBLAS_NUM_THREADS")
     ap.add_argument("--openblas-timeout", type=int, help="set OPENBLAS_THREAD_TIMEOUT (4..30)")
+    ap.add_argument("--threads", type=int, help="quantrs.threads(N) for the whole run")
+    ap.add_argument("--torch", action="store_true", help="the step in torch tensors")
     ap.add_argument("--json", action="store_true", help="print JSON rows")
     ap.add_argument("--keep-env", action="store_true", help="keep OPENBLAS_* overrides")
     args = ap.parse_args()
@@ -274,18 +374,22 @@ def main() -> None:
 
     import quantrs
 
-    variants = [v for v in args.variants.split(",") if v]
-    unknown = sorted(set(variants) - set(VARIANTS))
+    known = TORCH_VARIANTS if args.torch else VARIANTS
+    variants = [v for v in (args.variants or ",".join(known)).split(",") if v]
+    unknown = sorted(set(variants) - set(known))
     if unknown:
-        ap.error(f"--variants: unknown {unknown}, expected some of {list(VARIANTS)}")
+        ap.error(f"--variants: unknown {unknown}, expected some of {list(known)}")
+    if args.threads is not None:
+        quantrs.threads(args.threads)
     batches = [int(b) for b in args.batches.split(",") if b]
     if not args.json:
         blas = {k: v for k, v in os.environ.items() if k.startswith("OPENBLAS_")}
         print(
             f"quantrs {quantrs.build_info()}; numpy {np.__version__}; "
-            f"{blas or 'OpenBLAS defaults'}; {args.layers} layers; {machine_note()}"
+            f"{blas or 'OpenBLAS defaults'}; quantrs threads {quantrs.num_threads()}; "
+            f"{'torch' if args.torch else 'numpy'} loop; {args.layers} layers; {machine_note()}"
         )
-    emit(run(args.layers, args.rounds, batches, variants), COLUMNS, args.json)
+    emit(run(args.layers, args.rounds, batches, variants, args.torch), COLUMNS, args.json)
 
 
 if __name__ == "__main__":

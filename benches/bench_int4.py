@@ -14,11 +14,10 @@ integer dot products, docs/int4.md) for g32 on 4096x4096, 4096x11008 and
 When bitsandbytes and PyTorch are installed (not requirements), rows of its
 NF4 ``Linear4bit`` at batch 16 and 128 on 4096x4096 follow, against NumPy too.
 
-The read bandwidth is a multi-threaded sum over a buffer far larger than the
-caches (1 GiB; 256 MiB with --quick), on every core: the extension's
-``_read_bandwidth_probe`` when it exports it (a non-default cargo feature),
-else NumPy sums of one slice per core on a thread pool (NumPy releases the
-GIL inside reductions). It is measured right after our timing in
+The read bandwidth is ``benches/_bandwidth.py``'s read probe (one slice per
+core of a buffer far larger than the caches, 1 GiB; 256 MiB with --quick,
+reduced by NumPy on a thread pool), the same probe bench_decode.py uses. It
+is measured right after our timing in
 every pair, and ``of_read_bw`` is the median of the per-pair fractions: on a
 shared or virtual machine the rate drifts within a minute, and a single probe
 at the start of the run would compare our kernel with whatever the neighbours
@@ -36,46 +35,14 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _bandwidth import Bandwidth  # noqa: E402
 from _common import (  # noqa: E402
     emit,
     machine_note,
-    median_ms,
     paired_ms,
     reexec_without_openblas_overrides,
     settle,
 )
-
-
-class ReadProbe:
-    """Streaming read rate (GB/s) over a buffer far larger than the caches,
-    summed by every core; keeps every value it measured.
-
-    Uses ``_core._read_bandwidth_probe`` (rayon, one pass) when the extension
-    exports it, else one NumPy ``sum`` per core over its slice of the buffer,
-    run on a thread pool: NumPy releases the GIL inside the reduction, so the
-    slices are read in parallel."""
-
-    def __init__(self, np, core, nbytes: int) -> None:
-        self.buf = np.ones(nbytes // 8, dtype=np.uint64)
-        self.values: list[float] = []
-        rust_probe = getattr(core, "_read_bandwidth_probe", None)
-        if rust_probe is not None:
-            self.kind = "rayon"
-            self._read = lambda: rust_probe(self.buf)
-        else:
-            from concurrent.futures import ThreadPoolExecutor
-
-            workers = os.cpu_count() or 1
-            slices = np.array_split(self.buf, workers)
-            self.kind = f"numpy, {workers} threads"
-            self._pool = ThreadPoolExecutor(max_workers=workers)
-            self._read = lambda: sum(self._pool.map(np.sum, slices))
-
-    def __call__(self, repeat: int = 3) -> float:
-        ms = median_ms(self._read, repeat=repeat)
-        gbs = self.buf.nbytes / (ms * 1e-3) / 1e9
-        self.values.append(gbs)
-        return gbs
 
 
 def dram_copies(quantrs, qw) -> list:
@@ -141,12 +108,11 @@ def run(quick: bool = False, a8: str = "with") -> list[dict]:
     import numpy as np
 
     import quantrs
-    from quantrs import _core
 
     rng = np.random.default_rng(0)
     if a8 == "only":
         return a8_rows(np, quantrs, rng, quick)
-    probe = ReadProbe(np, _core, (1 << 28) if quick else (1 << 30))
+    probe = Bandwidth(np, (1 << 28) if quick else (1 << 30))
     shapes = [(4096, 11008)] if quick else [(4096, 4096), (4096, 11008)]
     groups = [32] if quick else [32, 128]
     batches = [1, 128] if quick else [1, 16, 128]
@@ -173,7 +139,7 @@ def run(quick: bool = False, a8: str = "with") -> list[dict]:
                         pairs,
                         inner,
                         after_ours=lambda o, f=fracs, nb=qw.nbytes: f.append(
-                            nb / (o * 1e-3) / 1e9 / probe()
+                            nb / (o * 1e-3) / 1e9 / probe.read()
                         ),
                     )
                     of_bw = statistics.median(fracs)
@@ -204,12 +170,12 @@ def run(quick: bool = False, a8: str = "with") -> list[dict]:
     rows.extend(bitsandbytes_rows(np, rng, [16, 128], quick))
     rows.append(
         {
-            "bench": "machine streaming read (all cores)",
+            "bench": f"machine read ({probe.kind}; triad {probe.triad():.1f} GB/s)",
             "ours_ms": None,
             "baseline": "",
             "baseline_ms": None,
             "ratio": None,
-            "weight_GB/s": statistics.median(probe.values),
+            "weight_GB/s": statistics.median(probe.read_values),
             "probe": probe.kind,
         }
     )

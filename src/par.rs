@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// that finds no block left, or the cores all busy, leaves.
 pub fn for_each_block<F: Fn(usize) + Sync>(count: usize, f: F) {
     let helpers = rayon::current_num_threads().min(count.saturating_sub(1));
-    let max_inside = helpers.min(cores().saturating_sub(1));
+    let max_inside = helpers.min(thread_limit().saturating_sub(1));
     if max_inside == 0 {
         (0..count).for_each(f);
         return;
@@ -84,6 +84,37 @@ pub fn for_each_block<F: Fn(usize) + Sync>(count: usize, f: F) {
     if let Some(p) = caught {
         resume_unwind(p);
     }
+}
+
+/// Most threads (the caller included) a [`for_each_block`] call runs on at
+/// once; 0 means "every core" (see [`set_thread_limit`]).
+static THREAD_LIMIT: AtomicUsize = AtomicUsize::new(0);
+
+/// Cap the threads (the caller included) that [`for_each_block`] works on at
+/// once, process-wide; `None` lifts the cap (every core). Returns the
+/// previous cap. A cap of 1 runs every block on the calling thread: the
+/// choice for a loop whose other library (OpenBLAS, OpenMP) keeps threads
+/// spinning on the other cores between our calls (docs/int4.md, "Threads").
+// Reached from Python (`quantrs.threads`); the crate's Rust API does not
+// export `par`, so a build without the bindings only uses it in tests.
+#[cfg_attr(not(feature = "python"), allow(dead_code))]
+pub fn set_thread_limit(limit: Option<usize>) -> Option<usize> {
+    let prev = THREAD_LIMIT.swap(limit.map_or(0, |n| n.max(1)), Ordering::Relaxed);
+    (prev != 0).then_some(prev)
+}
+
+/// The cap set by [`set_thread_limit`], `None` when there is none.
+pub fn thread_cap() -> Option<usize> {
+    match THREAD_LIMIT.load(Ordering::Relaxed) {
+        0 => None,
+        n => Some(n),
+    }
+}
+
+/// Threads a [`for_each_block`] call may use at once: the cores, or fewer
+/// under a cap.
+pub fn thread_limit() -> usize {
+    thread_cap().map_or(cores(), |n| n.min(cores()))
 }
 
 /// The CPUs this process may run on (detected once).
@@ -264,6 +295,31 @@ mod tests {
             "{most} threads at once, {} cores",
             cores()
         );
+    }
+
+    #[test]
+    fn a_cap_of_one_runs_every_block_on_the_caller() {
+        // Process-wide state: restore it even if an assertion fails, and keep
+        // the capped section short (other tests run in parallel).
+        struct Restore(Option<usize>);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                set_thread_limit(self.0);
+            }
+        }
+        let _restore = Restore(set_thread_limit(Some(1)));
+        assert_eq!(thread_cap(), Some(1));
+        assert_eq!(thread_limit(), 1);
+        let me = std::thread::current().id();
+        let others = AtomicUsize::new(0);
+        for_each_block(64, |_| {
+            if std::thread::current().id() != me {
+                others.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+        assert_eq!(others.load(Ordering::Relaxed), 0);
+        assert_eq!(set_thread_limit(Some(0)), Some(1), "0 is raised to 1");
+        assert_eq!(thread_limit(), 1);
     }
 
     #[test]

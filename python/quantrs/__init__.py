@@ -33,6 +33,8 @@ from ._core import (
     __version__,
     build_info,
     cuda_available,
+    num_threads,
+    threads,
 )
 from .qat import *  # noqa: F403 (the QAT API, listed in qat.__all__)
 
@@ -68,6 +70,9 @@ __all__ = [
     "build_info",
     "cuda_available",
     "fp8",
+    # the small-batch kernels' thread cap (docs/int4.md, "Threads")
+    "num_threads",
+    "threads",
     "qat",
     "reference",
 ]

@@ -32,6 +32,7 @@ mod optim;
 mod qat;
 mod scalars;
 mod sizes;
+mod threads;
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -109,6 +110,7 @@ mod core_module {
         #[cfg(feature = "gpu")]
         super::cuda_bench::register(m)?;
         super::atomic::register(m)?;
+        super::threads::register(m)?;
         Ok(())
     }
 }
