@@ -101,6 +101,7 @@ def _step_of(where: str, state: dict) -> int:
 class _Adam4bitBase(SlotOptimizer):
     _engine_cls: ClassVar[Any]
     _has_device_engine = True
+    _takes_dtensor = True
     _name: ClassVar[str]
 
     def __init__(
@@ -173,11 +174,12 @@ class _Adam4bitBase(SlotOptimizer):
         if not isinstance(state, dict):
             raise TypeError(f"{where}: expected a dict of state, got {type(state).__name__}")
         hyper = adam_hyper(self._name, gi, group)
-        engine = self._new_engine(gi, group, hyper, p)
+        local = self._local(i, p)
+        engine = self._new_engine(gi, group, hyper, local)
         step = _step_of(where, state)
         arrays = {k: _to_numpy(where, k, v) for k, v in state.items() if k != "step"}
         try:
-            engine.import_param_state(_KEY, tuple(p.shape), step, arrays)
+            engine.import_param_state(_KEY, tuple(local.shape), step, arrays)
         except (_core.QuantError, TypeError, ValueError) as e:
             raise type(e)(f"{where}: {e}") from None
         return _Slot(engine, hyper, self._quant_of(group), step)
@@ -202,14 +204,17 @@ class _Adam4bitBase(SlotOptimizer):
         super()._adopt_loaded(fresh)
 
     def _update(self, i, gi, group, p, g, hyper) -> None:
+        # ``g`` is already local; ``p`` is the slot key (a DTensor under FSDP2).
+        local = self._local(i, p)
         slot = self._slots.get(p)
         if slot is None:
-            slot = _Slot(self._new_engine(gi, group, hyper, p), hyper, self._quant_of(group), 0)
+            engine = self._new_engine(gi, group, hyper, local)
+            slot = _Slot(engine, hyper, self._quant_of(group), 0)
             self._adopt(p, slot)
         elif slot.hyper != hyper:
             self._retune(slot, hyper)
         try:
-            slot.engine.update(_cuda.view(p), _cuda.view(g), name=_KEY)
+            slot.engine.update(_cuda.view(local), _cuda.view(g), name=_KEY)
         except (_core.QuantError, TypeError, ValueError) as e:
             raise type(e)(f"{self._name}: parameter {i}: {e}") from None
         slot.engine.step()
