@@ -1,4 +1,4 @@
-"""quantrs.torch.AdamW4bit / Adam4bit under FSDP2 (``fully_shard``): 2 processes on
+"""quantrs.torch.AdamW4bit / Adam4bit under FSDP2 (``fully_shard``): 2 and 3 processes on
 127.0.0.1 (gloo).
 
 One spawned run (bounded in time) performs every check and saves its findings per rank;
@@ -10,7 +10,7 @@ the tests below read them:
 - FSDP2 mixed precision (bfloat16 compute, float32 sharded parameters) trains within 5 %
   of float32 FSDP2;
 - each rank holds 4-bit state for its own shard only (bytes from the engines' live
-  buffers), about half of what one DDP rank holds;
+  buffers), about 1/world of what one DDP rank holds;
 - ``optimizer.state_dict()`` saved per rank and loaded into a fresh FSDP2 model and
   optimizer at the same world size continues bit-identically, for AdamW4bit and Adam4bit;
 - a ``Partial`` DTensor is refused with a TypeError naming the placement.
@@ -30,14 +30,14 @@ import torch.multiprocessing as mp
 
 pytestmark = pytest.mark.slow
 
-WORLD = 2
-STEPS = 12
+WORLDS = (2, 3)
+STEPS = 20
 TIMEOUT_S = 100
 
 
 def _model(seed=0):
-    # 37 and 5 rows split 19 + 18 and 3 + 2; the last layer has 1 row: rank 1's shards
-    # of it are empty.
+    # 37 and 5 rows split 19 + 18 and 3 + 2 on 2 ranks, 13 + 12 + 12 and 2 + 2 + 1 on 3;
+    # the last layer has 1 row: the shards of it on ranks > 0 are empty.
     torch.manual_seed(seed)
     return torch.nn.Sequential(
         torch.nn.Linear(24, 37),
@@ -58,13 +58,17 @@ def _shard(model, **kw):
     return model
 
 
-def _target(x):
-    return torch.tanh(x[:, :1] - 0.5 * x[:, 1:2]) + 0.25 * x[:, 2:3]
+def _data(n, seed):
+    # A learnable target plus noise of variance 0.25: the loss settles near that floor, as
+    # a real run's does, so relative loss differences mean something.
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 24, generator=g)
+    y = torch.tanh(x[:, :1] - 0.5 * x[:, 1:2]) + 0.25 * x[:, 2:3]
+    return x, y + 0.5 * torch.randn(n, 1, generator=g)
 
 
 def _batch(t, rank):
-    x = torch.randn(16, 24, generator=torch.Generator().manual_seed(1000 * t + rank))
-    return x, _target(x)
+    return _data(16, 1000 * t + rank)
 
 
 def _train(model, opt, rank, first, steps):
@@ -77,8 +81,8 @@ def _train(model, opt, rank, first, steps):
 
 @torch.no_grad()
 def _eval_loss(model):
-    x = torch.randn(256, 24, generator=torch.Generator().manual_seed(7))
-    return float(torch.nn.functional.mse_loss(model(x), _target(x)))
+    x, y = _data(512, 7)
+    return float(torch.nn.functional.mse_loss(model(x), y))
 
 
 def _local_params(model):
@@ -156,12 +160,13 @@ def _check_resume(rank, outdir, cls_name):
 
 
 def _check_partial():
+    # A summand per rank (Partial) is not a parameter's value: refused before any update.
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, Partial
 
     import quantrs.torch as qt
 
-    mesh = init_device_mesh("cpu", (WORLD,))
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
     p = torch.nn.Parameter(DTensor.from_local(torch.ones(4, 3), mesh, [Partial()]))
     p.grad = DTensor.from_local(torch.ones(4, 3), mesh, [Partial()])
     opt = qt.AdamW4bit([p])
@@ -172,10 +177,10 @@ def _check_partial():
     return None
 
 
-def _worker(rank, port, outdir):
+def _worker(rank, world, port, outdir):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD, timeout=timedelta(seconds=60))
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=60))
     try:
         results = {"losses": _check_losses(rank)}
         results["resume_adamw"] = _check_resume(rank, outdir, "AdamW4bit")
@@ -195,17 +200,18 @@ def _free_port():
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def results(tmp_path_factory):
-    outdir = str(tmp_path_factory.mktemp("fsdp2"))
+@pytest.fixture(scope="module", params=WORLDS, ids=lambda w: f"world{w}")
+def results(request, tmp_path_factory):
+    world = request.param
+    outdir = str(tmp_path_factory.mktemp(f"fsdp2-{world}"))
     ctx = mp.start_processes(
-        _worker, args=(_free_port(), outdir), nprocs=WORLD, join=False, start_method="spawn"
+        _worker, args=(world, _free_port(), outdir), nprocs=world, join=False, start_method="spawn"
     )
     deadline = time.monotonic() + TIMEOUT_S
     try:
         while not ctx.join(timeout=max(1.0, deadline - time.monotonic())):
             if time.monotonic() > deadline:
-                pytest.fail(f"the {WORLD}-process run took more than {TIMEOUT_S} s")
+                pytest.fail(f"the {world}-process run took more than {TIMEOUT_S} s")
     except mp.ProcessExitedException as e:
         written = sorted(f for f in os.listdir(outdir) if f.startswith("rank"))
         raise AssertionError(f"{e}; findings written by then: {written}") from e
@@ -213,7 +219,7 @@ def results(tmp_path_factory):
         for p in ctx.processes:
             if p.is_alive():
                 p.kill()
-    return [torch.load(os.path.join(outdir, f"rank{r}.pt")) for r in range(WORLD)]
+    return [torch.load(os.path.join(outdir, f"rank{r}.pt")) for r in range(world)]
 
 
 def test_fsdp2_trains_like_ddp_and_torch_adamw(results):
@@ -226,7 +232,7 @@ def test_fsdp2_trains_like_ddp_and_torch_adamw(results):
         assert abs(x["fsdp_bf16"] - x["fsdp"]) <= 0.05 * x["fsdp"], x
         assert x["bf16_state_dtypes"] == ["torch.float32"]
     # Every rank evaluates the same (all-gathered) model.
-    assert results[0]["losses"]["fsdp"] == results[1]["losses"]["fsdp"]
+    assert len({r["losses"]["fsdp"] for r in results}) == 1
 
 
 def test_each_rank_holds_state_for_its_shard_only(results):
@@ -235,9 +241,9 @@ def test_each_rank_holds_state_for_its_shard_only(results):
     full = results[0]["losses"]["ddp_state_bytes"]
     for r in results:
         b = r["losses"]["fsdp_state_bytes"]
-        assert 0 < b < 0.7 * full, (b, full)
-    # rank 1's shards of the last layer (weight 1 x 5, bias 1) are empty: no engines
-    assert [r["losses"]["fsdp_slots"] for r in results] == [6, 4]
+        assert 0 < b < (0.2 + 1 / len(results)) * full, (b, full)
+    # the shards of the last layer (weight 1 x 5, bias 1) on ranks > 0 are empty: no engines
+    assert [r["losses"]["fsdp_slots"] for r in results] == [6] + [4] * (len(results) - 1)
 
 
 @pytest.mark.parametrize("which", ["resume_adamw", "resume_adam"])
