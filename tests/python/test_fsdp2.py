@@ -19,14 +19,12 @@ the tests below read them:
 from __future__ import annotations
 
 import os
-import socket
-import time
 from datetime import timedelta
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from _spawn import run_ranks
 
 pytestmark = pytest.mark.slow
 
@@ -177,7 +175,7 @@ def _check_partial():
     return None
 
 
-def _worker(rank, world, port, outdir):
+def _worker(rank, port, outdir, world):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=60))
@@ -194,32 +192,11 @@ def _worker(rank, world, port, outdir):
     os._exit(0)
 
 
-def _free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module", params=WORLDS, ids=lambda w: f"world{w}")
 def results(request, tmp_path_factory):
     world = request.param
     outdir = str(tmp_path_factory.mktemp(f"fsdp2-{world}"))
-    ctx = mp.start_processes(
-        _worker, args=(world, _free_port(), outdir), nprocs=world, join=False, start_method="spawn"
-    )
-    deadline = time.monotonic() + TIMEOUT_S
-    try:
-        while not ctx.join(timeout=max(1.0, deadline - time.monotonic())):
-            if time.monotonic() > deadline:
-                pytest.fail(f"the {world}-process run took more than {TIMEOUT_S} s")
-    except mp.ProcessExitedException as e:
-        written = sorted(f for f in os.listdir(outdir) if f.startswith("rank"))
-        raise AssertionError(f"{e}; findings written by then: {written}") from e
-    finally:
-        for p in ctx.processes:
-            if p.is_alive():
-                p.kill()
-    return [torch.load(os.path.join(outdir, f"rank{r}.pt")) for r in range(world)]
+    return run_ranks(_worker, world, outdir, TIMEOUT_S, world)
 
 
 def test_fsdp2_trains_like_ddp_and_torch_adamw(results):
