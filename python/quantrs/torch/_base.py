@@ -112,6 +112,9 @@ class SlotOptimizer(Optimizer):
             slot = self._slots.get(p)
             if not st or (slot is not None and st is slot.light):
                 continue  # nothing there, an empty dict, or our own light state
+            local = self._local(i, p)
+            if local is not p and local.numel() == 0:
+                continue  # an empty local shard of a DTensor: nothing to hold state for
             fresh[p] = self._import(i, gi, group, p, st)
         for p, slot in fresh.items():
             self._adopt(p, slot)
