@@ -13,20 +13,19 @@ the tests below read them:
 - the same three for ``QatAdamW`` (ZeRO after ``quantrs.torch.broadcast_views``): bit-identical
   to plain DDP, a consolidated state dict and a DCP checkpoint that resume bit-identically,
   every state tensor keeping its size and dtype;
-- FSDP2 ``fully_shard``: the optimizer refuses DTensor parameters with a clear error.
+- FSDP2 ``fully_shard``: ``QatAdamW`` refuses DTensor parameters with a clear error
+  (``AdamW4bit`` / ``Adam4bit`` under FSDP2: tests/python/test_fsdp2.py).
 """
 
 from __future__ import annotations
 
 import os
-import socket
-import time
 from datetime import timedelta
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from _spawn import run_ranks
 
 pytestmark = pytest.mark.slow
 
@@ -231,9 +230,8 @@ def _check_fsdp2(rank):
         fully_shard(model)
     except Exception as e:  # FSDP2 itself does not run here
         return {"fully_shard": f"{type(e).__name__}: {e}"}
-    opt = qt.AdamW4bit(model.parameters(), lr=1e-2)
     try:
-        _train(model, opt, rank, 0, 1)
+        qt.QatAdamW(model.parameters(), lr=1e-2)
     except TypeError as e:
         return {"fully_shard": "ok", "error": str(e)}
     return {"fully_shard": "ok", "error": None}
@@ -261,31 +259,10 @@ def _worker(rank, port, outdir):
     os._exit(0)
 
 
-def _free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     outdir = str(tmp_path_factory.mktemp("dist"))
-    ctx = mp.start_processes(
-        _worker, args=(_free_port(), outdir), nprocs=WORLD, join=False, start_method="spawn"
-    )
-    deadline = time.monotonic() + TIMEOUT_S
-    try:
-        while not ctx.join(timeout=max(1.0, deadline - time.monotonic())):
-            if time.monotonic() > deadline:
-                pytest.fail(f"the {WORLD}-process run took more than {TIMEOUT_S} s")
-    except mp.ProcessExitedException as e:
-        written = sorted(f for f in os.listdir(outdir) if f.startswith("rank"))
-        raise AssertionError(f"{e}; findings written by then: {written}") from e
-    finally:
-        for p in ctx.processes:
-            if p.is_alive():
-                p.kill()
-    return [torch.load(os.path.join(outdir, f"rank{r}.pt")) for r in range(WORLD)]
+    return run_ranks(_worker, WORLD, outdir, TIMEOUT_S)
 
 
 def test_zero_matches_plain_ddp_bit_for_bit(results):

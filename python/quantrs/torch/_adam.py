@@ -102,6 +102,7 @@ def _step_of(where: str, state: dict) -> int:
 class _Adam4bitBase(SlotOptimizer):
     _engine_cls: ClassVar[Any]
     _has_device_engine = True
+    _takes_dtensor = True
     _name: ClassVar[str]
 
     def __init__(
@@ -174,11 +175,12 @@ class _Adam4bitBase(SlotOptimizer):
         if not isinstance(state, dict):
             raise TypeError(f"{where}: expected a dict of state, got {type(state).__name__}")
         hyper = adam_hyper(self._name, gi, group)
-        engine = self._new_engine(gi, group, hyper, p)
+        local = self._local(i, p)
+        engine = self._new_engine(gi, group, hyper, local)
         step = _step_of(where, state)
         arrays = {k: _to_numpy(where, k, v) for k, v in state.items() if k != "step"}
         try:
-            engine.import_param_state(_KEY, tuple(p.shape), step, arrays)
+            engine.import_param_state(_KEY, tuple(local.shape), step, arrays)
         except (_core.QuantError, TypeError, ValueError) as e:
             raise type(e)(f"{where}: {e}") from None
         return _Slot(engine, hyper, self._quant_of(group), step)
@@ -202,11 +204,13 @@ class _Adam4bitBase(SlotOptimizer):
         self._slots = {}
         super()._adopt_loaded(fresh)
 
-    def _slot_for(self, gi: int, group: dict, p: torch.Tensor, hyper: tuple) -> _Slot:
-        """``p``'s slot (a new one at its first step), with the group's hyper-parameters."""
+    def _slot_for(self, i: int, gi: int, group: dict, p: torch.Tensor, hyper: tuple) -> _Slot:
+        """``p``'s slot (a new one at its first step, over ``p``'s local shard under
+        FSDP2), with the group's hyper-parameters."""
         slot = self._slots.get(p)
         if slot is None:
-            slot = _Slot(self._new_engine(gi, group, hyper, p), hyper, self._quant_of(group), 0)
+            engine = self._new_engine(gi, group, hyper, self._local(i, p))
+            slot = _Slot(engine, hyper, self._quant_of(group), 0)
             self._adopt(p, slot)
         elif slot.hyper != hyper:
             self._retune(slot, hyper)
@@ -220,9 +224,11 @@ class _Adam4bitBase(SlotOptimizer):
         update_all(self, work, hypers)
 
     def _update(self, i, gi, group, p, g, hyper) -> None:
-        slot = self._slot_for(gi, group, p, hyper)
+        # ``g`` is already local; ``p`` is the slot key (a DTensor under FSDP2).
+        local = self._local(i, p)
+        slot = self._slot_for(i, gi, group, p, hyper)
         try:
-            slot.engine.update(_cuda.view(p), _cuda.view(g), name=_KEY)
+            slot.engine.update(_cuda.view(local), _cuda.view(g), name=_KEY)
         except (_core.QuantError, TypeError, ValueError) as e:
             raise type(e)(f"{self._name}: parameter {i}: {e}") from None
         slot.engine.step()

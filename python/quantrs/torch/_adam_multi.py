@@ -33,12 +33,13 @@ def update_all(opt: Any, work: list[tuple], hypers: dict[int, tuple]) -> None:
 def _cpu_step(opt: Any, cpu: list[tuple], hypers: dict[int, tuple]) -> None:
     # The hyper-parameters go to every engine in the call, not one setter call each.
     slots = [
-        opt._slots.get(p) or opt._slot_for(gi, group, p, hypers[gi]) for _, gi, group, p, _ in cpu
+        opt._slots.get(p) or opt._slot_for(i, gi, group, p, hypers[gi])
+        for i, gi, group, p, _ in cpu
     ]
     try:
         _core.adam4bit_multi_step(
             [s.engine for s in slots],
-            [p.detach().numpy() for *_, p, _ in cpu],
+            [opt._local(i, p).detach().numpy() for i, _, _, p, _ in cpu],
             [g.numpy() for *_, g in cpu],
             name="w",
             hyper=[hypers[gi] for _, gi, *_ in cpu],

@@ -21,6 +21,7 @@ from torch.optim import Optimizer
 
 from .._core import InvalidArgument
 from ._checks import adam_hyper, check_grad, check_param
+from ._dtensor import local_view
 
 
 class SlotOptimizer(Optimizer):
@@ -33,6 +34,9 @@ class SlotOptimizer(Optimizer):
     _name: ClassVar[str]
     # True where the engine has a device twin (quantrs.cuda): CUDA parameters are taken.
     _has_device_engine: ClassVar[bool] = False
+    # True where DTensor parameters are stepped through their local shard (_dtensor.py);
+    # the hooks then see the DTensor as the slot key and call ``_local`` for its values.
+    _takes_dtensor: ClassVar[bool] = False
     _slots: dict[torch.Tensor, Any]
 
     def _start(
@@ -74,6 +78,13 @@ class SlotOptimizer(Optimizer):
         """The group's ``(lr, beta1, beta2, eps, weight_decay)``, checked."""
         return adam_hyper(self._name, gi, group)
 
+    def _local(self, i: int, p: torch.Tensor) -> torch.Tensor:
+        """The tensor the engine updates: ``p``, or its local shard where DTensors are
+        taken (a plain tensor of another kind is refused by ``check_param``)."""
+        if not self._takes_dtensor:
+            return p
+        return local_view(f"{self._name}: parameter {i}", p)
+
     def _adopt(self, p: torch.Tensor, slot: Any) -> None:
         self._slots[p] = slot
         self.state[p] = slot.light
@@ -101,6 +112,9 @@ class SlotOptimizer(Optimizer):
             slot = self._slots.get(p)
             if not st or (slot is not None and st is slot.light):
                 continue  # nothing there, an empty dict, or our own light state
+            local = self._local(i, p)
+            if local is not p and local.numel() == 0:
+                continue  # an empty local shard of a DTensor: nothing to hold state for
             fresh[p] = self._import(i, gi, group, p, st)
         for p, slot in fresh.items():
             self._adopt(p, slot)
@@ -144,9 +158,10 @@ class SlotOptimizer(Optimizer):
             merged = {**g, **{k: v for k, v in s.items() if k != "params"}}
             for pid in s["params"]:
                 st = state_dict.get("state", {}).get(pid)
-                if st:
-                    p = id_map[pid]
-                    check_param(self._name, i, p, cuda=self._has_device_engine)
+                p = id_map[pid]
+                local = self._local(i, p)
+                if st and local.numel() > 0:
+                    check_param(self._name, i, local, cuda=self._has_device_engine)
                     fresh[p] = self._import(i, gi, merged, p, st)
                 i += 1
         super().load_state_dict(state_dict)
@@ -165,9 +180,12 @@ class SlotOptimizer(Optimizer):
         for i, gi, group, p in self._indexed():
             if p.grad is None:
                 continue
-            check_param(self._name, i, p, cuda=self._has_device_engine)
-            finite = not (self._engine_checks_cpu_grads and p.device.type == "cpu")
-            g = check_grad(self._name, i, p, p.grad, finite=finite)
+            local = self._local(i, p)
+            if local.numel() == 0 and local is not p:
+                continue  # this rank's shard of a DTensor is empty: nothing to update
+            check_param(self._name, i, local, cuda=self._has_device_engine)
+            finite = not (self._engine_checks_cpu_grads and local.device.type == "cpu")
+            g = check_grad(self._name, i, local, self._local(i, p.grad), finite=finite)
             if gi not in hypers:
                 hypers[gi] = self._group_hyper(gi, group)
             self._check_fixed(i, gi, group, p)

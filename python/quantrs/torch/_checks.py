@@ -10,14 +10,7 @@ import torch
 
 from .._core import CudaNotAvailable, InvalidArgument
 from . import _cuda
-
-
-def _is_dtensor(t: torch.Tensor) -> bool:
-    try:
-        from torch.distributed.tensor import DTensor
-    except ImportError:  # torch built without distributed
-        return False
-    return isinstance(t, DTensor)
+from ._dtensor import is_dtensor
 
 
 def check_param(owner: str, index: int, p: torch.Tensor, *, cuda: bool = False) -> None:
@@ -25,11 +18,10 @@ def check_param(owner: str, index: int, p: torch.Tensor, *, cuda: bool = False) 
     CPU, through DLPack on a CUDA device where the optimizer has a device engine
     (``cuda=True``; docs/gpu.md)."""
     where = f"{owner}: parameter {index}"
-    if _is_dtensor(p):
+    if is_dtensor(p):
         raise TypeError(
-            f"{where} is a DTensor (FSDP2 / tensor parallel): the 4-bit state is blockwise "
-            "over whole tensors; use DistributedDataParallel or ZeroRedundancyOptimizer "
-            "(docs/torch.md)"
+            f"{where} is a DTensor (FSDP2 / tensor parallel): {owner} takes plain tensors; "
+            "AdamW4bit and Adam4bit take DTensors (docs/torch.md)"
         )
     if p.device.type == "cuda":
         if not cuda:
