@@ -9,7 +9,10 @@ tensors (4-bit optimizers and inference modules; docs/gpu.md) through DLPack, an
 - :class:`AdamW4bit`, :class:`Adam4bit`: ``torch.optim.Optimizer`` subclasses with packed
   4-bit moments (about 1 byte of state per parameter);
 - :class:`QatAdamW`: quantization-aware training (float32 masters, fake-quantized
-  parameters); :func:`broadcast_views` after wrapping it in ``ZeroRedundancyOptimizer``;
+  parameters, on one per-tensor grid or on the serving layer's grid); :func:`convert_qat`
+  swaps the trained linears for serving modules, :func:`prepare_w8a8` adds static FP8
+  activation fake quantization; :func:`broadcast_views` after wrapping it in
+  ``ZeroRedundancyOptimizer``;
 - :class:`Int4Linear`, :class:`FP8Linear`, :func:`quantize_`: inference modules replacing
   ``nn.Linear``.
 """
@@ -17,17 +20,22 @@ tensors (4-bit optimizers and inference modules; docs/gpu.md) through DLPack, an
 from __future__ import annotations
 
 from ._adam import Adam4bit, AdamW4bit
+from ._convert import convert_qat
 from ._modules import FP8Linear, Int4Linear, default_filter, quantize_
 from ._qat import QatAdamW
+from ._qat_act import FP8ActivationFakeQuant, prepare_w8a8
 from ._zero import broadcast_views
 
 __all__ = [
     "Adam4bit",
     "AdamW4bit",
+    "FP8ActivationFakeQuant",
     "FP8Linear",
     "Int4Linear",
     "QatAdamW",
     "broadcast_views",
+    "convert_qat",
     "default_filter",
+    "prepare_w8a8",
     "quantize_",
 ]
