@@ -75,8 +75,9 @@ def load_model():
 
 def token_blocks(tok, seq: int):
     """Train and held-out blocks of ``seq + 1`` tokens from pydoc's topic prose."""
-    import torch
     from pydoc_data.topics import topics
+
+    import torch
 
     text = "\n\n".join(topics[k] for k in sorted(topics))
     ids = torch.tensor(tok(text)["input_ids"], dtype=torch.long)
@@ -142,7 +143,9 @@ def optimizers_for(row: str, model, lr: float):
     try:
         model = get_peft_model(model, cfg)
     except (ValueError, TypeError) as e:
-        raise Skip(f"peft does not accept quantrs.torch.Int4Linear as a LoRA base layer: {e}")
+        raise Skip(
+            f"peft does not accept quantrs.torch.Int4Linear as a LoRA base layer: {e}"
+        ) from None
     params = [p for p in model.parameters() if p.requires_grad]
     return model, [torch.optim.AdamW(params, lr=lr)], None
 
@@ -241,8 +244,10 @@ def main() -> None:
         print(_fmt(r), flush=True)
     if args.json:
         print(json.dumps(rows, indent=1))
-    print(f"# {args.steps} steps, batch {args.batch} x {args.seq} tokens, lr {args.lr}, "
-          f"{args.threads} threads, load average {os.getloadavg()}")
+    print(
+        f"# {args.steps} steps, batch {args.batch} x {args.seq} tokens, lr {args.lr}, "
+        f"{args.threads} threads, load average {os.getloadavg()}"
+    )
 
 
 def _fmt(r: dict) -> str:

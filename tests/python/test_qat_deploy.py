@@ -58,7 +58,7 @@ def test_the_view_is_the_serving_grid_at_start_and_after_steps(target, gs):
     p = nn.Parameter(torch.randn(24, 256, generator=gen))
     p.data[5, :32] *= 20.0  # one group far wider than the rest: per-tensor would crush it
     opt = qt.QatAdamW([p], target=target, lr=1e-2, grid="deploy", group_size=gs)
-    for t in range(3):
+    for _ in range(3):
         ref = REFS[(target, gs)](opt.state[p]["master"].numpy())
         np.testing.assert_allclose(p.detach().numpy(), ref, rtol=1e-6, atol=0)
         p.grad = torch.randn(24, 256, generator=gen)
@@ -139,9 +139,7 @@ class _Both:
 def test_w8a8_activation_scale_is_calibrated_and_served():
     torch.manual_seed(2)
     net = qt.prepare_w8a8(_Net())
-    opt = qt.QatAdamW(
-        [net.fc1.weight, net.fc2.weight], target="fp8_e4m3", lr=1e-2, grid="deploy"
-    )
+    opt = qt.QatAdamW([net.fc1.weight, net.fc2.weight], target="fp8_e4m3", lr=1e-2, grid="deploy")
     x = _train(net, opt, steps=3)
     s1 = float(net.fc1.input_fake_quant.scale)
     assert s1 == pytest.approx(float(x.abs().max()) / 448, rel=1e-6)

@@ -48,8 +48,7 @@ def convert_qat(model: nn.Module, optimizer: QatAdamW) -> nn.Module:
     the per-tensor grid and other modules are left as they are."""
     if not isinstance(optimizer, QatAdamW):
         raise TypeError(
-            f"{_NAME}: optimizer: expected a quantrs.torch.QatAdamW, got "
-            f"{type(optimizer).__name__}"
+            f"{_NAME}: optimizer: expected a quantrs.torch.QatAdamW, got {type(optimizer).__name__}"
         )
     built: dict[int, nn.Module] = {}
     swaps = []

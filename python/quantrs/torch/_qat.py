@@ -65,8 +65,9 @@ class QatAdamW(SlotOptimizer):
 
     ``QatAdamW(params, target="int8" | "int4" | "fp8_e4m3" | "fp8_e5m2", lr=1e-3,
     betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, *, scheme="symmetric",
-    rounding="nearest", seed=0, grid="tensor", group_size=32)``. ``seed`` keys the stochastic-rounding streams (one per
-    parameter, derived from the seed and the parameter's index). Parameters must be
+    rounding="nearest", seed=0, grid="tensor", group_size=32)``. ``seed`` keys the
+    stochastic-rounding streams (one per parameter, derived from the seed and the
+    parameter's index). Parameters must be
     contiguous float32 tensors on the CPU or a CUDA device (there the state lives on the
     device, ``quantrs.QatOptimizer`` moved there); they are overwritten with the quantized view at
     once.

@@ -34,9 +34,7 @@ def check_group(owner: str, gi: int, group: dict) -> None:
     if grid not in GRIDS:
         raise _core.InvalidArgument(f"{where}['grid']: expected one of {GRIDS}, got {grid!r}")
     if isinstance(gs, bool) or not isinstance(gs, int) or gs < 2 or gs % 2:
-        raise _core.InvalidArgument(
-            f"{where}['group_size']: expected an even int >= 2, got {gs!r}"
-        )
+        raise _core.InvalidArgument(f"{where}['group_size']: expected an even int >= 2, got {gs!r}")
     if grid == "tensor":
         return
     if group["target"] not in DEPLOY_TARGETS:
