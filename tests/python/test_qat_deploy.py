@@ -234,3 +234,23 @@ def test_state_dict_round_trip_keeps_the_deploy_grid():
     opt.step()
     opt2.step()
     assert torch.equal(p.detach(), q.detach())
+
+
+def test_a_state_dict_without_grid_keys_restores_the_tensor_grid():
+    gen = torch.Generator().manual_seed(5)
+    p = nn.Parameter(torch.randn(4, 32, generator=gen))
+    opt = qt.QatAdamW([p], target="int4", lr=1e-2)
+    p.grad = torch.randn(4, 32, generator=gen)
+    opt.step()
+    sd = opt.state_dict()
+    for g in sd["param_groups"]:
+        del g["grid"], g["group_size"]
+    q = nn.Parameter(p.detach().clone())
+    opt2 = qt.QatAdamW([q], target="int4", lr=1e-2)
+    opt2.load_state_dict(sd)
+    g = torch.randn(4, 32, generator=gen)
+    p.grad, q.grad = g.clone(), g.clone()
+    opt.step()
+    opt2.step()
+    assert torch.equal(p.detach(), q.detach())
+    assert opt2.param_groups[0]["grid"] == "tensor"

@@ -97,15 +97,9 @@ class QatAdamW(SlotOptimizer):
         grid: str = "tensor",
         group_size: int = 32,
     ) -> None:
-        fake_quant = dict(
-            target=target,
-            scheme=scheme,
-            rounding=rounding,
-            seed=seed,
-            grid=grid,
-            group_size=group_size,
-        )
-        self._start(params, lr, betas, eps, weight_decay, **fake_quant)
+        fake_quant = dict(target=target, scheme=scheme, rounding=rounding, seed=seed)
+        grids = dict(grid=grid, group_size=group_size)  # _qat_grid.py
+        self._start(params, lr, betas, eps, weight_decay, **fake_quant, **grids)
 
     # ---- groups and engines ------------------------------------------------------------
 

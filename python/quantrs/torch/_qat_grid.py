@@ -30,7 +30,9 @@ DEPLOY_TARGETS = ("int4", "int8", "fp8_e4m3")
 def check_group(owner: str, gi: int, group: dict) -> None:
     """The group's ``grid`` and ``group_size``, and the settings a deploy grid needs."""
     where = f"{owner}: param_groups[{gi}]"
-    grid, gs = group["grid"], group["group_size"]
+    # A state dict saved before groups had these keys restores the per-tensor grid.
+    grid = group.setdefault("grid", "tensor")
+    gs = group.setdefault("group_size", 32)
     if grid not in GRIDS:
         raise _core.InvalidArgument(f"{where}['grid']: expected one of {GRIDS}, got {grid!r}")
     if isinstance(gs, bool) or not isinstance(gs, int) or gs < 2 or gs % 2:
