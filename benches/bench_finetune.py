@@ -7,9 +7,8 @@ file, loaded by transformers as a float32 model (``from_pretrained(dir, gguf_fil
 offline). Text: the English prose of Python's ``pydoc_data.topics`` (shipped with
 CPython), tokenized once; the last 10 % of the tokens are held out for evaluation.
 
-Every row trains from the same weights on the same batches with the same step count and
-learning rate, in its own subprocess (so the peak resident memory, ``ru_maxrss``, is the
-row's own; it includes the model load):
+Every row trains a fresh copy of the same loaded weights on the same batches with the
+same step count and learning rate, in one process (the GGUF load is the slow part):
 
 - ``full AdamW``: every parameter, ``torch.optim.AdamW``;
 - ``full AdamW4bit``: every parameter, ``quantrs.torch.AdamW4bit``;
@@ -17,13 +16,16 @@ row's own; it includes the model load):
   grid="deploy", group_size=32)``, the rest with torch AdamW; evaluated after
   ``convert_qat`` (served ``Int4Linear`` layers);
 - ``PTQ int4 g32``: the ``full AdamW`` row's fine-tuned model, then ``quantize_(model,
-  "int4", 32)`` on the same linears;
+  "int4", 32)`` on the same linears (its train loss, state and s/step are that row's);
 - ``LoRA``: peft LoRA (r 8, alpha 16, the attention and MLP projections) on the float model;
 - ``QLoRA int4 g32 / g128``: the same LoRA on ``quantize_``d layers; skipped with the
   reason where quantrs' layers pass no gradient to their input or peft refuses them.
 
 Train loss: the mean over the last quarter of the steps. Held-out perplexity: ``exp`` of
-the mean next-token cross-entropy over the held-out blocks. s/step: the median step.
+the mean next-token cross-entropy over the held-out blocks. Training state: the bytes of
+the parameters, their gradients and the optimizer state after the last step (the part of
+peak memory the recipe changes; CPU torch has no per-allocation peak counter, and
+activations are the same for every row). s/step: the median step.
 
 Run: python benches/bench_finetune.py [--steps N] [--seq N] [--batch N] [--lr X]
 [--eval-blocks N] [--threads N] [--rows a,b,...] [--json]
@@ -32,13 +34,12 @@ Run: python benches/bench_finetune.py [--steps N] [--seq N] [--batch N] [--lr X]
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import os
 import resource
 import statistics
-import subprocess
-import sys
 import time
 
 ROWS = (
@@ -124,7 +125,7 @@ def optimizers_for(row: str, model, lr: float):
 
     import quantrs.torch as qt
 
-    if row in ("full AdamW", "PTQ int4 g32"):
+    if row == "full AdamW":
         return model, [torch.optim.AdamW(model.parameters(), lr=lr)], None
     if row == "full AdamW4bit":
         return model, [qt.AdamW4bit(model.parameters(), lr=lr)], None
@@ -150,15 +151,43 @@ def optimizers_for(row: str, model, lr: float):
     return model, [torch.optim.AdamW(params, lr=lr)], None
 
 
-def run_row(row: str, args) -> dict:
+def state_bytes(model, opts) -> int:
+    """Parameters + gradients + optimizer state, each tensor counted once."""
+    import torch
+
+    seen: dict[int, int] = {}
+
+    def add(t):
+        if isinstance(t, torch.Tensor) and t.device.type != "meta":
+            seen[id(t)] = t.numel() * t.element_size()
+
+    for p in model.parameters():
+        add(p)
+        add(p.grad)
+    for b in model.buffers():
+        add(b)
+    total = sum(seen.values())
+    for o in opts:
+        if hasattr(o, "state_bytes"):
+            total += o.state_bytes()
+        else:
+            for st in o.state.values():
+                total += sum(
+                    t.numel() * t.element_size()
+                    for t in st.values()
+                    if isinstance(t, torch.Tensor) and id(t) not in seen
+                )
+    return total
+
+
+def run_row(row: str, base, data, args) -> dict:
     import torch
 
     import quantrs.torch as qt
 
     torch.manual_seed(0)
-    tok, model = load_model()
-    train, held = token_blocks(tok, args.seq)
-    model, opts, qat = optimizers_for(row, model, args.lr)
+    train, held = data
+    model, opts, qat = optimizers_for(row, copy.deepcopy(base), args.lr)
     model.train()
     losses, times = [], []
     for step in range(args.steps):
@@ -166,7 +195,7 @@ def run_row(row: str, args) -> dict:
         batch = train[i : i + args.batch]
         t0 = time.perf_counter()
         for o in opts:
-            o.zero_grad(set_to_none=True)
+            o.zero_grad(set_to_none=False)
         loss = loss_of(model, batch)
         if row.startswith("QLoRA") and not loss.requires_grad:
             raise Skip("quantrs.torch.Int4Linear passes no gradient to its input")
@@ -175,78 +204,89 @@ def run_row(row: str, args) -> dict:
             o.step()
         times.append(time.perf_counter() - t0)
         losses.append(float(loss))
+    mib = state_bytes(model, opts) / 2**20
     if qat is not None:
         qt.convert_qat(model, qat)
-    if row == "PTQ int4 g32":
-        qt.quantize_(model, "int4", 32, filter_fn=_is_proj)
     ppl = perplexity(model, held, args.eval_blocks, args.batch)
     tail = losses[-max(1, len(losses) // 4) :]
-    return {
+    row_out = {
         "row": row,
         "train_loss": statistics.fmean(tail),
         "held_out_ppl": ppl,
-        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "state_mib": mib,
         "s_per_step": statistics.median(times),
+    }
+    return row_out, model
+
+
+def ptq_row(tuned, tuned_row: dict, data, args) -> dict:
+    """Post-training INT4 g32 of the ``full AdamW`` row's fine-tuned model."""
+    import quantrs.torch as qt
+
+    model = qt.quantize_(copy.deepcopy(tuned), "int4", 32, filter_fn=_is_proj)
+    return {
+        **tuned_row,
+        "row": "PTQ int4 g32",
+        "held_out_ppl": perplexity(model, data[1], args.eval_blocks, args.batch),
     }
 
 
-def baseline_row(args) -> dict:
+def baseline_row(base, data, args) -> dict:
     """The model before any fine-tuning, evaluated the same way."""
-    import torch
-
-    torch.manual_seed(0)
-    tok, model = load_model()
-    _, held = token_blocks(tok, args.seq)
     return {
         "row": "no fine-tune (float)",
         "train_loss": float("nan"),
-        "held_out_ppl": perplexity(model, held, args.eval_blocks, args.batch),
-        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "held_out_ppl": perplexity(base, data[1], args.eval_blocks, args.batch),
+        "state_mib": float("nan"),
         "s_per_step": float("nan"),
     }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=24)
-    ap.add_argument("--seq", type=int, default=64)
-    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--seq", type=int, default=32)
+    ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--lr", type=float, default=1e-4)
-    ap.add_argument("--eval-blocks", type=int, default=32)
+    ap.add_argument("--eval-blocks", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rows", default="baseline," + ",".join(ROWS))
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args()
 
     import torch
 
     torch.set_num_threads(args.threads)
-    if args.one is not None:
-        try:
-            r = baseline_row(args) if args.one == "baseline" else run_row(args.one, args)
-        except Skip as e:
-            r = {"row": args.one, "skipped": str(e)}
-        print("ROW " + json.dumps(r), flush=True)
-        return
-    rows = []
+    t0 = time.perf_counter()
+    tok, base = load_model()
+    data = token_blocks(tok, args.seq)
+    print(f"# model loaded in {time.perf_counter() - t0:.0f} s", flush=True)
+    print("| row | train loss | held-out ppl | training state MiB | s/step |")
+    print("|---|---|---|---|---|")
+    rows, tuned = [], None
     for name in args.rows.split(","):
-        cmd = [sys.executable, __file__, "--one", name]
-        for k in ("steps", "seq", "batch", "lr", "eval_blocks", "threads"):
-            cmd += [f"--{k.replace('_', '-')}", str(getattr(args, k))]
-        out = subprocess.run(cmd, capture_output=True, text=True)
-        line = [x for x in out.stdout.splitlines() if x.startswith("ROW ")]
-        if out.returncode != 0 or not line:
-            r = {"row": name, "skipped": f"failed: {out.stderr.strip().splitlines()[-1:]}"}
-        else:
-            r = json.loads(line[-1][4:])
+        try:
+            if name == "baseline":
+                r = baseline_row(base, data, args)
+            elif name == "PTQ int4 g32":
+                if tuned is None:
+                    raise Skip("needs the 'full AdamW' row first")
+                r = ptq_row(*tuned, data, args)
+            else:
+                r, model = run_row(name, base, data, args)
+                if name == "full AdamW":
+                    tuned = (model, r)
+        except Skip as e:
+            r = {"row": name, "skipped": str(e)}
         rows.append(r)
         print(_fmt(r), flush=True)
     if args.json:
         print(json.dumps(rows, indent=1))
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(
         f"# {args.steps} steps, batch {args.batch} x {args.seq} tokens, lr {args.lr}, "
-        f"{args.threads} threads, load average {os.getloadavg()}"
+        f"{args.threads} threads, process peak RSS {rss:.0f} MiB, "
+        f"load average {os.getloadavg()}"
     )
 
 
@@ -255,7 +295,7 @@ def _fmt(r: dict) -> str:
         return f"| {r['row']} | skipped: {r['skipped']} |"
     return (
         f"| {r['row']} | {r['train_loss']:.3f} | {r['held_out_ppl']:.2f} | "
-        f"{r['peak_rss_mib']:.0f} | {r['s_per_step']:.2f} |"
+        f"{r['state_mib']:.0f} | {r['s_per_step']:.2f} |"
     )
 
 
