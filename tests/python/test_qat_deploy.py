@@ -254,3 +254,20 @@ def test_a_state_dict_without_grid_keys_restores_the_tensor_grid():
     opt2.step()
     assert torch.equal(p.detach(), q.detach())
     assert opt2.param_groups[0]["grid"] == "tensor"
+
+
+def test_w8a8_on_an_int4_linear_is_refused_before_any_swap():
+    net = qt.prepare_w8a8(_Net())
+    opt = qt.QatAdamW([net.fc1.weight, net.fc2.weight], target="int4", grid="deploy")
+    _train(net, opt, steps=1)
+    with pytest.raises(quantrs.InvalidArgument, match="prepare_w8a8"):
+        qt.convert_qat(net, opt)
+    assert type(net.fc1) is nn.Linear and type(net.fc2) is nn.Linear
+
+
+def test_a_linear_shared_by_two_parents_is_served_by_one_module():
+    lin = nn.Linear(32, 8)
+    net = nn.Sequential(nn.Sequential(lin), lin)
+    opt = qt.QatAdamW([lin.weight], target="int4", grid="deploy")
+    qt.convert_qat(net, opt)
+    assert isinstance(net[1], qt.Int4Linear) and net[0][0] is net[1]

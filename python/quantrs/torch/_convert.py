@@ -24,10 +24,15 @@ def _serving(linear: nn.Linear, target: str, group_size: int, master) -> nn.Modu
     src = nn.Linear(linear.in_features, linear.out_features, bias=False, device="meta")
     src.weight = nn.Parameter(master.detach(), requires_grad=False)
     src.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach().clone())
+    act = getattr(linear, "input_fake_quant", None)
+    if act is not None and target != "fp8_e4m3":
+        raise _core.InvalidArgument(
+            f"{_NAME}: a linear trained on target {target!r} has an FP8 input fake-quantizer "
+            "(prepare_w8a8); only the fp8_e4m3 serving layer quantizes its input"
+        )
     if target == "int4":
         return Int4Linear.from_linear(src, group_size=group_size)
     if target == "fp8_e4m3":
-        act = getattr(linear, "input_fake_quant", None)
         scale = None if act is None else float(act.scale)
         if scale is not None and scale <= 0.0:
             raise _core.InvalidState(
