@@ -271,3 +271,25 @@ def test_a_linear_shared_by_two_parents_is_served_by_one_module():
     opt = qt.QatAdamW([lin.weight], target="int4", grid="deploy")
     qt.convert_qat(net, opt)
     assert isinstance(net[1], qt.Int4Linear) and net[0][0] is net[1]
+
+
+@pytest.mark.parametrize("target,gs", list(REFS))
+def test_numpy_fake_quant_deploy_against_the_reference(target, gs):
+    w = np.random.default_rng(7).standard_normal((12, 256)).astype(np.float32)
+    w[3, 64:96] *= 30.0
+    out = quantrs.qat.fake_quant_deploy(w, target, gs)
+    np.testing.assert_allclose(out, REFS[(target, gs)](w), rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize(
+    "w,target,gs,match",
+    [
+        (np.ones((2, 32), np.float32), "fp8_e5m2", 32, "target"),
+        (np.ones((2, 32), np.float32), "int4", 7, "group_size"),
+        (np.ones(32, np.float32), "int4", 32, "2-D"),
+        (np.ones((2, 32)), "int8", 32, "float32"),
+    ],
+)
+def test_numpy_fake_quant_deploy_bad_inputs(w, target, gs, match):
+    with pytest.raises(quantrs.InvalidArgument, match=match):
+        quantrs.qat.fake_quant_deploy(w, target, gs)

@@ -1,8 +1,8 @@
 """The deploy grid of ``QatAdamW(grid="deploy")``: fake quantization of a 2-D weight
 ``[out_features, in_features]`` on exactly the grid its serving layer stores.
 
-The view is the serving format's own quantize-then-dequantize, called through the
-extension (no second copy of any grid rule):
+The view is the serving format's own quantize-then-dequantize,
+``quantrs.qat.fake_quant_deploy`` (no second copy of any grid rule):
 
 - ``int4``: ``quantrs.QuantizedWeight.quantize(W^T, group_size=...)`` then
   ``dequantize()`` -- one absmax / 7 scale per ``group_size`` inputs of each output, the
@@ -18,13 +18,12 @@ so the served layer holds the very codes and scales the QAT forward used.
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from .. import _core
+from ..qat import DEPLOY_TARGETS, fake_quant_deploy
 
 GRIDS = ("tensor", "deploy")
-DEPLOY_TARGETS = ("int4", "int8", "fp8_e4m3")
 
 
 def check_group(owner: str, gi: int, group: dict) -> None:
@@ -75,12 +74,4 @@ def check_param(owner: str, index: int, p: torch.Tensor, group: dict) -> None:
 
 def fake_quantize(master: torch.Tensor, target: str, group_size: int) -> torch.Tensor:
     """The serving layer's dequantized weight for the float32 ``master`` ``[out, in]``."""
-    w = master.detach().numpy()
-    if target == "int4":
-        qw = _core.QuantizedWeight.quantize(np.ascontiguousarray(w.T), group_size=group_size)
-        return torch.from_numpy(qw.dequantize()).t()
-    if target == "int8":
-        layer = _core.Int8Linear.from_float(w)
-    else:
-        layer = _core.PerTensorFP8Linear.from_float(w)
-    return torch.from_numpy(np.asarray(layer.dequantize_w(), np.float32))
+    return torch.from_numpy(fake_quant_deploy(master.detach().numpy(), target, group_size))
