@@ -203,7 +203,7 @@ def run_row(row: str, base, data, args) -> dict:
         for o in opts:
             o.step()
         times.append(time.perf_counter() - t0)
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     mib = state_bytes(model, opts) / 2**20
     if qat is not None:
         qt.convert_qat(model, qat)
