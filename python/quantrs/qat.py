@@ -27,8 +27,12 @@ from typing import Union
 import numpy as np
 
 from ._core import (
+    Int8Linear,
+    InvalidArgument,
+    PerTensorFP8Linear,
     QatConfig,
     QatOptimizer,
+    QuantizedWeight,
     QuantParams,
     QuantScheme,
     QuantTarget,
@@ -52,7 +56,10 @@ __all__ = [
     "calibrate",
     "fake_quant",
     "fake_quant_backward",
+    "fake_quant_deploy",
 ]
+
+DEPLOY_TARGETS = ("int4", "int8", "fp8_e4m3")
 
 
 def calibrate(
@@ -107,3 +114,38 @@ def fake_quant_backward(
     ``QuantParams.hi``), in either order. NaN ``x`` gets a zero gradient.
     """
     return qat_fake_quant_backward(grad, x, lo, hi)
+
+
+def fake_quant_deploy(w: np.typing.ArrayLike, target: str, group_size: int = 32) -> np.ndarray:
+    """Quantize-dequantize a 2-D float32 weight ``[out, in]`` on the grid its serving
+    layer stores: ``"int4"`` one absmax / 7 scale per ``group_size`` inputs of each output
+    (``QuantizedWeight.quantize``), ``"int8"`` one absmax / 127 scale per output channel
+    (``Int8Linear.from_float``), ``"fp8_e4m3"`` one absmax / 448 scale per tensor
+    (``PerTensorFP8Linear.from_float``). It is the serving format's own quantizer followed
+    by its dequantizer, so the result is what the served layer computes with. With
+    ``QatOptimizer``, use it on the master after each step as the forward weight
+    (straight-through, as ``quantrs.torch.QatAdamW(grid="deploy")`` does)."""
+    if target not in DEPLOY_TARGETS:
+        raise InvalidArgument(
+            f"fake_quant_deploy: target: expected one of {DEPLOY_TARGETS}, got {target!r}"
+        )
+    if (
+        isinstance(group_size, bool)
+        or not isinstance(group_size, int)
+        or group_size < 2
+        or group_size % 2
+    ):
+        raise InvalidArgument(
+            f"fake_quant_deploy: group_size: expected an even int >= 2, got {group_size!r}"
+        )
+    a = np.asarray(w)
+    if a.dtype != np.float32 or a.ndim != 2:
+        raise InvalidArgument(
+            "fake_quant_deploy: w: expected a 2-D float32 array [out, in], got "
+            f"{a.dtype} of shape {a.shape}"
+        )
+    if target == "int4":
+        qw = QuantizedWeight.quantize(np.ascontiguousarray(a.T), group_size=group_size)
+        return np.ascontiguousarray(qw.dequantize().T)
+    layer = Int8Linear.from_float(a) if target == "int8" else PerTensorFP8Linear.from_float(a)
+    return np.asarray(layer.dequantize_w(), np.float32)

@@ -9,33 +9,42 @@ tensors (4-bit optimizers and inference modules; docs/gpu.md) through DLPack, an
 - :class:`AdamW4bit`, :class:`Adam4bit`: ``torch.optim.Optimizer`` subclasses with packed
   4-bit moments (about 1 byte of state per parameter);
 - :class:`QatAdamW`: quantization-aware training (float32 masters, fake-quantized
-  parameters); :func:`broadcast_views` after wrapping it in ``ZeroRedundancyOptimizer``;
+  parameters, on one per-tensor grid or on the serving layer's grid); :func:`convert_qat`
+  swaps the trained linears for serving modules, :func:`prepare_w8a8` adds static FP8
+  activation fake quantization; :func:`broadcast_views` after wrapping it in
+  ``ZeroRedundancyOptimizer``;
 - :class:`Int4Linear`, :class:`FP8Linear`, :func:`quantize_`: inference modules replacing
   ``nn.Linear``, with input gradients (:func:`peft_config`: peft LoRA on them);
   :func:`collect_importance`: each linear's mean input ``x^2`` (imatrix);
+- :class:`GgufLinear`, :func:`load_gguf_llama`: GGUF block weights served packed.
 """
 
 from __future__ import annotations
 
 from ._adam import Adam4bit, AdamW4bit
+from ._convert import convert_qat
 from ._gguf import GgufLinear, load_gguf_llama
 from ._importance import collect_importance
 from ._modules import FP8Linear, Int4Linear, default_filter, quantize_
 from ._peft import peft_config
 from ._qat import QatAdamW
+from ._qat_act import FP8ActivationFakeQuant, prepare_w8a8
 from ._zero import broadcast_views
 
 __all__ = [
     "Adam4bit",
     "AdamW4bit",
+    "FP8ActivationFakeQuant",
     "FP8Linear",
     "GgufLinear",
     "Int4Linear",
     "QatAdamW",
     "broadcast_views",
     "collect_importance",
+    "convert_qat",
     "default_filter",
     "load_gguf_llama",
     "peft_config",
+    "prepare_w8a8",
     "quantize_",
 ]

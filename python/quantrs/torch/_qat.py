@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from .. import _core
-from . import _cuda
+from . import _cuda, _qat_grid
 from ._base import SlotOptimizer
 from ._checks import adam_hyper, check_param, numpy_view
 
@@ -57,7 +57,7 @@ def _seed(group_seed: int, index: int) -> int:
 
 
 def _fixed_of(group: dict) -> tuple:
-    return (group["target"], group["scheme"])
+    return (group["target"], group["scheme"], group["grid"], group["group_size"])
 
 
 class QatAdamW(SlotOptimizer):
@@ -65,11 +65,18 @@ class QatAdamW(SlotOptimizer):
 
     ``QatAdamW(params, target="int8" | "int4" | "fp8_e4m3" | "fp8_e5m2", lr=1e-3,
     betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, *, scheme="symmetric",
-    rounding="nearest", seed=0)``. ``seed`` keys the stochastic-rounding streams (one per
-    parameter, derived from the seed and the parameter's index). Parameters must be
+    rounding="nearest", seed=0, grid="tensor", group_size=32)``. ``seed`` keys the
+    stochastic-rounding streams (one per parameter, derived from the seed and the
+    parameter's index). Parameters must be
     contiguous float32 tensors on the CPU or a CUDA device (there the state lives on the
     device, ``quantrs.QatOptimizer`` moved there); they are overwritten with the quantized view at
     once.
+
+    ``grid="tensor"`` fakes one per-tensor grid (``quantrs.QatOptimizer``'s);
+    ``grid="deploy"`` fakes the serving layer's grid for 2-D weights ``[out, in]`` (INT4
+    per ``group_size`` inputs, INT8 per output channel, FP8 E4M3 per tensor;
+    ``_qat_grid.py``), and :func:`quantrs.torch.convert_qat` swaps the layers for
+    serving modules holding the same codes and scales.
     """
 
     _name = _NAME
@@ -87,9 +94,12 @@ class QatAdamW(SlotOptimizer):
         scheme: str = "symmetric",
         rounding: str = "nearest",
         seed: int = 0,
+        grid: str = "tensor",
+        group_size: int = 32,
     ) -> None:
         fake_quant = dict(target=target, scheme=scheme, rounding=rounding, seed=seed)
-        self._start(params, lr, betas, eps, weight_decay, **fake_quant)
+        grids = dict(grid=grid, group_size=group_size)  # _qat_grid.py
+        self._start(params, lr, betas, eps, weight_decay, **fake_quant, **grids)
 
     # ---- groups and engines ------------------------------------------------------------
 
@@ -110,6 +120,7 @@ class QatAdamW(SlotOptimizer):
     def _group_hyper(self, gi: int, group: dict) -> tuple:
         hyper = adam_hyper(_NAME, gi, group)
         self._config(gi, group, hyper)  # target, scheme and rounding checked too
+        _qat_grid.check_group(_NAME, gi, group)
         _seed_of(gi, group)
         return hyper
 
@@ -124,13 +135,14 @@ class QatAdamW(SlotOptimizer):
             fresh = {}
             for k, p in enumerate(group["params"]):
                 check_param(_NAME, first + k, p, cuda=True)
+                _qat_grid.check_param(_NAME, first + k, p, group)
                 fresh[p] = self._new_slot(first + k, group, hyper, cfg, p.detach().clone())
         except Exception:
             self.param_groups.pop()
             raise
         for p, slot in fresh.items():
             self._adopt(p, slot)
-            _write_view(p, slot.engine)
+            _write_view(p, slot)
 
     def _new_slot(self, i: int, group: dict, hyper: tuple, cfg: Any, master: torch.Tensor):
         try:
@@ -208,7 +220,7 @@ class QatAdamW(SlotOptimizer):
             slot.engine.step(_cuda.view(slot.master), _cuda.view(g))
         except (_core.QuantError, TypeError, ValueError) as e:
             raise type(e)(f"{_NAME}: parameter {i}: {e}") from None
-        _write_view(p, slot.engine)
+        _write_view(p, slot)
         slot.sync_light()
 
     @staticmethod
@@ -230,10 +242,15 @@ class QatAdamW(SlotOptimizer):
         return sum(4 * 4 * s.master.numel() for s in self._slots.values())
 
 
-def _write_view(p: torch.Tensor, engine: Any) -> None:
-    """The engine's fake-quantized view into the parameter: a NumPy copy on the CPU, a
-    device-to-device copy (the view read zero-copy through DLPack) on CUDA."""
-    if _cuda.is_cuda(p):
+def _write_view(p: torch.Tensor, slot: _Slot) -> None:
+    """The fake-quantized view into the parameter: the serving layer's grid for
+    ``grid="deploy"`` (``_qat_grid.py``); else the engine's per-tensor view, a NumPy copy on
+    the CPU, a device-to-device copy (the view read zero-copy through DLPack) on CUDA."""
+    engine = slot.engine
+    target, _, grid, group_size = slot.fixed
+    if grid == "deploy":
+        p.detach().copy_(_qat_grid.fake_quantize(slot.master, target, group_size))
+    elif _cuda.is_cuda(p):
         p.detach().copy_(torch.from_dlpack(engine.quantized_weights).reshape(p.shape))
     else:
         np.copyto(numpy_view(p), engine.quantized_weights.reshape(p.shape))
