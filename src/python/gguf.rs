@@ -74,7 +74,7 @@ impl PyGgufWeight {
     #[pyo3(signature = (r#type, shape, buffer), text_signature = "(type, shape, buffer)")]
     fn from_bytes(
         py: Python<'_>,
-        r#type: &str,
+        #[pyo3(from_py_with = crate::python::scalars::text::type_name)] r#type: String,
         shape: (usize, usize),
         buffer: &Bound<'_, PyAny>,
     ) -> PyResult<Self> {

@@ -108,7 +108,12 @@ pub(crate) mod flag {
 /// Str arguments.
 pub(crate) mod text {
     use pyo3::prelude::*;
-    named!(str_arg -> String: fmt, format, device, prefix, name);
+    named!(str_arg -> String: fmt, format, device, prefix, name, kind);
+
+    /// The `type` argument (a keyword in Rust).
+    pub(crate) fn type_name(obj: &Bound<'_, PyAny>) -> PyResult<String> {
+        super::str_arg(obj, "type")
+    }
 }
 
 /// Optional str arguments (None passes through).

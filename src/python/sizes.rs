@@ -64,6 +64,7 @@ size_args! {
     third_moment_elements: 0, MAX_ELEMS;
     total_bytes: 0, i64::MAX;
     num_parameters: 0, MAX_ELEMS;
+    threads: 1, 1 << 20;
     // A restored step count: bounded like the checkpoints' (2**53, exact in
     // the float64 that torch state dicts carry).
     step: 0, 1 << 53;

@@ -23,16 +23,12 @@ struct Threads {
 impl Threads {
     #[new]
     #[pyo3(signature = (n))]
-    fn new(n: Option<i64>) -> PyResult<Self> {
-        let limit = match n {
-            None => None,
-            Some(k) if k >= 1 => Some(usize::try_from(k).unwrap_or(usize::MAX)),
-            Some(k) => {
-                return Err(super::errors::invalid(
-                    "n",
-                    format!("expected an int >= 1 or None, got {k}"),
-                ))
-            }
+    fn new(n: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let limit = if n.is_none() {
+            None
+        } else {
+            let k = super::sizes::int_in(n, "n", 1, i64::MAX)?;
+            Some(usize::try_from(k).unwrap_or(usize::MAX))
         };
         Ok(Self {
             previous: par::set_thread_limit(limit),
@@ -84,8 +80,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 fn _bandwidth_probe(
     py: Python<'_>,
     mut buf: numpy::PyReadwriteArray1<'_, u64>,
-    kind: &str,
-    threads: usize,
+    #[pyo3(from_py_with = super::scalars::text::kind)] kind: String,
+    #[pyo3(from_py_with = super::sizes::threads)] threads: usize,
 ) -> PyResult<u64> {
     let s = buf
         .as_slice_mut()
@@ -93,7 +89,7 @@ fn _bandwidth_probe(
     if threads == 0 {
         return Err(super::errors::invalid("threads", "expected >= 1, got 0"));
     }
-    match kind {
+    match kind.as_str() {
         "read" => Ok(py.detach(|| read_words(s, threads))),
         "triad" => {
             py.detach(|| triad_words(s, threads));

@@ -156,6 +156,37 @@ def valid_calls(tmp: Path):
             )
         ],
         "QuantizedWeight.save": [("save", QW.save, dict(path=path))],
+        "GgufWeight.from_bytes": [
+            (
+                "from_bytes",
+                quantrs.GgufWeight.from_bytes,
+                dict(type="q8_0", shape=(1, 32), buffer=np.zeros(34, np.uint8)),
+            )
+        ],
+        "QuantLinear.__new__": [
+            ("QuantLinear", quantrs.QuantLinear, dict(weight=W, format="int8", group_size=32))
+        ],
+        "_bandwidth_probe": [
+            (
+                "_bandwidth_probe",
+                _core._bandwidth_probe,
+                dict(buf=np.ones(1024, np.uint64), kind="read", threads=1),
+            )
+        ],
+        # A valid cap applies at once: put the previous one back.
+        "threads.__new__": [("threads", lambda **kw: quantrs.threads(**kw).restore(), dict(n=1))],
+        "adam4bit_multi_step": [
+            (
+                "adam4bit_multi_step",
+                _core.adam4bit_multi_step,
+                dict(
+                    engines=[quantrs.AdamW4bit(1e-3)],
+                    params=[np.ones(8, np.float32)],
+                    grads=[np.ones(8, np.float32)],
+                    name="w",
+                ),
+            )
+        ],
         "QuantizedWeight.load": [("load", quantrs.QuantizedWeight.load, dict(path=path))],
         "_atomic_write": [
             ("_atomic_write", _core._atomic_write, dict(path=str(tmp / "a.bin"), data=b"xy"))

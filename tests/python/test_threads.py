@@ -35,7 +35,7 @@ def test_cap_applies_at_once_and_the_context_manager_restores_it():
 
 @pytest.mark.parametrize("n", [0, -1])
 def test_a_bad_count_raises_and_leaves_the_cap(n):
-    with pytest.raises(quantrs.InvalidArgument, match="n: expected an int >= 1 or None"):
+    with pytest.raises(quantrs.InvalidArgument, match=r"n: expected an int in \[1, "):
         quantrs.threads(n)
     assert quantrs.num_threads() == cores()
     with pytest.raises(TypeError):
@@ -77,5 +77,5 @@ def test_bandwidth_probe_rejects_bad_arguments():
     buf = np.zeros(8, dtype=np.uint64)
     with pytest.raises(quantrs.InvalidArgument, match="kind: expected 'read' or 'triad'"):
         _core._bandwidth_probe(buf, "copy", 1)
-    with pytest.raises(quantrs.InvalidArgument, match="threads: expected >= 1"):
+    with pytest.raises(quantrs.InvalidArgument, match=r"threads: expected an int in \[1, "):
         _core._bandwidth_probe(buf, "read", 0)
