@@ -196,7 +196,7 @@ impl ReadLayer for dyn QuantMethod {
 }
 
 /// Serialization of a layer of any format, through [`QuantMethod`]
-/// ([`deserialize`] reads whichever registered layer the bytes hold).
+/// (the trait's `deserialize` reads whichever registered layer the bytes hold).
 impl QuantizedSerde for dyn QuantMethod {
     fn name(&self) -> &'static str {
         self.serde_name()
