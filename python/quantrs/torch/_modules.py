@@ -236,15 +236,21 @@ def quantize_(
     calibration: Iterable[object] | None = None,
 ) -> nn.Module:
     """Replace ``nn.Linear`` modules of ``model`` in place by ``Int4Linear`` (``"int4"``,
-    ``group_size`` inputs per scale) or ``FP8Linear`` (``"fp8"``, E4M3, W8A8 when an
-    ``activation_scale`` is given). ``filter_fn(module, fqn)`` picks the modules
+    ``group_size`` inputs per scale), ``Int8Linear`` (``"int8"``, one scale per output
+    channel; CPU) or ``FP8Linear`` (``"fp8"``, E4M3, W8A8 when an ``activation_scale`` is
+    given). ``filter_fn(module, fqn)`` picks the modules
     (default: :func:`default_filter`). Returns ``model``; a module shared by several
     parents is quantized once. ``quantizer`` picks the INT4 scales ("rtn", "full",
     "search"; docs/int4.md "Quantizers"); ``calibration`` batches, run through ``model``
     first, give "search" each input's importance (mean ``x^2``)."""
-    if method not in ("int4", "fp8"):
-        raise _core.InvalidArgument(f"quantize_: method: expected 'int4' or 'fp8', got {method!r}")
-    if method == "int4" and activation_scale is not None:
+    # _int8 builds on this module's helpers, so it is imported here, not at the top.
+    from ._int8 import Int8Linear
+
+    if method not in ("int4", "int8", "fp8"):
+        raise _core.InvalidArgument(
+            f"quantize_: method: expected 'int4', 'int8' or 'fp8', got {method!r}"
+        )
+    if method != "fp8" and activation_scale is not None:
         raise _core.InvalidArgument("quantize_: activation_scale applies to 'fp8' only")
     pick = default_filter if filter_fn is None else filter_fn
     if isinstance(model, nn.Linear) and pick(model, ""):
@@ -267,6 +273,8 @@ def quantize_(
                 done[id(child)] = Int4Linear.from_linear(
                     child, group_size, method=quantizer, importance=imp.get(fqn_of[id(child)])
                 )
+            elif method == "int8":
+                done[id(child)] = Int8Linear.from_linear(child)
             else:
                 done[id(child)] = FP8Linear.from_linear(child, activation_scale=activation_scale)
         setattr(parent, name, done[id(child)])
