@@ -16,7 +16,7 @@ from torch import nn
 
 from .. import _core
 from . import _ops
-from ._modules import _FLOATS, _check_input, _needs_graph, _weight_of
+from ._modules import _needs_graph, _route, _weight_of
 
 
 class Int8Linear(nn.Module):
@@ -57,14 +57,11 @@ class Int8Linear(nn.Module):
         return torch.from_numpy(np.asarray(self.layer().dequantize_w(), np.float32))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not (isinstance(x, torch.Tensor) and x.device.type == "cpu" and x.dtype in _FLOATS):
-            x2 = _check_input("Int8Linear", x, self.in_features)
-            if x2.device.type != "cpu":
-                raise _core.UnsupportedOperation(
-                    f"Int8Linear: runs on the CPU, got an input on {x.device}"
-                )
-        elif x.dim() == 0 or x.shape[-1] != self.in_features:
-            _check_input("Int8Linear", x, self.in_features)
+        x2 = _route("Int8Linear", x, self.in_features)
+        if x2 is not None and x2.device.type != "cpu":
+            raise _core.UnsupportedOperation(
+                f"Int8Linear: runs on the CPU, got an input on {x.device}"
+            )
         args = (x, self.weight, self.scales, self.bias)
         if _needs_graph(x, self.bias):
             return _ops.int8_linear(*args)

@@ -45,6 +45,17 @@ def _check_input(owner: str, x: torch.Tensor, in_features: int) -> torch.Tensor:
     return x.detach().reshape(-1, in_features).to(_F32).contiguous()
 
 
+def _route(owner: str, x: torch.Tensor, in_features: int) -> torch.Tensor | None:
+    """None for a CPU input the custom op takes as it is (a float dtype of ``_FLOATS``,
+    ``in_features`` wide); otherwise the checked float32 rows (a CUDA input's device path)
+    or the exception naming what is wrong."""
+    if isinstance(x, torch.Tensor) and x.device.type == "cpu" and x.dtype in _FLOATS:
+        if x.dim() == 0 or x.shape[-1] != in_features:
+            _check_input(owner, x, in_features)
+        return None
+    return _check_input(owner, x, in_features)
+
+
 def _needs_graph(x: torch.Tensor, bias: torch.Tensor | None) -> bool:
     """Whether the call goes through the custom op's dispatcher: when compiling or
     exporting (the op is what the graph holds), or when autograd has something to record;
@@ -123,12 +134,9 @@ class Int4Linear(nn.Module):
         return torch.from_numpy(self.quantized_weight().dequantize()).t().contiguous()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not (isinstance(x, torch.Tensor) and x.device.type == "cpu" and x.dtype in _FLOATS):
-            x2 = _check_input("Int4Linear", x, self.in_features)
-            if x2.device.type == "cuda":
-                return _cuda.int4_forward(self, x2, tuple(x.shape[:-1]))
-        elif x.dim() == 0 or x.shape[-1] != self.in_features:
-            _check_input("Int4Linear", x, self.in_features)
+        x2 = _route("Int4Linear", x, self.in_features)
+        if x2 is not None and x2.device.type == "cuda":
+            return _cuda.int4_forward(self, x2, tuple(x.shape[:-1]))
         args = (x, self.qweight, self.scales, self.bias, self.in_features, self.out_features)
         if _needs_graph(x, self.bias):
             return _ops.int4_linear(*args)
@@ -193,12 +201,9 @@ class FP8Linear(nn.Module):
         return torch.from_numpy(np.asarray(self.layer().dequantize_w(), np.float32))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not (isinstance(x, torch.Tensor) and x.device.type == "cpu" and x.dtype in _FLOATS):
-            x2 = _check_input("FP8Linear", x, self.in_features)
-            if x2.device.type == "cuda":
-                return _cuda.fp8_forward(self, x2, tuple(x.shape[:-1]))
-        elif x.dim() == 0 or x.shape[-1] != self.in_features:
-            _check_input("FP8Linear", x, self.in_features)
+        x2 = _route("FP8Linear", x, self.in_features)
+        if x2 is not None and x2.device.type == "cuda":
+            return _cuda.fp8_forward(self, x2, tuple(x.shape[:-1]))
         args = (x, self.weight, self.weight_scale_inv, self.activation_scale, self.bias)
         if _needs_graph(x, self.bias):
             return _ops.fp8_linear(*args)

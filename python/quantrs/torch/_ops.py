@@ -219,52 +219,49 @@ def _frozen(ctx, *weights: torch.Tensor | None) -> None:
             )
 
 
-def _setup_int4(ctx, inputs, output) -> None:
-    x, qweight, scales, bias, in_f, out_f = inputs
-    _frozen(ctx, scales)
-    ctx.save_for_backward(qweight, scales)
-    ctx.dims = (in_f, out_f)
+def _keep(ctx, bias: torch.Tensor | None, *saved: torch.Tensor) -> None:
+    ctx.save_for_backward(*saved)
     ctx.bias_grad = bias is not None and bias.requires_grad
     ctx.bias_dtype = None if bias is None else bias.dtype
 
 
+def _input_grad(ctx, grad: torch.Tensor, op, *extra) -> torch.Tensor | None:
+    """``op(grad, *saved, *extra)`` (a ``*_grad_input`` op) where the input needs it."""
+    if not ctx.needs_input_grad[0]:
+        return None
+    return op(grad.contiguous(), *ctx.saved_tensors, *extra)
+
+
+def _setup_int4(ctx, inputs, output) -> None:
+    x, qweight, scales, bias, in_f, out_f = inputs
+    _frozen(ctx, scales)
+    _keep(ctx, bias, qweight, scales)
+    ctx.dims = (in_f, out_f)
+
+
 def _backward_int4(ctx, grad):
-    qweight, scales = ctx.saved_tensors
-    dx = None
-    if ctx.needs_input_grad[0]:
-        dx = int4_linear_grad_input(grad.contiguous(), qweight, scales, *ctx.dims)
+    dx = _input_grad(ctx, grad, int4_linear_grad_input, *ctx.dims)
     return dx, None, None, _bias_grad(ctx, grad), None, None
 
 
 def _setup_int8(ctx, inputs, output) -> None:
     x, weight, scales, bias = inputs
     _frozen(ctx, scales)
-    ctx.save_for_backward(weight, scales)
-    ctx.bias_grad = bias is not None and bias.requires_grad
-    ctx.bias_dtype = None if bias is None else bias.dtype
+    _keep(ctx, bias, weight, scales)
 
 
 def _backward_int8(ctx, grad):
-    weight, scales = ctx.saved_tensors
-    dx = None
-    if ctx.needs_input_grad[0]:
-        dx = int8_linear_grad_input(grad.contiguous(), weight, scales)
-    return dx, None, None, _bias_grad(ctx, grad)
+    return _input_grad(ctx, grad, int8_linear_grad_input), None, None, _bias_grad(ctx, grad)
 
 
 def _setup_fp8(ctx, inputs, output) -> None:
     x, weight, scale, act, bias = inputs
     _frozen(ctx, scale, act)
-    ctx.save_for_backward(weight, scale)
-    ctx.bias_grad = bias is not None and bias.requires_grad
-    ctx.bias_dtype = None if bias is None else bias.dtype
+    _keep(ctx, bias, weight, scale)
 
 
 def _backward_fp8(ctx, grad):
-    weight, scale = ctx.saved_tensors
-    dx = None
-    if ctx.needs_input_grad[0]:
-        dx = fp8_linear_grad_input(grad.contiguous(), weight, scale)
+    dx = _input_grad(ctx, grad, fp8_linear_grad_input)
     return dx, None, None, None, _bias_grad(ctx, grad)
 
 
