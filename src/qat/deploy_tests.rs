@@ -145,3 +145,21 @@ fn a_failed_deploy_step_changes_nothing() {
     assert!(opt.step_seeded(&mut w, &g, None).is_err());
     assert_eq!((opt, w), (before, w0));
 }
+
+#[test]
+fn version_1_bytes_read_as_the_per_tensor_grid() {
+    let w = data(OUT * IN, 4, 1.0);
+    let c = QatConfig::with_target(QuantTarget::Int(IntDtype::Int8));
+    let opt = QatOptimizer::with_seed(&w, c, 0).unwrap();
+    let v2 = opt.to_bytes();
+    // Version 2 adds one grid byte (0: per tensor) after the quant params; the view,
+    // moments and CRC follow. Rebuild the version 1 form: no grid byte, version 1.
+    let tail = 3 * OUT * IN * 8 + 4;
+    let grid_at = v2.len() - tail - 1;
+    assert_eq!(v2[grid_at], 0);
+    let mut v1 = [&v2[..grid_at], &v2[grid_at + 1..v2.len() - 4]].concat();
+    v1[4..8].copy_from_slice(&1u32.to_le_bytes());
+    let crc = crc32fast::hash(&v1);
+    v1.extend_from_slice(&crc.to_le_bytes());
+    assert_eq!(QatOptimizer::<f64>::from_bytes(&v1).unwrap(), opt);
+}
