@@ -12,14 +12,17 @@ same step count and learning rate, in one process (the GGUF load is the slow par
 
 - ``full AdamW``: every parameter, ``torch.optim.AdamW``;
 - ``full AdamW4bit``: every parameter, ``quantrs.torch.AdamW4bit``;
-- ``QAT int4 g32 + convert``: the decoder linears with ``QatAdamW(target="int4",
-  grid="deploy", group_size=32)``, the rest with torch AdamW; evaluated after
-  ``convert_qat`` (served ``Int4Linear`` layers);
-- ``PTQ int4 g32``: the ``full AdamW`` row's fine-tuned model, then ``quantize_(model,
-  "int4", 32)`` on the same linears (its train loss, state and s/step are that row's);
+- ``QAT int4 g32 + convert`` / ``QAT int8 + convert``: the decoder linears with
+  ``QatAdamW(target=..., grid="deploy", group_size=32)``, the rest with torch AdamW;
+  evaluated after ``convert_qat`` (served ``Int4Linear`` / ``Int8Linear`` layers);
+- ``PTQ int4 g32`` / ``PTQ int8``: the ``full AdamW`` row's fine-tuned model, then
+  ``quantize_`` on the same linears (its train loss, state and s/step are that row's);
+- ``baseline`` (float) and ``baseline int4 g32`` ...: no fine-tuning, the projections
+  quantized as named (the starting point of the QLoRA rows);
 - ``LoRA``: peft LoRA (r 8, alpha 16, the attention and MLP projections) on the float model;
-- ``QLoRA int4 g32 / g128``: the same LoRA on ``quantize_``d layers; skipped with the
-  reason where quantrs' layers pass no gradient to their input or peft refuses them.
+- ``QLoRA int4 g32 / g128 / int8 / fp8``: the same LoRA (``quantrs.torch.peft_config``) on
+  the same projections ``quantize_``d to ``Int4Linear`` (g32, g128), ``Int8Linear`` or
+  ``FP8Linear`` (E4M3, float activations).
 
 Train loss: the mean over the last quarter of the steps. Held-out perplexity: ``exp`` of
 the mean next-token cross-entropy over the held-out blocks. Training state: the bytes of
@@ -47,9 +50,13 @@ ROWS = (
     "full AdamW4bit",
     "QAT int4 g32 + convert",
     "PTQ int4 g32",
+    "QAT int8 + convert",
+    "PTQ int8",
     "LoRA",
     "QLoRA int4 g32",
     "QLoRA int4 g128",
+    "QLoRA int8",
+    "QLoRA fp8",
 )
 PROJ = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -119,6 +126,13 @@ class Skip(Exception):
     """A row that cannot run here, with the reason."""
 
 
+def _format_of(row: str) -> tuple[str, int]:
+    """``(format, group_size)`` named in a row: ``int4 g32``, ``int8``, ``fp8``."""
+    words = row.split()
+    gs = next((int(w[1:]) for w in words if w[0] == "g" and w[1:].isdigit()), 32)
+    return next(w for w in words if w in ("int4", "int8", "fp8")), gs
+
+
 def optimizers_for(row: str, model, lr: float):
     """The optimizers of a row (and the model it trains, which LoRA rows wrap)."""
     import torch
@@ -129,24 +143,23 @@ def optimizers_for(row: str, model, lr: float):
         return model, [torch.optim.AdamW(model.parameters(), lr=lr)], None
     if row == "full AdamW4bit":
         return model, [qt.AdamW4bit(model.parameters(), lr=lr)], None
-    if row == "QAT int4 g32 + convert":
+    if row.startswith("QAT"):
+        target, gs = _format_of(row)
         lin = [m.weight for f, m in model.named_modules() if _is_proj(m, f)]
         ids = {id(p) for p in lin}
         rest = [p for p in model.parameters() if id(p) not in ids]
-        qat = qt.QatAdamW(lin, target="int4", lr=lr, grid="deploy", group_size=32)
+        qat = qt.QatAdamW(lin, target=target, lr=lr, grid="deploy", group_size=gs)
         return model, [qat, torch.optim.AdamW(rest, lr=lr)], qat
     from peft import LoraConfig, get_peft_model
 
-    if row.startswith("QLoRA"):
-        gs = int(row.rsplit("g", 1)[1])
-        qt.quantize_(model, "int4", gs, filter_fn=_is_proj)
     cfg = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules=list(PROJ))
+    if row.startswith("QLoRA"):
+        qt.quantize_(model, *_format_of(row), filter_fn=_is_proj)
+        cfg = qt.peft_config(cfg)
     try:
         model = get_peft_model(model, cfg)
     except (ValueError, TypeError) as e:
-        raise Skip(
-            f"peft does not accept quantrs.torch.Int4Linear as a LoRA base layer: {e}"
-        ) from None
+        raise Skip(f"peft does not accept the quantized layers as LoRA base layers: {e}") from None
     params = [p for p in model.parameters() if p.requires_grad]
     return model, [torch.optim.AdamW(params, lr=lr)], None
 
@@ -198,7 +211,7 @@ def run_row(row: str, base, data, args) -> dict:
             o.zero_grad(set_to_none=False)
         loss = loss_of(model, batch)
         if row.startswith("QLoRA") and not loss.requires_grad:
-            raise Skip("quantrs.torch.Int4Linear passes no gradient to its input")
+            raise Skip("the quantized layers pass no gradient to their input")
         loss.backward()
         for o in opts:
             o.step()
@@ -219,24 +232,31 @@ def run_row(row: str, base, data, args) -> dict:
     return row_out, model
 
 
-def ptq_row(tuned, tuned_row: dict, data, args) -> dict:
-    """Post-training INT4 g32 of the ``full AdamW`` row's fine-tuned model."""
+def ptq_row(name: str, tuned, tuned_row: dict, data, args) -> dict:
+    """Post-training quantization (``name``'s format) of the ``full AdamW`` row's model."""
     import quantrs.torch as qt
 
-    model = qt.quantize_(copy.deepcopy(tuned), "int4", 32, filter_fn=_is_proj)
+    model = qt.quantize_(copy.deepcopy(tuned), *_format_of(name), filter_fn=_is_proj)
     return {
         **tuned_row,
-        "row": "PTQ int4 g32",
+        "row": name,
         "held_out_ppl": perplexity(model, data[1], args.eval_blocks, args.batch),
     }
 
 
-def baseline_row(base, data, args) -> dict:
-    """The model before any fine-tuning, evaluated the same way."""
+def baseline_row(name: str, base, data, args) -> dict:
+    """The model before any fine-tuning (``baseline``: float; ``baseline int4 g32``, ...:
+    the projections quantized as the QLoRA rows' base), evaluated the same way."""
+    import quantrs.torch as qt
+
+    model, label = base, "no fine-tune (float)"
+    if name != "baseline":
+        model = qt.quantize_(copy.deepcopy(base), *_format_of(name), filter_fn=_is_proj)
+        label = f"no fine-tune ({name.split(' ', 1)[1]})"
     return {
-        "row": "no fine-tune (float)",
+        "row": label,
         "train_loss": float("nan"),
-        "held_out_ppl": perplexity(base, data[1], args.eval_blocks, args.batch),
+        "held_out_ppl": perplexity(model, data[1], args.eval_blocks, args.batch),
         "state_mib": float("nan"),
         "s_per_step": float("nan"),
     }
@@ -250,7 +270,8 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--eval-blocks", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--rows", default="baseline," + ",".join(ROWS))
+    base_rows = "baseline,baseline int4 g32,baseline int4 g128,baseline int8,baseline fp8,"
+    ap.add_argument("--rows", default=base_rows + ",".join(ROWS))
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
@@ -266,12 +287,12 @@ def main() -> None:
     rows, tuned = [], None
     for name in args.rows.split(","):
         try:
-            if name == "baseline":
-                r = baseline_row(base, data, args)
-            elif name == "PTQ int4 g32":
+            if name.startswith("baseline"):
+                r = baseline_row(name, base, data, args)
+            elif name.startswith("PTQ"):
                 if tuned is None:
                     raise Skip("needs the 'full AdamW' row first")
-                r = ptq_row(*tuned, data, args)
+                r = ptq_row(name, *tuned, data, args)
             else:
                 r, model = run_row(name, base, data, args)
                 if name == "full AdamW":

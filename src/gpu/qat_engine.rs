@@ -17,7 +17,7 @@ use super::memory::{check_view, DeviceBuffer, DeviceSlice, DeviceSliceMut};
 use super::qat::{self, DevMaster, QatBufs, QatScalars, MAX_DRY_BLOCKS};
 use super::qat_launch::QatDevice;
 use crate::error::{QuantError, Result};
-use crate::qat::{QatConfig, QatOptimizer, QuantParams, RoundingMode};
+use crate::qat::{QatConfig, QatGrid, QatOptimizer, QuantParams, RoundingMode};
 
 /// `QatOptimizer` (float32 or float64 master) with its AdamW moments and
 /// fake-quantized view on one device; the master stays the caller's. Each
@@ -41,9 +41,23 @@ impl<T> std::fmt::Debug for DeviceQat<T> {
     }
 }
 
+/// The device step fake-quantizes per tensor; the deploy grid (the serving
+/// formats' quantizers) runs on the CPU.
+fn per_tensor_only<T: DevMaster>(o: &QatOptimizer<T>) -> Result<()> {
+    if o.grid() != QatGrid::PerTensor {
+        return Err(QuantError::UnsupportedOperation(
+            "QatOptimizer: the deploy grid runs on the CPU (the device step fake-quantizes \
+             per tensor)"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
 impl<T: DevMaster> DeviceQat<T> {
     /// The CPU optimizer `o` (configuration and state) copied to `gpu`.
     pub fn from_cpu(gpu: &Arc<Gpu>, o: &QatOptimizer<T>) -> Result<DeviceQat<T>> {
+        per_tensor_only(o)?;
         let (m, v) = o.moments();
         Ok(DeviceQat {
             gpu: gpu.clone(),
@@ -82,6 +96,7 @@ impl<T: DevMaster> DeviceQat<T> {
         if o.len() != self.n {
             return Err(QuantError::dims("state", self.n, o.len()));
         }
+        per_tensor_only(o)?;
         let (m, v) = o.moments();
         let fresh_m = DeviceBuffer::from_host(&self.gpu, m)?;
         let fresh_v = DeviceBuffer::from_host(&self.gpu, v)?;

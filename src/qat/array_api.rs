@@ -6,6 +6,7 @@ use ndarray::Array1;
 use rand::Rng;
 
 use super::config::QatConfig;
+use super::deploy::QatGrid;
 use super::element::Master;
 use super::optimizer::QatOptimizer;
 use crate::error::{QuantError, Result};
@@ -36,7 +37,7 @@ impl<T: Master> QatOptimizer<T> {
     pub fn new(master: &Array1<T>, config: QatConfig, rng: &mut impl Rng) -> Result<Self> {
         let m = slice_of(master, "master")?;
         let mut drawn = 0;
-        let mut opt = Self::with_key(m, config, 0, |_| {
+        let mut opt = Self::with_key(m, config, QatGrid::PerTensor, 0, |_| {
             drawn = rng.next_u64();
             drawn
         })?;

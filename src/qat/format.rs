@@ -153,6 +153,9 @@ pub(crate) fn dry_body<T: Master>(w: &[T], g: &[T], m: &[T], v: &[T], c: &Coef<T
 pub(crate) enum Quantizer {
     Int(IntGrid),
     Fp8(Fp8Format),
+    /// The pass leaves the view alone: a deploy grid derives it afterwards
+    /// from the whole updated master (`deploy::fill_view`).
+    Later,
 }
 
 /// What every task of one commit pass shares.
@@ -201,6 +204,7 @@ pub(crate) fn commit_body<T: Master>(s: CommitStep<'_, T>, x: CommitChunk<'_, T>
         match quant {
             Quantizer::Int(grid) => fake_int_chunk(w, q, &grid, r, offset + start),
             Quantizer::Fp8(fmt) => fake_fp8_chunk(w, q, fmt, r, offset + start),
+            Quantizer::Later => {}
         }
         start = end;
     }

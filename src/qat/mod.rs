@@ -5,6 +5,8 @@
 //! fake-quantized view of the master: the values the forward pass uses.
 //!
 //! - `config`: targets (int8 / int4 / FP8 E4M3 / E5M2), schemes, rounding.
+//! - `deploy`: the grid of the view, per tensor or the serving layer's
+//!   (INT4 per group, INT8 per output channel, FP8 E4M3 per tensor).
 //! - `params`: integer quantization parameters and calibration (per-tensor
 //!   min/max or absmax, percentile, per-channel).
 //! - `fake`: integer and FP8 fake quantization and the straight-through
@@ -27,6 +29,9 @@
 
 mod array_api;
 mod config;
+mod deploy;
+#[cfg(test)]
+mod deploy_tests;
 mod dispatch;
 mod element;
 mod fake;
@@ -41,6 +46,7 @@ mod tests;
 mod x86;
 
 pub use config::{IntDtype, QatConfig, QuantScheme, QuantTarget, RoundingMode};
+pub use deploy::{DeployGrid, QatGrid};
 pub use element::Master;
 pub use fake::{
     fake_quant_backward, fake_quant_fp8, fake_quant_int, fake_quant_per_channel, quantize_int,

@@ -3,6 +3,7 @@
 pub use super::element::Master;
 
 use super::config::{QatConfig, QuantTarget, RoundingMode};
+use super::deploy::{fill_view, QatGrid};
 use super::dispatch::Kernels;
 use super::fake::{fake_quant_fp8, fake_quant_int, IntGrid, Rounding};
 use super::format::{Coef, CommitStep, Quantizer};
@@ -63,6 +64,7 @@ pub struct QatOptimizer<T: Master = f64> {
     pub(crate) v: Vec<T>,
     pub(crate) quantized: Array1<T>,
     pub(crate) params: Option<QuantParams>,
+    pub(crate) grid: QatGrid,
 }
 
 fn rounding(config: &QatConfig, key: u64) -> Rounding {
@@ -101,7 +103,39 @@ impl<T: Master> QatOptimizer<T> {
     /// Errors: invalid hyper-parameters, an empty or non-finite master, and
     /// calibration failures (an all-zero master has no integer scale).
     pub fn with_seed(master: &[T], config: QatConfig, seed: u64) -> Result<Self> {
-        Self::with_key(master, config, seed, |_| stream_key(seed, 0))
+        Self::with_key(master, config, QatGrid::PerTensor, seed, |_| {
+            stream_key(seed, 0)
+        })
+    }
+
+    /// [`Self::with_seed`] on `grid`: with [`QatGrid::Deploy`] the view of the
+    /// row-major `[out, in]` master is the serving layer's dequantized weight
+    /// (docs/qat.md "Deploy grid"; no integer parameters: `quant_params` is
+    /// None). Errors as `with_seed`, and a grid that does not fit the
+    /// configuration or the master's length.
+    ///
+    /// ```
+    /// use quantrs::qat::{IntDtype, QatConfig, QatGrid, QatOptimizer, QuantTarget};
+    /// use quantrs::QuantizedWeight;
+    ///
+    /// let (out_f, in_f) = (2, 4);
+    /// let mut w = vec![0.5f32, -1.0, 0.25, 1.0, 0.1, 0.2, -0.3, 0.4]; // [out, in]
+    /// let config = QatConfig::with_target(QuantTarget::Int(IntDtype::Int4));
+    /// let grid = QatGrid::deploy(out_f, in_f, 2);
+    /// let mut opt = QatOptimizer::with_grid(&w, config, grid, 0)?;
+    /// opt.step_seeded(&mut w, &[1.0; 8], None)?;
+    /// // The serving weight ([in, out] layout) built from the master holds the view.
+    /// let wt: Vec<f32> = (0..in_f * out_f).map(|k| w[(k % out_f) * in_f + k / out_f]).collect();
+    /// let served = QuantizedWeight::quantize_grouped(&wt, in_f, out_f, 2)?.dequantize();
+    /// for o in 0..out_f {
+    ///     for i in 0..in_f {
+    ///         assert_eq!(opt.quantized_slice()[o * in_f + i], served[i * out_f + o]);
+    ///     }
+    /// }
+    /// # Ok::<(), quantrs::QuantError>(())
+    /// ```
+    pub fn with_grid(master: &[T], config: QatConfig, grid: QatGrid, seed: u64) -> Result<Self> {
+        Self::with_key(master, config, grid, seed, |_| stream_key(seed, 0))
     }
 
     /// [`Self::with_seed`] with the view's key from `key` (called once,
@@ -109,6 +143,7 @@ impl<T: Master> QatOptimizer<T> {
     pub(crate) fn with_key(
         master: &[T],
         config: QatConfig,
+        grid: QatGrid,
         seed: u64,
         key: impl FnOnce(u64) -> u64,
     ) -> Result<Self> {
@@ -118,15 +153,27 @@ impl<T: Master> QatOptimizer<T> {
                 "master: expected at least one weight, got an empty array".into(),
             ));
         }
+        grid.validate(&config, master.len())?;
         let (min, max) = finite_minmax(master, "master")?;
-        let (params, _) = calibrate_for(&config, min, max)?;
         let mut quantized = vec![T::ZERO; master.len()];
         let r = rounding(&config, key(seed));
-        match (config.target, &params) {
-            (QuantTarget::Int(_), Some(p)) => fake_quant_int(master, &mut quantized, p, r)?,
-            (QuantTarget::Fp8(f), _) => fake_quant_fp8(master, &mut quantized, f, r)?,
-            (QuantTarget::Int(_), None) => unreachable!("integer targets always calibrate"),
-        }
+        let params = match grid {
+            QatGrid::Deploy(g) => {
+                fill_view(master, &mut quantized, config.target, &g)?;
+                None
+            }
+            QatGrid::PerTensor => {
+                let (params, _) = calibrate_for(&config, min, max)?;
+                match (config.target, &params) {
+                    (QuantTarget::Int(_), Some(p)) => fake_quant_int(master, &mut quantized, p, r)?,
+                    (QuantTarget::Fp8(f), _) => fake_quant_fp8(master, &mut quantized, f, r)?,
+                    (QuantTarget::Int(_), None) => {
+                        unreachable!("integer targets always calibrate")
+                    }
+                }
+                params
+            }
+        };
         Ok(QatOptimizer {
             config,
             seed,
@@ -135,7 +182,13 @@ impl<T: Master> QatOptimizer<T> {
             v: vec![T::ZERO; master.len()],
             quantized: Array1::from_vec(quantized),
             params,
+            grid,
         })
+    }
+
+    /// The grid of the view.
+    pub fn grid(&self) -> QatGrid {
+        self.grid
     }
 
     /// The fake-quantized view as a slice (see [`Self::quantized_weights`]).
@@ -215,9 +268,11 @@ impl<T: Master> QatOptimizer<T> {
 
     /// Set how the next views round; the current view stays as it was
     /// rounded. (Target and scheme have no setter: the integer parameters in
-    /// effect belong to the grid they were calibrated for.)
-    pub fn set_rounding(&mut self, rounding: RoundingMode) {
-        self.config.rounding = rounding;
+    /// effect belong to the grid they were calibrated for.) An error, and no
+    /// change, for stochastic rounding on the deploy grid (the serving
+    /// quantizers round to nearest).
+    pub fn set_rounding(&mut self, rounding: RoundingMode) -> Result<()> {
+        self.reconfigure(|c| c.rounding = rounding)
     }
 
     /// Set the seed of the stochastic-rounding streams of the next steps.
@@ -265,6 +320,7 @@ impl<T: Master> QatOptimizer<T> {
         let mut c = self.config;
         change(&mut c);
         c.validate()?;
+        self.grid.validate(&c, self.len())?;
         self.config = c;
         Ok(())
     }
@@ -330,20 +386,27 @@ impl<T: Master> QatOptimizer<T> {
         if stats.non_finite {
             return Err(diagnose(master, grad));
         }
-        let (params, quant) = calibrate_for(&self.config, stats.min, stats.max)?;
-        // Nothing can fail from here on.
+        let (params, quant) = match self.grid {
+            QatGrid::PerTensor => calibrate_for(&self.config, stats.min, stats.max)?,
+            QatGrid::Deploy(_) => (None, Quantizer::Later),
+        };
+        // Nothing can fail from here on (the deploy view's only error, a
+        // non-finite master, is excluded by the dry pass).
         let r = rounding(&self.config, key(t));
         let step = CommitStep {
             coef: &coef,
             quant,
             rounding: r,
         };
-        let buffers = (master, grad, &mut self.m[..], &mut self.v[..]);
+        let buffers = (&mut *master, grad, &mut self.m[..], &mut self.v[..]);
         let view = self
             .quantized
             .as_slice_mut()
             .expect("the view is built from a Vec: standard layout");
         kernels.commit(step, buffers, view);
+        if let QatGrid::Deploy(g) = self.grid {
+            fill_view(master, view, self.config.target, &g)?;
+        }
         self.params = params;
         self.step = t;
         Ok(())
@@ -360,6 +423,20 @@ impl<T: Master> QatOptimizer<T> {
         quantized: Vec<T>,
         params: Option<QuantParams>,
     ) -> Result<Self> {
+        let parts = (m, v, quantized);
+        Self::from_parts_on(config, QatGrid::PerTensor, seed, step, parts, params)
+    }
+
+    /// [`Self::from_parts`] on `grid` (a deploy grid has no integer
+    /// parameters); `parts` are `(m, v, view)`.
+    pub(crate) fn from_parts_on(
+        config: QatConfig,
+        grid: QatGrid,
+        seed: u64,
+        step: u64,
+        (m, v, quantized): (Vec<T>, Vec<T>, Vec<T>),
+        params: Option<QuantParams>,
+    ) -> Result<Self> {
         config.validate()?;
         let n = quantized.len();
         if n == 0 {
@@ -368,8 +445,11 @@ impl<T: Master> QatOptimizer<T> {
         if m.len() != n || v.len() != n {
             return Err(QuantError::dims("moments", n, m.len().max(v.len())));
         }
+        grid.validate(&config, n)?;
+        let per_tensor = grid == QatGrid::PerTensor;
         match (config.target, &params) {
-            (QuantTarget::Int(d), Some(p)) => {
+            (_, None) if !per_tensor => {}
+            (QuantTarget::Int(d), Some(p)) if per_tensor => {
                 let (qmin, qmax) = d.range(config.scheme);
                 QuantParams::new(p.scale, p.zero_point, p.qmin, p.qmax)?;
                 if (p.qmin, p.qmax) != (qmin, qmax) {
@@ -381,7 +461,9 @@ impl<T: Master> QatOptimizer<T> {
             (QuantTarget::Fp8(_), None) => {}
             _ => {
                 return Err(QuantError::InvalidState(
-                    "quant params present for an FP8 target or missing for an integer one".into(),
+                    "quant params present for an FP8 target or a deploy grid, or missing for \
+                     an integer one"
+                        .into(),
                 ))
             }
         }
@@ -393,6 +475,7 @@ impl<T: Master> QatOptimizer<T> {
             v,
             quantized: Array1::from_vec(quantized),
             params,
+            grid,
         })
     }
 }

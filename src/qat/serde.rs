@@ -4,17 +4,21 @@
 //! 2 = f64), target, scheme and rounding codes (`u8` each), five f64
 //! hyper-parameters, seed and step (`u64`), `u64` length, a `u8` flag for
 //! quant params followed (if set) by `f64` scale and `i32` zero point, qmin,
-//! qmax; then m, v and the view as raw elements; finally a CRC32 of all
-//! preceding bytes. Decoding checks every length before allocating.
+//! qmax; version 2 then a `u8` grid flag (0 per tensor, 1 deploy) followed
+//! (if set) by `u64` out_features, in_features and group_size; then m, v
+//! and the view as raw elements; finally a CRC32 of all preceding bytes.
+//! Version 1 bytes (no grid field) read as the per-tensor grid. Decoding
+//! checks every length before allocating.
 
 use super::config::{IntDtype, QatConfig, QuantScheme, QuantTarget, RoundingMode};
+use super::deploy::QatGrid;
 use super::optimizer::{Master, QatOptimizer};
 use super::params::QuantParams;
 use crate::error::{QuantError, Result};
 use crate::fp8::Fp8Format;
 
 const MAGIC: &[u8; 4] = b"QATO";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 
 const TARGETS: [QuantTarget; 4] = [
     QuantTarget::Int(IntDtype::Int8),
@@ -63,6 +67,15 @@ impl<T: Master> QatOptimizer<T> {
                 }
             }
         }
+        match self.grid {
+            QatGrid::PerTensor => out.push(0),
+            QatGrid::Deploy(g) => {
+                out.push(1);
+                for x in [g.out_features, g.in_features, g.group_size] {
+                    out.extend_from_slice(&(x as u64).to_le_bytes());
+                }
+            }
+        }
         for buf in [&self.m[..], &self.v[..], self.quantized_slice()] {
             for &x in buf.iter() {
                 x.write_le(&mut out);
@@ -87,9 +100,9 @@ impl<T: Master> QatOptimizer<T> {
             return Err(QuantError::ser("not a QatOptimizer state (bad magic)"));
         }
         let version = r.u32()?;
-        if version != VERSION {
+        if !(1..=VERSION).contains(&version) {
             return Err(QuantError::ser(format!(
-                "unsupported QatOptimizer state version {version} (expected {VERSION})"
+                "unsupported QatOptimizer state version {version} (expected 1 to {VERSION})"
             )));
         }
         let h = r.take(4)?;
@@ -142,6 +155,15 @@ impl<T: Master> QatOptimizer<T> {
         } else {
             None
         };
+        let grid = if version >= 2 && flag(r.take(1)?[0], "grid flag")? {
+            let mut dim = || -> Result<usize> {
+                usize::try_from(r.u64()?).map_err(|_| QuantError::ser("grid dimension too large"))
+            };
+            let (o, i, g) = (dim()?, dim()?, dim()?);
+            QatGrid::deploy(o, i, g)
+        } else {
+            QatGrid::PerTensor
+        };
         let need = (n as u128) * 3 * T::BYTES as u128;
         if need != (body.len() - r.pos) as u128 {
             return Err(QuantError::ser(format!(
@@ -155,7 +177,7 @@ impl<T: Master> QatOptimizer<T> {
             Ok(raw.chunks_exact(T::BYTES).map(T::read_le).collect())
         };
         let (m, v, q) = (read()?, read()?, read()?);
-        QatOptimizer::from_parts(config, seed, step, m, v, q, params)
+        QatOptimizer::from_parts_on(config, grid, seed, step, (m, v, q), params)
             .map_err(|e| QuantError::ser(format!("invalid QatOptimizer state: {e}")))
     }
 }

@@ -106,7 +106,7 @@ fn setters_change_only_the_config_and_validate_first() {
     assert!(msg.contains("beta1"), "{msg}");
     // The setters against an optimizer built with the new values from the same state.
     a.set_hyper(0.02, 0.8, 0.95, 1e-6, 0.1).unwrap();
-    a.set_rounding(RoundingMode::Stochastic);
+    a.set_rounding(RoundingMode::Stochastic).unwrap();
     a.set_seed(7);
     let mut c2 = c;
     (c2.lr, c2.beta1, c2.beta2, c2.eps, c2.weight_decay) = (0.02, 0.8, 0.95, 1e-6, 0.1);

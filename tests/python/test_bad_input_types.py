@@ -291,7 +291,11 @@ def valid_calls(tmp: Path):
             ("QuantParams.fake_quant", params.fake_quant, dict(x=X, rounding="nearest", rng=1))
         ],
         "QatOptimizer.__new__": [
-            ("QatOptimizer", quantrs.QatOptimizer, dict(master=np.ones(8), config="int8", rng=1))
+            (
+                "QatOptimizer",
+                quantrs.QatOptimizer,
+                dict(master=np.ones((2, 4)), config="int8", rng=1, grid="deploy", group_size=2),
+            )
         ],
         "QatOptimizer.step": [
             (

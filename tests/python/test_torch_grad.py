@@ -20,12 +20,14 @@ def _layer(kind: str, in_f: int = 96, out_f: int = 40, bias: bool = True) -> nn.
     lin = nn.Linear(in_f, out_f, bias=bias)
     if kind.startswith("int4"):
         return qt.Int4Linear.from_linear(lin, group_size=int(kind[6:]))
+    if kind == "int8":
+        return qt.Int8Linear.from_linear(lin)
     if kind == "fp8_w8a8":
         return qt.FP8Linear.from_linear(lin, activation_scale=0.02)
     return qt.FP8Linear.from_linear(lin)
 
 
-KINDS = ["int4_g2", "int4_g32", "int4_g128", "fp8", "fp8_w8a8"]
+KINDS = ["int4_g2", "int4_g32", "int4_g128", "int8", "fp8", "fp8_w8a8"]
 
 
 def _bound(g: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -72,7 +74,7 @@ def test_layer_classes_grad_input(cls):
         layer.grad_input(np.zeros((2, 23), np.float32))
 
 
-@pytest.mark.parametrize("kind", ["int4_g32", "fp8"])
+@pytest.mark.parametrize("kind", ["int4_g32", "int8", "fp8"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_input_dtype_in_and_out(kind, dtype):
     q = _layer(kind)
@@ -121,7 +123,7 @@ class _Mlp(nn.Module):
         return self.b(torch.relu(self.a(x)))
 
 
-@pytest.mark.parametrize("method", ["int4", "fp8"])
+@pytest.mark.parametrize("method", ["int4", "int8", "fp8"])
 def test_compile_no_graph_break_bit_for_bit_and_export(method):
     m = qt.quantize_(_Mlp(), method)
     x = torch.randn(3, 96)

@@ -45,11 +45,11 @@ def _lora(model: nn.Module, quantized: bool) -> nn.Module:
     return peft.get_peft_model(model, cfg)
 
 
-@pytest.mark.parametrize("method", ["int4", "fp8"])
-def test_lora_steps_match_lora_on_the_dequantized_float_model(method):
+@pytest.mark.parametrize("method,gs", [("int4", 32), ("int4", 128), ("int8", 32), ("fp8", 32)])
+def test_lora_steps_match_lora_on_the_dequantized_float_model(method, gs):
     torch.manual_seed(0)
     base = _Block()
-    qmodel = qt.quantize_(copy.deepcopy(base), method)
+    qmodel = qt.quantize_(copy.deepcopy(base), method, gs)
     ref = _lora(_dequantized_float(qmodel, base), quantized=False)
     qlora = _lora(qmodel, quantized=True)
     opts = [
@@ -85,3 +85,24 @@ def test_merge_refuses_clearly_and_unload_drops_adapters():
 def test_peft_config_refuses_other_objects():
     with pytest.raises(TypeError, match="LoraConfig"):
         qt.peft_config(object())
+
+
+@pytest.mark.parametrize("method", ["int4", "int8", "fp8"])
+def test_a_qlora_step_keeps_no_float_copy_of_the_frozen_weights(method):
+    """What autograd saves for the backward, and what the model holds, contain no float
+    tensor of a frozen weight's size: the packed codes are all the base layers keep."""
+    qlora = _lora(qt.quantize_(_Block(), method), quantized=True)
+    sizes = {64 * 96}  # q_proj and v_proj weights: [96, 64] and [64, 96]
+    saved = []
+
+    def pack(t):
+        saved.append((t.dtype, t.numel()))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = qlora(torch.randn(8, 64)).square().mean()
+    loss.backward()
+    assert saved and not [s for s in saved if s[0].is_floating_point and s[1] in sizes]
+    held = list(qlora.parameters()) + list(qlora.buffers())
+    assert not [t for t in held if t.is_floating_point() and t.numel() in sizes]
+    assert any(not t.is_floating_point() and t.numel() >= 64 * 96 // 2 for t in held)

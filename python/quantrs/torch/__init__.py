@@ -13,7 +13,7 @@ tensors (4-bit optimizers and inference modules; docs/gpu.md) through DLPack, an
   swaps the trained linears for serving modules, :func:`prepare_w8a8` adds static FP8
   activation fake quantization; :func:`broadcast_views` after wrapping it in
   ``ZeroRedundancyOptimizer``;
-- :class:`Int4Linear`, :class:`FP8Linear`, :func:`quantize_`: inference modules replacing
+- :class:`Int4Linear`, :class:`Int8Linear`, :class:`FP8Linear`, :func:`quantize_`: modules replacing
   ``nn.Linear``, with input gradients (:func:`peft_config`: peft LoRA on them);
   :func:`collect_importance`: each linear's mean input ``x^2`` (imatrix);
 - :class:`GgufLinear`, :func:`load_gguf_llama`: GGUF block weights served packed.
@@ -25,6 +25,7 @@ from ._adam import Adam4bit, AdamW4bit
 from ._convert import convert_qat
 from ._gguf import GgufLinear, load_gguf_llama
 from ._importance import collect_importance
+from ._int8 import Int8Linear
 from ._modules import FP8Linear, Int4Linear, default_filter, quantize_
 from ._peft import peft_config
 from ._qat import QatAdamW
@@ -38,6 +39,7 @@ __all__ = [
     "FP8Linear",
     "GgufLinear",
     "Int4Linear",
+    "Int8Linear",
     "QatAdamW",
     "broadcast_views",
     "collect_importance",

@@ -14,6 +14,7 @@ from __future__ import annotations
 from torch import nn
 
 from .. import _core
+from ._int8 import Int8Linear
 from ._modules import FP8Linear, Int4Linear
 from ._qat import QatAdamW
 
@@ -39,17 +40,19 @@ def _serving(linear: nn.Linear, target: str, group_size: int, master) -> nn.Modu
                 f"{_NAME}: the activation scale of a W8A8 linear is not calibrated"
             )
         return FP8Linear.from_linear(src, activation_scale=scale)
+    if target == "int8":
+        return Int8Linear.from_linear(src)
     raise _core.UnsupportedOperation(
-        f"{_NAME}: quantrs.torch has no serving module for target {target!r}; serve the "
-        "master with quantrs.Int8Linear.from_float (its dequantize_w equals the QAT weight)"
+        f"{_NAME}: quantrs.torch has no serving module for target {target!r}"
     )
 
 
 def convert_qat(model: nn.Module, optimizer: QatAdamW) -> nn.Module:
     """Replaces, in place, every ``nn.Linear`` of ``model`` whose weight ``optimizer``
     trains with ``grid="deploy"`` by its serving module (``int4``: :class:`Int4Linear` of
-    the group's ``group_size``; ``fp8_e4m3``: :class:`FP8Linear`, W8A8 with the static
-    scale of a :func:`prepare_w8a8` input fake-quantizer); returns ``model``. Linears on
+    the group's ``group_size``; ``int8``: :class:`Int8Linear`; ``fp8_e4m3``:
+    :class:`FP8Linear`, W8A8 with the static scale of a :func:`prepare_w8a8` input
+    fake-quantizer); returns ``model``. Linears on
     the per-tensor grid and other modules are left as they are."""
     if not isinstance(optimizer, QatAdamW):
         raise TypeError(

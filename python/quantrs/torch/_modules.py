@@ -45,6 +45,17 @@ def _check_input(owner: str, x: torch.Tensor, in_features: int) -> torch.Tensor:
     return x.detach().reshape(-1, in_features).to(_F32).contiguous()
 
 
+def _route(owner: str, x: torch.Tensor, in_features: int) -> torch.Tensor | None:
+    """None for a CPU input the custom op takes as it is (a float dtype of ``_FLOATS``,
+    ``in_features`` wide); otherwise the checked float32 rows (a CUDA input's device path)
+    or the exception naming what is wrong."""
+    if isinstance(x, torch.Tensor) and x.device.type == "cpu" and x.dtype in _FLOATS:
+        if x.dim() == 0 or x.shape[-1] != in_features:
+            _check_input(owner, x, in_features)
+        return None
+    return _check_input(owner, x, in_features)
+
+
 def _needs_graph(x: torch.Tensor, bias: torch.Tensor | None) -> bool:
     """Whether the call goes through the custom op's dispatcher: when compiling or
     exporting (the op is what the graph holds), or when autograd has something to record;
@@ -123,12 +134,9 @@ class Int4Linear(nn.Module):
         return torch.from_numpy(self.quantized_weight().dequantize()).t().contiguous()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not (isinstance(x, torch.Tensor) and x.device.type == "cpu" and x.dtype in _FLOATS):
-            x2 = _check_input("Int4Linear", x, self.in_features)
-            if x2.device.type == "cuda":
-                return _cuda.int4_forward(self, x2, tuple(x.shape[:-1]))
-        elif x.dim() == 0 or x.shape[-1] != self.in_features:
-            _check_input("Int4Linear", x, self.in_features)
+        x2 = _route("Int4Linear", x, self.in_features)
+        if x2 is not None and x2.device.type == "cuda":
+            return _cuda.int4_forward(self, x2, tuple(x.shape[:-1]))
         args = (x, self.qweight, self.scales, self.bias, self.in_features, self.out_features)
         if _needs_graph(x, self.bias):
             return _ops.int4_linear(*args)
@@ -193,12 +201,9 @@ class FP8Linear(nn.Module):
         return torch.from_numpy(np.asarray(self.layer().dequantize_w(), np.float32))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not (isinstance(x, torch.Tensor) and x.device.type == "cpu" and x.dtype in _FLOATS):
-            x2 = _check_input("FP8Linear", x, self.in_features)
-            if x2.device.type == "cuda":
-                return _cuda.fp8_forward(self, x2, tuple(x.shape[:-1]))
-        elif x.dim() == 0 or x.shape[-1] != self.in_features:
-            _check_input("FP8Linear", x, self.in_features)
+        x2 = _route("FP8Linear", x, self.in_features)
+        if x2 is not None and x2.device.type == "cuda":
+            return _cuda.fp8_forward(self, x2, tuple(x.shape[:-1]))
         args = (x, self.weight, self.weight_scale_inv, self.activation_scale, self.bias)
         if _needs_graph(x, self.bias):
             return _ops.fp8_linear(*args)
@@ -236,15 +241,21 @@ def quantize_(
     calibration: Iterable[object] | None = None,
 ) -> nn.Module:
     """Replace ``nn.Linear`` modules of ``model`` in place by ``Int4Linear`` (``"int4"``,
-    ``group_size`` inputs per scale) or ``FP8Linear`` (``"fp8"``, E4M3, W8A8 when an
-    ``activation_scale`` is given). ``filter_fn(module, fqn)`` picks the modules
+    ``group_size`` inputs per scale), ``Int8Linear`` (``"int8"``, one scale per output
+    channel; CPU) or ``FP8Linear`` (``"fp8"``, E4M3, W8A8 when an ``activation_scale`` is
+    given). ``filter_fn(module, fqn)`` picks the modules
     (default: :func:`default_filter`). Returns ``model``; a module shared by several
     parents is quantized once. ``quantizer`` picks the INT4 scales ("rtn", "full",
     "search"; docs/int4.md "Quantizers"); ``calibration`` batches, run through ``model``
     first, give "search" each input's importance (mean ``x^2``)."""
-    if method not in ("int4", "fp8"):
-        raise _core.InvalidArgument(f"quantize_: method: expected 'int4' or 'fp8', got {method!r}")
-    if method == "int4" and activation_scale is not None:
+    # _int8 builds on this module's helpers, so it is imported here, not at the top.
+    from ._int8 import Int8Linear
+
+    if method not in ("int4", "int8", "fp8"):
+        raise _core.InvalidArgument(
+            f"quantize_: method: expected 'int4', 'int8' or 'fp8', got {method!r}"
+        )
+    if method != "fp8" and activation_scale is not None:
         raise _core.InvalidArgument("quantize_: activation_scale applies to 'fp8' only")
     pick = default_filter if filter_fn is None else filter_fn
     if isinstance(model, nn.Linear) and pick(model, ""):
@@ -267,6 +278,8 @@ def quantize_(
                 done[id(child)] = Int4Linear.from_linear(
                     child, group_size, method=quantizer, importance=imp.get(fqn_of[id(child)])
                 )
+            elif method == "int8":
+                done[id(child)] = Int8Linear.from_linear(child)
             else:
                 done[id(child)] = FP8Linear.from_linear(child, activation_scale=activation_scale)
         setattr(parent, name, done[id(child)])

@@ -1,9 +1,10 @@
 """The quantized linears as PyTorch custom operators (``torch.library.custom_op``):
-``quantrs::int4_linear`` and ``quantrs::fp8_linear``, with fake implementations (so
-``torch.compile`` and ``torch.export`` trace through them) and a backward registered with
-``torch.library.register_autograd`` giving the input gradient ``grad_output @ W`` through
-the Rust transposed kernels (the packed weight is never dequantized in full). The weight is
-frozen: it gets no gradient; a float bias that requires grad gets ``grad_output`` summed.
+``quantrs::int4_linear``, ``quantrs::int8_linear`` and ``quantrs::fp8_linear``, with
+fake implementations (so ``torch.compile`` and ``torch.export`` trace through them) and a
+backward registered with ``torch.library.register_autograd`` giving the input gradient
+``grad_output @ W`` through the Rust transposed kernels (the packed weight is never
+dequantized in full). The weight is frozen: it gets no gradient; a float bias that
+requires grad gets ``grad_output`` summed.
 
 Activations in float32, bfloat16 or float16 come back in the same dtype: the kernels run in
 float32 and the result (bias added in float32) is rounded once to the input's dtype.
@@ -70,6 +71,13 @@ def fp8_layer(weight: torch.Tensor, scale: torch.Tensor, act: torch.Tensor | Non
     return cached(weight, [weight, scale, act], build)
 
 
+def int8_layer(weight: torch.Tensor, scales: torch.Tensor):
+    def build():
+        return _core.Int8Linear(weight.detach().cpu().numpy(), scales.detach().cpu().numpy())
+
+    return cached(weight, [weight, scales], build)
+
+
 def _as_f32_rows(x: torch.Tensor, n: int):
     x2 = x.detach().reshape(-1, n)
     if x2.dtype != _F32:
@@ -88,6 +96,11 @@ def _finish(y, x: torch.Tensor, bias: torch.Tensor | None, n: int) -> torch.Tens
 def int4_linear_impl(x, qweight, scales, bias, in_f: int, out_f: int) -> torch.Tensor:
     w = int4_weight(qweight, scales, in_f, out_f)
     return _finish(w.matmul(_as_f32_rows(x, in_f)), x, bias, out_f)
+
+
+def int8_linear_impl(x, weight, scales, bias) -> torch.Tensor:
+    out_f, in_f = weight.shape
+    return _finish(int8_layer(weight, scales).forward(_as_f32_rows(x, in_f)), x, bias, out_f)
 
 
 def fp8_linear_impl(x, weight, scale, act, bias) -> torch.Tensor:
@@ -119,6 +132,22 @@ def int4_linear_grad_input(
     w = int4_weight(qweight, scales, in_features, out_features)
     dx = w.matmul_transposed(_as_f32_rows(grad, out_features))
     return _finish(dx, grad, None, in_features)
+
+
+@torch.library.custom_op("quantrs::int8_linear", mutates_args=(), device_types="cpu")
+def int8_linear(
+    x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
+    return int8_linear_impl(x, weight, scales, bias)
+
+
+@torch.library.custom_op("quantrs::int8_linear_grad_input", mutates_args=(), device_types="cpu")
+def int8_linear_grad_input(
+    grad: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor
+) -> torch.Tensor:
+    out_f, in_f = weight.shape
+    dx = int8_layer(weight, scales).grad_input(_as_f32_rows(grad, out_f))
+    return _finish(dx, grad, None, in_f)
 
 
 @torch.library.custom_op("quantrs::fp8_linear", mutates_args=(), device_types="cpu")
@@ -155,6 +184,16 @@ def _(grad, qweight, scales, in_features, out_features):
     return _out_like(grad, in_features)
 
 
+@int8_linear.register_fake
+def _(x, weight, scales, bias):
+    return _out_like(x, weight.shape[0])
+
+
+@int8_linear_grad_input.register_fake
+def _(grad, weight, scales):
+    return _out_like(grad, weight.shape[1])
+
+
 @fp8_linear.register_fake
 def _(x, weight, weight_scale_inv, activation_scale, bias):
     return _out_like(x, weight.shape[0])
@@ -180,38 +219,52 @@ def _frozen(ctx, *weights: torch.Tensor | None) -> None:
             )
 
 
-def _setup_int4(ctx, inputs, output) -> None:
-    x, qweight, scales, bias, in_f, out_f = inputs
-    _frozen(ctx, scales)
-    ctx.save_for_backward(qweight, scales)
-    ctx.dims = (in_f, out_f)
+def _keep(ctx, bias: torch.Tensor | None, *saved: torch.Tensor) -> None:
+    ctx.save_for_backward(*saved)
     ctx.bias_grad = bias is not None and bias.requires_grad
     ctx.bias_dtype = None if bias is None else bias.dtype
 
 
+def _input_grad(ctx, grad: torch.Tensor, op, *extra) -> torch.Tensor | None:
+    """``op(grad, *saved, *extra)`` (a ``*_grad_input`` op) where the input needs it."""
+    if not ctx.needs_input_grad[0]:
+        return None
+    return op(grad.contiguous(), *ctx.saved_tensors, *extra)
+
+
+def _setup_int4(ctx, inputs, output) -> None:
+    x, qweight, scales, bias, in_f, out_f = inputs
+    _frozen(ctx, scales)
+    _keep(ctx, bias, qweight, scales)
+    ctx.dims = (in_f, out_f)
+
+
 def _backward_int4(ctx, grad):
-    qweight, scales = ctx.saved_tensors
-    dx = None
-    if ctx.needs_input_grad[0]:
-        dx = int4_linear_grad_input(grad.contiguous(), qweight, scales, *ctx.dims)
+    dx = _input_grad(ctx, grad, int4_linear_grad_input, *ctx.dims)
     return dx, None, None, _bias_grad(ctx, grad), None, None
+
+
+def _setup_int8(ctx, inputs, output) -> None:
+    x, weight, scales, bias = inputs
+    _frozen(ctx, scales)
+    _keep(ctx, bias, weight, scales)
+
+
+def _backward_int8(ctx, grad):
+    return _input_grad(ctx, grad, int8_linear_grad_input), None, None, _bias_grad(ctx, grad)
 
 
 def _setup_fp8(ctx, inputs, output) -> None:
     x, weight, scale, act, bias = inputs
     _frozen(ctx, scale, act)
-    ctx.save_for_backward(weight, scale)
-    ctx.bias_grad = bias is not None and bias.requires_grad
-    ctx.bias_dtype = None if bias is None else bias.dtype
+    _keep(ctx, bias, weight, scale)
 
 
 def _backward_fp8(ctx, grad):
-    weight, scale = ctx.saved_tensors
-    dx = None
-    if ctx.needs_input_grad[0]:
-        dx = fp8_linear_grad_input(grad.contiguous(), weight, scale)
+    dx = _input_grad(ctx, grad, fp8_linear_grad_input)
     return dx, None, None, None, _bias_grad(ctx, grad)
 
 
 torch.library.register_autograd("quantrs::int4_linear", _backward_int4, setup_context=_setup_int4)
+torch.library.register_autograd("quantrs::int8_linear", _backward_int8, setup_context=_setup_int8)
 torch.library.register_autograd("quantrs::fp8_linear", _backward_fp8, setup_context=_setup_fp8)

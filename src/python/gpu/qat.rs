@@ -234,16 +234,12 @@ impl CudaQat {
         each!(&self.inner, e => e.device_bytes())
     }
 
-    /// All five AdamW hyper-parameters (validated first; all or none).
-    pub(crate) fn set_hyper(
-        &mut self,
-        lr: f64,
-        beta1: f64,
-        beta2: f64,
-        eps: f64,
-        weight_decay: f64,
-    ) -> crate::Result<()> {
-        each!(&mut self.inner, e => e.set_hyper(lr, beta1, beta2, eps, weight_decay))
+    /// The AdamW hyper-parameters of `change` applied to the current
+    /// configuration (validated first; all or none change).
+    pub(crate) fn reconfigure(&mut self, change: impl FnOnce(&mut QatConfig)) -> crate::Result<()> {
+        let mut c = self.config();
+        change(&mut c);
+        each!(&mut self.inner, e => e.set_hyper(c.lr, c.beta1, c.beta2, c.eps, c.weight_decay))
     }
 
     pub(crate) fn set_rounding(&mut self, r: RoundingMode) {

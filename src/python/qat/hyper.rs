@@ -52,9 +52,7 @@ impl PyQatOptimizer {
         &mut self,
         #[pyo3(from_py_with = crate::python::scalars::float::lr)] lr: f64,
     ) -> PyResult<()> {
-        done(
-            each!(self, o => o.set_lr(lr), d => { let c = d.config(); d.set_hyper(lr, c.beta1, c.beta2, c.eps, c.weight_decay) }),
-        )
+        done(each!(self, o => o.set_lr(lr), d => d.reconfigure(|c| c.lr = lr)))
     }
 
     /// Set the moment decays (each in [0, 1); both or neither change).
@@ -64,7 +62,7 @@ impl PyQatOptimizer {
         #[pyo3(from_py_with = crate::python::scalars::float::beta2)] beta2: f64,
     ) -> PyResult<()> {
         done(
-            each!(self, o => o.set_betas(beta1, beta2), d => { let c = d.config(); d.set_hyper(c.lr, beta1, beta2, c.eps, c.weight_decay) }),
+            each!(self, o => o.set_betas(beta1, beta2), d => d.reconfigure(|c| (c.beta1, c.beta2) = (beta1, beta2))),
         )
     }
 
@@ -73,9 +71,7 @@ impl PyQatOptimizer {
         &mut self,
         #[pyo3(from_py_with = crate::python::scalars::float::eps)] eps: f64,
     ) -> PyResult<()> {
-        done(
-            each!(self, o => o.set_eps(eps), d => { let c = d.config(); d.set_hyper(c.lr, c.beta1, c.beta2, eps, c.weight_decay) }),
-        )
+        done(each!(self, o => o.set_eps(eps), d => d.reconfigure(|c| c.eps = eps)))
     }
 
     /// Set the decoupled weight decay (finite, >= 0).
@@ -84,7 +80,7 @@ impl PyQatOptimizer {
         #[pyo3(from_py_with = crate::python::scalars::float::weight_decay)] weight_decay: f64,
     ) -> PyResult<()> {
         done(
-            each!(self, o => o.set_weight_decay(weight_decay), d => { let c = d.config(); d.set_hyper(c.lr, c.beta1, c.beta2, c.eps, weight_decay) }),
+            each!(self, o => o.set_weight_decay(weight_decay), d => d.reconfigure(|c| c.weight_decay = weight_decay)),
         )
     }
 
@@ -98,7 +94,7 @@ impl PyQatOptimizer {
         #[pyo3(from_py_with = crate::python::scalars::float::weight_decay)] weight_decay: f64,
     ) -> PyResult<()> {
         done(
-            each!(self, o => o.set_hyper(lr, beta1, beta2, eps, weight_decay), d => d.set_hyper(lr, beta1, beta2, eps, weight_decay)),
+            each!(self, o => o.set_hyper(lr, beta1, beta2, eps, weight_decay), d => d.reconfigure(|c| (c.lr, c.beta1, c.beta2, c.eps, c.weight_decay) = (lr, beta1, beta2, eps, weight_decay))),
         )
     }
 
@@ -106,8 +102,10 @@ impl PyQatOptimizer {
     /// `RoundingMode`); the current view is kept.
     fn set_rounding(&mut self, rounding: &Bound<'_, PyAny>) -> PyResult<()> {
         let r: RoundingMode = rounding_arg(rounding)?;
-        each!(self, o => o.set_rounding(r), d => d.set_rounding(r));
-        Ok(())
+        done(each!(self, o => o.set_rounding(r), d => {
+            d.set_rounding(r);
+            Ok(())
+        }))
     }
 
     /// Set the seed (an int in [0, 2**64)) of the next steps' stochastic

@@ -16,7 +16,7 @@ use crate::linear::Device;
 use crate::python::arrays::{check_shape, inplace, input, numpy_module, overlaps};
 use crate::python::errors::{wrong_dtype, wrong_type};
 use crate::python::fields::class_repr;
-use crate::qat::{CounterRng, Master, QatConfig, QatOptimizer};
+use crate::qat::{CounterRng, Master, QatConfig, QatGrid, QatOptimizer};
 use crate::QuantError;
 
 #[derive(Clone)]
@@ -75,15 +75,40 @@ fn dtype_of(obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<&'static str> {
     }
 }
 
+/// The `grid` argument: `"tensor"` or `"deploy"` (the deploy grid's shape
+/// comes from the master).
+fn grid_arg(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
+    match crate::python::scalars::str_arg(obj, "grid")?.as_str() {
+        "tensor" => Ok(false),
+        "deploy" => Ok(true),
+        g => Err(QuantError::arg(format!("grid: expected 'tensor' or 'deploy', got {g:?}")).into()),
+    }
+}
+
+/// The grid of a master of `shape`: a deploy grid needs `[out, in]`.
+fn grid_for(deploy: bool, shape: &[usize], group_size: usize) -> PyResult<QatGrid> {
+    match (deploy, shape) {
+        (false, _) => Ok(QatGrid::PerTensor),
+        (true, &[o, i]) => Ok(QatGrid::deploy(o, i, group_size)),
+        (true, s) => Err(QuantError::arg(format!(
+            "master: grid='deploy' expects a 2-D weight [out_features, in_features], got shape {}",
+            shape_str(s)
+        ))
+        .into()),
+    }
+}
+
 fn build<T: Master + Element>(
     py: Python<'_>,
     master: &Bound<'_, PyAny>,
     config: QatConfig,
     seed: u64,
+    (deploy, group_size): (bool, usize),
 ) -> PyResult<(QatOptimizer<T>, Vec<usize>)> {
     let a = input::<T>(master, "master")?;
+    let grid = grid_for(deploy, a.shape(), group_size)?;
     let xs = a.as_slice()?;
-    let opt = py.detach(|| QatOptimizer::with_seed(xs, config, seed))?;
+    let opt = py.detach(|| QatOptimizer::with_grid(xs, config, grid, seed))?;
     Ok((opt, a.shape().to_vec()))
 }
 
@@ -148,27 +173,35 @@ fn view<'py, T: Element>(
 impl PyQatOptimizer {
     /// An optimizer for the float64 or float32 `master` (shape and dtype are
     /// fixed from here on); `config` is a `QatConfig` or a target string,
-    /// `rng` seeds stochastic rounding (None: fresh entropy).
+    /// `rng` seeds stochastic rounding (None: fresh entropy). `grid="deploy"`
+    /// puts the view of a 2-D `[out, in]` master on its serving layer's grid
+    /// (int4: `group_size` inputs per scale; docs/qat.md "Deploy grid").
     #[new]
-    #[pyo3(signature = (master, config, rng = None))]
+    #[pyo3(
+        signature = (master, config, rng = None, *, grid = false, group_size = 32),
+        text_signature = "(master, config, rng=None, *, grid='tensor', group_size=32)"
+    )]
     fn new(
         py: Python<'_>,
         master: &Bound<'_, PyAny>,
         config: &Bound<'_, PyAny>,
         rng: Option<&Bound<'_, PyAny>>,
+        #[pyo3(from_py_with = grid_arg)] grid: bool,
+        #[pyo3(from_py_with = crate::python::sizes::group_size)] group_size: usize,
     ) -> PyResult<Self> {
         let config = config_arg(config)?;
+        let grid = (grid, group_size);
         let seed = match seed_arg(rng)? {
             Some(s) => s,
             None => CounterRng::from_entropy().next_u64(),
         };
         let (inner, shape) = match dtype_of(master, "master")? {
             "float64" => {
-                let (o, s) = build::<f64>(py, master, config, seed)?;
+                let (o, s) = build::<f64>(py, master, config, seed, grid)?;
                 (Inner::F64(o), s)
             }
             _ => {
-                let (o, s) = build::<f32>(py, master, config, seed)?;
+                let (o, s) = build::<f32>(py, master, config, seed, grid)?;
                 (Inner::F32(o), s)
             }
         };
@@ -222,6 +255,24 @@ impl PyQatOptimizer {
             Inner::F32(o) => o.quant_params().copied(),
         }, c => c.quant_params());
         p.map(PyQuantParams::wrap)
+    }
+
+    /// `"tensor"` or `"deploy"`.
+    #[getter]
+    fn grid(&self) -> &'static str {
+        match self.host_grid() {
+            QatGrid::PerTensor => "tensor",
+            QatGrid::Deploy(_) => "deploy",
+        }
+    }
+
+    /// The INT4 inputs per scale of a deploy grid (None per tensor).
+    #[getter]
+    fn group_size(&self) -> Option<usize> {
+        match self.host_grid() {
+            QatGrid::PerTensor => None,
+            QatGrid::Deploy(g) => Some(g.group_size),
+        }
     }
 
     /// Steps taken.
@@ -381,6 +432,19 @@ fn host_from_bytes(data: &[u8], shape: &[usize]) -> PyResult<Inner> {
         Inner::F64(o) => o.len(),
         Inner::F32(o) => o.len(),
     };
+    let grid = match &inner {
+        Inner::F64(o) => o.grid(),
+        Inner::F32(o) => o.grid(),
+    };
+    if let QatGrid::Deploy(g) = grid {
+        if shape != [g.out_features, g.in_features] {
+            return Err(QuantError::ser(format!(
+                "shape {shape:?} is not the deploy grid's [{}, {}]",
+                g.out_features, g.in_features
+            ))
+            .into());
+        }
+    }
     let count = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
     if count != Some(n) {
         return Err(QuantError::ser(format!(
@@ -401,6 +465,14 @@ fn shape_str(shape: &[usize]) -> String {
 }
 
 impl PyQatOptimizer {
+    /// The grid (a device state is always per tensor).
+    fn host_grid(&self) -> QatGrid {
+        on_backend!(&self.backend, i => match i {
+            Inner::F64(o) => o.grid(),
+            Inner::F32(o) => o.grid(),
+        }, _c => QatGrid::PerTensor)
+    }
+
     pub(super) fn cfg(&self) -> QatConfig {
         on_backend!(&self.backend, i => match i {
             Inner::F64(o) => *o.config(),
