@@ -3,9 +3,11 @@
 A DTensor parameter is updated through its local shard: the optimizer steps
 ``p.to_local()`` with ``p.grad.to_local()`` and keeps 4-bit state for those elements
 only, so each rank holds the state of its own shard (docs/torch.md, "Scaling out").
-``Shard(d)`` and ``Replicate()`` placements qualify: both give every rank the final
-values of its elements. ``Partial`` does not (the local values are summands, not the
-parameter), nor does a rank whose shard is empty (it has nothing to update).
+``Shard(0)`` and ``Replicate()`` placements qualify: both give every rank whole rows of
+the parameter with their final values, so a state laid out row by row (``_sharded.py``)
+does not depend on where the shard boundaries fall. ``Shard(d)`` for ``d > 0`` would cut
+the rows (and the state's blocks) at the shard boundary, and ``Partial`` gives summands,
+not the parameter: both are refused.
 """
 
 from __future__ import annotations
@@ -35,10 +37,11 @@ def local_view(where: str, t: torch.Tensor) -> torch.Tensor:
     from torch.distributed.tensor import Replicate, Shard
 
     for pl in t.placements:
-        if not isinstance(pl, (Shard, Replicate)):
+        if not (isinstance(pl, Replicate) or (isinstance(pl, Shard) and pl.dim == 0)):
             raise TypeError(
                 f"{where}: a DTensor with placement {type(pl).__name__} {pl} (expected "
-                "Shard(d) or Replicate(): the local values must be the parameter's own)"
+                "Shard(0) or Replicate(): the local values must be whole rows of the "
+                "parameter)"
             )
     with torch.no_grad():
         return t.to_local()
