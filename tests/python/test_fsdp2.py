@@ -118,12 +118,19 @@ def _check_losses(rank):
     ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-2, weight_decay=0.1)
     _train(ref, ref_opt, rank, 0, STEPS)
 
+    qat_ddp = DDP(_model())
+    _train(qat_ddp, qt.QatAdamW(qat_ddp.parameters(), target="int4", lr=1e-2), rank, 0, STEPS)
+    qat_fsdp = _shard(_model())
+    _train(qat_fsdp, qt.QatAdamW(qat_fsdp.parameters(), target="int4", lr=1e-2), rank, 0, STEPS)
+
     return {
         "initial": _eval_loss(_model()),
         "ddp": _eval_loss(ddp),
         "fsdp": _eval_loss(fsdp),
         "fsdp_torch": _eval_loss(ref),
         "fsdp_bf16": _eval_loss(mixed),
+        "qat_ddp": _eval_loss(qat_ddp),
+        "qat_fsdp": _eval_loss(qat_fsdp),
         "bf16_state_dtypes": sorted({str(p.dtype) for p in mixed.parameters()}),
         "ddp_state_bytes": ddp_opt.state_bytes(),
         "fsdp_state_bytes": fsdp_opt.state_bytes(),
@@ -176,6 +183,24 @@ def _check_partial():
     except TypeError as e:
         return str(e)
     return None
+
+
+def _check_low_precision():
+    # bfloat16 parameters sharded without a MixedPrecisionPolicy: refused, as plain ones.
+    import quantrs.torch as qt
+
+    model = _shard(_model().to(torch.bfloat16))
+    errors = {}
+    for cls in (qt.AdamW4bit, qt.Adam4bit, qt.QatAdamW):
+        try:
+            opt = cls(model.parameters())
+            for p in model.parameters():
+                p.grad = torch.zeros_like(p)
+            opt.step()
+            errors[cls.__name__] = None
+        except TypeError as e:
+            errors[cls.__name__] = str(e)
+    return errors
 
 
 # ---- world-size invariance and checkpoints across world sizes ----------------------------
@@ -281,6 +306,12 @@ def _new_opt(model, lr=1e-2):
     return qt.AdamW4bit(model.parameters(), lr=lr, weight_decay=0.1)
 
 
+def _new_qat(model, lr=1e-2):
+    import quantrs.torch as qt
+
+    return qt.QatAdamW(model.parameters(), target="int4", lr=lr, weight_decay=0.1)
+
+
 def _dcp_save(model, opt, path, pg):
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
@@ -289,13 +320,13 @@ def _dcp_save(model, opt, path, pg):
     dcp.save({"model": msd, "optim": osd}, checkpoint_id=path, process_group=pg)
 
 
-def _dcp_resume(mesh, path, pg):
+def _dcp_resume(mesh, path, pg, new_opt=_new_opt):
     """A fresh model and optimizer (other weights, other lr) restored from ``path``."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
     model = _fsdp(1, mesh)
-    opt = _new_opt(model, lr=0.5)
+    opt = new_opt(model, lr=0.5)
     msd, osd = get_state_dict(model, opt)  # allocates the state (a zero step at lr 0)
     dcp.load({"model": msd, "optim": osd}, checkpoint_id=path, process_group=pg)
     set_state_dict(model, opt, model_state_dict=msd, optim_state_dict=osd)
@@ -416,6 +447,38 @@ def _check_checkpoints(rank, world, mesh, single, shared):
     return out
 
 
+def _check_qat_checkpoints(rank, world, mesh, single, shared):
+    """QatAdamW under FSDP2: the same six steps at ``world`` and at 1, and DCP from one
+    to the other (the state: master, exp_avg, exp_avg_sq as DTensors)."""
+    one_pg = single.get_group()
+    ck1, ckw = os.path.join(shared, f"qat1-w{world}"), os.path.join(shared, f"qat{world}")
+    ref = _fsdp(0, single)
+    ref_opt = _new_qat(ref)
+    _steps(ref, ref_opt, 0, 3)
+    if rank == 0:
+        _dcp_save(ref, ref_opt, ck1, one_pg)
+    _steps(ref, ref_opt, 3, 3)
+    want = _full(ref)
+    dist.barrier()
+    model = _fsdp(0, mesh)
+    opt = _new_qat(model)
+    _steps(model, opt, 0, 3)
+    _dcp_save(model, opt, ckw, None)
+    _steps(model, opt, 3, 3)
+    out = {"uninterrupted_equals_world1": _same(_full(model), want)}
+    out["state_types"] = sorted(
+        {type(v).__name__ for k, v in opt.state_dict()["state"][0].items() if k != "step"}
+    )
+    dist.barrier()
+    m, o = _dcp_resume(mesh, ck1, None, _new_qat)
+    _steps(m, o, 3, 3)
+    out["dcp_1_to_world"] = _same(_full(m), want)
+    m, o = _dcp_resume(single, ckw, one_pg, _new_qat)
+    _steps(m, o, 3, 3)
+    out["dcp_world_to_1"] = _same(_full(m), want)
+    return out
+
+
 def _worker(rank, port, outdir, world, shared):
     from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
@@ -429,10 +492,12 @@ def _worker(rank, port, outdir, world, shared):
         single = DeviceMesh.from_group(singles[rank], "cpu")
         results = {"invariance": _check_invariance(mesh, single)}
         results["checkpoints"] = _check_checkpoints(rank, world, mesh, single, shared)
+        results["qat_checkpoints"] = _check_qat_checkpoints(rank, world, mesh, single, shared)
         results["losses"] = _check_losses(rank)
         results["resume_adamw"] = _check_resume(rank, outdir, "AdamW4bit")
         results["resume_adam"] = _check_resume(rank, outdir, "Adam4bit")
         results["partial"] = _check_partial()
+        results["low_precision"] = _check_low_precision()
         torch.save(results, os.path.join(outdir, f"rank{rank}.pt"))
         dist.barrier()
     finally:
@@ -460,6 +525,9 @@ def test_fsdp2_trains_like_ddp_and_torch_adamw(results):
         # bfloat16 compute: the same training within 5 %, the optimizer's side in float32
         assert abs(x["fsdp_bf16"] - x["fsdp"]) <= 0.05 * x["fsdp"], x
         assert x["bf16_state_dtypes"] == ["torch.float32"]
+        # QatAdamW (int4 views) under FSDP2 trains like under DDP
+        assert x["qat_fsdp"] < 0.9 * x["initial"]
+        assert abs(x["qat_fsdp"] - x["qat_ddp"]) <= 0.01 * x["qat_ddp"], x
     # Every rank evaluates the same (all-gathered) model.
     assert len({r["losses"]["fsdp"] for r in results}) == 1
 
@@ -541,3 +609,34 @@ def test_flat_per_rank_state_fails_clearly(results):
         c = r["checkpoints"]
         assert c["old_format_error"] is not None and "layout" in c["old_format_error"]
         assert c["old_format_untouched"]
+
+
+def test_qat_adamw_under_fsdp2_checkpoints_between_world_sizes(results):
+    for r in results:
+        c = r["qat_checkpoints"]
+        assert c["uninterrupted_equals_world1"]
+        assert c["dcp_1_to_world"] and c["dcp_world_to_1"]
+        assert c["state_types"] == ["DTensor"]
+
+
+def test_low_precision_dtensors_are_refused(results):
+    for r in results:
+        for name, err in r["low_precision"].items():
+            assert err is not None and "torch.bfloat16" in err, (name, err)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("cls_name", ["AdamW4bit", "Adam4bit", "QatAdamW"])
+def test_low_precision_parameters_raise_type_error(cls_name, dtype):
+    # The decision (docs/torch.md): float32 parameters only, low precision through
+    # FSDP2's MixedPrecisionPolicy or torch.autocast; nothing changes before the error.
+    import quantrs.torch as qt
+
+    good = torch.nn.Parameter(torch.ones(5))
+    bad = torch.nn.Parameter(torch.ones(4, 3, dtype=dtype))
+    cls = getattr(qt, cls_name)
+    with pytest.raises(TypeError, match=f"parameter 1: expected dtype torch.float32, got {dtype}"):
+        opt = cls([good, bad], lr=0.1)
+        good.grad, bad.grad = torch.ones(5), torch.ones_like(bad)
+        opt.step()
+    assert torch.equal(good.detach(), torch.ones(5))
