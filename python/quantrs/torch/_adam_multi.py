@@ -61,14 +61,21 @@ def _cpu_step(opt: Any, cpu: list[tuple], hypers: dict[int, tuple]) -> None:
     for (s, (i, _, _, p, _)), v in zip(rust, views):
         if v[2] is not None:
             s.write_back(opt._local(i, p), v[2])
+    # One batch per group and step count (the bias correction), in torch.
+    batches: dict[tuple[int, int], list] = {}
     for s, (i, gi, _, p, g) in f32:
-        s.update(opt._local(i, p), g, hypers[gi], opt._decoupled)
-    stepped = [s for s in slots if not isinstance(s, _sharded.F32Slot)]
+        batches.setdefault((gi, s.step), []).append((s, opt._local(i, p), g))
+    for (gi, _), batch in batches.items():
+        f32_slots, ps, gs = (list(x) for x in zip(*batch))
+        _sharded.update_f32(f32_slots, ps, gs, hypers[gi], opt._decoupled)
+    stepped = []
     for s, (_, gi, *_) in zip(slots, cpu):
         if not isinstance(s, _sharded.F32Slot):
             s.step += 1
             s.hyper = hypers[gi]
-    torch._foreach_add_([s.light["step"] for s in stepped], 1.0)
+            stepped.append(s.light["step"])
+    if stepped:
+        torch._foreach_add_(stepped, 1.0)
 
 
 def _views(opt: Any, slot: Any, i: int, p: torch.Tensor, g: torch.Tensor) -> tuple:

@@ -14,14 +14,18 @@ from __future__ import annotations
 
 import torch
 
+_DTENSOR: list[type | None] = []  # looked up once (the check runs per parameter and step)
+
 
 def dtensor_type() -> type | None:
     """``torch.distributed.tensor.DTensor``, or None in a torch built without it."""
-    try:
-        from torch.distributed.tensor import DTensor
-    except ImportError:
-        return None
-    return DTensor
+    if not _DTENSOR:
+        try:
+            from torch.distributed.tensor import DTensor
+        except ImportError:
+            DTensor = None  # type: ignore[assignment,misc]
+        _DTENSOR.append(DTensor)
+    return _DTENSOR[0]
 
 
 def is_dtensor(t: torch.Tensor) -> bool:

@@ -162,26 +162,8 @@ class F32Slot:
     def sync_light(self) -> None:
         self.light["step"] = torch.tensor(float(self.step), dtype=torch.float64)
 
-    @torch.no_grad()
     def update(self, p: torch.Tensor, g: torch.Tensor, hyper: tuple, decoupled: bool) -> None:
-        """torch's Adam / AdamW update in separate, correctly rounded operations (the
-        order fixed, no fused multiply-add), so an element's bits do not depend on where
-        it sits in the tensor."""
-        lr, b1, b2, eps, wd = hyper
-        self.step += 1
-        self.hyper = hyper
-        p = p.detach()
-        if wd != 0:
-            if decoupled:  # the engine's decay: w - f32(lr * wd) * w
-                p.sub_(p * float(np.float32(lr * wd)))
-            else:
-                g = g + p * wd
-        self.m.mul_(b1).add_(g * (1 - b1))
-        self.v.mul_(b2).add_((g * g).mul_(1 - b2))
-        bc1, bc2 = 1 - b1**self.step, 1 - b2**self.step
-        denom = self.v.sqrt().div_(math.sqrt(bc2)).add_(eps)
-        p.sub_(self.m.div(denom).mul_(lr / bc1))
-        self.sync_light()
+        update_f32([self], [p], [g], hyper, decoupled)
 
     def bytes(self) -> int:
         return 4 * (self.m.numel() + self.v.numel())
@@ -193,6 +175,47 @@ class F32Slot:
             "exp_avg": self.place.out(self.m.clone()),
             "exp_avg_sq": self.place.out(self.v.clone()),
         }
+
+
+@torch.no_grad()
+def update_f32(
+    slots: list[F32Slot],
+    ps: list[torch.Tensor],
+    gs: list[torch.Tensor],
+    hyper: tuple,
+    decoupled: bool,
+) -> None:
+    """torch's Adam / AdamW update of ``slots`` (one group, one step count) in separate,
+    correctly rounded operations (the order fixed, no fused multiply-add), so an
+    element's bits do not depend on where it sits in the tensor; one ``_foreach`` call
+    per operation for all of them (per-tensor calls cost more than the arithmetic)."""
+    if not slots:
+        return
+    lr, b1, b2, eps, wd = hyper
+    step = slots[0].step + 1
+    ps = [p.detach() for p in ps]
+    ms, vs = [s.m for s in slots], [s.v for s in slots]
+    if wd != 0:
+        if decoupled:  # the engine's decay: w - f32(lr * wd) * w
+            torch._foreach_sub_(ps, torch._foreach_mul(ps, float(np.float32(lr * wd))))
+        else:
+            gs = torch._foreach_add(gs, torch._foreach_mul(ps, wd))
+    torch._foreach_mul_(ms, b1)
+    torch._foreach_add_(ms, torch._foreach_mul(gs, 1 - b1))
+    gg = torch._foreach_mul(gs, gs)
+    torch._foreach_mul_(gg, 1 - b2)
+    torch._foreach_mul_(vs, b2)
+    torch._foreach_add_(vs, gg)
+    bc1, bc2 = 1 - b1**step, 1 - b2**step
+    denom = torch._foreach_sqrt(vs)
+    torch._foreach_div_(denom, math.sqrt(bc2))
+    torch._foreach_add_(denom, eps)
+    upd = torch._foreach_div(ms, denom)
+    torch._foreach_mul_(upd, lr / bc1)
+    torch._foreach_sub_(ps, upd)
+    for s in slots:
+        s.step, s.hyper = step, hyper
+        s.sync_light()
 
 
 def _dtype(key: str) -> np.dtype:
