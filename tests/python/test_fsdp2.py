@@ -185,6 +185,48 @@ def _check_partial():
     return None
 
 
+def _check_shard1():
+    # Shard(1) cuts every row: refused (the row layout needs whole rows on each rank).
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    import quantrs.torch as qt
+
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    p = torch.nn.Parameter(distribute_tensor(torch.ones(4, 6), mesh, [Shard(1)]))
+    p.grad = distribute_tensor(torch.ones(4, 6), mesh, [Shard(1)])
+    errors = []
+    for make in (lambda: qt.AdamW4bit([p]), lambda: qt.QatAdamW([p])):
+        try:
+            make().step()
+            errors.append(None)
+        except TypeError as e:
+            errors.append(str(e))
+    return errors, bool((p.to_local() == 1).all())
+
+
+def _check_qat_settings():
+    # Settings that need the whole tensor on one rank: refused for DTensor parameters,
+    # the parameter untouched (no view written).
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    import quantrs
+    import quantrs.torch as qt
+
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    full = torch.linspace(-1, 1, 24).reshape(6, 4)
+    p = torch.nn.Parameter(distribute_tensor(full, mesh, [Shard(0)]))
+    errors = {}
+    for key, kw in (("rounding", {"rounding": "stochastic"}), ("grid", {"grid": "deploy"})):
+        try:
+            qt.QatAdamW([p], target="int4", **kw)
+            errors[key] = None
+        except quantrs.InvalidArgument as e:
+            errors[key] = str(e)
+    return errors, torch.equal(p.full_tensor(), full)
+
+
 def _check_low_precision():
     # bfloat16 parameters sharded without a MixedPrecisionPolicy: refused, as plain ones.
     import quantrs.torch as qt
@@ -337,6 +379,31 @@ def _same(a, b):
     return len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b))
 
 
+def _six_steps(rank, mesh, single, new_opt, ck1, ckw, on_ref=None, on_model=None):
+    """Six steps at world size 1 (``single``: the run that never stops) and at ``mesh``'s,
+    each checkpointed with DCP after step 3 (at 1 by rank 0, which then calls
+    ``on_ref(model, opt)``; at ``mesh``'s then ``on_model(model, opt)``). Returns the
+    world-1 parameters, its optimizer, the model and optimizer at ``mesh``'s and what
+    ``on_model`` returned."""
+    ref = _fsdp(0, single)
+    ref_opt = new_opt(ref)
+    _steps(ref, ref_opt, 0, 3)
+    if rank == 0:
+        _dcp_save(ref, ref_opt, ck1, single.get_group())
+        if on_ref is not None:
+            on_ref(ref, ref_opt)
+    _steps(ref, ref_opt, 3, 3)
+    want = _full(ref)
+    dist.barrier()
+    model = _fsdp(0, mesh)
+    opt = new_opt(model)
+    _steps(model, opt, 0, 3)
+    _dcp_save(model, opt, ckw, None)
+    extra = on_model(model, opt) if on_model is not None else None
+    _steps(model, opt, 3, 3)
+    return want, ref_opt, model, opt, extra
+
+
 def _check_checkpoints(rank, world, mesh, single, shared):
     """DCP and full / sharded optimizer state dicts between this world size and 1.
 
@@ -359,36 +426,30 @@ def _check_checkpoints(rank, world, mesh, single, shared):
     out = {}
     ck1, ckw = os.path.join(shared, f"ck1-w{world}"), os.path.join(shared, f"ck{world}")
 
-    # World size 1: the run that never stops, a checkpoint at step 3 (rank 0 writes it).
-    ref = _fsdp(0, single)
-    ref_opt = _new_opt(ref)
-    _steps(ref, ref_opt, 0, 3)
-    if rank == 0:
-        _dcp_save(ref, ref_opt, ck1, one_pg)
+    def save_full1(ref, ref_opt):
         full1 = {
             "model": get_model_state_dict(ref, options=full_opts),
             "optim": get_optimizer_state_dict(ref, ref_opt, options=full_opts),
         }
         torch.save(full1, os.path.join(shared, f"full1-w{world}.pt"))
-    _steps(ref, ref_opt, 3, 3)
-    want = _full(ref)
-    dist.barrier()
 
-    # World size ``world``: the same six steps give the same bits; a checkpoint at step 3.
-    model = _fsdp(0, mesh)
-    opt = _new_opt(model)
-    _steps(model, opt, 0, 3)
-    _dcp_save(model, opt, ckw, None)
-    sharded = get_optimizer_state_dict(model, opt)
-    entry = sharded["state"]["0.weight"]
-    out["sharded_types"] = {k: type(v).__name__ for k, v in entry.items()}
-    out["sharded_shapes"] = {k: tuple(v.shape) for k, v in entry.items()}
-    out["sharded_local_rows"] = int(entry["m_codes"].to_local().shape[0])
-    fullw = get_optimizer_state_dict(model, opt, options=full_opts)
-    fullw_model = get_model_state_dict(model, options=full_opts)
-    if rank == 0:
-        out["full_types"] = sorted({type(v).__name__ for v in fullw["state"]["0.weight"].values()})
-    _steps(model, opt, 3, 3)
+    def at_step3(model, opt):
+        sharded = get_optimizer_state_dict(model, opt)
+        entry = sharded["state"]["0.weight"]
+        out["is_dtensor_state"] = isinstance(entry["m_codes"], DTensor)
+        out["sharded_types"] = {k: type(v).__name__ for k, v in entry.items()}
+        out["sharded_shapes"] = {k: tuple(v.shape) for k, v in entry.items()}
+        out["sharded_local_rows"] = int(entry["m_codes"].to_local().shape[0])
+        fullw = get_optimizer_state_dict(model, opt, options=full_opts)
+        if rank == 0:
+            out["full_types"] = sorted(
+                {type(v).__name__ for v in fullw["state"]["0.weight"].values()}
+            )
+        return fullw, get_model_state_dict(model, options=full_opts)
+
+    want, ref_opt, model, opt, (fullw, fullw_model) = _six_steps(
+        rank, mesh, single, _new_opt, ck1, ckw, save_full1, at_step3
+    )
     out["uninterrupted_equals_world1"] = _same(_full(model), want)
     out["state_bytes"], out["state_bytes_world1"] = opt.state_bytes(), ref_opt.state_bytes()
     out["step"] = float(opt.state_dict()["state"][0]["step"])
@@ -443,7 +504,6 @@ def _check_checkpoints(rank, world, mesh, single, shared):
     except quantrs.SerializationError as e:
         out["old_format_error"] = str(e)
     out["old_format_untouched"] = len(fresh.state) == 0
-    out["is_dtensor_state"] = isinstance(entry["m_codes"], DTensor)
     return out
 
 
@@ -452,19 +512,7 @@ def _check_qat_checkpoints(rank, world, mesh, single, shared):
     to the other (the state: master, exp_avg, exp_avg_sq as DTensors)."""
     one_pg = single.get_group()
     ck1, ckw = os.path.join(shared, f"qat1-w{world}"), os.path.join(shared, f"qat{world}")
-    ref = _fsdp(0, single)
-    ref_opt = _new_qat(ref)
-    _steps(ref, ref_opt, 0, 3)
-    if rank == 0:
-        _dcp_save(ref, ref_opt, ck1, one_pg)
-    _steps(ref, ref_opt, 3, 3)
-    want = _full(ref)
-    dist.barrier()
-    model = _fsdp(0, mesh)
-    opt = _new_qat(model)
-    _steps(model, opt, 0, 3)
-    _dcp_save(model, opt, ckw, None)
-    _steps(model, opt, 3, 3)
+    want, _, model, opt, _ = _six_steps(rank, mesh, single, _new_qat, ck1, ckw)
     out = {"uninterrupted_equals_world1": _same(_full(model), want)}
     out["state_types"] = sorted(
         {type(v).__name__ for k, v in opt.state_dict()["state"][0].items() if k != "step"}
@@ -497,7 +545,9 @@ def _worker(rank, port, outdir, world, shared):
         results["resume_adamw"] = _check_resume(rank, outdir, "AdamW4bit")
         results["resume_adam"] = _check_resume(rank, outdir, "Adam4bit")
         results["partial"] = _check_partial()
+        results["shard1"] = _check_shard1()
         results["low_precision"] = _check_low_precision()
+        results["qat_settings"] = _check_qat_settings()
         torch.save(results, os.path.join(outdir, f"rank{rank}.pt"))
         dist.barrier()
     finally:
@@ -559,6 +609,13 @@ def test_state_dict_resumes_bit_for_bit_at_the_same_world_size(results, which):
 def test_partial_placement_is_refused(results):
     for r in results:
         assert r["partial"] is not None and "Partial" in r["partial"]
+
+
+def test_shard_1_placement_is_refused(results):
+    for r in results:
+        errors, untouched = r["shard1"]
+        assert all(e is not None and "Shard(dim=1)" in e for e in errors), errors
+        assert untouched
 
 
 @pytest.mark.parametrize("which", list(INVARIANCE_RUNS))
@@ -640,3 +697,11 @@ def test_low_precision_parameters_raise_type_error(cls_name, dtype):
         good.grad, bad.grad = torch.ones(5), torch.ones_like(bad)
         opt.step()
     assert torch.equal(good.detach(), torch.ones(5))
+
+
+def test_qat_settings_that_need_the_whole_tensor_are_refused(results):
+    for r in results:
+        errors, untouched = r["qat_settings"]
+        assert errors["rounding"] is not None and "['rounding']" in errors["rounding"]
+        assert errors["grid"] is not None and "['grid']" in errors["grid"]
+        assert untouched

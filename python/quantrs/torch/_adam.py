@@ -258,7 +258,7 @@ class _Adam4bitBase(SlotOptimizer):
                 raise type(e)(f"{where}: {e}") from None
         else:
             widths = self._row_widths(gi, group, hyper, padded)
-            got = {k: int(_sharded._local(state[k]).shape[1]) for k in arrays}
+            got = {k: int(_sharded.local_of(state[k]).shape[1]) for k in arrays}
             if got != widths:
                 raise _core.InvalidArgument(
                     f"{where}: row-layout state widths {got}, expected {widths}"
@@ -345,14 +345,13 @@ class _Adam4bitBase(SlotOptimizer):
 
     def state_bytes(self) -> int:
         """Bytes of optimizer state held by this process (the engines' live buffers)."""
-        return sum(
-            s.bytes()
-            if s.engine is None and isinstance(s, _sharded.F32Slot)
-            else int(s.engine.memory_usage().total_bytes)
-            if s.engine is not None
-            else 0
-            for s in self._slots.values()
-        )
+        return sum(_slot_bytes(s) for s in self._slots.values())
+
+
+def _slot_bytes(slot: Any) -> int:
+    if isinstance(slot, _sharded.F32Slot):
+        return slot.bytes()
+    return 0 if slot.engine is None else int(slot.engine.memory_usage().total_bytes)
 
 
 class AdamW4bit(_Adam4bitBase):

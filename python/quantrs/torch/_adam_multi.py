@@ -42,7 +42,7 @@ def _cpu_step(opt: Any, cpu: list[tuple], hypers: dict[int, tuple]) -> None:
     # their gradients are checked here, before the Rust call changes anything.
     f32 = [(s, item) for s, item in zip(slots, cpu) if isinstance(s, _sharded.F32Slot)]
     for _, (i, *_, g) in f32:
-        check_grad(opt._name, i, g, g)
+        check_grad(opt._name, i, g, g)  # shape and device checked already: the values
     rust = [(s, item) for s, item in zip(slots, cpu) if s.engine is not None]
     views = [_views(opt, s, i, p, g) for s, (i, _, _, p, g) in rust]
     try:

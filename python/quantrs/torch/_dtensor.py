@@ -14,23 +14,30 @@ from __future__ import annotations
 
 import torch
 
-_DTENSOR: list[type | None] = []  # looked up once (the check runs per parameter and step)
+# (DTensor, Shard, Replicate), looked up once: the checks run per parameter and step.
+_TYPES: list[tuple | None] = []
+
+
+def _types() -> tuple | None:
+    if not _TYPES:
+        try:
+            from torch.distributed.tensor import DTensor, Replicate, Shard
+        except ImportError:
+            _TYPES.append(None)
+        else:
+            _TYPES.append((DTensor, Shard, Replicate))
+    return _TYPES[0]
 
 
 def dtensor_type() -> type | None:
     """``torch.distributed.tensor.DTensor``, or None in a torch built without it."""
-    if not _DTENSOR:
-        try:
-            from torch.distributed.tensor import DTensor
-        except ImportError:
-            DTensor = None  # type: ignore[assignment,misc]
-        _DTENSOR.append(DTensor)
-    return _DTENSOR[0]
+    types = _types()
+    return None if types is None else types[0]
 
 
 def is_dtensor(t: torch.Tensor) -> bool:
-    cls = dtensor_type()
-    return cls is not None and isinstance(t, cls)
+    types = _types()
+    return types is not None and isinstance(t, types[0])
 
 
 def local_view(where: str, t: torch.Tensor) -> torch.Tensor:
@@ -38,14 +45,15 @@ def local_view(where: str, t: torch.Tensor) -> torch.Tensor:
     update of the view is an update of the DTensor)."""
     if not is_dtensor(t):
         return t
-    from torch.distributed.tensor import Replicate, Shard
-
+    _, shard, replicate = _types()  # type: ignore[misc]
     for pl in t.placements:
-        if not (isinstance(pl, Replicate) or (isinstance(pl, Shard) and pl.dim == 0)):
+        if not (isinstance(pl, replicate) or (isinstance(pl, shard) and pl.dim == 0)):
             raise TypeError(
-                f"{where}: a DTensor with placement {type(pl).__name__} {pl} (expected "
+                f"{where}: a DTensor with placement {pl!r} (expected "
                 "Shard(0) or Replicate(): the local values must be whole rows of the "
                 "parameter)"
             )
+    if not torch.is_grad_enabled():  # the step: no context to enter
+        return t.to_local()
     with torch.no_grad():
         return t.to_local()

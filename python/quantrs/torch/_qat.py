@@ -159,6 +159,8 @@ class QatAdamW(SlotOptimizer):
                 local = self._local(first + k, p)
                 if local is p or local.numel():
                     check_param(_NAME, first + k, local, cuda=True)
+                if local is not p:
+                    _qat_dtensor.check_local(_NAME, first + k, local)
                 _qat_grid.check_param(_NAME, first + k, local, group)
                 master = local.detach().clone()
                 fresh[p] = self._new_slot(first + k, gi, group, hyper, cfg, master, p)

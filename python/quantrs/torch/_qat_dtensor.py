@@ -45,6 +45,14 @@ def check_group(name: str, gi: int, group: dict) -> None:
         )
 
 
+def check_local(name: str, index: int, local: torch.Tensor) -> None:
+    """The views are written through NumPy: a DTensor parameter's shard on the CPU."""
+    if local.device.type != "cpu":
+        raise _core.UnsupportedOperation(
+            f"{name}: parameter {index}: DTensor parameters run on the CPU, got {local.device}"
+        )
+
+
 def engine_group(group: dict) -> dict:
     """The settings the engine of a sharded parameter runs with: an integer target's
     replaced by FP8 E4M3 (see the module docstring)."""
