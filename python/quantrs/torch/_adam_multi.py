@@ -38,7 +38,7 @@ def _cpu_step(opt: Any, cpu: list[tuple], hypers: dict[int, tuple]) -> None:
         opt._slots.get(p) or opt._slot_for(i, gi, group, p, hypers[gi])
         for i, gi, group, p, _ in cpu
     ]
-    # The float32 moments of 1-D DTensor parameters (_sharded.py) are stepped in torch:
+    # The float32 moments of 1-D DTensor parameters (_sharded.py) are stepped in Python:
     # their gradients are checked here, before the Rust call changes anything.
     f32 = [(s, item) for s, item in zip(slots, cpu) if isinstance(s, _sharded.F32Slot)]
     for _, (i, *_, g) in f32:
@@ -61,7 +61,7 @@ def _cpu_step(opt: Any, cpu: list[tuple], hypers: dict[int, tuple]) -> None:
     for (s, (i, _, _, p, _)), v in zip(rust, views):
         if v[2] is not None:
             s.write_back(opt._local(i, p), v[2])
-    # One batch per group and step count (the bias correction), in torch.
+    # One batch per group and step count (the bias correction).
     batches: dict[tuple[int, int], list] = {}
     for s, (i, gi, _, p, g) in f32:
         batches.setdefault((gi, s.step), []).append((s, opt._local(i, p), g))

@@ -14,9 +14,9 @@ laid out from its GLOBAL shape, so that no number depends on more than one row:
   rows, hence shards). The engine steps the local rows as one ``[local_rows, padded]``
   parameter; the padding has a zero gradient and stays zero.
 - 1-D (biases, norms: a shard boundary can fall between any two elements): float32
-  moments stepped elementwise in torch with correctly rounded operations only (no fused
-  multiply-add, which a kernel's vector body and its tail may use differently), so each
-  element's bits are its own.
+  moments stepped elementwise (NumPy on the CPU) with correctly rounded operations only
+  (no fused multiply-add, which a kernel's vector body and its tail may use
+  differently), so each element's bits are its own.
 
 Every state tensor has one row per parameter row (``m_codes [rows, padded / 2]``,
 ``m_scales [rows, padded / block_size]``, ...; ``exp_avg`` / ``exp_avg_sq`` in the
@@ -149,7 +149,7 @@ class RowSlot:
 
 
 class F32Slot:
-    """A 1-D parameter: float32 moments of the local elements, stepped in torch."""
+    """A 1-D parameter: float32 moments of the local elements, stepped by :func:`update_f32`."""
 
     __slots__ = ("engine", "hyper", "quant", "step", "light", "m", "v", "place")
 
