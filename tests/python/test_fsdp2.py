@@ -510,9 +510,27 @@ def _check_checkpoints(rank, world, mesh, single, shared):
 def _check_qat_checkpoints(rank, world, mesh, single, shared):
     """QatAdamW under FSDP2: the same six steps at ``world`` and at 1, and DCP from one
     to the other (the state: master, exp_avg, exp_avg_sq as DTensors)."""
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_model_state_dict,
+        get_optimizer_state_dict,
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    full_opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
     one_pg = single.get_group()
     ck1, ckw = os.path.join(shared, f"qat1-w{world}"), os.path.join(shared, f"qat{world}")
-    want, _, model, opt, _ = _six_steps(rank, mesh, single, _new_qat, ck1, ckw)
+
+    def at_step3(model, opt):
+        return (
+            get_model_state_dict(model, options=full_opts),
+            get_optimizer_state_dict(model, opt, options=full_opts),
+        )
+
+    want, _, model, opt, (full_model, full_optim) = _six_steps(
+        rank, mesh, single, _new_qat, ck1, ckw, on_model=at_step3
+    )
     out = {"uninterrupted_equals_world1": _same(_full(model), want)}
     out["state_types"] = sorted(
         {type(v).__name__ for k, v in opt.state_dict()["state"][0].items() if k != "step"}
@@ -524,6 +542,13 @@ def _check_qat_checkpoints(rank, world, mesh, single, shared):
     m, o = _dcp_resume(single, ckw, one_pg, _new_qat)
     _steps(m, o, 3, 3)
     out["dcp_world_to_1"] = _same(_full(m), want)
+    if rank == 0:  # the full state dict gathered at ``world``, into one process
+        m = _fsdp(1, single)
+        o = _new_qat(m, lr=0.5)
+        set_model_state_dict(m, full_model, options=StateDictOptions(full_state_dict=True))
+        set_optimizer_state_dict(m, o, full_optim, options=StateDictOptions(full_state_dict=True))
+        _steps(m, o, 3, 3)
+        out["full_world_to_1"] = _same(_full(m), want)
     return out
 
 
@@ -674,6 +699,7 @@ def test_qat_adamw_under_fsdp2_checkpoints_between_world_sizes(results):
         assert c["uninterrupted_equals_world1"]
         assert c["dcp_1_to_world"] and c["dcp_world_to_1"]
         assert c["state_types"] == ["DTensor"]
+    assert results[0]["qat_checkpoints"]["full_world_to_1"]
 
 
 def test_low_precision_dtensors_are_refused(results):
