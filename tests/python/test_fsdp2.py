@@ -379,6 +379,39 @@ def _same(a, b):
     return len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b))
 
 
+def _full_state(model, opt):
+    """The full model and optimizer state dicts, gathered to rank 0's CPU (a collective)."""
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_model_state_dict,
+        get_optimizer_state_dict,
+    )
+
+    opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    return {
+        "model": get_model_state_dict(model, options=opts),
+        "optim": get_optimizer_state_dict(model, opt, options=opts),
+    }
+
+
+def _full_resume(mesh, full, new_opt):
+    """A fresh model and optimizer on ``mesh`` restored from a full state (``_full_state``)
+    and stepped on to step 6; its full parameters."""
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    opts = StateDictOptions(full_state_dict=True)
+    m = _fsdp(1, mesh)
+    o = new_opt(m, lr=0.5)
+    set_model_state_dict(m, full["model"], options=opts)
+    set_optimizer_state_dict(m, o, full["optim"], options=opts)
+    _steps(m, o, 3, 3)
+    return _full(m)
+
+
 def _six_steps(rank, mesh, single, new_opt, ck1, ckw, on_ref=None, on_model=None):
     """Six steps at world size 1 (``single``: the run that never stops) and at ``mesh``'s,
     each checkpointed with DCP after step 3 (at 1 by rank 0, which then calls
@@ -409,29 +442,18 @@ def _check_checkpoints(rank, world, mesh, single, shared):
 
     ``single`` is this rank's own one-process mesh: "world size 1" runs next to the
     world-size-``world`` run, in the same processes."""
-    from torch.distributed.checkpoint.state_dict import (
-        StateDictOptions,
-        get_model_state_dict,
-        get_optimizer_state_dict,
-        set_model_state_dict,
-        set_optimizer_state_dict,
-    )
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
     from torch.distributed.tensor import DTensor
 
     import quantrs
     import quantrs.torch as qt
 
-    full_opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
     one_pg = single.get_group()
     out = {}
     ck1, ckw = os.path.join(shared, f"ck1-w{world}"), os.path.join(shared, f"ck{world}")
 
     def save_full1(ref, ref_opt):
-        full1 = {
-            "model": get_model_state_dict(ref, options=full_opts),
-            "optim": get_optimizer_state_dict(ref, ref_opt, options=full_opts),
-        }
-        torch.save(full1, os.path.join(shared, f"full1-w{world}.pt"))
+        torch.save(_full_state(ref, ref_opt), os.path.join(shared, f"full1-w{world}.pt"))
 
     def at_step3(model, opt):
         sharded = get_optimizer_state_dict(model, opt)
@@ -440,14 +462,13 @@ def _check_checkpoints(rank, world, mesh, single, shared):
         out["sharded_types"] = {k: type(v).__name__ for k, v in entry.items()}
         out["sharded_shapes"] = {k: tuple(v.shape) for k, v in entry.items()}
         out["sharded_local_rows"] = int(entry["m_codes"].to_local().shape[0])
-        fullw = get_optimizer_state_dict(model, opt, options=full_opts)
+        full = _full_state(model, opt)
         if rank == 0:
-            out["full_types"] = sorted(
-                {type(v).__name__ for v in fullw["state"]["0.weight"].values()}
-            )
-        return fullw, get_model_state_dict(model, options=full_opts)
+            state = full["optim"]["state"]["0.weight"]
+            out["full_types"] = sorted({type(v).__name__ for v in state.values()})
+        return full
 
-    want, ref_opt, model, opt, (fullw, fullw_model) = _six_steps(
+    want, ref_opt, model, opt, fullw = _six_steps(
         rank, mesh, single, _new_opt, ck1, ckw, save_full1, at_step3
     )
     out["uninterrupted_equals_world1"] = _same(_full(model), want)
@@ -475,20 +496,10 @@ def _check_checkpoints(rank, world, mesh, single, shared):
 
     # A full state dict from one process, loaded at ``world`` ...
     full1 = torch.load(os.path.join(shared, f"full1-w{world}.pt"), weights_only=False)
-    m = _fsdp(1, mesh)
-    o = _new_opt(m, lr=0.5)
-    set_model_state_dict(m, full1["model"], options=StateDictOptions(full_state_dict=True))
-    set_optimizer_state_dict(m, o, full1["optim"], options=StateDictOptions(full_state_dict=True))
-    _steps(m, o, 3, 3)
-    out["full_1_to_world"] = _same(_full(m), want)
+    out["full_1_to_world"] = _same(_full_resume(mesh, full1, _new_opt), want)
     # ... and a full state dict of this world size back into one process (rank 0 has it).
     if rank == 0:
-        m = _fsdp(1, single)
-        o = _new_opt(m, lr=0.5)
-        set_model_state_dict(m, fullw_model, options=StateDictOptions(full_state_dict=True))
-        set_optimizer_state_dict(m, o, fullw, options=StateDictOptions(full_state_dict=True))
-        _steps(m, o, 3, 3)
-        out["full_world_to_1"] = _same(_full(m), want)
+        out["full_world_to_1"] = _same(_full_resume(single, fullw, _new_opt), want)
 
     # The per-rank file of the flat layout (what earlier versions saved for a DTensor
     # parameter: the local shard's state as a plain tensor's) fails clearly.
@@ -510,26 +521,10 @@ def _check_checkpoints(rank, world, mesh, single, shared):
 def _check_qat_checkpoints(rank, world, mesh, single, shared):
     """QatAdamW under FSDP2: the same six steps at ``world`` and at 1, and DCP from one
     to the other (the state: master, exp_avg, exp_avg_sq as DTensors)."""
-    from torch.distributed.checkpoint.state_dict import (
-        StateDictOptions,
-        get_model_state_dict,
-        get_optimizer_state_dict,
-        set_model_state_dict,
-        set_optimizer_state_dict,
-    )
-
-    full_opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
     one_pg = single.get_group()
     ck1, ckw = os.path.join(shared, f"qat1-w{world}"), os.path.join(shared, f"qat{world}")
-
-    def at_step3(model, opt):
-        return (
-            get_model_state_dict(model, options=full_opts),
-            get_optimizer_state_dict(model, opt, options=full_opts),
-        )
-
-    want, _, model, opt, (full_model, full_optim) = _six_steps(
-        rank, mesh, single, _new_qat, ck1, ckw, on_model=at_step3
+    want, _, model, opt, full = _six_steps(
+        rank, mesh, single, _new_qat, ck1, ckw, on_model=_full_state
     )
     out = {"uninterrupted_equals_world1": _same(_full(model), want)}
     out["state_types"] = sorted(
@@ -543,12 +538,7 @@ def _check_qat_checkpoints(rank, world, mesh, single, shared):
     _steps(m, o, 3, 3)
     out["dcp_world_to_1"] = _same(_full(m), want)
     if rank == 0:  # the full state dict gathered at ``world``, into one process
-        m = _fsdp(1, single)
-        o = _new_qat(m, lr=0.5)
-        set_model_state_dict(m, full_model, options=StateDictOptions(full_state_dict=True))
-        set_optimizer_state_dict(m, o, full_optim, options=StateDictOptions(full_state_dict=True))
-        _steps(m, o, 3, 3)
-        out["full_world_to_1"] = _same(_full(m), want)
+        out["full_world_to_1"] = _same(_full_resume(single, full, _new_qat), want)
     return out
 
 
