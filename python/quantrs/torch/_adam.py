@@ -23,10 +23,11 @@ import numpy as np
 import torch
 
 from .. import _core
-from . import _cuda
+from . import _cuda, _sharded
 from ._adam_multi import update_all
 from ._base import SlotOptimizer
 from ._checks import adam_hyper
+from ._dtensor import is_dtensor
 
 # Every engine holds one parameter, updated under this name.
 _KEY = "w"
@@ -101,6 +102,9 @@ def _step_of(where: str, state: dict) -> int:
 
 class _Adam4bitBase(SlotOptimizer):
     _engine_cls: ClassVar[Any]
+    # AdamW's decoupled decay (else Adam's L2 decay), for the float32 moments of 1-D
+    # DTensor parameters (_sharded.py).
+    _decoupled: ClassVar[bool]
     _has_device_engine = True
     _takes_dtensor = True
     _name: ClassVar[str]
@@ -146,22 +150,58 @@ class _Adam4bitBase(SlotOptimizer):
             self.param_groups.pop()
             raise
 
-    def _quant_config(self, gi: int, group: dict) -> Any:
+    def _quant_config(self, gi: int, group: dict, rows: bool = False) -> Any:
+        """The group's quantization config; ``rows=True``: that of the sharded row layout
+        (float32 block scales, no rank-1 normalization; _sharded.py)."""
         kw = {k: group[k] for k in _QUANT_KEYS[2:] if group.get(k) is not None}
+        if rows:
+            if kw.get("rank1_normalization"):
+                raise _core.InvalidArgument(
+                    f"{self._name}: param_groups[{gi}]['rank1_normalization']: expected "
+                    "False or None for DTensor parameters (the column maxima span the ranks)"
+                )
+            kw["double_quantization"] = False
         try:
             return _core.AdvancedQuantizationConfig(group["method"], group["block_size"], **kw)
         except (TypeError, ValueError) as e:
             raise type(e)(f"{self._name}: param_groups[{gi}]: {e}") from None
 
-    def _new_engine(self, gi: int, group: dict, hyper: tuple, p: torch.Tensor) -> Any:
-        """An engine, moved to the parameter's device for a CUDA parameter."""
+    def _new_engine(
+        self, gi: int, group: dict, hyper: tuple, p: torch.Tensor, rows: bool = False
+    ) -> Any:
+        """An engine, moved to the parameter's device for a CUDA parameter; ``rows``: for
+        the sharded row layout."""
         lr, b1, b2, eps, wd = hyper
         return _cuda.new_engine(
             self._engine_cls,
             _core.Adam4bitOptimizerConfig(lr, b1, b2, eps, wd),
-            self._quant_config(gi, group),
+            self._quant_config(gi, group, rows),
             p,
         )
+
+    def _row_widths(self, gi: int, group: dict, hyper: tuple, padded: int) -> dict[str, int]:
+        """The bytes / floats per row of each row-layout state tensor (from a one-row
+        engine), for a rank that holds no rows of the parameter."""
+        engine = self._new_engine(gi, group, hyper, torch.empty(0), rows=True)
+        z = np.zeros((1, padded), np.float32)
+        engine.update(z, z.copy(), name=_KEY)
+        _, arrays = engine.export_param_state(_KEY)
+        return {k: int(a.size) for k, a in arrays.items()}
+
+    def _new_sharded(self, i: int, gi: int, group: dict, p: torch.Tensor, hyper: tuple):
+        """A fresh slot in the sharded layout (_sharded.py), chosen from ``p``'s global
+        shape: 4-bit rows for 2-D and up, float32 moments for 1-D."""
+        local = self._local(i, p)
+        quant = self._quant_of(group)
+        if not _sharded.is_rows(p):
+            return _sharded.new_f32(hyper, quant, local, p)
+        geometry = _sharded.row_geometry(local, group["block_size"])
+        engine = widths = None
+        if geometry[0] > 0:
+            engine = self._new_engine(gi, group, hyper, local, rows=True)
+        else:
+            widths = self._row_widths(gi, group, hyper, geometry[2])
+        return _sharded.RowSlot(engine, hyper, quant, 0, geometry, _sharded.Placed(p), widths)
 
     @staticmethod
     def _quant_of(group: dict) -> tuple:
@@ -176,8 +216,22 @@ class _Adam4bitBase(SlotOptimizer):
             raise TypeError(f"{where}: expected a dict of state, got {type(state).__name__}")
         hyper = adam_hyper(self._name, gi, group)
         local = self._local(i, p)
-        engine = self._new_engine(gi, group, hyper, local)
         step = _step_of(where, state)
+        try:
+            layout = _sharded.layout_of(state)
+        except _core.SerializationError as e:
+            raise _core.SerializationError(f"{where}: {e}") from None
+        if layout is not None:
+            return self._import_sharded(where, gi, group, hyper, p, local, step, state)
+        if is_dtensor(p):
+            raise _core.SerializationError(
+                f"{where}: the state has no 'layout': it is the flat layout of a plain "
+                "tensor, or a per-rank file of quantrs before the sharded layout; a DTensor "
+                'parameter needs the sharded layout (docs/torch.md, "Scaling out": resume '
+                "such a file with that version at the same world size, or restart the "
+                "optimizer state)"
+            )
+        engine = self._new_engine(gi, group, hyper, local)
         arrays = {k: _to_numpy(where, k, v) for k, v in state.items() if k != "step"}
         try:
             engine.import_param_state(_KEY, tuple(local.shape), step, arrays)
@@ -185,7 +239,35 @@ class _Adam4bitBase(SlotOptimizer):
             raise type(e)(f"{where}: {e}") from None
         return _Slot(engine, hyper, self._quant_of(group), step)
 
-    def _export(self, slot: _Slot) -> dict[str, torch.Tensor]:
+    def _import_sharded(self, where, gi, group, hyper, p, local, step, state) -> Any:
+        """A slot in the sharded layout from a saved state (DTensors or, from a full state
+        dict, whole tensors: this rank's rows are taken; checked before anything
+        changes)."""
+        quant = self._quant_of(group)
+        if not _sharded.is_rows(p):
+            return _sharded.import_f32(where, hyper, quant, local, p, step, state)
+        geometry = _sharded.row_geometry(local, group["block_size"])
+        rows, _, padded = geometry
+        arrays = _sharded.row_arrays(where, state, rows, _to_numpy)
+        engine = widths = None
+        if rows > 0:
+            engine = self._new_engine(gi, group, hyper, local, rows=True)
+            try:
+                engine.import_param_state(_KEY, (rows, padded), step, arrays)
+            except (_core.QuantError, TypeError, ValueError) as e:
+                raise type(e)(f"{where}: {e}") from None
+        else:
+            widths = self._row_widths(gi, group, hyper, padded)
+            got = {k: int(_sharded.local_of(state[k]).shape[1]) for k in arrays}
+            if got != widths:
+                raise _core.InvalidArgument(
+                    f"{where}: row-layout state widths {got}, expected {widths}"
+                )
+        return _sharded.RowSlot(engine, hyper, quant, step, geometry, _sharded.Placed(p), widths)
+
+    def _export(self, slot: Any) -> dict[str, torch.Tensor]:
+        if isinstance(slot, (_sharded.RowSlot, _sharded.F32Slot)):
+            return slot.export()
         step, arrays = slot.engine.export_param_state(_KEY)
         out = {"step": torch.tensor(float(step), dtype=torch.float64)}
         out.update({k: torch.from_numpy(v) for k, v in sorted(arrays.items())})
@@ -209,8 +291,11 @@ class _Adam4bitBase(SlotOptimizer):
         FSDP2), with the group's hyper-parameters."""
         slot = self._slots.get(p)
         if slot is None:
-            engine = self._new_engine(gi, group, hyper, self._local(i, p))
-            slot = _Slot(engine, hyper, self._quant_of(group), 0)
+            if is_dtensor(p):
+                slot = self._new_sharded(i, gi, group, p, hyper)
+            else:
+                engine = self._new_engine(gi, group, hyper, self._local(i, p))
+                slot = _Slot(engine, hyper, self._quant_of(group), 0)
             self._adopt(p, slot)
         elif slot.hyper != hyper:
             self._retune(slot, hyper)
@@ -227,10 +312,23 @@ class _Adam4bitBase(SlotOptimizer):
         # ``g`` is already local; ``p`` is the slot key (a DTensor under FSDP2).
         local = self._local(i, p)
         slot = self._slot_for(i, gi, group, p, hyper)
+        if isinstance(slot, _sharded.F32Slot):
+            slot.update(local, g, hyper, self._decoupled)
+            return
+        if slot.engine is None:  # a rank without rows of the parameter
+            slot.step += 1
+            slot.sync_light()
+            return
+        padded = None
+        pv, gv = local, g
+        if isinstance(slot, _sharded.RowSlot):
+            pv, gv, padded = slot.views(local, g)
         try:
-            slot.engine.update(_cuda.view(local), _cuda.view(g), name=_KEY)
+            slot.engine.update(_cuda.view(pv), _cuda.view(gv), name=_KEY)
         except (_core.QuantError, TypeError, ValueError) as e:
             raise type(e)(f"{self._name}: parameter {i}: {e}") from None
+        if isinstance(slot, _sharded.RowSlot):
+            slot.write_back(local, padded)
         slot.engine.step()
         slot.step += 1
         slot.sync_light()
@@ -247,7 +345,13 @@ class _Adam4bitBase(SlotOptimizer):
 
     def state_bytes(self) -> int:
         """Bytes of optimizer state held by this process (the engines' live buffers)."""
-        return sum(int(s.engine.memory_usage().total_bytes) for s in self._slots.values())
+        return sum(_slot_bytes(s) for s in self._slots.values())
+
+
+def _slot_bytes(slot: Any) -> int:
+    if isinstance(slot, _sharded.F32Slot):
+        return slot.bytes()
+    return 0 if slot.engine is None else int(slot.engine.memory_usage().total_bytes)
 
 
 class AdamW4bit(_Adam4bitBase):
@@ -261,6 +365,7 @@ class AdamW4bit(_Adam4bitBase):
 
     _engine_cls = _core.AdamW4bit
     _name = "quantrs.torch.AdamW4bit"
+    _decoupled = True
 
     def __init__(
         self,
@@ -279,3 +384,4 @@ class Adam4bit(_Adam4bitBase):
 
     _engine_cls = _core.Adam4bit
     _name = "quantrs.torch.Adam4bit"
+    _decoupled = False

@@ -15,6 +15,8 @@ from typing import Any
 import torch
 
 from .. import _core
+from . import _sharded
+from ._checks import check_grad
 
 _LOCATED = re.compile(r"^params\[(\d+)\]: ")
 
@@ -36,20 +38,50 @@ def _cpu_step(opt: Any, cpu: list[tuple], hypers: dict[int, tuple]) -> None:
         opt._slots.get(p) or opt._slot_for(i, gi, group, p, hypers[gi])
         for i, gi, group, p, _ in cpu
     ]
+    # The float32 moments of 1-D DTensor parameters (_sharded.py) are stepped in Python:
+    # their gradients are checked here, before the Rust call changes anything.
+    f32 = [(s, item) for s, item in zip(slots, cpu) if isinstance(s, _sharded.F32Slot)]
+    for _, (i, *_, g) in f32:
+        check_grad(opt._name, i, g, g)  # shape and device checked already: the values
+    rust = [(s, item) for s, item in zip(slots, cpu) if s.engine is not None]
+    views = [_views(opt, s, i, p, g) for s, (i, _, _, p, g) in rust]
     try:
         _core.adam4bit_multi_step(
-            [s.engine for s in slots],
-            [opt._local(i, p).detach().numpy() for i, _, _, p, _ in cpu],
-            [g.numpy() for *_, g in cpu],
+            [s.engine for s, _ in rust],
+            [v[0].numpy() for v in views],
+            [v[1].numpy() for v in views],
             name="w",
-            hyper=[hypers[gi] for _, gi, *_ in cpu],
+            hyper=[hypers[gi] for _, (_, gi, *_) in rust],
         )
     except (_core.QuantError, TypeError, ValueError) as e:
         msg = str(e)
         m = _LOCATED.match(msg)
-        where = f": parameter {cpu[int(m.group(1))][0]}" if m else ""
+        where = f": parameter {rust[int(m.group(1))][1][0]}" if m else ""
         raise type(e)(f"{opt._name}{where}: {msg[m.end() if m else 0 :]}") from None
+    for (s, (i, _, _, p, _)), v in zip(rust, views):
+        if v[2] is not None:
+            s.write_back(opt._local(i, p), v[2])
+    # One batch per group and step count (the bias correction).
+    batches: dict[tuple[int, int], list] = {}
+    for s, (i, gi, _, p, g) in f32:
+        batches.setdefault((gi, s.step), []).append((s, opt._local(i, p), g))
+    for (gi, _), batch in batches.items():
+        f32_slots, ps, gs = (list(x) for x in zip(*batch))
+        _sharded.update_f32(f32_slots, ps, gs, hypers[gi], opt._decoupled)
+    stepped = []
     for s, (_, gi, *_) in zip(slots, cpu):
-        s.step += 1
-        s.hyper = hypers[gi]
-    torch._foreach_add_([s.light["step"] for s in slots], 1.0)
+        if not isinstance(s, _sharded.F32Slot):
+            s.step += 1
+            s.hyper = hypers[gi]
+            stepped.append(s.light["step"])
+    if stepped:
+        torch._foreach_add_(stepped, 1.0)
+
+
+def _views(opt: Any, slot: Any, i: int, p: torch.Tensor, g: torch.Tensor) -> tuple:
+    """``(param, grad, padded param or None)`` for the engine: the local tensors, or the
+    ``[local_rows, padded]`` row layout of a DTensor parameter (_sharded.py)."""
+    local = opt._local(i, p)
+    if isinstance(slot, _sharded.RowSlot):
+        return slot.views(local, g)
+    return local.detach(), g, None

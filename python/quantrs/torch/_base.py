@@ -112,9 +112,6 @@ class SlotOptimizer(Optimizer):
             slot = self._slots.get(p)
             if not st or (slot is not None and st is slot.light):
                 continue  # nothing there, an empty dict, or our own light state
-            local = self._local(i, p)
-            if local is not p and local.numel() == 0:
-                continue  # an empty local shard of a DTensor: nothing to hold state for
             fresh[p] = self._import(i, gi, group, p, st)
         for p, slot in fresh.items():
             self._adopt(p, slot)
@@ -160,8 +157,9 @@ class SlotOptimizer(Optimizer):
                 st = state_dict.get("state", {}).get(pid)
                 p = id_map[pid]
                 local = self._local(i, p)
-                if st and local.numel() > 0:
-                    check_param(self._name, i, local, cuda=self._has_device_engine)
+                if st:
+                    if local is p or local.numel() > 0:
+                        check_param(self._name, i, local, cuda=self._has_device_engine)
                     fresh[p] = self._import(i, gi, merged, p, st)
                 i += 1
         super().load_state_dict(state_dict)
@@ -181,9 +179,10 @@ class SlotOptimizer(Optimizer):
             if p.grad is None:
                 continue
             local = self._local(i, p)
-            if local.numel() == 0 and local is not p:
-                continue  # this rank's shard of a DTensor is empty: nothing to update
-            check_param(self._name, i, local, cuda=self._has_device_engine)
+            # A rank may hold no rows of a DTensor: it still keeps the (empty) state and
+            # the step count, so every rank's state dict has the same entries.
+            if local is p or local.numel() > 0:
+                check_param(self._name, i, local, cuda=self._has_device_engine)
             finite = not (self._engine_checks_cpu_grads and local.device.type == "cpu")
             g = check_grad(self._name, i, local, self._local(i, p.grad), finite=finite)
             if gi not in hypers:

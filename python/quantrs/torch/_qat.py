@@ -29,9 +29,10 @@ import numpy as np
 import torch
 
 from .. import _core
-from . import _cuda, _qat_grid
+from . import _cuda, _qat_dtensor, _qat_grid
 from ._base import SlotOptimizer
 from ._checks import adam_hyper, check_param, numpy_view
+from ._dtensor import is_dtensor
 
 _NAME = "quantrs.torch.QatAdamW"
 _TARGETS = ("int8", "int4", "fp8_e4m3", "fp8_e5m2")
@@ -39,17 +40,35 @@ _GOLDEN = 0x9E3779B97F4A7C15  # spreads the per-parameter seeds (Fibonacci hashi
 
 
 class _Slot:
-    __slots__ = ("engine", "master", "hyper", "fixed", "rounding", "seed", "light")
+    __slots__ = (
+        "engine",
+        "master",
+        "hyper",
+        "fixed",
+        "rounding",
+        "seed",
+        "light",
+        "steps",
+        "param",
+    )
 
-    def __init__(self, engine: Any, master: torch.Tensor, hyper: tuple, group: dict) -> None:
+    def __init__(
+        self, engine: Any, master: torch.Tensor, hyper: tuple, group: dict, param: Any = None
+    ) -> None:
         self.engine, self.master, self.hyper = engine, master, hyper
         self.fixed = _fixed_of(group)
         self.rounding, self.seed = group["rounding"], int(group["seed"])
+        # A DTensor parameter (its state is exported as DTensors like it), else None; a
+        # rank holding none of its rows has no engine and counts the steps here.
+        self.param, self.steps = param, 0
         self.light: dict[str, torch.Tensor] = {"master": master}
         self.sync_light()
 
+    def step_count(self) -> int:
+        return self.steps if self.engine is None else int(self.engine.step_count())
+
     def sync_light(self) -> None:
-        self.light["step"] = torch.tensor(float(self.engine.step_count()), dtype=torch.float64)
+        self.light["step"] = torch.tensor(float(self.step_count()), dtype=torch.float64)
 
 
 def _seed(group_seed: int, index: int) -> int:
@@ -81,6 +100,7 @@ class QatAdamW(SlotOptimizer):
 
     _name = _NAME
     _has_device_engine = True
+    _takes_dtensor = True  # _qat_dtensor.py
 
     def __init__(
         self,
@@ -122,6 +142,8 @@ class QatAdamW(SlotOptimizer):
         self._config(gi, group, hyper)  # target, scheme and rounding checked too
         _qat_grid.check_group(_NAME, gi, group)
         _seed_of(gi, group)
+        if any(is_dtensor(p) for p in group["params"]):
+            _qat_dtensor.check_group(_NAME, gi, group)
         return hyper
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
@@ -134,17 +156,42 @@ class QatAdamW(SlotOptimizer):
             cfg = self._config(gi, group, hyper)
             fresh = {}
             for k, p in enumerate(group["params"]):
-                check_param(_NAME, first + k, p, cuda=True)
-                _qat_grid.check_param(_NAME, first + k, p, group)
-                fresh[p] = self._new_slot(first + k, group, hyper, cfg, p.detach().clone())
+                local = self._local(first + k, p)
+                if local is p or local.numel():
+                    check_param(_NAME, first + k, local, cuda=True)
+                if local is not p:
+                    _qat_dtensor.check_local(_NAME, first + k, local)
+                _qat_grid.check_param(_NAME, first + k, local, group)
+                master = local.detach().clone()
+                fresh[p] = self._new_slot(first + k, gi, group, hyper, cfg, master, p)
         except Exception:
             self.param_groups.pop()
             raise
         for p, slot in fresh.items():
             self._adopt(p, slot)
-            _write_view(p, slot)
+        self._write_views(list(fresh.items()))
 
-    def _new_slot(self, i: int, group: dict, hyper: tuple, cfg: Any, master: torch.Tensor):
+    def _write_views(self, items: list[tuple[torch.Tensor, _Slot]]) -> None:
+        """The views into the parameters; those of DTensor parameters agreed between the
+        ranks (_qat_dtensor.py, a collective)."""
+        for p, slot in items:
+            if slot.param is None:
+                _write_view(p, slot)
+        sharded = [(p, slot) for p, slot in items if slot.param is not None]
+        if sharded:
+            _qat_dtensor.write_views(sharded)
+
+    def _new_slot(
+        self, i: int, gi: int, group: dict, hyper: tuple, cfg: Any, master: torch.Tensor, p: Any
+    ) -> _Slot:
+        """A slot over ``master`` (the local rows of a DTensor ``p``: an engine with the
+        settings of _qat_dtensor.engine_group, none where there are no rows)."""
+        param = p if is_dtensor(p) else None
+        if param is not None:
+            engine_group = _qat_dtensor.engine_group(group)
+            cfg = self._config(gi, engine_group, hyper)
+            if master.numel() == 0:
+                return _Slot(None, master, hyper, group, param)
         try:
             seed = _seed(group["seed"], i)
             if _cuda.is_cuda(master):
@@ -153,7 +200,7 @@ class QatAdamW(SlotOptimizer):
                 engine = _core.QatOptimizer(numpy_view(master), cfg, rng=seed)
         except (_core.QuantError, TypeError, ValueError) as e:
             raise type(e)(f"{_NAME}: parameter {i}: {e}") from None
-        return _Slot(engine, master, hyper, group)
+        return _Slot(engine, master, hyper, group, param)
 
     # ---- state import / export (a restored state leaves the parameter alone: the
     # model's own state dict holds the view it saved) ----------------------------------
@@ -166,13 +213,17 @@ class QatAdamW(SlotOptimizer):
         if missing:
             raise _core.InvalidArgument(f"{where}: state lacks {sorted(missing)}")
         arrays = {}
+        local = self._local(i, p)
         for k in ("master", "exp_avg", "exp_avg_sq"):
             t = state[k]
             if not isinstance(t, torch.Tensor) or not t.is_floating_point():
                 raise TypeError(f"{where}: state[{k!r}]: expected a float tensor")
-            if t.shape != p.shape:
+            if is_dtensor(t):
+                t = t.to_local()
+            if t.shape != local.shape:
                 raise _core.InvalidArgument(
-                    f"{where}: state[{k!r}]: expected shape {tuple(p.shape)}, got {tuple(t.shape)}"
+                    f"{where}: state[{k!r}]: expected shape {tuple(local.shape)}, got "
+                    f"{tuple(t.shape)}"
                 )
             arrays[k] = t.detach().cpu().to(torch.float32).contiguous()
         s = state["step"]
@@ -182,8 +233,12 @@ class QatAdamW(SlotOptimizer):
                 f"{where}: state['step']: expected a whole number >= 0, got {step}"
             )
         hyper = self._group_hyper(gi, group)
-        master = arrays["master"].to(p.device, copy=True)
-        slot = self._new_slot(i, group, hyper, self._config(gi, group, hyper), master)
+        master = arrays["master"].to(local.device, copy=True)
+        slot = self._new_slot(i, gi, group, hyper, self._config(gi, group, hyper), master, p)
+        if slot.engine is None:
+            slot.steps = int(step)
+            slot.sync_light()
+            return slot
         try:
             slot.engine.set_moments(
                 int(step), arrays["exp_avg"].numpy(), arrays["exp_avg_sq"].numpy()
@@ -194,13 +249,20 @@ class QatAdamW(SlotOptimizer):
         return slot
 
     def _export(self, slot: _Slot) -> dict[str, torch.Tensor]:
-        m, v = slot.engine.moments()
-        return {
-            "step": torch.tensor(float(slot.engine.step_count()), dtype=torch.float64),
+        if slot.engine is None:
+            m = v = np.zeros(slot.master.shape, np.float32)
+        else:
+            m, v = slot.engine.moments()
+        shape = slot.master.shape
+        out = {
             "master": slot.master,
-            "exp_avg": torch.from_numpy(np.asarray(m, np.float32)),
-            "exp_avg_sq": torch.from_numpy(np.asarray(v, np.float32)),
+            "exp_avg": torch.from_numpy(np.asarray(m, np.float32)).reshape(shape),
+            "exp_avg_sq": torch.from_numpy(np.asarray(v, np.float32)).reshape(shape),
         }
+        if slot.param is not None:
+            out = {k: _qat_dtensor.placed(t, slot.param) for k, t in out.items()}
+        step = torch.tensor(float(slot.step_count()), dtype=torch.float64)
+        return {"step": step, **out}
 
     # ---- the step ----------------------------------------------------------------------
 
@@ -215,13 +277,24 @@ class QatAdamW(SlotOptimizer):
         self, i: int, gi: int, group: dict, p: torch.Tensor, g: torch.Tensor, hyper: tuple
     ) -> None:
         slot = self._slots[p]
+        if slot.engine is None:  # a rank without rows of a DTensor parameter
+            slot.steps += 1
+            slot.sync_light()
+            return
         self._retune(i, slot, group, hyper)
         try:
             slot.engine.step(_cuda.view(slot.master), _cuda.view(g))
         except (_core.QuantError, TypeError, ValueError) as e:
             raise type(e)(f"{_NAME}: parameter {i}: {e}") from None
-        _write_view(p, slot)
+        if slot.param is None:  # DTensor views: all at once, after every update
+            _write_view(p, slot)
         slot.sync_light()
+
+    def _update_all(self, work: list[tuple], hypers: dict[int, tuple]) -> None:
+        super()._update_all(work, hypers)
+        sharded = [(p, self._slots[p]) for _, _, _, p, _ in work if is_dtensor(p)]
+        if sharded:
+            _qat_dtensor.write_views(sharded)
 
     @staticmethod
     def _retune(i: int, slot: _Slot, group: dict, hyper: tuple) -> None:
@@ -230,7 +303,7 @@ class QatAdamW(SlotOptimizer):
         if slot.hyper != hyper:
             slot.engine.set_hyper(*hyper)
             slot.hyper = hyper
-        if slot.rounding != group["rounding"]:
+        if slot.rounding != group["rounding"] and slot.param is None:
             slot.engine.set_rounding(group["rounding"])
             slot.rounding = group["rounding"]
         if slot.seed != int(group["seed"]):
