@@ -165,6 +165,19 @@ def _(grad, weight, weight_scale_inv):
     return _out_like(grad, weight.shape[1])
 
 
+def _keep_bias(ctx, bias: torch.Tensor | None) -> None:
+    """What ``_bias_grad`` needs of the bias: whether it wants a gradient, its dtype."""
+    ctx.bias_grad = bias is not None and bias.requires_grad
+    ctx.bias_dtype = None if bias is None else bias.dtype
+
+
+def _input_grad(ctx, op, grad: torch.Tensor, *weights):
+    """``op(grad, *weights)`` where the input wants a gradient, else ``None``."""
+    if not ctx.needs_input_grad[0]:
+        return None
+    return op(grad.contiguous(), *weights)
+
+
 def _bias_grad(ctx, grad: torch.Tensor):
     if not ctx.bias_grad:
         return None
@@ -185,15 +198,11 @@ def _setup_int4(ctx, inputs, output) -> None:
     _frozen(ctx, scales)
     ctx.save_for_backward(qweight, scales)
     ctx.dims = (in_f, out_f)
-    ctx.bias_grad = bias is not None and bias.requires_grad
-    ctx.bias_dtype = None if bias is None else bias.dtype
+    _keep_bias(ctx, bias)
 
 
 def _backward_int4(ctx, grad):
-    qweight, scales = ctx.saved_tensors
-    dx = None
-    if ctx.needs_input_grad[0]:
-        dx = int4_linear_grad_input(grad.contiguous(), qweight, scales, *ctx.dims)
+    dx = _input_grad(ctx, int4_linear_grad_input, grad, *ctx.saved_tensors, *ctx.dims)
     return dx, None, None, _bias_grad(ctx, grad), None, None
 
 
@@ -201,15 +210,11 @@ def _setup_fp8(ctx, inputs, output) -> None:
     x, weight, scale, act, bias = inputs
     _frozen(ctx, scale, act)
     ctx.save_for_backward(weight, scale)
-    ctx.bias_grad = bias is not None and bias.requires_grad
-    ctx.bias_dtype = None if bias is None else bias.dtype
+    _keep_bias(ctx, bias)
 
 
 def _backward_fp8(ctx, grad):
-    weight, scale = ctx.saved_tensors
-    dx = None
-    if ctx.needs_input_grad[0]:
-        dx = fp8_linear_grad_input(grad.contiguous(), weight, scale)
+    dx = _input_grad(ctx, fp8_linear_grad_input, grad, *ctx.saved_tensors)
     return dx, None, None, None, _bias_grad(ctx, grad)
 
 
