@@ -200,3 +200,47 @@ proptest! {
         prop_assert!(werr(&weighted) <= werr(&plain) * (1.0 + 1e-9) + 1e-12);
     }
 }
+
+/// `quantize_layer` and `set_thread_limit` are the crate's own API (what
+/// `quantrs.QuantLinear` and `quantrs.threads` call): every format's layer
+/// forwards as `x @ dequantize_w^T + bias` (f64 reference, f32 summation
+/// bound), and a thread cap changes no bit of the result.
+#[test]
+fn quantize_layer_and_the_thread_cap_from_rust() {
+    use quantrs::format::FormatId;
+    let (out, inf, rows) = (12, 96, 3);
+    let w = vals(out * inf, 21);
+    let bias = vals(out, 22);
+    let x = vals(rows * inf, 23);
+    for id in [
+        FormatId::Float32,
+        FormatId::Int8,
+        FormatId::Int4,
+        FormatId::Fp8E4M3,
+    ] {
+        let l = quantrs::linear::quantize_layer(id, &w, out, inf, 32, Some(bias.clone())).unwrap();
+        let deq = l.dequantize_w_vec().unwrap();
+        assert_eq!(deq.len(), out * inf, "{id:?}");
+        let mut y = vec![f32::NAN; rows * out];
+        l.forward_slice(&x, &mut y).unwrap();
+        for b in 0..rows {
+            for o in 0..out {
+                let (mut r, mut mag) = (bias[o] as f64, bias[o].abs() as f64);
+                for i in 0..inf {
+                    let t = x[b * inf + i] as f64 * deq[o * inf + i] as f64;
+                    r += t;
+                    mag += t.abs();
+                }
+                let err = (y[b * out + o] as f64 - r).abs();
+                assert!(err <= 1e-5 * mag + 1e-6, "{id:?} ({b},{o}): {err}");
+            }
+        }
+        let prev = quantrs::set_thread_limit(Some(1));
+        let mut y1 = vec![f32::NAN; rows * out];
+        l.forward_slice(&x, &mut y1).unwrap();
+        quantrs::set_thread_limit(prev);
+        assert_eq!(y, y1, "{id:?}: one thread vs every core");
+    }
+    let bad = quantrs::linear::quantize_layer(FormatId::Int4, &w, out, inf, 0, None);
+    assert!(bad.is_err(), "group size 0");
+}
