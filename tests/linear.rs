@@ -208,6 +208,7 @@ proptest! {
 #[test]
 fn quantize_layer_and_the_thread_cap_from_rust() {
     use quantrs::format::FormatId;
+    use quantrs::ndarray::Array2;
     let (out, inf, rows) = (12, 96, 3);
     let w = vals(out * inf, 21);
     let bias = vals(out, 22);
@@ -223,17 +224,19 @@ fn quantize_layer_and_the_thread_cap_from_rust() {
         assert_eq!(deq.len(), out * inf, "{id:?}");
         let mut y = vec![f32::NAN; rows * out];
         l.forward_slice(&x, &mut y).unwrap();
-        for b in 0..rows {
-            for o in 0..out {
-                let (mut r, mut mag) = (bias[o] as f64, bias[o].abs() as f64);
-                for i in 0..inf {
-                    let t = x[b * inf + i] as f64 * deq[o * inf + i] as f64;
-                    r += t;
-                    mag += t.abs();
-                }
-                let err = (y[b * out + o] as f64 - r).abs();
-                assert!(err <= 1e-5 * mag + 1e-6, "{id:?} ({b},{o}): {err}");
-            }
+        // The f64 product through ndarray's GEMM, and the same over |x| |w|
+        // for the bound.
+        let to64 = |v: &[f32], r: usize, c: usize| {
+            Array2::from_shape_vec((r, c), v.iter().map(|&a| a as f64).collect()).unwrap()
+        };
+        let (xa, wa) = (to64(&x, rows, inf), to64(&deq, out, inf));
+        let want = xa.dot(&wa.t()) + &to64(&bias, 1, out);
+        let mag = xa.abs().dot(&wa.abs().t()) + &to64(&bias, 1, out).abs();
+        for ((&got, &r), &m) in y.iter().zip(want.iter()).zip(mag.iter()) {
+            assert!(
+                (got as f64 - r).abs() <= 1e-5 * m + 1e-6,
+                "{id:?}: {got} vs {r}"
+            );
         }
         let prev = quantrs::set_thread_limit(Some(1));
         let mut y1 = vec![f32::NAN; rows * out];
