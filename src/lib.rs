@@ -73,6 +73,7 @@ pub use error::{GpuOptimError, QuantError, Result};
 pub use int4::QuantizedWeight;
 pub use linear::{PerTensorFP8Linear, QuantMethod, QuantizedSerde};
 pub use optim::{Adam4bit, AdamW4bit, Optimizer, StatefulOptimizer};
+pub use par::set_thread_limit;
 pub use qat::{QatConfig, QatOptimizer};
 
 /// The array crate of the public API (the version rust-numpy uses).

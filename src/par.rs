@@ -90,14 +90,12 @@ pub fn for_each_block<F: Fn(usize) + Sync>(count: usize, f: F) {
 /// once; 0 means "every core" (see [`set_thread_limit`]).
 static THREAD_LIMIT: AtomicUsize = AtomicUsize::new(0);
 
-/// Cap the threads (the caller included) that [`for_each_block`] works on at
-/// once, process-wide; `None` lifts the cap (every core). Returns the
-/// previous cap. A cap of 1 runs every block on the calling thread: the
-/// choice for a loop whose other library (OpenBLAS, OpenMP) keeps threads
-/// spinning on the other cores between our calls (docs/int4.md, "Threads").
-// Reached from Python (`quantrs.threads`); the crate's Rust API does not
-// export `par`, so a build without the bindings only uses it in tests.
-#[cfg_attr(not(feature = "python"), allow(dead_code))]
+/// Cap the threads (the caller included) that the batch-1 and small-batch
+/// kernels (the fork-join of this module) work on at once, process-wide;
+/// `None` lifts the cap (every core). Returns the previous cap. A cap of 1
+/// runs every block on the calling thread: the choice for a loop whose other
+/// library (OpenBLAS, OpenMP) keeps threads spinning on the other cores
+/// between our calls (docs/int4.md, "Threads"). Python's `quantrs.threads`.
 pub fn set_thread_limit(limit: Option<usize>) -> Option<usize> {
     let prev = THREAD_LIMIT.swap(limit.map_or(0, |n| n.max(1)), Ordering::Relaxed);
     (prev != 0).then_some(prev)

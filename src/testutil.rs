@@ -41,3 +41,42 @@ pub(crate) fn xorshift_f32(seed: u64, n: usize, scale: f32) -> Vec<f32> {
     let mut r = Xorshift::new(seed);
     (0..n).map(|_| r.next_f32() * scale).collect()
 }
+
+/// `f` run inside a rayon pool of one thread: the tests that compare a
+/// parallel result with the one-thread result bit for bit.
+pub(crate) fn on_one_thread<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .expect("a one-thread rayon pool")
+        .install(f)
+}
+
+/// Asserts `dx [rows, in_feat]` is `g [rows, out_feat] @ W` for `W[o][i] =
+/// w(o, i)`, each element within the f32 summation bound
+/// `out_feat * 2^-23 * sum_o |g w|` of the f64 product.
+pub(crate) fn assert_transposed_product(
+    g: &[f32],
+    w: impl Fn(usize, usize) -> f32,
+    dx: &[f32],
+    rows: usize,
+    out_feat: usize,
+    in_feat: usize,
+    what: &str,
+) {
+    for b in 0..rows {
+        for i in 0..in_feat {
+            let (mut r, mut mag) = (0f64, 0f64);
+            for o in 0..out_feat {
+                let t = g[b * out_feat + o] as f64 * w(o, i) as f64;
+                r += t;
+                mag += t.abs();
+            }
+            let err = (dx[b * in_feat + i] as f64 - r).abs();
+            assert!(
+                err <= out_feat as f64 * 2f64.powi(-23) * mag,
+                "{what}: {err} at {b},{i}"
+            );
+        }
+    }
+}

@@ -200,3 +200,50 @@ proptest! {
         prop_assert!(werr(&weighted) <= werr(&plain) * (1.0 + 1e-9) + 1e-12);
     }
 }
+
+/// `quantize_layer` and `set_thread_limit` are the crate's own API (what
+/// `quantrs.QuantLinear` and `quantrs.threads` call): every format's layer
+/// forwards as `x @ dequantize_w^T + bias` (f64 reference, f32 summation
+/// bound), and a thread cap changes no bit of the result.
+#[test]
+fn quantize_layer_and_the_thread_cap_from_rust() {
+    use quantrs::format::FormatId;
+    use quantrs::ndarray::Array2;
+    let (out, inf, rows) = (12, 96, 3);
+    let w = vals(out * inf, 21);
+    let bias = vals(out, 22);
+    let x = vals(rows * inf, 23);
+    for id in [
+        FormatId::Float32,
+        FormatId::Int8,
+        FormatId::Int4,
+        FormatId::Fp8E4M3,
+    ] {
+        let l = quantrs::linear::quantize_layer(id, &w, out, inf, 32, Some(bias.clone())).unwrap();
+        let deq = l.dequantize_w_vec().unwrap();
+        assert_eq!(deq.len(), out * inf, "{id:?}");
+        let mut y = vec![f32::NAN; rows * out];
+        l.forward_slice(&x, &mut y).unwrap();
+        // The f64 product through ndarray's GEMM, and the same over |x| |w|
+        // for the bound.
+        let to64 = |v: &[f32], r: usize, c: usize| {
+            Array2::from_shape_vec((r, c), v.iter().map(|&a| a as f64).collect()).unwrap()
+        };
+        let (xa, wa) = (to64(&x, rows, inf), to64(&deq, out, inf));
+        let want = xa.dot(&wa.t()) + &to64(&bias, 1, out);
+        let mag = xa.abs().dot(&wa.abs().t()) + &to64(&bias, 1, out).abs();
+        for ((&got, &r), &m) in y.iter().zip(want.iter()).zip(mag.iter()) {
+            assert!(
+                (got as f64 - r).abs() <= 1e-5 * m + 1e-6,
+                "{id:?}: {got} vs {r}"
+            );
+        }
+        let prev = quantrs::set_thread_limit(Some(1));
+        let mut y1 = vec![f32::NAN; rows * out];
+        l.forward_slice(&x, &mut y1).unwrap();
+        quantrs::set_thread_limit(prev);
+        assert_eq!(y, y1, "{id:?}: one thread vs every core");
+    }
+    let bad = quantrs::linear::quantize_layer(FormatId::Int4, &w, out, inf, 0, None);
+    assert!(bad.is_err(), "group size 0");
+}

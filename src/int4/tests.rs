@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::simd::{available_levels, SimdLevel};
-use crate::testutil::rand_vec;
+use crate::testutil::{on_one_thread, rand_vec};
 use proptest::prelude::*;
 
 /// Float64 `x @ dequantize(W)`, the accuracy reference, with the bound
@@ -346,13 +346,8 @@ fn multi_row_matvec_matches_the_single_row_kernel() {
         qw.matmul_with(&x, batch, &mut y, SimdLevel::Avx2, false)
             .unwrap();
         assert_close(&qw, &x, batch, &y, &format!("rows [{k}x{n}] b {batch}"));
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(1)
-            .build()
-            .unwrap();
         let mut y1 = vec![f32::NAN; batch * n];
-        pool.install(|| qw.matmul_with(&x, batch, &mut y1, SimdLevel::Avx2, false))
-            .unwrap();
+        on_one_thread(|| qw.matmul_with(&x, batch, &mut y1, SimdLevel::Avx2, false)).unwrap();
         assert_eq!(y, y1, "b {batch}: one thread vs the pool");
     }
 }
@@ -366,12 +361,8 @@ fn large_parallel_matvec_is_deterministic() {
         let x = rand_vec(k, 10 + i as u64);
         let mut y1 = vec![f32::NAN; n];
         qw.try_matvec(&x, &mut y1).unwrap();
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(1)
-            .build()
-            .unwrap();
         let mut y2 = vec![f32::NAN; n];
-        pool.install(|| qw.try_matvec(&x, &mut y2).unwrap());
+        on_one_thread(|| qw.try_matvec(&x, &mut y2).unwrap());
         assert_eq!(y1, y2, "[{k}x{n}]");
         assert_close(&qw, &x, 1, &y1, &format!("parallel matvec [{k}x{n}]"));
     }

@@ -108,6 +108,7 @@ impl QuantizedWeight {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testutil::assert_transposed_product;
 
     /// Against the f64 product with the dequantized weight.
     #[test]
@@ -128,21 +129,8 @@ mod tests {
                 .collect();
             let mut dx = vec![f32::NAN; batch * inf];
             q.try_matmul_transposed(&g, batch, &mut dx).unwrap();
-            for b in 0..batch {
-                for i in 0..inf {
-                    let (mut r, mut mag) = (0f64, 0f64);
-                    for o in 0..outf {
-                        let t = g[b * outf + o] as f64 * deq[i * outf + o] as f64;
-                        r += t;
-                        mag += t.abs();
-                    }
-                    let err = (dx[b * inf + i] as f64 - r).abs();
-                    assert!(
-                        err <= outf as f64 * 2f64.powi(-23) * mag,
-                        "{err} at {b},{i}"
-                    );
-                }
-            }
+            let w_at = |o: usize, i: usize| deq[i * outf + o];
+            assert_transposed_product(&g, w_at, &dx, batch, outf, inf, &format!("g{gs}"));
         }
     }
 

@@ -17,7 +17,7 @@ use rayon::prelude::*;
 use super::kernels::{matmul_rows, Epilogue};
 use super::serde::{self as ser, DType, Reader, Writer, FLAG_ACT_SCALE, FLAG_BIAS};
 use super::stats::Stats;
-use super::{check_bias, rows_of, Device, Layer, QuantMethod, WeightDType};
+use super::{check_bias, rows_in, rows_of, Device, Layer, QuantMethod, WeightDType};
 use crate::error::{QuantError, Result};
 use crate::format::{
     check_codes, check_float_weight, check_scale, dequantize_e4m3, quantize_e4m3, E4m3Rows,
@@ -265,14 +265,7 @@ impl QuantMethod for PerTensorFP8Linear {
             )));
         }
         let (n_exp, out, inf) = (self.shape[0], self.shape[1], self.shape[2]);
-        if inf == 0 || !x.len().is_multiple_of(inf) {
-            return Err(QuantError::dims(
-                "x length",
-                format!("a multiple of {inf}"),
-                x.len(),
-            ));
-        }
-        let tokens = x.len() / inf;
+        let tokens = rows_in(x, inf)?;
         if Some(indices.len()) != tokens.checked_mul(k) {
             return Err(QuantError::dims(
                 "indices",

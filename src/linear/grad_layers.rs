@@ -51,6 +51,7 @@ impl super::PerTensorFP8Linear {
 #[cfg(test)]
 mod tests {
     use crate::format::{Float32, Fp8E4M3, Int4, Int8, WeightFormat};
+    use crate::testutil::assert_transposed_product;
 
     /// `F::matmul_transposed` against the f64 product with `F::dequantize`,
     /// within the f32 summation bound `out * 2^-23 * sum |g w|`.
@@ -65,22 +66,8 @@ mod tests {
             .collect();
         let mut dx = vec![f32::NAN; rows * in_feat];
         F::matmul_transposed(&q, &g, rows, &mut dx).unwrap();
-        for b in 0..rows {
-            for i in 0..in_feat {
-                let (mut r, mut mag) = (0f64, 0f64);
-                for o in 0..out_feat {
-                    let t = g[b * out_feat + o] as f64 * deq[o * in_feat + i] as f64;
-                    r += t;
-                    mag += t.abs();
-                }
-                let err = (dx[b * in_feat + i] as f64 - r).abs();
-                assert!(
-                    err <= out_feat as f64 * 2f64.powi(-23) * mag,
-                    "{} {err}",
-                    F::INFO.name
-                );
-            }
-        }
+        let w_at = |o: usize, i: usize| deq[o * in_feat + i];
+        assert_transposed_product(&g, w_at, &dx, rows, out_feat, in_feat, F::INFO.name);
         let mut short = vec![0f32; rows * in_feat + 1];
         assert!(F::matmul_transposed(&q, &g, rows, &mut short).is_err());
     }

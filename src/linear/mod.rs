@@ -65,9 +65,9 @@ pub use fp8_linear::PerTensorFP8Linear;
 pub use int4_linear::Int4Linear;
 pub use int8_linear::Int8Linear;
 pub use quant_linear::QuantLinear;
-#[cfg(feature = "python")]
-pub(crate) use registered::quantize_layer;
-pub use registered::{IsqParams, ParamsFromIsq, ParamsProbe, ParamsUnknown, ReadLayer};
+pub use registered::{
+    quantize_layer, IsqParams, ParamsFromIsq, ParamsProbe, ParamsUnknown, ReadLayer,
+};
 pub use unquant::UnquantLinear;
 
 use crate::error::{QuantError, Result};
@@ -449,14 +449,7 @@ pub trait QuantizedSerde {
 
 /// Rows of `x` for a layer with `in_feat` inputs, checking the lengths.
 pub(crate) fn rows_of(x: &[f32], y: &[f32], in_feat: usize, out_feat: usize) -> Result<usize> {
-    if in_feat == 0 || !x.len().is_multiple_of(in_feat) {
-        return Err(QuantError::dims(
-            "x length",
-            format!("a multiple of in_features={in_feat}"),
-            x.len(),
-        ));
-    }
-    let rows = x.len() / in_feat;
+    let rows = rows_in(x, in_feat)?;
     if Some(y.len()) != rows.checked_mul(out_feat) {
         return Err(QuantError::dims(
             "y length",
@@ -465,6 +458,19 @@ pub(crate) fn rows_of(x: &[f32], y: &[f32], in_feat: usize, out_feat: usize) -> 
         ));
     }
     Ok(rows)
+}
+
+/// Rows of `x` for `in_feat` inputs: an error unless its length is a
+/// multiple of `in_feat` (> 0).
+pub(crate) fn rows_in(x: &[f32], in_feat: usize) -> Result<usize> {
+    if in_feat == 0 || !x.len().is_multiple_of(in_feat) {
+        return Err(QuantError::dims(
+            "x length",
+            format!("a multiple of in_features={in_feat}"),
+            x.len(),
+        ));
+    }
+    Ok(x.len() / in_feat)
 }
 
 /// Validate a bias against `[out]`: length and finiteness.

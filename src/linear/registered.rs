@@ -107,8 +107,10 @@ macro_rules! dispatch {
     ($($(#[cfg($cfg:meta)])? $id:ident => $ty:ty,)*) => {
         /// A layer of format `format` quantized from the finite float weight
         /// `w [out, in]` (FP8 with a fresh per-tensor scale, no activation
-        /// scale).
-        pub(crate) fn quantize_layer(
+        /// scale). `group_size` is read by the formats whose parameter is a group
+        /// size (INT4) and ignored by those without parameters; a format whose
+        /// parameters are built otherwise is an `UnsupportedOperation` error.
+        pub fn quantize_layer(
             format: FormatId,
             w: &[f32],
             out_feat: usize,

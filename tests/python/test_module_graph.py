@@ -1,19 +1,25 @@
-"""The Rust modules import one way: no file imports a file that imports it back.
+"""The Rust modules and the Python package import one way: no file imports a file
+that imports it back.
 
 Parses every `src/**/*.rs`, resolves the paths each file names (`use` trees and
 `crate::` / `super::` / `self::` paths in code) to the files that define them,
 and looks for cycles in that graph. A file naming its own ancestor module (a
 child using the type its `mod.rs` defines) is the facade pattern, not an
 import, and is left out; every other edge counts, across directories too.
+`python/quantrs/**.py` gets the same check over its `import` statements
+(function-level ones included), with `__init__.py` as the facade.
 Runs without the extension.
 """
 
 from __future__ import annotations
 
+import ast
+import functools
 import re
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src"
+PKG = Path(__file__).resolve().parents[2] / "python" / "quantrs"
 
 Module = tuple[str, ...]
 
@@ -155,6 +161,7 @@ def references(path: Path) -> set[Module]:
     return found
 
 
+@functools.cache  # three tests read it; parsing src/ takes seconds
 def build_graph() -> dict[Module, set[Module]]:
     files = {module_of(p): p for p in SRC.rglob("*.rs")}
     graph: dict[Module, set[Module]] = {m: set() for m in files}
@@ -260,3 +267,54 @@ def test_known_rings_still_exist() -> None:
     current = [set(comp) for comp in cycles(build_graph())]
     gone = [ring for ring in KNOWN if ring not in current]
     assert not gone, f"rings no longer there, remove them from KNOWN: {gone}"
+
+
+def py_module_of(path: Path) -> Module:
+    """`python/quantrs/torch/_ops.py` -> `("quantrs", "torch", "_ops")`; a package's
+    `__init__.py` is the package."""
+    parts = ("quantrs", *path.relative_to(PKG).with_suffix("").parts)
+    return parts[:-1] if parts[-1] == "__init__" else parts
+
+
+def py_references(path: Path) -> set[Module]:
+    """Every dotted name the file's `import` statements (at any depth) bring in,
+    relative imports resolved against the file's package."""
+    here = py_module_of(path)
+    package = here if path.name == "__init__.py" else here[:-1]
+    found: set[Module] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(tuple(a.name.split(".")) for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else ()
+            mod = base + tuple(node.module.split(".") if node.module else ())
+            found.update((*mod, a.name) for a in node.names)
+    return found
+
+
+def build_py_graph() -> dict[Module, set[Module]]:
+    files = {py_module_of(p): p for p in PKG.rglob("*.py")}
+    graph: dict[Module, set[Module]] = {m: set() for m in files}
+    for mod, path in files.items():
+        for ref in py_references(path):
+            target = next((ref[:k] for k in range(len(ref), 0, -1) if ref[:k] in files), None)
+            if target is None or target == mod or mod[: len(target)] == target:
+                continue  # outside the package, itself, or its own package (the facade)
+            graph[mod].add(target)
+    return graph
+
+
+def test_the_python_parser_sees_known_edges() -> None:
+    graph = build_py_graph()
+    # `from ._errors import ...` (relative), `from . import cuda` (a sibling module).
+    assert ("quantrs", "formats", "_errors") in graph[("quantrs", "formats", "gguf")]
+    assert ("quantrs", "cuda") in graph[("quantrs", "fp8")]
+    # `from ..formats.gguf import ...` two levels up, then down.
+    assert ("quantrs", "formats", "gguf") in graph[("quantrs", "torch", "_gguf")]
+
+
+def test_no_python_import_cycles() -> None:
+    graph = build_py_graph()
+    found = cycles(graph)
+    report = "\n\n".join(describe(graph, comp) for comp in found)
+    assert not found, f"modules that import each other (directly or in a ring):\n{report}"

@@ -175,14 +175,24 @@ def _run_trainer(method: str, make, data, epochs: int, seed: int) -> tuple[Row, 
 # --- serving ----------------------------------------------------------------------------
 
 
-def _serve_int4(p, data) -> Row:
-    row = Row("serve INT4 (QuantizedWeight g32)")
+def _serve(name: str, build, p, data) -> Row:
+    """Score the layers ``build(p, data)`` makes: ``(predict, model_bytes)``; the time
+    includes the quantization."""
+    row = Row(name)
+    t0 = time.perf_counter()
     try:
-        from .. import QuantizedWeight
+        predict, row.model_bytes = build(p, data)
     except ImportError:
         row.note = NOT_BUILT
         return row
-    t0 = time.perf_counter()
+    _score(row, predict, data)
+    row.seconds = time.perf_counter() - t0
+    return row
+
+
+def _int4_layers(p, data):
+    from .. import QuantizedWeight
+
     q1 = QuantizedWeight.quantize(p["W1"], group_size=32)
     q2 = QuantizedWeight.quantize(p["W2"], group_size=32)
 
@@ -190,20 +200,12 @@ def _serve_int4(p, data) -> Row:
         h = np.maximum(q1.matmul(x) + p["b1"], 0)
         return q2.matmul(h) + p["b2"]
 
-    _score(row, predict, data)
-    row.seconds = time.perf_counter() - t0
-    row.model_bytes = q1.nbytes + q2.nbytes + p["b1"].nbytes + p["b2"].nbytes
-    return row
+    return predict, q1.nbytes + q2.nbytes + p["b1"].nbytes + p["b2"].nbytes
 
 
-def _serve_fp8(p, data) -> Row:
-    row = Row("serve FP8 (PerTensorFP8Linear W8A8)")
-    try:
-        from .. import PerTensorFP8Linear
-    except ImportError:
-        row.note = NOT_BUILT
-        return row
-    t0 = time.perf_counter()
+def _fp8_layers(p, data):
+    from .. import PerTensorFP8Linear
+
     x_train = data[0]
     s1 = F32(np.abs(x_train).max() / F32(448))
     l1 = PerTensorFP8Linear.from_float(p["W1"].T, bias=p["b1"], activation_scale=s1)
@@ -214,10 +216,7 @@ def _serve_fp8(p, data) -> Row:
     def predict(x):
         return l2.forward(np.maximum(l1.forward(x), 0))
 
-    _score(row, predict, data)
-    row.seconds = time.perf_counter() - t0
-    row.model_bytes = p["W1"].size + p["W2"].size + 4 * 4 + p["b1"].nbytes + p["b2"].nbytes
-    return row
+    return predict, p["W1"].size + p["W2"].size + 4 * 4 + p["b1"].nbytes + p["b2"].nbytes
 
 
 def run_demo(seed: int = 0, epochs: int = EPOCHS) -> tuple[dict, list[Row]]:
@@ -239,6 +238,6 @@ def run_demo(seed: int = 0, epochs: int = EPOCHS) -> tuple[dict, list[Row]]:
     for target in QAT_TARGETS:
         make = lambda p, t=target: QatTrainer(p, t, seed)  # noqa: E731
         rows.append(_run_trainer(f"QAT {target}", make, data, epochs, seed)[0])
-    rows.append(_serve_int4(float_params, data))
-    rows.append(_serve_fp8(float_params, data))
+    rows.append(_serve("serve INT4 (QuantizedWeight g32)", _int4_layers, float_params, data))
+    rows.append(_serve("serve FP8 (PerTensorFP8Linear W8A8)", _fp8_layers, float_params, data))
     return settings, rows

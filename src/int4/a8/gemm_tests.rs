@@ -7,9 +7,10 @@ use super::super::*;
 use super::gemm;
 use super::micro::{self, Micro};
 use super::scalar::cols_scalar;
+use super::tests::levels;
 use super::xq8::Xq8;
-use crate::simd::{available_levels, Avx2, Avx512Vnni, SimdLevel};
-use crate::testutil::rand_vec;
+use crate::simd::{Avx2, Avx512Vnni, SimdLevel};
+use crate::testutil::{on_one_thread, rand_vec};
 
 /// Bits of `y`, for equality that tells -0 from 0 and shows NaN.
 fn bits(y: &[f32]) -> Vec<u32> {
@@ -26,13 +27,6 @@ fn micros() -> Vec<Micro> {
         m.push(Micro::Vnni(t));
     }
     m
-}
-
-fn levels() -> Vec<SimdLevel> {
-    available_levels()
-        .into_iter()
-        .filter(|l| *l != SimdLevel::Neon)
-        .collect()
 }
 
 /// (in_feat, out_feat, group_size): tails short of a panel (n % 32),
@@ -136,13 +130,8 @@ fn large_batches_do_not_depend_on_the_thread_count() {
         let x = rand_vec(batch * k, 10 + batch as u64);
         let mut y = vec![f32::NAN; batch * n];
         qw.matmul_act(&x, batch, &mut y, Activations::Int8).unwrap();
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(1)
-            .build()
-            .unwrap();
         let mut y1 = vec![f32::NAN; batch * n];
-        pool.install(|| qw.matmul_act(&x, batch, &mut y1, Activations::Int8))
-            .unwrap();
+        on_one_thread(|| qw.matmul_act(&x, batch, &mut y1, Activations::Int8)).unwrap();
         assert_eq!(bits(&y), bits(&y1), "b {batch}: one thread vs the pool");
         let mut ys = vec![f32::NAN; batch * n];
         qw.matmul_a8_with(&x, batch, &mut ys, SimdLevel::Scalar)

@@ -7,7 +7,7 @@ use super::super::*;
 use super::avx2::eligible;
 use super::xq8::Xq8;
 use crate::simd::{available_levels, SimdLevel};
-use crate::testutil::rand_vec;
+use crate::testutil::{on_one_thread, rand_vec};
 
 /// The documented formula, one column at a time, straight from `code()`:
 /// `y = y + (acc as f32) * (scale_w * d)` per group in order.
@@ -67,7 +67,8 @@ fn assert_within_a8_bound(qw: &QuantizedWeight, x: &[f32], batch: usize, y: &[f3
     }
 }
 
-fn levels() -> Vec<SimdLevel> {
+/// The x86 levels this machine has (the A8 kernels are x86 only).
+pub(super) fn levels() -> Vec<SimdLevel> {
     available_levels()
         .into_iter()
         .filter(|l| *l != SimdLevel::Neon)
@@ -182,13 +183,8 @@ fn large_calls_do_not_depend_on_the_thread_count() {
         };
         assert_eq!(y, formula_blocks(&qw, &x, batch, per_block), "b {batch}");
         assert_within_a8_bound(&qw, &x, batch, &y, &format!("b {batch}"));
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(1)
-            .build()
-            .unwrap();
         let mut y1 = vec![f32::NAN; batch * n];
-        pool.install(|| qw.matmul_act(&x, batch, &mut y1, Activations::Int8))
-            .unwrap();
+        on_one_thread(|| qw.matmul_act(&x, batch, &mut y1, Activations::Int8)).unwrap();
         assert_eq!(y, y1, "b {batch}: one thread vs the pool");
     }
 }
