@@ -319,3 +319,158 @@ fn memory_is_about_one_byte_per_parameter() {
     assert!(per <= 1.05, "{per}");
     assert!((o.memory_savings() as f64 - (1.0 - per / 8.0)).abs() < 1e-6);
 }
+
+/// `optim::step_all` over a list of (optimizer, parameter) pairs gives the
+/// bits of one `update_param` + `step` per pair, for both decay rules and
+/// sizes around the 256-block group boundary; a bad pair changes nothing.
+#[test]
+fn step_all_equals_one_update_per_parameter() {
+    use quantrs::optim::{step_all, StepItem};
+    let sizes = [768usize, 2, 16384 + 64, 130];
+    let shapes: Vec<[usize; 1]> = sizes.iter().map(|&n| [n]).collect();
+    let ws0: Vec<Vec<f32>> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| rng_vec(i as u64 + 1, n, 1.0))
+        .collect();
+    let gs: Vec<Vec<f32>> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| rng_vec(i as u64 + 50, n, 0.01))
+        .collect();
+
+    let mut one_w: Vec<AdamW4bit> = sizes
+        .iter()
+        .map(|_| AdamW4bit::new(1e-3, 0.9, 0.999, 1e-8, 0.01))
+        .collect();
+    let mut one_a: Vec<Adam4bit> = sizes
+        .iter()
+        .map(|_| Adam4bit::new(1e-3, 0.9, 0.999, 1e-8, 0.01))
+        .collect();
+    let (mut ref_w, mut ref_a) = (ws0.clone(), ws0.clone());
+    for _ in 0..3 {
+        for i in 0..sizes.len() {
+            one_w[i]
+                .update_param(
+                    ParamMut {
+                        name: Some("w"),
+                        shape: &shapes[i],
+                        data: &mut ref_w[i],
+                    },
+                    &gs[i],
+                )
+                .unwrap();
+            one_w[i].step();
+            one_a[i]
+                .update_param(
+                    ParamMut {
+                        name: Some("w"),
+                        shape: &shapes[i],
+                        data: &mut ref_a[i],
+                    },
+                    &gs[i],
+                )
+                .unwrap();
+            one_a[i].step();
+        }
+    }
+
+    let mut many_w: Vec<AdamW4bit> = sizes
+        .iter()
+        .map(|_| AdamW4bit::new(1e-3, 0.9, 0.999, 1e-8, 0.01))
+        .collect();
+    let mut many_a: Vec<Adam4bit> = sizes
+        .iter()
+        .map(|_| Adam4bit::new(1e-3, 0.9, 0.999, 1e-8, 0.01))
+        .collect();
+    let (mut got_w, mut got_a) = (ws0.clone(), ws0.clone());
+    for _ in 0..3 {
+        let mut items: Vec<StepItem<'_>> = many_w
+            .iter_mut()
+            .zip(got_w.iter_mut())
+            .zip(&gs)
+            .zip(&shapes)
+            .map(|(((o, w), g), s)| {
+                StepItem::adamw(
+                    o,
+                    ParamMut {
+                        name: Some("w"),
+                        shape: s,
+                        data: w,
+                    },
+                    g,
+                )
+            })
+            .collect();
+        step_all(&mut items).unwrap();
+        let mut items: Vec<StepItem<'_>> = many_a
+            .iter_mut()
+            .zip(got_a.iter_mut())
+            .zip(&gs)
+            .zip(&shapes)
+            .map(|(((o, w), g), s)| {
+                StepItem::adam(
+                    o,
+                    ParamMut {
+                        name: Some("w"),
+                        shape: s,
+                        data: w,
+                    },
+                    g,
+                )
+            })
+            .collect();
+        step_all(&mut items).unwrap();
+    }
+    for i in 0..sizes.len() {
+        assert_eq!(
+            bits(&got_w[i]),
+            bits(&ref_w[i]),
+            "AdamW4bit, size {}",
+            sizes[i]
+        );
+        assert_eq!(
+            bits(&got_a[i]),
+            bits(&ref_a[i]),
+            "Adam4bit, size {}",
+            sizes[i]
+        );
+    }
+    assert_ne!(
+        bits(&got_w[0]),
+        bits(&got_a[0]),
+        "the two decay rules differ"
+    );
+
+    // A non-finite gradient in the last pair: an error naming index 3, nothing changes.
+    let before = got_w.clone();
+    let mut bad = gs.clone();
+    bad[3][5] = f32::NAN;
+    let mut items: Vec<StepItem<'_>> = many_w
+        .iter_mut()
+        .zip(got_w.iter_mut())
+        .zip(&bad)
+        .zip(&shapes)
+        .map(|(((o, w), g), s)| {
+            StepItem::adamw(
+                o,
+                ParamMut {
+                    name: Some("w"),
+                    shape: s,
+                    data: w,
+                },
+                g,
+            )
+        })
+        .collect();
+    let (i, _) = step_all(&mut items).unwrap_err();
+    assert_eq!(i, 3);
+    assert_eq!(
+        got_w.iter().map(|w| bits(w)).collect::<Vec<_>>(),
+        before.iter().map(|w| bits(w)).collect::<Vec<_>>()
+    );
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}

@@ -22,9 +22,10 @@
 //! (validation, keys, accumulation) -> `state` (parallel step) -> `dither`
 //! -> `dispatch` (kernels chosen once per optimizer from proof tokens) ->
 //! `avx2`, `avx512` -> `kernel` -> `crate::simd` and the leaves `format`,
-//! `codebook`; `multi` (one call over a list of engines, for the torch
-//! adapter) sits above `engine`; the scale codec is `crate::scales`; `checkpoint` reads and
-//! writes the engine's state; `traits` and `config` are leaves.
+//! `codebook`; `multi` (`step_all`: one call over a list of optimizers, one
+//! per parameter, as the torch adapter steps a group) sits above `engine`;
+//! the scale codec is `crate::scales`; `checkpoint` reads and writes the
+//! engine's state; `traits` and `config` are leaves.
 
 mod adam;
 mod array_api;
@@ -41,8 +42,7 @@ mod engine;
 mod format;
 #[cfg(target_arch = "x86_64")]
 mod kernel;
-#[cfg(any(feature = "python", test))]
-pub(crate) mod multi;
+mod multi;
 mod state;
 #[cfg(test)]
 mod tests;
@@ -53,12 +53,12 @@ pub use codebook::VarianceMap;
 pub use config::{
     Adam4bitConfig, Adam4bitOptimizerConfig, AdvancedQuantizationConfig, QuantizationMethod,
 };
-#[cfg(any(feature = "python", feature = "gpu"))]
 pub(crate) use engine::Adam4bitCore;
 #[cfg(feature = "gpu")]
 pub(crate) use engine::{
     accumulated, accumulated_mismatch, accumulation_divisor, check_accumulating, step_consts,
 };
+pub use multi::{step_all, StepItem};
 // The device step (src/gpu/adam.rs) runs the same element math with the
 // same code books and step constants.
 pub use state::{OptimizerState, ParamState, Scales, VScales};

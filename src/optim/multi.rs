@@ -13,12 +13,14 @@
 
 use rayon::prelude::*;
 
-use super::engine::Adam4bitCore;
+use super::adam::{Adam4bit, AdamW4bit};
 use super::traits::{ParamMut, ParamRef};
+use super::Adam4bitCore;
 use crate::error::QuantError;
 
-/// One parameter of a multi-tensor step.
-pub(crate) struct StepItem<'a> {
+/// One parameter of a multi-tensor step: its optimizer (one per parameter,
+/// as `torch.optim`'s per-parameter state), the parameter and its gradient.
+pub struct StepItem<'a> {
     /// The parameter's engine (distinct per item: `&mut`).
     pub(crate) core: &'a mut Adam4bitCore,
     /// The parameter, updated in place.
@@ -27,10 +29,30 @@ pub(crate) struct StepItem<'a> {
     pub(crate) grad: &'a [f32],
 }
 
+impl<'a> StepItem<'a> {
+    /// `opt` updates `param` with `grad` (decoupled weight decay).
+    pub fn adamw(opt: &'a mut AdamW4bit, param: ParamMut<'a>, grad: &'a [f32]) -> Self {
+        StepItem {
+            core: &mut opt.core,
+            param,
+            grad,
+        }
+    }
+
+    /// `opt` updates `param` with `grad` (L2 weight decay in the gradient).
+    pub fn adam(opt: &'a mut Adam4bit, param: ParamMut<'a>, grad: &'a [f32]) -> Self {
+        StepItem {
+            core: &mut opt.core,
+            param,
+            grad,
+        }
+    }
+}
+
 /// Update every item and advance its engine's step counter (as `update`
 /// then `step` per item). On error, the index of the first bad item and
 /// its error; nothing has changed.
-pub(crate) fn step_all(items: &mut [StepItem<'_>]) -> Result<(), (usize, QuantError)> {
+pub fn step_all(items: &mut [StepItem<'_>]) -> Result<(), (usize, QuantError)> {
     let checks: Vec<Result<(), QuantError>> = items
         .par_iter()
         .map(|it| {

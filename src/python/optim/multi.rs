@@ -9,7 +9,7 @@ use super::backend::Backend;
 use super::config::PyOptCfg;
 use super::optimizer::{PyAdam4bit, PyAdamW4bit};
 use super::state::Pair;
-use crate::optim::multi::{step_all, StepItem};
+use crate::optim::{step_all, StepItem};
 use crate::optim::{Adam4bitOptimizerConfig, ParamMut};
 use crate::python::arrays::overlaps;
 use crate::python::errors::{invalid, wrong_type};
