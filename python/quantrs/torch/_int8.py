@@ -16,7 +16,7 @@ from torch import nn
 
 from .. import _core
 from . import _ops
-from ._modules import _needs_graph, _route, _weight_of
+from ._layer_io import _needs_graph, _route, _weight_of
 
 
 class Int8Linear(nn.Module):

@@ -1,0 +1,71 @@
+"""What every quantized torch layer does with its input and the ``nn.Linear`` it replaces:
+the dtype and shape checks, the route to the custom operator, and when autograd needs a
+graph node (shared by ``_modules`` and ``_int8``)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .. import _core
+from . import _cuda
+
+_F32 = torch.float32
+
+# The activation dtypes the CPU path takes as they are (the output has the same dtype).
+_FLOATS = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+
+
+def _check_input(owner: str, x: torch.Tensor, in_features: int) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{owner}: expected a torch.Tensor input, got {type(x).__name__}")
+    if x.device.type == "cuda":
+        _cuda.require(f"{owner}: the input", x.device)
+    elif x.device.type != "cpu":
+        raise _core.InvalidArgument(f"{owner}: expected a CPU or CUDA input, got device {x.device}")
+    if not x.is_floating_point():
+        raise TypeError(f"{owner}: expected a floating-point input, got {x.dtype}")
+    if x.dim() == 0 or x.shape[-1] != in_features:
+        raise _core.InvalidArgument(
+            f"{owner}: expected an input whose last dimension is in_features={in_features}, "
+            f"got shape {tuple(x.shape)}"
+        )
+    return x.detach().reshape(-1, in_features).to(_F32).contiguous()
+
+
+def _route(owner: str, x: torch.Tensor, in_features: int) -> torch.Tensor | None:
+    """None for a CPU input the custom op takes as it is (a float dtype of ``_FLOATS``,
+    ``in_features`` wide); otherwise the checked float32 rows (a CUDA input's device path)
+    or the exception naming what is wrong."""
+    if isinstance(x, torch.Tensor) and x.device.type == "cpu" and x.dtype in _FLOATS:
+        if x.dim() == 0 or x.shape[-1] != in_features:
+            _check_input(owner, x, in_features)
+        return None
+    return _check_input(owner, x, in_features)
+
+
+def _needs_graph(x: torch.Tensor, bias: torch.Tensor | None) -> bool:
+    """Whether the call goes through the custom op's dispatcher: when compiling or
+    exporting (the op is what the graph holds), or when autograd has something to record;
+    plain eager inference calls the kernel directly (one Python frame less)."""
+    if torch.compiler.is_compiling():
+        return True
+    return torch.is_grad_enabled() and (
+        x.requires_grad or (bias is not None and bias.requires_grad)
+    )
+
+
+def _weight_of(owner: str, linear: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
+    if not isinstance(linear, nn.Linear):
+        raise TypeError(f"{owner}.from_linear: expected an nn.Linear, got {type(linear).__name__}")
+    w = linear.weight
+    if w.device.type == "cuda":
+        _cuda.require(f"{owner}.from_linear: the weight", w.device)
+    elif w.device.type != "cpu":
+        raise TypeError(f"{owner}.from_linear: expected a CPU or CUDA weight, got {w.device}")
+    if not w.is_floating_point():
+        raise TypeError(f"{owner}.from_linear: expected a floating-point weight, got {w.dtype}")
+    b = linear.bias
+    # Quantized on the CPU; from_linear moves the module to the weight's device after.
+    w = w.detach().cpu().to(_F32)
+    return w, (None if b is None else b.detach().cpu().to(_F32).contiguous())
