@@ -4,14 +4,15 @@
 //! max (`WeightFormat::quantize`, what `apply_isq` and `QuantLinear` use);
 //! the search quantizer is `AsymWeight::quantize` with `AsymMethod::Search`.
 //!
-//! The forward decodes runs of 32 into f32 lanes and runs the shared row
-//! engine (`crate::linear::kernels`: the SIMD dot of the level in force,
-//! rayon over output rows, tiles decoded once per batch block).
+//! The forward runs the shared row engine (`crate::linear::kernels`: rayon
+//! over output rows, tiles decoded once per batch block for batches of 4
+//! and more); its per-row dot for small batches is the fused kernel of
+//! `crate::int4_asym` (`d * sum(q x) + m * sum(x)` per group, SIMD per level).
 
 use super::row_forward::forward_rows;
 use super::weight_format::{Block, FormatInfo, RowOrder, ScaleStorage, WeightFormat};
 use crate::error::{QuantError, Result};
-use crate::int4_asym::{groups_of, AsymMethod, AsymWeight, RUN};
+use crate::int4_asym::{groups_of, AsymMethod, AsymWeight};
 use crate::linear::dispatch::Dots;
 use crate::linear::grad_input::grad_input_rows;
 use crate::linear::kernels::RowSource;
@@ -21,9 +22,6 @@ use crate::linear::serde::{DType, Reader, Writer};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Int4Asym;
 
-/// Inputs decoded per dot call: 8 runs, 1 KiB of f32 on the stack.
-const CHUNK: usize = 8 * RUN;
-
 impl RowSource for AsymWeight {
     fn decode(&self, r: usize, k0: usize, out: &mut [f32]) {
         // The engine's tiles start and end on multiples of 32 except at
@@ -32,15 +30,7 @@ impl RowSource for AsymWeight {
     }
 
     fn dot(&self, dots: Dots, r: usize, x: &[f32]) -> f32 {
-        let mut buf = [0f32; CHUNK];
-        x.chunks(CHUNK)
-            .enumerate()
-            .map(|(i, xc)| {
-                let w = &mut buf[..xc.len()];
-                AsymWeight::decode(self, r, i * CHUNK, w);
-                dots.f32(w, xc)
-            })
-            .sum()
+        self.dot_row(dots, r, x)
     }
 }
 

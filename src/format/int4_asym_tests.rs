@@ -59,6 +59,21 @@ fn min_max_quantization_is_the_formula() {
     }
 }
 
+/// `sum_i (|d_g q_i| + |m_g|) |x_i|` over row `o`: the magnitude the fused
+/// dot's rounding bound scales with (`crate::int4_asym::dot`).
+fn magnitude(q: &AsymWeight, o: usize, x: &[f32]) -> f64 {
+    let codes = q.unpacked_row(o);
+    let sc = &q.scales()[o * 2 * q.groups()..];
+    let h = crate::linear::fp8_dialect::f16_to_f32;
+    (0..IN)
+        .map(|i| {
+            let g = i / GS;
+            let (d, m) = (h(sc[2 * g]) as f64, h(sc[2 * g + 1]) as f64);
+            ((d * codes[i] as f64).abs() + m.abs()) * (x[i] as f64).abs()
+        })
+        .sum()
+}
+
 #[test]
 fn forward_matches_float64_and_scalar_at_every_level() {
     let w = weight();
@@ -71,13 +86,13 @@ fn forward_matches_float64_and_scalar_at_every_level() {
         Int4Asym::matmul(&q, &x, rows, Some(&bias), &mut y).unwrap();
         for b in 0..rows {
             for o in 0..OUT {
-                let (mut exact, mut mag) = (bias[o] as f64, bias[o].abs() as f64);
-                for i in 0..IN {
-                    let p = deq[o * IN + i] as f64 * x[b * IN + i] as f64;
-                    exact += p;
-                    mag += p.abs();
-                }
-                let bound = (IN + 1) as f64 * f32::EPSILON as f64 * mag;
+                let xb = &x[b * IN..(b + 1) * IN];
+                let exact: f64 = bias[o] as f64
+                    + (0..IN)
+                        .map(|i| deq[o * IN + i] as f64 * xb[i] as f64)
+                        .sum::<f64>();
+                let mag = magnitude(&q, o, xb) + bias[o].abs() as f64;
+                let bound = (IN + 3) as f64 * f32::EPSILON as f64 * mag;
                 let got = y[b * OUT + o] as f64;
                 assert!((got - exact).abs() <= bound, "rows {rows} [{b}, {o}]");
             }
@@ -88,8 +103,7 @@ fn forward_matches_float64_and_scalar_at_every_level() {
         let dots = Dots::at(level).unwrap();
         for o in 0..OUT {
             let (got, want) = (q.dot(dots, o, &x), q.dot(Dots::Scalar, o, &x));
-            let mag: f64 = (0..IN).map(|i| (deq[o * IN + i] * x[i]).abs() as f64).sum();
-            let bound = 2.0 * IN as f64 * f32::EPSILON as f64 * mag;
+            let bound = 2.0 * (IN + 2) as f64 * f32::EPSILON as f64 * magnitude(&q, o, &x);
             assert!(((got - want) as f64).abs() <= bound, "{level:?} row {o}");
         }
     }

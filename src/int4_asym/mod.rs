@@ -17,11 +17,17 @@
 //! The quantizers (`search`) choose `(d, m)` per group; the codes are then
 //! the nearest grid points, which is optimal for the chosen `(d, m)`.
 
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+mod dot;
 mod search;
 
 use rayon::prelude::*;
 
 use crate::error::{QuantError, Result};
+use crate::linear::dispatch::Dots;
 use crate::linear::fp8_dialect::f16_to_f32;
 pub use search::{group_error, quantize_group, AsymMethod};
 
@@ -220,6 +226,19 @@ impl AsymWeight {
             }
             k += n;
         }
+    }
+
+    /// Row `r` dotted with `x` (`in` floats) by the fused kernel of the
+    /// level `dots` proves (`dot.rs`).
+    pub(crate) fn dot_row(&self, dots: Dots, r: usize, x: &[f32]) -> f32 {
+        let (half, groups) = (self.in_feat / 2, self.groups());
+        dot::dot_row(
+            dots,
+            &self.codes[r * half..(r + 1) * half],
+            &self.scales[r * 2 * groups..(r + 1) * 2 * groups],
+            self.group_size,
+            x,
+        )
     }
 
     /// The dequantized weight `[out, in]`.

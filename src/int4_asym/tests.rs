@@ -112,3 +112,42 @@ fn bad_inputs_are_errors() {
     let e = AsymWeight::new(vec![0; 32], vec![0x7C00, 0], 1, 64, 64).unwrap_err();
     assert!(e.to_string().contains("row 0 group 0 d"), "{e}");
 }
+
+#[test]
+fn the_fused_dot_matches_float64_at_every_level() {
+    use crate::linear::dispatch::Dots;
+    // Every code in every nibble position, groups of 64 and a short last
+    // group of 32 (160 inputs), minima of both signs.
+    let (out_feat, in_feat, gs) = (4, 160, 64);
+    let w = random(out_feat * in_feat, 9);
+    let a = AsymWeight::quantize(&w, out_feat, in_feat, gs, AsymMethod::Search, None).unwrap();
+    let x = random(in_feat, 10);
+    let h = crate::linear::fp8_dialect::f16_to_f32;
+    for level in crate::simd::available_levels() {
+        let dots = Dots::at(level).unwrap();
+        for r in 0..out_feat {
+            let q = a.unpacked_row(r);
+            let sc = &a.scales()[r * 2 * a.groups()..(r + 1) * 2 * a.groups()];
+            let (mut exact, mut mag) = (0f64, 0f64);
+            for i in 0..in_feat {
+                let (d, m) = (h(sc[2 * (i / gs)]) as f64, h(sc[2 * (i / gs) + 1]) as f64);
+                exact += (d * q[i] as f64 + m) * x[i] as f64;
+                mag += ((d * q[i] as f64).abs() + m.abs()) * (x[i] as f64).abs();
+            }
+            let got = a.dot_row(dots, r, &x) as f64;
+            let bound = (in_feat + 2) as f64 * f32::EPSILON as f64 * mag;
+            assert!(
+                (got - exact).abs() <= bound,
+                "{level:?} row {r}: {got} vs {exact}"
+            );
+            let scalar = a.dot_row(Dots::Scalar, r, &x) as f64;
+            assert!(
+                (got - scalar).abs() <= 2.0 * bound,
+                "{level:?} row {r} vs scalar"
+            );
+        }
+    }
+    let all: std::collections::HashSet<u8> =
+        (0..out_feat).flat_map(|r| a.unpacked_row(r)).collect();
+    assert_eq!(all.len(), 16, "every code is exercised");
+}
