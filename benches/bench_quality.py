@@ -155,6 +155,9 @@ def main() -> None:
     ap.add_argument("--windows", type=int, default=44, help="evaluation windows of 512 tokens")
     ap.add_argument("--rows", default="", help="comma-separated row names (default: all)")
     ap.add_argument("--llama", action="store_true", help="add llama.cpp's Q4_1 perplexity")
+    ap.add_argument(
+        "--base", type=float, default=None, help="the float perplexity, if known (not re-measured)"
+    )
     args = ap.parse_args()
     torch.manual_seed(0)
     t0 = time.time()
@@ -177,7 +180,7 @@ def main() -> None:
 
     print("| weights of the 210 block linears | bits / weight | perplexity | vs float |")
     print("|---|---|---|---|")
-    base = perplexity(model, evals)
+    base = perplexity(model, evals) if args.base is None else args.base
     report("float32", 32.0, base, None)
     imat = None
 
