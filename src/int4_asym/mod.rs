@@ -214,7 +214,7 @@ impl AsymWeight {
         while k < end {
             let run = k / RUN;
             let g = run * RUN / self.group_size;
-            let (d, m) = (f16_to_f32(sc[2 * g]), f16_to_f32(sc[2 * g + 1]));
+            let (d, m) = (dot::half(sc[2 * g]), dot::half(sc[2 * g + 1]));
             let from = k - run * RUN;
             let n = (RUN - from).min(end - k);
             let bytes = &row[run * RUN / 2..(run + 1) * RUN / 2];
