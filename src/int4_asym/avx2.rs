@@ -6,7 +6,7 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use super::dot::half;
+use super::half;
 use crate::simd::{Avx2, F32Lanes};
 
 /// # Safety

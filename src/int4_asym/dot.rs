@@ -12,17 +12,10 @@
 //! |m|) |x_i|` of the exact value (the sums reassociate; each group adds two
 //! products and one sum).
 
-use super::RUN;
 #[cfg(target_arch = "x86_64")]
 use super::{avx2, avx512};
+use super::{half, RUN};
 use crate::linear::dispatch::Dots;
-
-/// The half `h` as f32 (exact): normal halves by moving their fields, the
-/// rest through the general conversion.
-#[inline]
-pub(super) fn half(h: u16) -> f32 {
-    crate::ggml::f16_at(&h.to_le_bytes(), 0)
-}
 
 /// The dot of one row (`codes` `in / 2` bytes, `scales` `(d, m)` halves per
 /// group) with `x` (`in` floats, a multiple of 32) at the level `dots`

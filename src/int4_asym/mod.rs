@@ -205,8 +205,8 @@ impl AsymWeight {
     /// Decode inputs `k0 .. k0 + out.len()` of row `r`: the scalar
     /// reference of the format.
     pub fn decode(&self, r: usize, k0: usize, out: &mut [f32]) {
-        let half = self.in_feat / 2;
-        let row = &self.codes[r * half..(r + 1) * half];
+        let row_bytes = self.in_feat / 2;
+        let row = &self.codes[r * row_bytes..(r + 1) * row_bytes];
         let groups = self.groups();
         let sc = &self.scales[r * 2 * groups..(r + 1) * 2 * groups];
         let mut buf = [0f32; RUN];
@@ -214,7 +214,7 @@ impl AsymWeight {
         while k < end {
             let run = k / RUN;
             let g = run * RUN / self.group_size;
-            let (d, m) = (dot::half(sc[2 * g]), dot::half(sc[2 * g + 1]));
+            let (d, m) = (half(sc[2 * g]), half(sc[2 * g + 1]));
             let from = k - run * RUN;
             let n = (RUN - from).min(end - k);
             let bytes = &row[run * RUN / 2..(run + 1) * RUN / 2];
@@ -249,6 +249,13 @@ impl AsymWeight {
             .for_each(|(r, o)| self.decode(r, 0, o));
         out
     }
+}
+
+/// The half `h` as f32 (exact): normal halves by moving their fields, the
+/// rest through the general conversion (`crate::ggml::f16_at`).
+#[inline]
+pub(crate) fn half(h: u16) -> f32 {
+    crate::ggml::f16_at(&h.to_le_bytes(), 0)
 }
 
 /// `w = d * q + m` for one run of 32 (16 bytes), in Q4_1's order.
