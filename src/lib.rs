@@ -55,6 +55,7 @@ pub mod fp8;
 pub mod ggml;
 pub mod gpu;
 pub mod int4;
+pub mod int4_asym;
 pub mod linear;
 pub mod optim;
 pub(crate) mod par;

@@ -16,6 +16,7 @@ from ._core import (
     DimensionMismatch,
     GgufWeight,
     GpuError,
+    Int4AsymWeight,
     Int4Linear,
     Int8Linear,
     InvalidArgument,
@@ -50,6 +51,7 @@ __all__ = [
     "UnsupportedOperation",
     # INT4 weights and the QuantMethod layers
     "GgufWeight",
+    "Int4AsymWeight",
     "Int4Linear",
     "Int8Linear",
     "PerTensorFP8Linear",

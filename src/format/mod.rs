@@ -12,6 +12,7 @@ mod float32;
 mod fp8_e4m3;
 mod gguf_blocks;
 mod int4;
+mod int4_asym;
 mod int8;
 mod row_forward;
 #[cfg(test)]
@@ -24,6 +25,7 @@ pub(crate) use fp8_e4m3::{check_codes, check_scale, dequantize_e4m3, quantize_e4
 pub use fp8_e4m3::{Fp8E4M3, Fp8Weight};
 pub use gguf_blocks::{GgufBlocks, GgufWeight};
 pub use int4::{quantize_weighted as quantize_int4_weighted, weighted_group_scale, Int4};
+pub use int4_asym::Int4Asym;
 pub use int8::{Int8, Int8Weight};
 pub use weight_format::{Block, FormatInfo, GpuKernels, RowOrder, ScaleStorage, WeightFormat};
 
@@ -107,6 +109,8 @@ registry! {
     Int4 => Int4,
     /// FP8 E4M3 codes, one scale per tensor ([`Fp8E4M3`]).
     Fp8E4M3 => Fp8E4M3,
+    /// Asymmetric INT4, half step and minimum per group ([`Int4Asym`]).
+    Int4Asym => Int4Asym,
     /// GGUF Q8_0 blocks ([`crate::ggml::Q8_0`]).
     Q8_0 => GgufQ8_0,
     /// GGUF Q4_0 blocks ([`crate::ggml::Q4_0`]).

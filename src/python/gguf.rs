@@ -1,13 +1,12 @@
 //! `GgufWeight`: one GGUF block-quantized weight of any `crate::ggml`
 //! type, its packed blocks kept as the file stores them.
 
-use numpy::{PyArray2, PyArrayDyn, PyUntypedArrayMethods};
+use numpy::{PyArray2, PyArrayDyn};
 use pyo3::prelude::*;
 
-use super::arrays::input;
 use super::errors::invalid;
 use super::fp8::u8_input;
-use crate::error::QuantError;
+use super::int4_asym::last_axis_matmul;
 use crate::format::{GgufBlocks, GgufWeight as Packed, WeightFormat};
 use crate::ggml::{GgmlType, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8_0};
 
@@ -121,22 +120,8 @@ impl PyGgufWeight {
 
     /// `x @ W.T` for float32 `x [..., in]` -> `[..., out]`.
     fn matmul<'py>(&self, x: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
-        let py = x.py();
-        let xa = input::<f32>(x, "x")?;
         let [o, i] = self.inner.shape();
-        let shape = xa.shape().to_vec();
-        if shape.last() != Some(&i) {
-            return Err(QuantError::dims("x", format!("[..., {i}]"), format!("{shape:?}")).into());
-        }
-        let rows = shape[..shape.len() - 1].iter().product::<usize>();
-        let src = xa.as_slice().map_err(|e| invalid("x", e))?;
-        let mut y = vec![0f32; rows * o];
-        py.detach(|| self.inner.matmul(src, rows, &mut y))?;
-        let mut out_shape = shape;
-        *out_shape.last_mut().unwrap_or(&mut 0) = o;
-        let arr =
-            numpy::ndarray::ArrayD::from_shape_vec(out_shape, y).map_err(|e| invalid("x", e))?;
-        Ok(PyArrayDyn::from_owned_array(py, arr))
+        last_axis_matmul(x, o, i, |xs, rows, y| self.inner.matmul(xs, rows, y))
     }
 
     fn __repr__(&self) -> String {

@@ -27,6 +27,7 @@ mod fp8;
 mod gguf;
 mod gpu;
 mod int4;
+mod int4_asym;
 mod linear;
 mod optim;
 mod qat;
@@ -103,6 +104,7 @@ mod core_module {
         super::int4::register(m)?;
         super::fp8::register(m)?;
         super::gguf::register(m)?;
+        super::int4_asym::register(m)?;
         super::linear::register(m)?;
         super::optim::register(m)?;
         super::qat::register(m)?;

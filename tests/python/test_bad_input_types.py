@@ -163,6 +163,13 @@ def valid_calls(tmp: Path):
                 dict(type="q8_0", shape=(1, 32), buffer=np.zeros(34, np.uint8)),
             )
         ],
+        "Int4AsymWeight.quantize": [
+            (
+                "quantize",
+                quantrs.Int4AsymWeight.quantize,
+                dict(w=W.reshape(4, 64), group_size=32, method="rtn"),
+            )
+        ],
         "QuantLinear.__new__": [
             ("QuantLinear", quantrs.QuantLinear, dict(weight=W, format="int8", group_size=32))
         ],

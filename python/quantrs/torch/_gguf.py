@@ -12,19 +12,20 @@ import numpy as np
 import torch
 from torch import nn
 
-from .. import GgufWeight
+from .. import GgufWeight, Int4AsymWeight
 from ..formats.gguf import PACKED_TYPES, GgufFile, packed_weight
 
 
 class GgufLinear(nn.Module):
-    """``y = x @ W.T + bias`` with ``W`` a packed :class:`quantrs.GgufWeight`; the
+    """``y = x @ W.T + bias`` with ``W`` a packed :class:`quantrs.GgufWeight` (or a
+    :class:`quantrs.Int4AsymWeight`, what ``quantize_(model, "int4_asym")`` makes); the
     kernel runs on float32 CPU activations, ``x``'s dtype is restored. Inference only
     (no gradient). ``out_index`` reorders the output features (``y[..., out_index]``):
     llama.cpp stores Llama's q / k projections with their rows permuted."""
 
     def __init__(
         self,
-        weight: GgufWeight,
+        weight: GgufWeight | Int4AsymWeight,
         bias: torch.Tensor | None = None,
         out_index: np.ndarray | None = None,
     ):

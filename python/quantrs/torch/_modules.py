@@ -21,6 +21,7 @@ from torch import nn
 
 from .. import _core
 from . import _cuda, _ops
+from ._gguf import GgufLinear
 from ._importance import collect_importance
 from ._int8 import Int8Linear
 from ._layer_io import _needs_graph, _route, _weight_of
@@ -182,20 +183,22 @@ def quantize_(
     filter_fn: Callable[[nn.Module, str], bool] | None = None,
     *,
     activation_scale: float | None = None,
-    quantizer: str = "rtn",
+    quantizer: str | None = None,
     calibration: Iterable[object] | None = None,
 ) -> nn.Module:
     """Replace ``nn.Linear`` modules of ``model`` in place by ``Int4Linear`` (``"int4"``,
-    ``group_size`` inputs per scale), ``Int8Linear`` (``"int8"``, one scale per output
-    channel; CPU) or ``FP8Linear`` (``"fp8"``, E4M3, W8A8 when an ``activation_scale`` is
-    given). ``filter_fn(module, fqn)`` picks the modules
+    ``group_size`` inputs per scale), ``GgufLinear`` over an ``Int4AsymWeight``
+    (``"int4_asym"``: asymmetric INT4, inference only), ``Int8Linear`` (``"int8"``, one
+    scale per output channel; CPU) or ``FP8Linear`` (``"fp8"``, E4M3, W8A8 when an
+    ``activation_scale`` is given). ``filter_fn(module, fqn)`` picks the modules
     (default: :func:`default_filter`). Returns ``model``; a module shared by several
-    parents is quantized once. ``quantizer`` picks the INT4 scales ("rtn", "full",
-    "search"; docs/int4.md "Quantizers"); ``calibration`` batches, run through ``model``
-    first, give "search" each input's importance (mean ``x^2``)."""
-    if method not in ("int4", "int8", "fp8"):
+    parents is quantized once. ``quantizer`` picks the INT4 scales ("rtn", the default
+    of "int4", "full", "search"; "int4_asym": "rtn" or "search", its default;
+    docs/int4.md "Quantizers"); ``calibration`` batches, run through ``model`` first,
+    give "search" each input's importance (mean ``x^2``)."""
+    if method not in ("int4", "int4_asym", "int8", "fp8"):
         raise _core.InvalidArgument(
-            f"quantize_: method: expected 'int4', 'int8' or 'fp8', got {method!r}"
+            f"quantize_: method: expected 'int4', 'int4_asym', 'int8' or 'fp8', got {method!r}"
         )
     if method != "fp8" and activation_scale is not None:
         raise _core.InvalidArgument("quantize_: activation_scale applies to 'fp8' only")
@@ -216,13 +219,27 @@ def quantize_(
     done: dict[int, nn.Module] = {}
     for parent, name, child in todo:
         if id(child) not in done:
+            importance = imp.get(fqn_of[id(child)])
             if method == "int4":
                 done[id(child)] = Int4Linear.from_linear(
-                    child, group_size, method=quantizer, importance=imp.get(fqn_of[id(child)])
+                    child, group_size, method=quantizer or "rtn", importance=importance
                 )
+            elif method == "int4_asym":
+                done[id(child)] = _asym_linear(child, group_size, quantizer or "search", importance)
             elif method == "int8":
                 done[id(child)] = Int8Linear.from_linear(child)
             else:
                 done[id(child)] = FP8Linear.from_linear(child, activation_scale=activation_scale)
         setattr(parent, name, done[id(child)])
     return model
+
+
+def _asym_linear(
+    child: nn.Linear, group_size: int, quantizer: str, importance: np.ndarray | None
+) -> nn.Module:
+    """``child`` as a :class:`GgufLinear` over its weight quantized to ``int4_asym``."""
+    w = child.weight.detach().to("cpu", torch.float32).contiguous().numpy()
+    packed = _core.Int4AsymWeight.quantize(
+        w, group_size=group_size, method=quantizer, importance=importance
+    )
+    return GgufLinear(packed, child.bias)

@@ -1,0 +1,64 @@
+"""Asymmetric INT4 (``quantrs.Int4AsymWeight.matmul``, the fused ``d * sum(q x) + m *
+sum(x)`` kernel) against quantrs INT4 g32 (``QuantizedWeight.matmul``) on the same
+``[out, in]`` shape, batch 1 and 16, alternating in one process (``paired_ms``); GGUF
+``q4_1`` (the same values as ``int4_asym`` g32, decoded block by block then dotted) is
+a row of its own. ``per_byte_ratio`` is the INT4 time per weight byte over ours per
+weight byte: > 1 means ours streams its bytes faster.
+Run: ``python benches/bench_int4_asym.py [--quick] [--json]``."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+from _common import emit, machine_note, paired_ms, reexec_without_openblas_overrides
+
+
+def run(quick: bool) -> list[dict]:
+    import quantrs
+
+    rng = np.random.default_rng(0)
+    out, inf = (1024, 1024) if quick else (4096, 4096)
+    w = rng.standard_normal((out, inf)).astype(np.float32)
+    int4 = quantrs.QuantizedWeight.quantize(np.ascontiguousarray(w.T), group_size=32)
+    int4_bytes = out * inf // 2 + out * inf // 32 * 4
+    cases = {
+        f"int4_asym g{g}": quantrs.Int4AsymWeight.quantize(w, group_size=g, method="rtn")
+        for g in (32, 64, 128)
+    }
+    g32 = cases["int4_asym g32"]
+    # The same g32 values as GGUF q4_1 blocks ({d, m, 16 bytes}): the decode-then-dot path.
+    sc = g32.scales().astype(np.float16).view(np.uint8).reshape(out, -1, 4)
+    codes = g32.codes().reshape(out, -1, 2, 16)
+    nib = (codes[:, :, 0] | (codes[:, :, 1] << 4)).astype(np.uint8)
+    blocks = np.concatenate([sc, nib], axis=2).reshape(out, -1)
+    cases["q4_1 (decode, then dot)"] = quantrs.GgufWeight.from_bytes("q4_1", (out, inf), blocks)
+    rows = []
+    for name, q in cases.items():
+        for batch in (1, 16):
+            x = rng.standard_normal((batch, inf)).astype(np.float32)
+            base_ms, ours_ms, ratio = paired_ms(
+                lambda x=x: int4.matmul(x),
+                lambda q=q, x=x: q.matmul(x),
+                pairs=3 if quick else 7,
+                inner=5,
+            )
+            per_byte = (base_ms / int4_bytes) / (ours_ms / q.nbytes)
+            rows.append(
+                {
+                    "bench": f"{name} [{out}x{inf}] batch {batch}",
+                    "ours_ms": round(ours_ms, 3),
+                    "baseline": "int4 g32",
+                    "baseline_ms": round(base_ms, 3),
+                    "ratio": round(ratio, 3),
+                    "per_byte_ratio": round(per_byte, 3),
+                }
+            )
+    return rows
+
+
+if __name__ == "__main__":
+    reexec_without_openblas_overrides()
+    cols = ["bench", "ours_ms", "baseline", "baseline_ms", "ratio", "per_byte_ratio"]
+    emit(run("--quick" in sys.argv), cols, "--json" in sys.argv)
+    print(machine_note())

@@ -1,0 +1,290 @@
+//! Asymmetric INT4 weights: per group of `group_size` inputs of one output
+//! row, unsigned codes `q` in `0..=15`, an IEEE half step `d` and an IEEE
+//! half minimum `m`, `w = d * q + m` (ggml Q4_1's convention and float32
+//! evaluation order: the product rounded, then the add; at group 32 the
+//! values are Q4_1's bit for bit). Bits per weight `4 + 32 / group_size`
+//! (a last, shorter group where `group_size` does not divide `in`: its
+//! scales are counted too).
+//!
+//! Layout, output-major `[out, in]`:
+//! - `codes`: `[out, in / 2]` bytes; each run of 32 inputs is 16 bytes,
+//!   byte `j` holding input `j` in its low nibble and input `j + 16` in its
+//!   high nibble (Q4_1's nibble order, so a 32-run decodes with one mask and
+//!   one shift);
+//! - `scales`: `[out, groups, 2]` halves, `(d, m)` per group (finite).
+//!
+//! `in` is a multiple of 32 and `group_size` a positive multiple of 32.
+//! The quantizers (`search`) choose `(d, m)` per group; the codes are then
+//! the nearest grid points, which is optimal for the chosen `(d, m)`.
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+mod dot;
+mod search;
+
+use rayon::prelude::*;
+
+use crate::error::{QuantError, Result};
+use crate::linear::dispatch::Dots;
+use crate::linear::fp8_dialect::f16_to_f32;
+pub use search::{group_error, quantize_group, AsymMethod};
+
+/// Inputs per nibble run (16 bytes).
+pub const RUN: usize = 32;
+
+/// An asymmetric INT4 weight `[out, in]` (see the module docs).
+#[derive(Clone, Debug, PartialEq)]
+pub struct AsymWeight {
+    codes: Vec<u8>,
+    scales: Vec<u16>,
+    out_feat: usize,
+    in_feat: usize,
+    group_size: usize,
+}
+
+/// Check `in_feat` and `group_size`; returns the number of groups per row.
+pub fn groups_of(out_feat: usize, in_feat: usize, group_size: usize) -> Result<usize> {
+    if group_size == 0 || !group_size.is_multiple_of(RUN) {
+        return Err(QuantError::arg(format!(
+            "group_size: expected a positive multiple of {RUN}, got {group_size}"
+        )));
+    }
+    if out_feat == 0 || in_feat == 0 || !in_feat.is_multiple_of(RUN) {
+        return Err(QuantError::arg(format!(
+            "int4_asym weight shape [{out_feat}, {in_feat}]: expected positive dims with in \
+             a multiple of {RUN}"
+        )));
+    }
+    Ok(in_feat.div_ceil(group_size))
+}
+
+impl AsymWeight {
+    /// From raw parts (see the module docs for the layout), validated:
+    /// every length, and every half finite.
+    pub fn new(
+        codes: Vec<u8>,
+        scales: Vec<u16>,
+        out_feat: usize,
+        in_feat: usize,
+        group_size: usize,
+    ) -> Result<Self> {
+        let groups = groups_of(out_feat, in_feat, group_size)?;
+        if Some(codes.len()) != out_feat.checked_mul(in_feat / 2) {
+            return Err(QuantError::dims(
+                "codes bytes",
+                format!("{out_feat} x {}", in_feat / 2),
+                codes.len(),
+            ));
+        }
+        if Some(scales.len()) != out_feat.checked_mul(2 * groups) {
+            return Err(QuantError::dims(
+                "scales halves",
+                format!("{out_feat} x {groups} x 2"),
+                scales.len(),
+            ));
+        }
+        if let Some(i) = scales.iter().position(|&h| h & 0x7C00 == 0x7C00) {
+            let what = if i % 2 == 0 { "d" } else { "m" };
+            return Err(QuantError::arg(format!(
+                "scales: row {} group {} {what} is {}, expected a finite half",
+                i / (2 * groups),
+                (i / 2) % groups,
+                f16_to_f32(scales[i])
+            )));
+        }
+        Ok(AsymWeight {
+            codes,
+            scales,
+            out_feat,
+            in_feat,
+            group_size,
+        })
+    }
+
+    /// Quantize a finite float weight `[out, in]` by `method`; `importance`
+    /// (length `in`, finite, >= 0) weighs each input's squared error in the
+    /// search (1 when absent; ignored by `Rtn`).
+    pub fn quantize(
+        w: &[f32],
+        out_feat: usize,
+        in_feat: usize,
+        group_size: usize,
+        method: AsymMethod,
+        importance: Option<&[f32]>,
+    ) -> Result<Self> {
+        let groups = groups_of(out_feat, in_feat, group_size)?;
+        if Some(w.len()) != out_feat.checked_mul(in_feat) {
+            return Err(QuantError::dims(
+                "weight length",
+                format!("{out_feat} x {in_feat}"),
+                w.len(),
+            ));
+        }
+        if let Some(i) = w.iter().position(|v| !v.is_finite()) {
+            return Err(QuantError::arg(format!(
+                "weight[{}, {}] is {}, expected finite",
+                i / in_feat,
+                i % in_feat,
+                w[i]
+            )));
+        }
+        if let Some(imp) = importance {
+            if imp.len() != in_feat {
+                return Err(QuantError::dims("importance", in_feat, imp.len()));
+            }
+            if let Some(i) = imp.iter().position(|v| !(v.is_finite() && *v >= 0.0)) {
+                return Err(QuantError::arg(format!(
+                    "importance[{i}] is {}, expected finite and >= 0",
+                    imp[i]
+                )));
+            }
+        }
+        let mut codes = vec![0u8; out_feat * in_feat / 2];
+        let mut scales = vec![0u16; out_feat * groups * 2];
+        codes
+            .par_chunks_mut(in_feat / 2)
+            .zip(scales.par_chunks_mut(2 * groups))
+            .zip(w.par_chunks(in_feat))
+            .for_each(|((cr, sr), wr)| {
+                let mut q = vec![0u8; group_size];
+                for (g, s) in sr.chunks_exact_mut(2).enumerate() {
+                    let cols = g * group_size..((g + 1) * group_size).min(in_feat);
+                    let n = cols.len();
+                    let imp = importance.map(|i| &i[cols.clone()]);
+                    let (d, m) = quantize_group(&wr[cols.clone()], imp, method, &mut q[..n]);
+                    s[0] = d;
+                    s[1] = m;
+                    pack_runs(&q[..n], &mut cr[cols.start / 2..cols.end / 2]);
+                }
+            });
+        // A group beyond the half range (|w| > 65504) rounds d or m to
+        // infinity: refused by the constructor, naming the group.
+        AsymWeight::new(codes, scales, out_feat, in_feat, group_size)
+    }
+
+    /// `[out, in]`.
+    pub fn shape(&self) -> [usize; 2] {
+        [self.out_feat, self.in_feat]
+    }
+
+    /// Inputs per group.
+    pub fn group_size(&self) -> usize {
+        self.group_size
+    }
+
+    /// Groups per output row.
+    pub fn groups(&self) -> usize {
+        self.in_feat.div_ceil(self.group_size)
+    }
+
+    /// The packed codes `[out, in / 2]`.
+    pub fn codes(&self) -> &[u8] {
+        &self.codes
+    }
+
+    /// The `(d, m)` half bits `[out, groups, 2]`.
+    pub fn scales(&self) -> &[u16] {
+        &self.scales
+    }
+
+    /// Bytes stored: codes and halves.
+    pub fn nbytes(&self) -> usize {
+        self.codes.len() + 2 * self.scales.len()
+    }
+
+    /// The codes `0..=15` of row `r`, `[in]`.
+    pub fn unpacked_row(&self, r: usize) -> Vec<u8> {
+        let half = self.in_feat / 2;
+        let mut q = vec![0u8; self.in_feat];
+        unpack_runs(&self.codes[r * half..(r + 1) * half], &mut q);
+        q
+    }
+
+    /// Decode inputs `k0 .. k0 + out.len()` of row `r`: the scalar
+    /// reference of the format.
+    pub fn decode(&self, r: usize, k0: usize, out: &mut [f32]) {
+        let row_bytes = self.in_feat / 2;
+        let row = &self.codes[r * row_bytes..(r + 1) * row_bytes];
+        let groups = self.groups();
+        let sc = &self.scales[r * 2 * groups..(r + 1) * 2 * groups];
+        let mut buf = [0f32; RUN];
+        let (mut k, end) = (k0, k0 + out.len());
+        while k < end {
+            let run = k / RUN;
+            let g = run * RUN / self.group_size;
+            let (d, m) = (half(sc[2 * g]), half(sc[2 * g + 1]));
+            let from = k - run * RUN;
+            let n = (RUN - from).min(end - k);
+            let bytes = &row[run * RUN / 2..(run + 1) * RUN / 2];
+            if n == RUN {
+                decode_run(bytes, d, m, &mut out[k - k0..k - k0 + RUN]);
+            } else {
+                decode_run(bytes, d, m, &mut buf);
+                out[k - k0..k - k0 + n].copy_from_slice(&buf[from..from + n]);
+            }
+            k += n;
+        }
+    }
+
+    /// Row `r` dotted with `x` (`in` floats) by the fused kernel of the
+    /// level `dots` proves (`dot.rs`).
+    pub(crate) fn dot_row(&self, dots: Dots, r: usize, x: &[f32]) -> f32 {
+        let (half, groups) = (self.in_feat / 2, self.groups());
+        dot::dot_row(
+            dots,
+            &self.codes[r * half..(r + 1) * half],
+            &self.scales[r * 2 * groups..(r + 1) * 2 * groups],
+            self.group_size,
+            x,
+        )
+    }
+
+    /// The dequantized weight `[out, in]`.
+    pub fn dequantize(&self) -> Vec<f32> {
+        let mut out = vec![0f32; self.out_feat * self.in_feat];
+        out.par_chunks_mut(self.in_feat)
+            .enumerate()
+            .for_each(|(r, o)| self.decode(r, 0, o));
+        out
+    }
+}
+
+/// The half `h` as f32 (exact): normal halves by moving their fields, the
+/// rest through the general conversion (`crate::ggml::f16_at`).
+#[inline]
+pub(crate) fn half(h: u16) -> f32 {
+    crate::ggml::f16_at(&h.to_le_bytes(), 0)
+}
+
+/// `w = d * q + m` for one run of 32 (16 bytes), in Q4_1's order.
+fn decode_run(b: &[u8], d: f32, m: f32, out: &mut [f32]) {
+    let (lo, hi) = out.split_at_mut(RUN / 2);
+    for (j, &q) in b.iter().enumerate() {
+        lo[j] = d * f32::from(q & 0x0F) + m;
+        hi[j] = d * f32::from(q >> 4) + m;
+    }
+}
+
+/// Pack codes (a multiple of 32 of them) into runs of 16 bytes.
+fn pack_runs(q: &[u8], out: &mut [u8]) {
+    for (qr, br) in q.chunks_exact(RUN).zip(out.chunks_exact_mut(RUN / 2)) {
+        for (j, b) in br.iter_mut().enumerate() {
+            *b = qr[j] | (qr[j + RUN / 2] << 4);
+        }
+    }
+}
+
+/// The inverse of [`pack_runs`].
+fn unpack_runs(b: &[u8], q: &mut [u8]) {
+    for (br, qr) in b.chunks_exact(RUN / 2).zip(q.chunks_exact_mut(RUN)) {
+        for (j, &v) in br.iter().enumerate() {
+            qr[j] = v & 0x0F;
+            qr[j + RUN / 2] = v >> 4;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

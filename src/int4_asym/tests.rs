@@ -1,0 +1,153 @@
+use super::*;
+use crate::ggml::{GgmlType, Q4_1};
+use crate::testutil::Xorshift;
+
+fn random(n: usize, seed: u64) -> Vec<f32> {
+    let mut rng = Xorshift::new(seed);
+    (0..n)
+        .map(|i| {
+            // Groups of both signs of min: shift every other 32-run.
+            let shift = if (i / 32) % 2 == 0 { 0.0 } else { 0.7 };
+            rng.next_f32() + shift
+        })
+        .collect()
+}
+
+#[test]
+fn rtn_group_32_is_q4_1_bit_for_bit() {
+    let (out_feat, in_feat) = (3, 96);
+    let w = random(out_feat * in_feat, 1);
+    let a = AsymWeight::quantize(&w, out_feat, in_feat, 32, AsymMethod::Rtn, None).unwrap();
+    let mut b = [0u8; 20];
+    let mut deq = [0f32; 32];
+    let full = a.dequantize();
+    for r in 0..out_feat {
+        for blk in 0..in_feat / 32 {
+            let x = &w[r * in_feat + blk * 32..][..32];
+            Q4_1::quantize_block(x, &mut b);
+            let s = &a.scales()[(r * 3 + blk) * 2..][..2];
+            assert_eq!(u16::from_le_bytes([b[0], b[1]]), s[0]);
+            assert_eq!(u16::from_le_bytes([b[2], b[3]]), s[1]);
+            assert_eq!(&b[4..20], &a.codes()[r * 48 + blk * 16..][..16]);
+            Q4_1::dequantize_block(&b, &mut deq);
+            let got = &full[r * in_feat + blk * 32..][..32];
+            assert!(deq.iter().zip(got).all(|(x, y)| x.to_bits() == y.to_bits()));
+        }
+    }
+}
+
+#[test]
+fn search_is_never_worse_than_rtn_per_group() {
+    let mut rng = Xorshift::new(7);
+    for gs in [32usize, 64, 128] {
+        for case in 0..200 {
+            let x = random(gs, 100 + case);
+            let imp: Vec<f32> = (0..gs).map(|_| 1.5 * (rng.next_f32() + 1.0)).collect();
+            for imp in [None, Some(&imp[..])] {
+                let mut q = vec![0u8; gs];
+                let (d, m) = quantize_group(&x, imp, AsymMethod::Rtn, &mut q);
+                let rtn = group_error(&x, imp, d, m, &mut q);
+                let (d, m) = quantize_group(&x, imp, AsymMethod::Search, &mut q);
+                let q_kept = q.clone();
+                let s = group_error(&x, imp, d, m, &mut q);
+                assert_eq!(q, q_kept, "returned codes are the nearest of (d, m)");
+                assert!(s <= rtn, "g{gs} case {case}: search {s} > rtn {rtn}");
+            }
+        }
+    }
+}
+
+#[test]
+fn search_lowers_the_error_on_average() {
+    let (mut rtn, mut s) = (0.0, 0.0);
+    for case in 0..100 {
+        let x = random(64, 500 + case);
+        let mut q = vec![0u8; 64];
+        let (d, m) = quantize_group(&x, None, AsymMethod::Rtn, &mut q);
+        rtn += group_error(&x, None, d, m, &mut q);
+        let (d, m) = quantize_group(&x, None, AsymMethod::Search, &mut q);
+        s += group_error(&x, None, d, m, &mut q);
+    }
+    assert!(s < 0.9 * rtn, "search {s} vs rtn {rtn}");
+}
+
+#[test]
+fn partial_last_group_and_constant_groups() {
+    // 96 inputs, groups of 64: a full group and one of 32.
+    let mut w = random(2 * 96, 3);
+    w[..96].fill(0.25); // a constant row: d = 0, m = 0.25 exactly
+    let a = AsymWeight::quantize(&w, 2, 96, 64, AsymMethod::Search, None).unwrap();
+    assert_eq!(a.groups(), 2);
+    assert_eq!(a.nbytes(), 2 * 48 + 2 * 2 * 2 * 2);
+    let deq = a.dequantize();
+    assert!(deq[..96].iter().all(|&v| v == 0.25));
+    let err: f32 = deq[96..]
+        .iter()
+        .zip(&w[96..])
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f32::max);
+    // Half a step of a range of ~2.7 over 15 steps, plus half rounding.
+    assert!(err < 0.1, "{err}");
+}
+
+#[test]
+fn bad_inputs_are_errors() {
+    let w = vec![0.5f32; 64];
+    for gs in [0, 16, 48] {
+        let e = AsymWeight::quantize(&w, 1, 64, gs, AsymMethod::Rtn, None).unwrap_err();
+        assert!(e.to_string().contains("group_size"), "{e}");
+    }
+    let e = AsymWeight::quantize(&w[..48], 1, 48, 32, AsymMethod::Rtn, None).unwrap_err();
+    assert!(e.to_string().contains("multiple of 32"), "{e}");
+    let mut big = w.clone();
+    big[3] = 1e6;
+    let e = AsymWeight::quantize(&big, 1, 64, 32, AsymMethod::Rtn, None).unwrap_err();
+    assert!(e.to_string().contains("finite half"), "{e}");
+    let mut nan = w.clone();
+    nan[5] = f32::NAN;
+    let e = AsymWeight::quantize(&nan, 1, 64, 32, AsymMethod::Rtn, None).unwrap_err();
+    assert!(e.to_string().contains("weight[0, 5]"), "{e}");
+    let e = AsymWeight::quantize(&w, 1, 64, 32, AsymMethod::Search, Some(&[1.0; 3])).unwrap_err();
+    assert!(e.to_string().contains("importance"), "{e}");
+    let e = AsymWeight::new(vec![0; 32], vec![0x7C00, 0], 1, 64, 64).unwrap_err();
+    assert!(e.to_string().contains("row 0 group 0 d"), "{e}");
+}
+
+#[test]
+fn the_fused_dot_matches_float64_at_every_level() {
+    use crate::linear::dispatch::Dots;
+    // Every code in every nibble position, groups of 64 and a short last
+    // group of 32 (160 inputs), minima of both signs.
+    let (out_feat, in_feat, gs) = (4, 160, 64);
+    let w = random(out_feat * in_feat, 9);
+    let a = AsymWeight::quantize(&w, out_feat, in_feat, gs, AsymMethod::Search, None).unwrap();
+    let x = random(in_feat, 10);
+    let h = crate::linear::fp8_dialect::f16_to_f32;
+    for level in crate::simd::available_levels() {
+        let dots = Dots::at(level).unwrap();
+        for r in 0..out_feat {
+            let q = a.unpacked_row(r);
+            let sc = &a.scales()[r * 2 * a.groups()..(r + 1) * 2 * a.groups()];
+            let (mut exact, mut mag) = (0f64, 0f64);
+            for i in 0..in_feat {
+                let (d, m) = (h(sc[2 * (i / gs)]) as f64, h(sc[2 * (i / gs) + 1]) as f64);
+                exact += (d * q[i] as f64 + m) * x[i] as f64;
+                mag += ((d * q[i] as f64).abs() + m.abs()) * (x[i] as f64).abs();
+            }
+            let got = a.dot_row(dots, r, &x) as f64;
+            let bound = (in_feat + 2) as f64 * f32::EPSILON as f64 * mag;
+            assert!(
+                (got - exact).abs() <= bound,
+                "{level:?} row {r}: {got} vs {exact}"
+            );
+            let scalar = a.dot_row(Dots::Scalar, r, &x) as f64;
+            assert!(
+                (got - scalar).abs() <= 2.0 * bound,
+                "{level:?} row {r} vs scalar"
+            );
+        }
+    }
+    let all: std::collections::HashSet<u8> =
+        (0..out_feat).flat_map(|r| a.unpacked_row(r)).collect();
+    assert_eq!(all.len(), 16, "every code is exercised");
+}
