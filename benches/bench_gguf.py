@@ -46,18 +46,26 @@ def run(quick: bool) -> list[dict]:
     w = rng.standard_normal((out, inf)).astype(np.float32)
     int4 = quantrs.QuantizedWeight.quantize(np.ascontiguousarray(w.T), group_size=32)
     int4_bytes = out * inf // 2 + out * inf // 32 * 4
+    cases = {name: gguf_weight(name, out, inf, rng) for name in TYPES}
+    return against_int4_g32(cases, int4, int4_bytes, (out, inf), rng, quick)
+
+
+def against_int4_g32(cases: dict, int4, int4_bytes: int, shape, rng, quick: bool) -> list[dict]:
+    """Each case's ``matmul`` against INT4 g32's on the same ``[out, in]`` shape at batch
+    1 and 16, paired and alternating; ``per_byte_ratio`` divides each time by its weight
+    bytes first (bench_int4_asym.py uses it too)."""
+    out, inf = shape
     rows = []
-    for name in TYPES:
-        g = gguf_weight(name, out, inf, rng)
+    for name, q in cases.items():
         for batch in (1, 16):
             x = rng.standard_normal((batch, inf)).astype(np.float32)
             base_ms, ours_ms, ratio = paired_ms(
                 lambda x=x: int4.matmul(x),
-                lambda g=g, x=x: g.matmul(x),
+                lambda q=q, x=x: q.matmul(x),
                 pairs=3 if quick else 7,
                 inner=5,
             )
-            per_byte = (base_ms / int4_bytes) / (ours_ms / g.nbytes)
+            per_byte = (base_ms / int4_bytes) / (ours_ms / q.nbytes)
             rows.append(
                 {
                     "bench": f"{name} [{out}x{inf}] batch {batch}",

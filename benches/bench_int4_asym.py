@@ -11,7 +11,8 @@ from __future__ import annotations
 import sys
 
 import numpy as np
-from _common import emit, machine_note, paired_ms, reexec_without_openblas_overrides
+from _common import emit, machine_note, reexec_without_openblas_overrides
+from bench_gguf import against_int4_g32
 
 
 def run(quick: bool) -> list[dict]:
@@ -33,28 +34,7 @@ def run(quick: bool) -> list[dict]:
     nib = (codes[:, :, 0] | (codes[:, :, 1] << 4)).astype(np.uint8)
     blocks = np.concatenate([sc, nib], axis=2).reshape(out, -1)
     cases["q4_1 (decode, then dot)"] = quantrs.GgufWeight.from_bytes("q4_1", (out, inf), blocks)
-    rows = []
-    for name, q in cases.items():
-        for batch in (1, 16):
-            x = rng.standard_normal((batch, inf)).astype(np.float32)
-            base_ms, ours_ms, ratio = paired_ms(
-                lambda x=x: int4.matmul(x),
-                lambda q=q, x=x: q.matmul(x),
-                pairs=3 if quick else 7,
-                inner=5,
-            )
-            per_byte = (base_ms / int4_bytes) / (ours_ms / q.nbytes)
-            rows.append(
-                {
-                    "bench": f"{name} [{out}x{inf}] batch {batch}",
-                    "ours_ms": round(ours_ms, 3),
-                    "baseline": "int4 g32",
-                    "baseline_ms": round(base_ms, 3),
-                    "ratio": round(ratio, 3),
-                    "per_byte_ratio": round(per_byte, 3),
-                }
-            )
-    return rows
+    return against_int4_g32(cases, int4, int4_bytes, (out, inf), rng, quick)
 
 
 if __name__ == "__main__":

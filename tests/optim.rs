@@ -320,15 +320,57 @@ fn memory_is_about_one_byte_per_parameter() {
     assert!((o.memory_savings() as f64 - (1.0 - per / 8.0)).abs() < 1e-6);
 }
 
+/// One optimizer per parameter, stepped either one `update_param` + `step`
+/// at a time or all at once through `optim::step_all`.
+fn named<'a>(shape: &'a [usize], data: &'a mut [f32]) -> ParamMut<'a> {
+    ParamMut {
+        name: Some("w"),
+        shape,
+        data,
+    }
+}
+
+type ItemOf<O> = for<'a> fn(&'a mut O, ParamMut<'a>, &'a [f32]) -> quantrs::optim::StepItem<'a>;
+
+fn step_many<O>(
+    opts: &mut [O],
+    ws: &mut [Vec<f32>],
+    grads: &[Vec<f32>],
+    shapes: &[[usize; 1]],
+    item: ItemOf<O>,
+) -> Result<(), usize> {
+    let mut items: Vec<_> = opts
+        .iter_mut()
+        .zip(ws.iter_mut())
+        .zip(grads)
+        .zip(shapes)
+        .map(|(((o, w), g), s)| item(o, named(s, w), g))
+        .collect();
+    quantrs::optim::step_all(&mut items).map_err(|(i, _)| i)
+}
+
+fn step_each<O: Optimizer>(
+    opts: &mut [O],
+    ws: &mut [Vec<f32>],
+    grads: &[Vec<f32>],
+    shapes: &[[usize; 1]],
+    update: fn(&mut O, ParamMut<'_>, &[f32]) -> quantrs::Result<()>,
+) {
+    for (((o, w), g), s) in opts.iter_mut().zip(ws.iter_mut()).zip(grads).zip(shapes) {
+        update(o, named(s, w), g).unwrap();
+        o.step();
+    }
+}
+
 /// `optim::step_all` over a list of (optimizer, parameter) pairs gives the
 /// bits of one `update_param` + `step` per pair, for both decay rules and
 /// sizes around the 256-block group boundary; a bad pair changes nothing.
 #[test]
 fn step_all_equals_one_update_per_parameter() {
-    use quantrs::optim::{step_all, StepItem};
+    use quantrs::optim::StepItem;
     let sizes = [768usize, 2, 16384 + 64, 130];
     let shapes: Vec<[usize; 1]> = sizes.iter().map(|&n| [n]).collect();
-    let ws0: Vec<Vec<f32>> = sizes
+    let w0: Vec<Vec<f32>> = sizes
         .iter()
         .enumerate()
         .map(|(i, &n)| rng_vec(i as u64 + 1, n, 1.0))
@@ -338,139 +380,62 @@ fn step_all_equals_one_update_per_parameter() {
         .enumerate()
         .map(|(i, &n)| rng_vec(i as u64 + 50, n, 0.01))
         .collect();
+    let adamw = || -> Vec<AdamW4bit> {
+        sizes
+            .iter()
+            .map(|_| AdamW4bit::new(1e-3, 0.9, 0.999, 1e-8, 0.01))
+            .collect()
+    };
+    let adam = || -> Vec<Adam4bit> {
+        sizes
+            .iter()
+            .map(|_| Adam4bit::new(1e-3, 0.9, 0.999, 1e-8, 0.01))
+            .collect()
+    };
 
-    let mut one_w: Vec<AdamW4bit> = sizes
-        .iter()
-        .map(|_| AdamW4bit::new(1e-3, 0.9, 0.999, 1e-8, 0.01))
-        .collect();
-    let mut one_a: Vec<Adam4bit> = sizes
-        .iter()
-        .map(|_| Adam4bit::new(1e-3, 0.9, 0.999, 1e-8, 0.01))
-        .collect();
-    let (mut ref_w, mut ref_a) = (ws0.clone(), ws0.clone());
+    let (mut one_w, mut one_a, mut many_w, mut many_a) = (adamw(), adam(), adamw(), adam());
+    let (mut ref_w, mut ref_a, mut got_w, mut got_a) =
+        (w0.clone(), w0.clone(), w0.clone(), w0.clone());
     for _ in 0..3 {
-        for i in 0..sizes.len() {
-            one_w[i]
-                .update_param(
-                    ParamMut {
-                        name: Some("w"),
-                        shape: &shapes[i],
-                        data: &mut ref_w[i],
-                    },
-                    &gs[i],
-                )
-                .unwrap();
-            one_w[i].step();
-            one_a[i]
-                .update_param(
-                    ParamMut {
-                        name: Some("w"),
-                        shape: &shapes[i],
-                        data: &mut ref_a[i],
-                    },
-                    &gs[i],
-                )
-                .unwrap();
-            one_a[i].step();
-        }
-    }
-
-    let mut many_w: Vec<AdamW4bit> = sizes
-        .iter()
-        .map(|_| AdamW4bit::new(1e-3, 0.9, 0.999, 1e-8, 0.01))
-        .collect();
-    let mut many_a: Vec<Adam4bit> = sizes
-        .iter()
-        .map(|_| Adam4bit::new(1e-3, 0.9, 0.999, 1e-8, 0.01))
-        .collect();
-    let (mut got_w, mut got_a) = (ws0.clone(), ws0.clone());
-    for _ in 0..3 {
-        let mut items: Vec<StepItem<'_>> = many_w
-            .iter_mut()
-            .zip(got_w.iter_mut())
-            .zip(&gs)
-            .zip(&shapes)
-            .map(|(((o, w), g), s)| {
-                StepItem::adamw(
-                    o,
-                    ParamMut {
-                        name: Some("w"),
-                        shape: s,
-                        data: w,
-                    },
-                    g,
-                )
-            })
-            .collect();
-        step_all(&mut items).unwrap();
-        let mut items: Vec<StepItem<'_>> = many_a
-            .iter_mut()
-            .zip(got_a.iter_mut())
-            .zip(&gs)
-            .zip(&shapes)
-            .map(|(((o, w), g), s)| {
-                StepItem::adam(
-                    o,
-                    ParamMut {
-                        name: Some("w"),
-                        shape: s,
-                        data: w,
-                    },
-                    g,
-                )
-            })
-            .collect();
-        step_all(&mut items).unwrap();
-    }
-    for i in 0..sizes.len() {
-        assert_eq!(
-            bits(&got_w[i]),
-            bits(&ref_w[i]),
-            "AdamW4bit, size {}",
-            sizes[i]
+        step_each(
+            &mut one_w,
+            &mut ref_w,
+            &gs,
+            &shapes,
+            AdamW4bit::update_param,
         );
-        assert_eq!(
-            bits(&got_a[i]),
-            bits(&ref_a[i]),
-            "Adam4bit, size {}",
-            sizes[i]
-        );
+        step_each(&mut one_a, &mut ref_a, &gs, &shapes, Adam4bit::update_param);
+        step_many(&mut many_w, &mut got_w, &gs, &shapes, |o, p, g| {
+            StepItem::adamw(o, p, g)
+        })
+        .unwrap();
+        step_many(&mut many_a, &mut got_a, &gs, &shapes, |o, p, g| {
+            StepItem::adam(o, p, g)
+        })
+        .unwrap();
     }
+    let all_bits = |v: &[Vec<f32>]| -> Vec<Vec<u32>> {
+        v.iter()
+            .map(|w| w.iter().map(|x| x.to_bits()).collect())
+            .collect()
+    };
+    assert_eq!(all_bits(&got_w), all_bits(&ref_w), "AdamW4bit");
+    assert_eq!(all_bits(&got_a), all_bits(&ref_a), "Adam4bit");
     assert_ne!(
-        bits(&got_w[0]),
-        bits(&got_a[0]),
+        all_bits(&got_w),
+        all_bits(&got_a),
         "the two decay rules differ"
     );
 
     // A non-finite gradient in the last pair: an error naming index 3, nothing changes.
-    let before = got_w.clone();
     let mut bad = gs.clone();
     bad[3][5] = f32::NAN;
-    let mut items: Vec<StepItem<'_>> = many_w
-        .iter_mut()
-        .zip(got_w.iter_mut())
-        .zip(&bad)
-        .zip(&shapes)
-        .map(|(((o, w), g), s)| {
-            StepItem::adamw(
-                o,
-                ParamMut {
-                    name: Some("w"),
-                    shape: s,
-                    data: w,
-                },
-                g,
-            )
-        })
-        .collect();
-    let (i, _) = step_all(&mut items).unwrap_err();
-    assert_eq!(i, 3);
+    let before = all_bits(&got_w);
     assert_eq!(
-        got_w.iter().map(|w| bits(w)).collect::<Vec<_>>(),
-        before.iter().map(|w| bits(w)).collect::<Vec<_>>()
+        step_many(&mut many_w, &mut got_w, &bad, &shapes, |o, p, g| {
+            StepItem::adamw(o, p, g)
+        }),
+        Err(3)
     );
-}
-
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
+    assert_eq!(all_bits(&got_w), before);
 }
