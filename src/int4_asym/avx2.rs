@@ -1,11 +1,11 @@
 //! The AVX2 body of `dot::dot_row`: per run of 32, the 16 bytes are split
 //! into low and high nibbles, each widened to two vectors of 8 f32, for
-//! the shared group loop `dot::dot_row_body`.
+//! the shared group loop `body::dot_row_body`.
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use super::dot::dot_row_body;
+use super::body::dot_row_body;
 use crate::simd::Avx2;
 
 /// # Safety

@@ -5,7 +5,7 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use super::dot::dot_row_body;
+use super::body::dot_row_body;
 use crate::simd::Avx512;
 
 /// # Safety

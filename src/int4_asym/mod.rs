@@ -21,6 +21,8 @@
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "x86_64")]
+mod body;
 mod dot;
 mod search;
 
