@@ -57,6 +57,7 @@ ROWS = (
     "QLoRA int4 g128",
     "QLoRA int8",
     "QLoRA fp8",
+    "QLoRA int4_asym g64",
 )
 PROJ = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -127,10 +128,11 @@ class Skip(Exception):
 
 
 def _format_of(row: str) -> tuple[str, int]:
-    """``(format, group_size)`` named in a row: ``int4 g32``, ``int8``, ``fp8``."""
+    """``(format, group_size)`` named in a row: ``int4 g32``, ``int4_asym g64``, ``int8``,
+    ``fp8``."""
     words = row.split()
     gs = next((int(w[1:]) for w in words if w[0] == "g" and w[1:].isdigit()), 32)
-    return next(w for w in words if w in ("int4", "int8", "fp8")), gs
+    return next(w for w in words if w in ("int4", "int4_asym", "int8", "fp8")), gs
 
 
 def optimizers_for(row: str, model, lr: float):
@@ -270,7 +272,10 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--eval-blocks", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)
-    base_rows = "baseline,baseline int4 g32,baseline int4 g128,baseline int8,baseline fp8,"
+    base_rows = (
+        "baseline,baseline int4 g32,baseline int4 g128,baseline int8,baseline fp8,"
+        "baseline int4_asym g64,"
+    )
     ap.add_argument("--rows", default=base_rows + ",".join(ROWS))
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()

@@ -67,3 +67,15 @@ impl QuantError {
         QuantError::Serialization(msg.into())
     }
 }
+
+/// `rows` within `0..out_feat` (`start <= end`): the row ranges that the
+/// weights' `dequantize_rows` accept.
+pub(crate) fn check_rows(rows: &std::ops::Range<usize>, out_feat: usize) -> Result<()> {
+    if rows.start > rows.end || rows.end > out_feat {
+        return Err(QuantError::arg(format!(
+            "rows {}..{}: expected start <= stop <= out_features={out_feat}",
+            rows.start, rows.end
+        )));
+    }
+    Ok(())
+}

@@ -6,6 +6,7 @@
 //! level in force, tiles decoded once for every row of a batch).
 
 use std::marker::PhantomData;
+use std::ops::Range;
 
 use rayon::prelude::*;
 
@@ -63,6 +64,26 @@ impl<T: GgmlType> GgufWeight<T> {
     /// The packed blocks, `[out, in / ELEMS]` blocks of `BYTES` bytes.
     pub fn bytes(&self) -> &[u8] {
         &self.data
+    }
+
+    /// Rows `rows` of the weight as float32 `[rows.len(), in]`, exactly as
+    /// ggml decodes them (the gradient's tiles: the whole weight is never
+    /// decoded at once).
+    pub fn dequantize_rows(&self, rows: Range<usize>) -> Result<Vec<f32>> {
+        crate::error::check_rows(&rows, self.out_feat)?;
+        Ok(self.decode_rows(rows))
+    }
+
+    /// [`Self::dequantize_rows`] of a range already checked.
+    fn decode_rows(&self, rows: Range<usize>) -> Vec<f32> {
+        let row = self.data.len() / self.out_feat;
+        let bytes = &self.data[rows.start * row..rows.end * row];
+        let mut out = vec![0f32; rows.len() * self.in_feat];
+        out.par_chunks_mut(T::ELEMS)
+            .zip(bytes.par_chunks(T::BYTES))
+            .with_min_len(64)
+            .for_each(|(o, b)| T::dequantize_block(b, o));
+        out
     }
 }
 
@@ -170,12 +191,7 @@ impl<T: GgmlType> WeightFormat for GgufBlocks<T> {
     }
 
     fn dequantize(w: &GgufWeight<T>) -> Vec<f32> {
-        let mut out = vec![0f32; w.out_feat * w.in_feat];
-        out.par_chunks_mut(T::ELEMS)
-            .zip(w.data.par_chunks(T::BYTES))
-            .with_min_len(64)
-            .for_each(|(o, b)| T::dequantize_block(b, o));
-        out
+        w.decode_rows(0..w.out_feat)
     }
 
     fn matmul(

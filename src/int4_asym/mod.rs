@@ -26,6 +26,8 @@ mod body;
 mod dot;
 mod search;
 
+use std::ops::Range;
+
 use rayon::prelude::*;
 
 use crate::error::{QuantError, Result};
@@ -245,10 +247,21 @@ impl AsymWeight {
 
     /// The dequantized weight `[out, in]`.
     pub fn dequantize(&self) -> Vec<f32> {
-        let mut out = vec![0f32; self.out_feat * self.in_feat];
+        self.decode_rows(0..self.out_feat)
+    }
+
+    /// Rows `rows` of the weight as float32 `[rows.len(), in]` (the
+    /// gradient's tiles: the whole weight is never decoded at once).
+    pub fn dequantize_rows(&self, rows: Range<usize>) -> Result<Vec<f32>> {
+        crate::error::check_rows(&rows, self.out_feat)?;
+        Ok(self.decode_rows(rows))
+    }
+
+    fn decode_rows(&self, rows: Range<usize>) -> Vec<f32> {
+        let mut out = vec![0f32; rows.len() * self.in_feat];
         out.par_chunks_mut(self.in_feat)
-            .enumerate()
-            .for_each(|(r, o)| self.decode(r, 0, o));
+            .zip(rows)
+            .for_each(|(o, r)| self.decode(r, 0, o));
         out
     }
 }

@@ -6,7 +6,7 @@ use pyo3::prelude::*;
 
 use super::errors::invalid;
 use super::fp8::u8_input;
-use super::int4_asym::last_axis_matmul;
+use super::int4_asym::{last_axis_matmul, rows_array};
 use crate::format::{GgufBlocks, GgufWeight as Packed, WeightFormat};
 use crate::ggml::{GgmlType, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8_0};
 
@@ -43,6 +43,10 @@ macro_rules! types {
 
             fn dequantize(&self) -> Vec<f32> {
                 match self { $(AnyWeight::$v(w) => GgufBlocks::<$t>::dequantize(w),)* }
+            }
+
+            fn dequantize_rows(&self, rows: std::ops::Range<usize>) -> crate::error::Result<Vec<f32>> {
+                match self { $(AnyWeight::$v(w) => w.dequantize_rows(rows),)* }
             }
 
             fn matmul(&self, x: &[f32], rows: usize, y: &mut [f32]) -> crate::error::Result<()> {
@@ -111,11 +115,23 @@ impl PyGgufWeight {
 
     /// The float32 weight `[out, in]`, exactly as ggml decodes it.
     fn dequantize<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray2<f32>>> {
-        let [o, i] = self.inner.shape();
+        let [_, i] = self.inner.shape();
         let w = py.detach(|| self.inner.dequantize());
-        let arr =
-            numpy::ndarray::Array2::from_shape_vec((o, i), w).map_err(|e| invalid("weight", e))?;
-        Ok(PyArray2::from_owned_array(py, arr))
+        rows_array(py, w, i)
+    }
+
+    /// Rows `start .. stop` of the weight as float32 `[stop - start, in]`,
+    /// exactly as ggml decodes them (the input gradient's tiles).
+    #[pyo3(signature = (start, stop))]
+    fn dequantize_rows<'py>(
+        &self,
+        py: Python<'py>,
+        #[pyo3(from_py_with = crate::python::sizes::start)] start: usize,
+        #[pyo3(from_py_with = crate::python::sizes::stop)] stop: usize,
+    ) -> PyResult<Bound<'py, PyArray2<f32>>> {
+        let [_, i] = self.inner.shape();
+        let w = py.detach(|| self.inner.dequantize_rows(start..stop))?;
+        rows_array(py, w, i)
     }
 
     /// `x @ W.T` for float32 `x [..., in]` -> `[..., out]`.

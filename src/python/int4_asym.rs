@@ -136,10 +136,23 @@ impl PyInt4AsymWeight {
 
     /// The float32 weight `[out, in]`, `d * q + m` in float32.
     fn dequantize<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray2<f32>>> {
-        let [o, i] = self.inner.shape();
+        let [_, i] = self.inner.shape();
         let w = py.detach(|| self.inner.dequantize());
-        let arr = Array2::from_shape_vec((o, i), w).map_err(|e| invalid("weight", e))?;
-        Ok(PyArray2::from_owned_array(py, arr))
+        rows_array(py, w, i)
+    }
+
+    /// Rows `start .. stop` of the weight as float32 `[stop - start, in]`,
+    /// `d * q + m` in float32 (the input gradient's tiles).
+    #[pyo3(signature = (start, stop))]
+    fn dequantize_rows<'py>(
+        &self,
+        py: Python<'py>,
+        #[pyo3(from_py_with = crate::python::sizes::start)] start: usize,
+        #[pyo3(from_py_with = crate::python::sizes::stop)] stop: usize,
+    ) -> PyResult<Bound<'py, PyArray2<f32>>> {
+        let [_, i] = self.inner.shape();
+        let w = py.detach(|| self.inner.dequantize_rows(start..stop))?;
+        rows_array(py, w, i)
     }
 
     /// `x @ W.T` for float32 `x [..., in]` -> `[..., out]`.
@@ -182,6 +195,17 @@ impl PyInt4AsymWeight {
 
 /// `y [..., out] = f(x [..., in])` for a float32 array `x`: the shape
 /// checks and the GIL release of every packed weight's `matmul`.
+/// `w` (`rows * in_feat` floats) as a float32 array `[rows, in_feat]`.
+pub(crate) fn rows_array<'py>(
+    py: Python<'py>,
+    w: Vec<f32>,
+    in_feat: usize,
+) -> PyResult<Bound<'py, PyArray2<f32>>> {
+    let arr = Array2::from_shape_vec((w.len() / in_feat, in_feat), w)
+        .map_err(|e| invalid("weight", e))?;
+    Ok(PyArray2::from_owned_array(py, arr))
+}
+
 pub(crate) fn last_axis_matmul<'py>(
     x: &Bound<'py, PyAny>,
     out_feat: usize,

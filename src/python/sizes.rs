@@ -65,6 +65,9 @@ size_args! {
     total_bytes: 0, i64::MAX;
     num_parameters: 0, MAX_ELEMS;
     threads: 1, 1 << 20;
+    // A row range of a weight (`dequantize_rows`).
+    start: 0, MAX_ELEMS;
+    stop: 0, MAX_ELEMS;
     // A restored step count: bounded like the checkpoints' (2**53, exact in
     // the float64 that torch state dicts carry).
     step: 0, 1 << 53;

@@ -163,6 +163,22 @@ def valid_calls(tmp: Path):
                 dict(type="q8_0", shape=(1, 32), buffer=np.zeros(34, np.uint8)),
             )
         ],
+        "GgufWeight.dequantize_rows": [
+            (
+                "dequantize_rows",
+                quantrs.GgufWeight.from_bytes(
+                    "q8_0", (1, 32), np.zeros(34, np.uint8)
+                ).dequantize_rows,
+                dict(start=0, stop=1),
+            )
+        ],
+        "Int4AsymWeight.dequantize_rows": [
+            (
+                "dequantize_rows",
+                quantrs.Int4AsymWeight.quantize(W.reshape(4, 64), group_size=32).dequantize_rows,
+                dict(start=0, stop=4),
+            )
+        ],
         "Int4AsymWeight.quantize": [
             (
                 "quantize",

@@ -45,7 +45,9 @@ def _lora(model: nn.Module, quantized: bool) -> nn.Module:
     return peft.get_peft_model(model, cfg)
 
 
-@pytest.mark.parametrize("method,gs", [("int4", 32), ("int4", 128), ("int8", 32), ("fp8", 32)])
+@pytest.mark.parametrize(
+    "method,gs", [("int4", 32), ("int4", 128), ("int8", 32), ("fp8", 32), ("int4_asym", 32)]
+)
 def test_lora_steps_match_lora_on_the_dequantized_float_model(method, gs):
     torch.manual_seed(0)
     base = _Block()

@@ -15,13 +15,46 @@ from torch import nn
 from .. import GgufWeight, Int4AsymWeight
 from ..formats.gguf import PACKED_TYPES, GgufFile, packed_weight
 
+# Floats per decoded tile of the input gradient (1 MiB): the packed weight is decoded a
+# band of rows at a time, never whole.
+_TILE_FLOATS = 1 << 18
+
+
+class _PackedMatmul(torch.autograd.Function):
+    """``x @ W.T`` for float32 CPU ``x [rows, in]`` over a packed weight; the backward
+    gives ``x`` its gradient ``grad @ W``, decoding ``W`` in bands of rows
+    (``dequantize_rows``) and accumulating each band's product in torch."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, packed) -> torch.Tensor:
+        ctx.packed = packed
+        return torch.from_numpy(packed.matmul(x.numpy()))
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return packed_grad_input(ctx.packed, grad.contiguous()), None
+
+
+def packed_grad_input(packed, grad: torch.Tensor) -> torch.Tensor:
+    """``grad @ W`` for float32 ``grad [rows, out]`` and a packed ``W [out, in]``."""
+    out_f, in_f = packed.shape
+    dx = torch.zeros(grad.shape[0], in_f, dtype=torch.float32)
+    band = max(1, _TILE_FLOATS // in_f)
+    for r0 in range(0, out_f, band):
+        r1 = min(out_f, r0 + band)
+        dx.addmm_(grad[:, r0:r1], torch.from_numpy(packed.dequantize_rows(r0, r1)))
+    return dx
+
 
 class GgufLinear(nn.Module):
     """``y = x @ W.T + bias`` with ``W`` a packed :class:`quantrs.GgufWeight` (or a
     :class:`quantrs.Int4AsymWeight`, what ``quantize_(model, "int4_asym")`` makes); the
-    kernel runs on float32 CPU activations, ``x``'s dtype is restored. Inference only
-    (no gradient). ``out_index`` reorders the output features (``y[..., out_index]``):
-    llama.cpp stores Llama's q / k projections with their rows permuted."""
+    kernel runs on float32 CPU activations, ``x``'s dtype is restored. The packed weight
+    and the bias are frozen; an input that requires grad gets ``grad_output @ W`` (the
+    weight decoded a band of rows at a time), so LoRA adapters train on top (QLoRA,
+    :func:`quantrs.torch.peft_config`). ``out_index`` reorders the output features
+    (``y[..., out_index]``): llama.cpp stores Llama's q / k projections with their rows
+    permuted."""
 
     def __init__(
         self,
@@ -39,15 +72,24 @@ class GgufLinear(nn.Module):
             "out_index", None if out_index is None else torch.as_tensor(out_index, dtype=torch.long)
         )
 
-    @torch.no_grad()
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x32 = x.detach().to("cpu", torch.float32).contiguous()
-        y = torch.from_numpy(self.weight_packed.matmul(x32.numpy()))
+        x32 = x.to("cpu", torch.float32).reshape(-1, self.in_features).contiguous()
+        if torch.is_grad_enabled() and x32.requires_grad:
+            y = _PackedMatmul.apply(x32, self.weight_packed)
+        else:
+            y = torch.from_numpy(self.weight_packed.matmul(x32.detach().numpy()))
+        y = y.reshape(*x.shape[:-1], self.out_features)
         if self.out_index is not None:
             y = y[..., self.out_index]
         if self.bias is not None:
             y = y + self.bias
         return y.to(x.device, x.dtype)
+
+    def dequantize(self) -> torch.Tensor:
+        """The float32 weight ``[out, in]`` the layer computes with (rows in
+        ``out_index`` order)."""
+        w = torch.from_numpy(self.weight_packed.dequantize())
+        return w if self.out_index is None else w[self.out_index]
 
     def extra_repr(self) -> str:
         return (

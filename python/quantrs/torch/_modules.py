@@ -188,7 +188,7 @@ def quantize_(
 ) -> nn.Module:
     """Replace ``nn.Linear`` modules of ``model`` in place by ``Int4Linear`` (``"int4"``,
     ``group_size`` inputs per scale), ``GgufLinear`` over an ``Int4AsymWeight``
-    (``"int4_asym"``: asymmetric INT4, inference only), ``Int8Linear`` (``"int8"``, one
+    (``"int4_asym"``: asymmetric INT4, frozen weight), ``Int8Linear`` (``"int8"``, one
     scale per output channel; CPU) or ``FP8Linear`` (``"fp8"``, E4M3, W8A8 when an
     ``activation_scale`` is given). ``filter_fn(module, fqn)`` picks the modules
     (default: :func:`default_filter`). Returns ``model``; a module shared by several

@@ -1,6 +1,7 @@
 """peft LoRA on the quantized layers (QLoRA): :func:`peft_config` registers ``Int4Linear``,
-``Int8Linear`` and ``FP8Linear`` with a ``LoraConfig`` as base layers peft may wrap, the
-way peft wraps bitsandbytes ``Linear4bit`` (docs/torch.md, "Fine-tuning on quantized weights").
+``Int8Linear``, ``FP8Linear`` and ``GgufLinear`` (GGUF blocks, ``int4_asym``) with a
+``LoraConfig`` as base layers peft may wrap, the way peft wraps bitsandbytes ``Linear4bit``
+(docs/torch.md, "Fine-tuning on quantized weights").
 
 peft's LoRA layer runs ``base_layer(x) + lora_B(lora_A(dropout(x))) * scaling``; the base
 layer's backward gives ``x`` its gradient through the transposed kernels, so the adapters
@@ -15,6 +16,7 @@ import warnings
 from typing import Any
 
 from .. import _core
+from ._gguf import GgufLinear
 from ._int8 import Int8Linear
 from ._modules import FP8Linear, Int4Linear
 
@@ -46,12 +48,15 @@ def _lora_class() -> type:
 
 def peft_config(config: Any) -> Any:
     """``config`` (a ``peft.LoraConfig``) with ``Int4Linear`` / ``Int8Linear`` /
-    ``FP8Linear`` accepted as LoRA base layers; returns ``config``. Requires peft."""
+    ``FP8Linear`` / ``GgufLinear`` accepted as LoRA base layers; returns ``config``.
+    Requires peft."""
     try:
         cls = _lora_class()
     except ImportError as e:  # peft is optional
         raise ImportError("quantrs.torch.peft_config needs peft (pip install peft)") from e
     if not hasattr(config, "_register_custom_module"):
         raise TypeError(f"peft_config: expected a peft.LoraConfig, got {type(config).__name__}")
-    config._register_custom_module({Int4Linear: cls, Int8Linear: cls, FP8Linear: cls})
+    config._register_custom_module(
+        {Int4Linear: cls, Int8Linear: cls, FP8Linear: cls, GgufLinear: cls}
+    )
     return config
