@@ -52,14 +52,15 @@ def test_input_grad_matches_float64_linear(kind, in_f, lead, monkeypatch):
     assert torch.all(err <= _bound(g, w)), float(err.max())
 
 
-def test_bfloat16_input_gets_a_bfloat16_gradient_and_output():
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_input_gets_its_dtype_back(dtype):
     packed = _packed("int4_asym", 24, 64)
     layer = qt.GgufLinear(packed)
-    x = torch.randn(4, 64, dtype=torch.bfloat16, requires_grad=True)
+    x = torch.randn(4, 64, dtype=dtype, requires_grad=True)
     y = layer(x)
-    assert y.dtype == torch.bfloat16
+    assert y.dtype == dtype
     y.float().sum().backward()
-    assert x.grad.dtype == torch.bfloat16
+    assert x.grad.dtype == dtype
     ref = torch.from_numpy(packed.dequantize()).sum(0)
     torch.testing.assert_close(x.grad.float(), ref.expand(4, 64), rtol=1e-2, atol=1e-2)
 
