@@ -112,3 +112,15 @@ def test_a_qlora_step_keeps_no_float_copy_of_the_frozen_weights(method):
         assert len(packed) == 2 and all(p.nbytes < 64 * 96 for p in packed)
     else:
         assert any(not t.is_floating_point() and t.numel() >= 64 * 96 // 2 for t in held)
+
+
+@pytest.mark.parametrize("method", ["int4", "int8", "fp8", "int4_asym"])
+def test_peft_wraps_bias_free_quantized_layers(method):
+    """Llama's projections have no bias: peft finds the base layer's device without one."""
+    model = nn.Sequential(nn.LayerNorm(64), nn.Linear(64, 96, bias=False))
+    qt.quantize_(model, method, filter_fn=lambda m, fqn: fqn == "1")
+    cfg = qt.peft_config(peft.LoraConfig(r=4, target_modules=["1"], init_lora_weights=False))
+    lora = peft.get_peft_model(model, cfg)
+    lora(torch.randn(4, 64)).square().mean().backward()
+    grads = [p.grad for n, p in lora.named_parameters() if "lora_" in n]
+    assert grads and all(g is not None and torch.count_nonzero(g) > 0 for g in grads)

@@ -85,6 +85,13 @@ class GgufLinear(nn.Module):
             y = y + self.bias
         return y.to(x.device, x.dtype)
 
+    @property
+    def weight(self) -> torch.Tensor:
+        """A float32 copy of the weight ``[out, in]``, built on each access (the layer
+        itself computes from the packed bytes); libraries that read a base layer's
+        ``weight.device`` / ``dtype``, as peft does when it wraps one, find it here."""
+        return self.dequantize()
+
     def dequantize(self) -> torch.Tensor:
         """The float32 weight ``[out, in]`` the layer computes with (rows in
         ``out_index`` order)."""
