@@ -39,6 +39,16 @@ def gguf_weight(name: str, out: int, inf: int, rng) -> object:
 
 
 def run(quick: bool) -> list[dict]:
+    return against_int4_g32(
+        lambda w, rng: {name: gguf_weight(name, *w.shape, rng) for name in TYPES}, quick
+    )
+
+
+def against_int4_g32(make_cases, quick: bool) -> list[dict]:
+    """``make_cases(w, rng)``'s weights (a dict name -> weight of ``w``'s shape) against
+    INT4 g32 of the same random float32 ``w`` ``[out, in]``, ``matmul`` at batch 1 and 16,
+    paired and alternating; ``per_byte_ratio`` divides each time by its weight bytes
+    first (bench_int4_asym.py uses it too)."""
     import quantrs
 
     rng = np.random.default_rng(0)
@@ -46,15 +56,7 @@ def run(quick: bool) -> list[dict]:
     w = rng.standard_normal((out, inf)).astype(np.float32)
     int4 = quantrs.QuantizedWeight.quantize(np.ascontiguousarray(w.T), group_size=32)
     int4_bytes = out * inf // 2 + out * inf // 32 * 4
-    cases = {name: gguf_weight(name, out, inf, rng) for name in TYPES}
-    return against_int4_g32(cases, int4, int4_bytes, (out, inf), rng, quick)
-
-
-def against_int4_g32(cases: dict, int4, int4_bytes: int, shape, rng, quick: bool) -> list[dict]:
-    """Each case's ``matmul`` against INT4 g32's on the same ``[out, in]`` shape at batch
-    1 and 16, paired and alternating; ``per_byte_ratio`` divides each time by its weight
-    bytes first (bench_int4_asym.py uses it too)."""
-    out, inf = shape
+    cases = make_cases(w, rng)
     rows = []
     for name, q in cases.items():
         for batch in (1, 16):

@@ -16,25 +16,26 @@ from bench_gguf import against_int4_g32
 
 
 def run(quick: bool) -> list[dict]:
+    return against_int4_g32(asym_cases, quick)
+
+
+def asym_cases(w: np.ndarray, rng) -> dict:
+    """``int4_asym`` at groups 32 / 64 / 128 of ``w``, and its g32 values as GGUF q4_1
+    blocks (``{d, m, 16 bytes}``): the decode-then-dot path on the same numbers."""
     import quantrs
 
-    rng = np.random.default_rng(0)
-    out, inf = (1024, 1024) if quick else (4096, 4096)
-    w = rng.standard_normal((out, inf)).astype(np.float32)
-    int4 = quantrs.QuantizedWeight.quantize(np.ascontiguousarray(w.T), group_size=32)
-    int4_bytes = out * inf // 2 + out * inf // 32 * 4
+    out, inf = w.shape
     cases = {
         f"int4_asym g{g}": quantrs.Int4AsymWeight.quantize(w, group_size=g, method="rtn")
         for g in (32, 64, 128)
     }
     g32 = cases["int4_asym g32"]
-    # The same g32 values as GGUF q4_1 blocks ({d, m, 16 bytes}): the decode-then-dot path.
     sc = g32.scales().astype(np.float16).view(np.uint8).reshape(out, -1, 4)
     codes = g32.codes().reshape(out, -1, 2, 16)
     nib = (codes[:, :, 0] | (codes[:, :, 1] << 4)).astype(np.uint8)
     blocks = np.concatenate([sc, nib], axis=2).reshape(out, -1)
     cases["q4_1 (decode, then dot)"] = quantrs.GgufWeight.from_bytes("q4_1", (out, inf), blocks)
-    return against_int4_g32(cases, int4, int4_bytes, (out, inf), rng, quick)
+    return cases
 
 
 if __name__ == "__main__":
