@@ -90,3 +90,15 @@ def test_dequantize_rows_rejects_bad_ranges(kind, in_f):
         packed.dequantize_rows(-1, 3)
     with pytest.raises(TypeError, match="stop"):
         packed.dequantize_rows(0, "3")
+
+
+def test_bad_inputs_name_the_layer():
+    layer = qt.GgufLinear(_packed("q8_0", 8, 64))
+    with pytest.raises(quantrs.InvalidArgument, match="in_features=64"):
+        layer(torch.zeros(2, 63))
+    with pytest.raises(quantrs.InvalidArgument, match="in_features=64"):
+        layer(torch.tensor(1.0))
+    with pytest.raises(TypeError, match="floating-point"):
+        layer(torch.zeros(2, 64, dtype=torch.int32))
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        layer([0.0] * 64)

@@ -14,6 +14,7 @@ from torch import nn
 
 from .. import GgufWeight, Int4AsymWeight
 from ..formats.gguf import PACKED_TYPES, GgufFile, packed_weight
+from ._layer_io import check_features
 
 # Floats per decoded tile of the input gradient (1 MiB): the packed weight is decoded a
 # band of rows at a time, never whole.
@@ -73,6 +74,7 @@ class GgufLinear(nn.Module):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_features("GgufLinear", x, self.in_features)
         x32 = x.to("cpu", torch.float32).reshape(-1, self.in_features).contiguous()
         if torch.is_grad_enabled() and x32.requires_grad:
             y = _PackedMatmul.apply(x32, self.weight_packed)

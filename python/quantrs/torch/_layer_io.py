@@ -16,13 +16,11 @@ _F32 = torch.float32
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 
 
-def _check_input(owner: str, x: torch.Tensor, in_features: int) -> torch.Tensor:
+def check_features(owner: str, x: torch.Tensor, in_features: int) -> None:
+    """A floating-point tensor whose last dimension is ``in_features`` (TypeError /
+    InvalidArgument naming the layer otherwise)."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{owner}: expected a torch.Tensor input, got {type(x).__name__}")
-    if x.device.type == "cuda":
-        _cuda.require(f"{owner}: the input", x.device)
-    elif x.device.type != "cpu":
-        raise _core.InvalidArgument(f"{owner}: expected a CPU or CUDA input, got device {x.device}")
     if not x.is_floating_point():
         raise TypeError(f"{owner}: expected a floating-point input, got {x.dtype}")
     if x.dim() == 0 or x.shape[-1] != in_features:
@@ -30,6 +28,14 @@ def _check_input(owner: str, x: torch.Tensor, in_features: int) -> torch.Tensor:
             f"{owner}: expected an input whose last dimension is in_features={in_features}, "
             f"got shape {tuple(x.shape)}"
         )
+
+
+def _check_input(owner: str, x: torch.Tensor, in_features: int) -> torch.Tensor:
+    check_features(owner, x, in_features)
+    if x.device.type == "cuda":
+        _cuda.require(f"{owner}: the input", x.device)
+    elif x.device.type != "cpu":
+        raise _core.InvalidArgument(f"{owner}: expected a CPU or CUDA input, got device {x.device}")
     return x.detach().reshape(-1, in_features).to(_F32).contiguous()
 
 
