@@ -633,6 +633,7 @@ class _Adam4bitBase:
         step: int,
         arrays: dict[str, npt.NDArray[np.uint8] | npt.NDArray[np.float32]],
     ) -> None: ...
+    def set_row_layout(self, first_row: int, global_rows: int) -> None: ...
     def set_hyper(
         self,
         learning_rate: float,

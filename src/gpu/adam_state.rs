@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::adam::StateAddrs;
 use super::context::Gpu;
 use super::memory::DeviceBuffer;
-use crate::error::Result;
+use crate::error::{QuantError, Result};
 use crate::optim::{ParamState, Scales, VScales};
 
 /// Block scales of one moment on the device.
@@ -69,6 +69,12 @@ fn scales_bytes(s: &DevScales) -> usize {
 
 impl DevParam {
     pub(crate) fn upload(gpu: &Arc<Gpu>, st: &ParamState) -> Result<DevParam> {
+        if st.rows.is_some() {
+            // The device kernels group 256 blocks over the flat tensor.
+            return Err(QuantError::UnsupportedOperation(
+                "the row layout of a sharded parameter's state runs on the CPU only".into(),
+            ));
+        }
         let v = match &st.v_scales {
             VScales::Block(s) => DevV::Block(up_scales(gpu, s)?),
             VScales::Rank1 { rows, cols } => DevV::Rank1 {
@@ -101,6 +107,7 @@ impl DevParam {
             v_codes: self.v_codes.to_host()?,
             m_scales: down_scales(&self.m)?,
             v_scales,
+            rows: None,
         })
     }
 

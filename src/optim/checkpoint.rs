@@ -26,7 +26,7 @@ use super::config::{
     Adam4bitConfig, Adam4bitOptimizerConfig, AdvancedQuantizationConfig, QuantizationMethod,
 };
 use super::engine::Adam4bitCore;
-use super::state::{OptimizerState, ParamState, Scales, VScales};
+use super::state::{OptimizerState, ParamState, RowLayout, Scales, VScales};
 use crate::error::{QuantError, Result};
 use crate::st::{self, Dtype, OwnedTensor};
 
@@ -96,7 +96,9 @@ fn checksum_with_meta(t: &Tensors, meta: &Value) -> u32 {
     h.finalize()
 }
 
-fn put_scales(t: &mut Tensors, key: &str, which: &str, s: &Scales) {
+/// `width`: floats per double-quantization group (2: `(max, step)`; 1: the
+/// row layout's `max`).
+fn put_scales(t: &mut Tensors, key: &str, which: &str, s: &Scales, width: usize) {
     match s {
         Scales::F32(v) => {
             t.insert(
@@ -111,7 +113,7 @@ fn put_scales(t: &mut Tensors, key: &str, which: &str, s: &Scales) {
             );
             t.insert(
                 format!("{key}/{which}_scale_groups"),
-                f32_tensor(groups, vec![groups.len() / 2, 2]),
+                f32_tensor(groups, vec![groups.len() / width, width]),
             );
         }
     }
@@ -121,9 +123,10 @@ fn put_scales(t: &mut Tensors, key: &str, which: &str, s: &Scales) {
 pub(crate) fn put_param(t: &mut Tensors, key: &str, p: &ParamState) {
     t.insert(format!("{key}/m_codes"), u8_tensor(p.m_codes.clone()));
     t.insert(format!("{key}/v_codes"), u8_tensor(p.v_codes.clone()));
-    put_scales(t, key, "m", &p.m_scales);
+    let width = if p.rows.is_some() { 1 } else { 2 };
+    put_scales(t, key, "m", &p.m_scales, width);
     match &p.v_scales {
-        VScales::Block(s) => put_scales(t, key, "v", s),
+        VScales::Block(s) => put_scales(t, key, "v", s, width),
         VScales::Rank1 { rows, cols } => {
             t.insert(
                 format!("{key}/v_rank1_rows"),
@@ -156,6 +159,15 @@ pub(crate) fn to_tensors(core: &Adam4bitCore) -> Result<Tensors> {
     t.insert("config".into(), f32_tensor(&cfg, vec![cfg.len()]));
     let mut shapes = serde_json::Map::new();
     for (key, p) in &core.state().params {
+        if p.rows.is_some() {
+            // Its scale groups and rounding keys depend on the rank's rows:
+            // it travels per parameter, with the shard's place (torch's
+            // state dict), not in a whole-optimizer file.
+            return Err(QuantError::InvalidState(format!(
+                "parameter {key:?} is in the row layout of a sharded parameter: export it \
+                 with export_param_state"
+            )));
+        }
         shapes.insert(key.clone(), json!(p.shape));
         put_param(&mut t, key, p);
     }
@@ -219,7 +231,8 @@ impl Reader {
         Ok(v)
     }
 
-    fn scales(&mut self, key: &str, which: &str, template: &Scales) -> Result<Scales> {
+    /// `rows`: the row layout's groups (`max` only).
+    fn scales(&mut self, key: &str, which: &str, template: &Scales, rows: bool) -> Result<Scales> {
         Ok(match template {
             Scales::F32(v) => Scales::F32(self.f32s(&format!("{key}/{which}_scales"), v.len())?),
             Scales::Double { codes, groups } => {
@@ -232,9 +245,10 @@ impl Reader {
                     .data;
                 let name = format!("{key}/{which}_scale_groups");
                 let g = st::le_to_f32(&self.take(&name, Dtype::F32, groups.len())?.data)?;
-                let ok =
-                    |p: &[f32]| p[0].is_finite() && p[0] >= 0.0 && (-1.0..=0.0).contains(&p[1]);
-                if !g.chunks(2).all(ok) {
+                let ok = |p: &[f32]| {
+                    p[0].is_finite() && p[0] >= 0.0 && (rows || (-1.0..=0.0).contains(&p[1]))
+                };
+                if !g.chunks(if rows { 1 } else { 2 }).all(ok) {
                     return Err(bad(format!(
                         "tensor {name:?}: expected (max >= 0 finite, step in [-1, 0]) pairs"
                     )));
@@ -351,7 +365,7 @@ pub(crate) fn parse(t: Tensors, expect_kind: &str) -> Result<(Adam4bitConfig, Op
             .as_array()
             .and_then(|a| a.iter().map(|d| d.as_u64().map(|d| d as usize)).collect())
             .ok_or_else(|| bad(format!("{key:?}: invalid shape")))?;
-        let p = read_param(&mut r, key, shape, &config.quantization)?;
+        let p = read_param(&mut r, key, shape, &config.quantization, None)?;
         state.params.insert(key.clone(), p);
     }
     if let Some(extra) = r.t.keys().next() {
@@ -368,6 +382,7 @@ fn read_param(
     key: &str,
     shape: Vec<usize>,
     quant: &AdvancedQuantizationConfig,
+    rows: Option<RowLayout>,
 ) -> Result<ParamState> {
     let n = shape
         .iter()
@@ -386,16 +401,16 @@ fn read_param(
             present.map_or("none".to_string(), |b| format!("{b} bytes"))
         )));
     }
-    let tpl = ParamState::new(&shape, quant);
+    let tpl = ParamState::with_rows(&shape, quant, rows);
     let m_codes = r
         .take(&format!("{key}/m_codes"), Dtype::U8, tpl.m_codes.len())?
         .data;
     let v_codes = r
         .take(&format!("{key}/v_codes"), Dtype::U8, tpl.v_codes.len())?
         .data;
-    let m_scales = r.scales(key, "m", &tpl.m_scales)?;
+    let m_scales = r.scales(key, "m", &tpl.m_scales, rows.is_some())?;
     let v_scales = match &tpl.v_scales {
-        VScales::Block(s) => VScales::Block(r.scales(key, "v", s)?),
+        VScales::Block(s) => VScales::Block(r.scales(key, "v", s, rows.is_some())?),
         VScales::Rank1 { rows, cols } => VScales::Rank1 {
             rows: r.f32s(&format!("{key}/v_rank1_rows"), rows.len())?,
             cols: r.f32s(&format!("{key}/v_rank1_cols"), cols.len())?,
@@ -407,6 +422,7 @@ fn read_param(
         v_codes,
         m_scales,
         v_scales,
+        rows,
     })
 }
 
@@ -427,7 +443,11 @@ pub(crate) fn load_param(
     }
     core.check_config()?;
     let mut r = Reader { t };
-    let p = read_param(&mut r, key, shape, &core.config().quantization)?;
+    if shape.iter().product::<usize>() > 0 {
+        core.check_row_shape(&shape)?;
+    }
+    let rows = core.row_layout();
+    let p = read_param(&mut r, key, shape, &core.config().quantization, rows)?;
     if let Some(extra) = r.t.keys().next() {
         return Err(bad(format!("unexpected tensor {extra:?}")));
     }

@@ -20,6 +20,7 @@
 
 use super::dispatch::Kernels;
 use super::format::GROUP_BLOCKS;
+use crate::scales::direct;
 
 /// splitmix64's finalizer (Steele, Lea and Flood, "Fast splittable
 /// pseudorandom number generators", 2014).
@@ -32,7 +33,9 @@ pub(crate) fn splitmix64(mut z: u64) -> u64 {
 }
 
 /// Where a group's random numbers come from: step `t` (1-based), the
-/// parameter's element count, and the index of the group's first block.
+/// parameter's element count, and the index of the group's first block
+/// (global: in the row layout of a sharded parameter, counted over the
+/// whole parameter).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Dither {
     key: u64,
@@ -40,10 +43,10 @@ pub(crate) struct Dither {
 }
 
 impl Dither {
-    pub(crate) fn new(t: u64, numel: u64, group: u64) -> Dither {
+    pub(crate) fn new(t: u64, numel: u64, first_block: u64) -> Dither {
         Dither {
             key: splitmix64(t.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ numel),
-            first_block: group * GROUP_BLOCKS as u64,
+            first_block,
         }
     }
 
@@ -89,6 +92,33 @@ pub(crate) fn dq_encode_dithered(
         *dec = f32::from_bits((dec.to_bits() & keep) | (lo.to_bits() & !keep));
     }
     pair
+}
+
+/// [`dq_encode_dithered`] with the fixed-grid codec of the row layout
+/// (`crate::scales::direct`): the same rule; returns the group's largest
+/// scale.
+pub(crate) fn dq_encode_dithered_direct(s: &mut [f32], codes: &mut [u8], d: Dither) -> f32 {
+    let n = s.len();
+    let mut orig = [0f32; GROUP_BLOCKS];
+    orig[..n].copy_from_slice(s);
+    let max = direct::encode(s, codes);
+    for (i, (&x, (c, dec))) in orig[..n]
+        .iter()
+        .zip(codes.iter_mut().zip(s.iter_mut()))
+        .enumerate()
+    {
+        let k = *c;
+        if k >= 254 {
+            continue; // the grid's last code, or an all-zero block
+        }
+        let (hi, lo) = (*dec, direct::value(max, k + 1));
+        let gap = hi - lo;
+        if (gap > 0.0) & (d.uniform(i) * gap < hi - x) {
+            *c = k + 1;
+            *dec = lo;
+        }
+    }
+    max
 }
 
 #[cfg(test)]
@@ -151,7 +181,12 @@ mod tests {
                 let k = Kernels::at(level).unwrap();
                 let mut s = spread_scales(n, 7);
                 let mut codes = vec![0u8; n];
-                let pair = dq_encode_dithered(&k, &mut s, &mut codes, Dither::new(5, 77, 2));
+                let pair = dq_encode_dithered(
+                    &k,
+                    &mut s,
+                    &mut codes,
+                    Dither::new(5, 77, 2 * GROUP_BLOCKS as u64),
+                );
                 outs.push((pair, codes, s));
             }
             assert!(outs.windows(2).all(|w| w[0] == w[1]), "{n}");
@@ -176,7 +211,7 @@ mod tests {
     fn uniform_matches_the_documented_hash() {
         // The NumPy oracle (python/quantrs/reference/optim.py) computes the
         // same numbers; these pin the definition.
-        let d = Dither::new(7, 1000, 1);
+        let d = Dither::new(7, 1000, GROUP_BLOCKS as u64);
         let key = splitmix64(7u64.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 1000);
         let z = splitmix64(key ^ 259);
         assert_eq!(d.uniform(3), (z >> 40) as f32 / 16_777_216.0);

@@ -9,7 +9,7 @@ use super::codebook::{dynamic8, Codebook16, Codebook256, DYNAMIC4, INT4, NF4};
 use super::config::{check_lr, Adam4bitConfig, Adam4bitOptimizerConfig, QuantizationMethod};
 use super::dispatch::Kernels;
 use super::format::{Codecs, MCodec, StepConsts};
-use super::state::{step_param, Clamp, OptimizerState, ParamState, StepCtx};
+use super::state::{step_param, Clamp, OptimizerState, ParamState, RowLayout, StepCtx};
 use super::traits::{ParamMut, ParamRef, StateMemoryStats};
 use crate::error::{QuantError, Result};
 use crate::simd::SimdLevel;
@@ -91,6 +91,8 @@ pub(crate) struct Adam4bitCore {
     /// Unnamed parameters: (buffer address, length) -> registration index.
     bound: HashMap<(usize, usize), usize>,
     kernels: Kernels,
+    /// The layout of new parameters' state (`set_row_layout`).
+    rows: Option<RowLayout>,
 }
 
 pub(crate) fn codecs_for(config: &Adam4bitConfig) -> Codecs {
@@ -139,7 +141,58 @@ impl Adam4bitCore {
             accum: BTreeMap::new(),
             bound: HashMap::new(),
             kernels: Kernels::in_force(),
+            rows: None,
         }
+    }
+
+    /// Lay out the state of parameters created or imported from now on in
+    /// the row layout `rows` ([`RowLayout`]; `None`: flat). Refused, with
+    /// nothing changed, with rank-1 normalization (its column maxima span
+    /// every row).
+    pub(crate) fn set_row_layout(&mut self, rows: Option<RowLayout>) -> Result<()> {
+        if rows.is_some() && self.config.quantization.rank1_normalization {
+            return Err(QuantError::arg(
+                "rows: the row layout needs rank1_normalization=False (its column maxima span \
+                 every row)",
+            ));
+        }
+        if let Some(r) = rows {
+            if r.first_row >= r.global_rows {
+                return Err(QuantError::arg(format!(
+                    "first_row: expected a value < global_rows = {}, got {}",
+                    r.global_rows, r.first_row
+                )));
+            }
+        }
+        self.rows = rows;
+        Ok(())
+    }
+
+    /// The row layout of new parameters' state.
+    pub(crate) fn row_layout(&self) -> Option<RowLayout> {
+        self.rows
+    }
+
+    /// An error unless `shape` fits the row layout (2-D, rows a multiple of
+    /// the block size, inside the whole parameter's rows).
+    pub(crate) fn check_row_shape(&self, shape: &[usize]) -> Result<()> {
+        let Some(r) = self.rows else { return Ok(()) };
+        let bs = self.config.quantization.block_size;
+        if shape.len() != 2 || !shape[1].is_multiple_of(bs) {
+            return Err(QuantError::arg(format!(
+                "param: the row layout takes [rows, row length] with the row length a multiple \
+                 of block_size = {bs}, got shape {shape:?}"
+            )));
+        }
+        if r.first_row + shape[0] as u64 > r.global_rows {
+            return Err(QuantError::arg(format!(
+                "param: rows {}..{} of a parameter of {} rows",
+                r.first_row,
+                r.first_row + shape[0] as u64,
+                r.global_rows
+            )));
+        }
+        Ok(())
     }
 
     /// The validation error of the config, if it is invalid.
@@ -200,6 +253,9 @@ impl Adam4bitCore {
         if grad.len() != n {
             return Err(QuantError::dims("grad length", n, grad.len()));
         }
+        if !self.state.params.contains_key(key) {
+            self.check_row_shape(shape)?;
+        }
         if let Some(st) = self.state.params.get(key) {
             if st.shape != shape {
                 return Err(QuantError::dims(
@@ -246,7 +302,7 @@ impl Adam4bitCore {
             .state
             .params
             .remove(&key)
-            .unwrap_or_else(|| ParamState::new(shape, &q));
+            .unwrap_or_else(|| ParamState::with_rows(shape, &q, self.rows));
         step_param(&self.ctx(), &mut st, param, grad);
         self.state.params.insert(key, st);
     }

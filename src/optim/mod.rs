@@ -43,6 +43,8 @@ mod format;
 #[cfg(target_arch = "x86_64")]
 mod kernel;
 mod multi;
+#[cfg(test)]
+mod row_layout_tests;
 mod state;
 #[cfg(test)]
 mod tests;
@@ -61,7 +63,7 @@ pub(crate) use engine::{
 pub use multi::{step_all, StepItem};
 // The device step (src/gpu/adam.rs) runs the same element math with the
 // same code books and step constants.
-pub use state::{OptimizerState, ParamState, Scales, VScales};
+pub use state::{OptimizerState, ParamState, RowLayout, Scales, VScales};
 pub use traits::{Optimizer, ParamMut, ParamRef, StateMemoryStats, StatefulOptimizer, Tensors};
 #[cfg(feature = "gpu")]
 pub(crate) use {

@@ -2,7 +2,7 @@
 //! (Over 400 lines: the state types and the one step that walks them stay
 //! together.)
 
-use super::dither::{dq_encode_dithered, Dither};
+use super::dither::{dq_encode_dithered, dq_encode_dithered_direct, Dither};
 use std::collections::BTreeMap;
 
 use rayon::prelude::*;
@@ -10,28 +10,33 @@ use rayon::prelude::*;
 use super::config::AdvancedQuantizationConfig;
 use super::dispatch::Kernels;
 use super::format::{inv, nibble, Codecs, MCodec, Pass1, Pass2, StepConsts, VScale, GROUP_BLOCKS};
-use crate::scales::ZERO_CODE;
+use crate::scales::{direct, ZERO_CODE};
 
 /// Block scales of one moment.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Scales {
     /// One f32 per block.
     F32(Vec<f32>),
-    /// One 8-bit code per block, `(max, step)` f32 per group of 256 blocks.
+    /// One 8-bit code per block, `(max, step)` f32 per group of 256 blocks
+    /// (in the row layout: `max` per group, the step fixed,
+    /// `crate::scales::direct`).
     Double {
         /// One code per block (255: an all-zero block).
         codes: Vec<u8>,
-        /// `(max, log2 step)` per group of 256 blocks.
+        /// `(max, log2 step)` per group of 256 blocks, or `max` per group of
+        /// the row layout.
         groups: Vec<f32>,
     },
 }
 
 impl Scales {
-    pub(crate) fn zeros(blocks: usize, double: bool) -> Scales {
+    /// Zero scales of `blocks` blocks in `groups` double-quantization groups
+    /// of `width` floats each (2 for the flat layout, 1 for the row layout).
+    pub(crate) fn zeros(blocks: usize, groups: usize, width: usize, double: bool) -> Scales {
         if double {
             Scales::Double {
                 codes: vec![ZERO_CODE; blocks],
-                groups: vec![0.0; 2 * blocks.div_ceil(GROUP_BLOCKS)],
+                groups: vec![0.0; width * groups],
             }
         } else {
             Scales::F32(vec![0.0; blocks])
@@ -46,12 +51,12 @@ impl Scales {
         }
     }
 
-    fn group_chunks(&mut self) -> Vec<ScalesChunk<'_>> {
+    /// The scales of each group, `blocks[i]` blocks for group `i`.
+    fn group_chunks(&mut self, blocks: &[usize], width: usize) -> Vec<ScalesChunk<'_>> {
         match self {
-            Scales::F32(s) => s.chunks_mut(GROUP_BLOCKS).map(ScalesChunk::F32).collect(),
-            Scales::Double { codes, groups } => codes
-                .chunks_mut(GROUP_BLOCKS)
-                .zip(groups.chunks_mut(2))
+            Scales::F32(s) => split_lens(s, blocks).map(ScalesChunk::F32).collect(),
+            Scales::Double { codes, groups } => split_lens(codes, blocks)
+                .zip(groups.chunks_mut(width))
                 .map(|(c, g)| ScalesChunk::Double(c, g))
                 .collect(),
         }
@@ -64,19 +69,28 @@ enum ScalesChunk<'a> {
 }
 
 impl ScalesChunk<'_> {
-    fn decode(&self, kernels: &Kernels, out: &mut [f32]) {
+    /// `direct`: the table-free codec of the row layout (`scales::direct`).
+    fn decode(&self, kernels: &Kernels, out: &mut [f32], direct: bool) {
         match self {
             ScalesChunk::F32(s) => out.copy_from_slice(s),
+            ScalesChunk::Double(c, g) if direct => direct::decode(c, g[0], out),
             ScalesChunk::Double(c, g) => kernels.scales().decode(c, g[0], g[1], out),
         }
     }
 
     /// Store the clamped scales `s` (decoded values written back to `s`);
     /// double-quantized codes are rounded up, or without bias with `dither`.
-    fn encode(&mut self, kernels: &Kernels, s: &mut [f32], dither: Option<Dither>) {
+    fn encode(&mut self, kernels: &Kernels, s: &mut [f32], dither: Option<Dither>, direct: bool) {
         match self {
             ScalesChunk::F32(out) => out.copy_from_slice(s),
             ScalesChunk::Double(c, g) => {
+                if direct {
+                    g[0] = match dither {
+                        Some(d) => dq_encode_dithered_direct(s, c, d),
+                        None => direct::encode(s, c),
+                    };
+                    return;
+                }
                 let (max, step) = match dither {
                     Some(d) => dq_encode_dithered(kernels, s, c, d),
                     None => kernels.scales().encode(s, c),
@@ -117,6 +131,100 @@ pub struct ParamState {
     pub m_scales: Scales,
     /// Scales of v.
     pub v_scales: VScales,
+    /// The row layout of a sharded parameter ([`RowLayout`]), or `None`:
+    /// groups of 256 blocks over the flattened tensor.
+    pub rows: Option<RowLayout>,
+}
+
+/// The row layout of one rank's rows of a parameter sharded on dim 0
+/// (FSDP2; docs/torch.md "The sharded layout"): the state is
+/// `[local rows, row length]`, the row length a multiple of the block
+/// size, and a double-quantization group of up to 256 blocks never
+/// crosses a row, so no stored number depends on more than one row and the
+/// result of a step does not depend on where the shards are cut. v's
+/// scale rounding is keyed by the global row (`first_row` + local row) and
+/// the global element count, the same on every world size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RowLayout {
+    /// The global index of the first local row.
+    pub first_row: u64,
+    /// Rows of the whole parameter.
+    pub global_rows: u64,
+}
+
+/// Floats per double-quantization group: `(max, step)` in the flat layout,
+/// `max` in the row layout.
+fn group_width(rows: Option<RowLayout>) -> usize {
+    if rows.is_some() {
+        1
+    } else {
+        2
+    }
+}
+
+/// Consecutive sub-slices of `s` of the lengths `lens` (which add up to at
+/// most `s.len()`).
+fn split_lens<'a, T>(mut s: &'a mut [T], lens: &[usize]) -> impl Iterator<Item = &'a mut [T]> {
+    lens.iter()
+        .map(move |&n| {
+            let (head, tail) = std::mem::take(&mut s).split_at_mut(n);
+            s = tail;
+            head
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+}
+
+/// The work items of one parameter: the element count of each group, the
+/// global index of its first block (v's scale rounding), and the element
+/// count the rounding is keyed by.
+struct Groups {
+    elems: Vec<usize>,
+    first_block: Vec<u64>,
+    key_numel: u64,
+}
+
+impl Groups {
+    fn of(shape: &[usize], rows: Option<RowLayout>, bs: usize) -> Groups {
+        let n: usize = shape.iter().product();
+        let ge = GROUP_BLOCKS * bs;
+        match rows {
+            None => {
+                let elems: Vec<usize> = (0..n).step_by(ge).map(|s| ge.min(n - s)).collect();
+                let first_block = (0..elems.len() as u64)
+                    .map(|g| g * GROUP_BLOCKS as u64)
+                    .collect();
+                Groups {
+                    elems,
+                    first_block,
+                    key_numel: n as u64,
+                }
+            }
+            Some(layout) => {
+                let (local_rows, row) = (shape[0], n / shape[0].max(1));
+                let row_blocks = row.div_ceil(bs) as u64;
+                let per_row: Vec<usize> = (0..row).step_by(ge).map(|s| ge.min(row - s)).collect();
+                let mut elems = Vec::with_capacity(local_rows * per_row.len());
+                let mut first_block = Vec::with_capacity(elems.capacity());
+                for r in 0..local_rows as u64 {
+                    for (j, &e) in per_row.iter().enumerate() {
+                        elems.push(e);
+                        let global_row = layout.first_row + r;
+                        first_block.push(global_row * row_blocks + (j * GROUP_BLOCKS) as u64);
+                    }
+                }
+                Groups {
+                    elems,
+                    first_block,
+                    key_numel: layout.global_rows.saturating_mul(row as u64),
+                }
+            }
+        }
+    }
+
+    fn blocks(&self, bs: usize) -> Vec<usize> {
+        self.elems.iter().map(|e| e.div_ceil(bs)).collect()
+    }
 }
 
 /// Scale clamp bounds `[lo, hi]` in the stored domain.
@@ -138,10 +246,24 @@ impl Clamp {
 }
 
 impl ParamState {
-    /// Zero state (m = v = 0 exactly) for a parameter of `shape`.
+    /// Zero state (m = v = 0 exactly) for a parameter of `shape`, in the flat
+    /// layout.
     pub fn new(shape: &[usize], q: &AdvancedQuantizationConfig) -> ParamState {
+        ParamState::with_rows(shape, q, None)
+    }
+
+    /// Zero state for a parameter of `shape` in the row layout `rows` (a
+    /// 2-D `shape` whose row length is a multiple of the block size, and no
+    /// rank-1 normalization: checked by the engine), or flat for `None`.
+    pub fn with_rows(
+        shape: &[usize],
+        q: &AdvancedQuantizationConfig,
+        rows: Option<RowLayout>,
+    ) -> ParamState {
         let n: usize = shape.iter().product();
         let blocks = n.div_ceil(q.block_size);
+        let groups = Groups::of(shape, rows, q.block_size).elems.len();
+        let width = group_width(rows);
         let m_len = if q.method.m_bits() == 8 {
             n
         } else {
@@ -153,14 +275,15 @@ impl ParamState {
                 cols: vec![0.0; shape[1]],
             }
         } else {
-            VScales::Block(Scales::zeros(blocks, q.double_quantization))
+            VScales::Block(Scales::zeros(blocks, groups, width, q.double_quantization))
         };
         ParamState {
             shape: shape.to_vec(),
             m_codes: vec![0; m_len],
             v_codes: vec![0; n.div_ceil(2)],
-            m_scales: Scales::zeros(blocks, q.double_quantization),
+            m_scales: Scales::zeros(blocks, groups, width, q.double_quantization),
             v_scales,
+            rows,
         }
     }
 
@@ -284,12 +407,24 @@ fn rank1_stats(
 pub(crate) fn step_param(ctx: &StepCtx<'_>, st: &mut ParamState, w: &mut [f32], g: &[f32]) {
     let bs = ctx.block_size;
     let ge = GROUP_BLOCKS * bs;
-    let numel = w.len();
-    let m_bytes_per_group = if matches!(ctx.codecs.m, MCodec::Eight(_)) {
-        ge
-    } else {
-        ge / 2
-    };
+    let plan = Groups::of(&st.shape, st.rows, bs);
+    let blocks = plan.blocks(bs);
+    let eight = matches!(ctx.codecs.m, MCodec::Eight(_));
+    let m_bytes: Vec<usize> = plan
+        .elems
+        .iter()
+        .map(|&e| if eight { e } else { e.div_ceil(2) })
+        .collect();
+    let v_bytes: Vec<usize> = plan.elems.iter().map(|e| e.div_ceil(2)).collect();
+    let starts: Vec<usize> = plan
+        .elems
+        .iter()
+        .scan(0, |acc, &e| {
+            let s = *acc;
+            *acc += e;
+            Some(s)
+        })
+        .collect();
     let rank1 = match &st.v_scales {
         VScales::Rank1 { rows, cols } => Some(rank1_stats(ctx, st, rows, cols, w, g)),
         VScales::Block(_) => None,
@@ -298,34 +433,45 @@ pub(crate) fn step_param(ctx: &StepCtx<'_>, st: &mut ParamState, w: &mut [f32], 
         VScales::Rank1 { rows, cols } => (rows.clone(), cols.clone()),
         VScales::Block(_) => (Vec::new(), Vec::new()),
     };
-    let m_chunks = st.m_scales.group_chunks();
+    let rows_layout = st.rows;
+    let m_chunks = st.m_scales.group_chunks(&blocks, group_width(st.rows));
     let v_chunks: Vec<Option<ScalesChunk<'_>>> = match &mut st.v_scales {
-        VScales::Block(s) => s.group_chunks().into_iter().map(Some).collect(),
-        VScales::Rank1 { .. } => (0..w.len().div_ceil(ge)).map(|_| None).collect(),
+        VScales::Block(s) => s
+            .group_chunks(&blocks, group_width(rows_layout))
+            .into_iter()
+            .map(Some)
+            .collect(),
+        VScales::Rank1 { .. } => blocks.iter().map(|_| None).collect(),
     };
-    let jobs: Vec<_> = w
-        .chunks_mut(ge)
-        .zip(g.chunks(ge))
-        .zip(st.m_codes.chunks_mut(m_bytes_per_group))
-        .zip(st.v_codes.chunks_mut(ge / 2))
+    let g_chunks = plan.elems.iter().scan(g, |rest, &e| {
+        let (head, tail) = rest.split_at(e);
+        *rest = tail;
+        Some(head)
+    });
+    let jobs: Vec<_> = split_lens(w, &plan.elems)
+        .zip(g_chunks)
+        .zip(split_lens(&mut st.m_codes, &m_bytes))
+        .zip(split_lens(&mut st.v_codes, &v_bytes))
         .zip(m_chunks)
         .zip(v_chunks)
-        .enumerate()
+        .zip(starts.iter().zip(&plan.first_block))
         .collect();
+    let key_numel = plan.key_numel;
+    // The row layout's groups are a row's few blocks: no 256-entry tables.
+    let direct = rows_layout.is_some();
     let new_r1 = rank1.as_ref();
-    jobs.into_par_iter()
-        .for_each(|(gi, (((((w, g), mc), vc), mut msc), mut vsc))| {
+    jobs.into_par_iter().for_each(
+        |((((((w, g), mc), vc), mut msc), mut vsc), (&base, &first_block))| {
             SCRATCH.with(|cell| {
                 let mut guard = cell.borrow_mut();
                 let s = &mut *guard;
                 s.ensure(ge);
                 let n = w.len();
                 let nb = n.div_ceil(bs);
-                let base = gi * ge;
-                msc.decode(&ctx.kernels, &mut s.m_scale[..nb]);
+                msc.decode(&ctx.kernels, &mut s.m_scale[..nb], direct);
                 let v_scale = match &vsc {
                     Some(chunk) => {
-                        chunk.decode(&ctx.kernels, &mut s.v_scale[..nb]);
+                        chunk.decode(&ctx.kernels, &mut s.v_scale[..nb], direct);
                         VScale::Block(&s.v_scale[..nb])
                     }
                     None => VScale::Rank1 {
@@ -354,7 +500,7 @@ pub(crate) fn step_param(ctx: &StepCtx<'_>, st: &mut ParamState, w: &mut [f32], 
                 for x in &mut s.m_absmax[..nb] {
                     *x = ctx.m_clamp.apply(*x);
                 }
-                msc.encode(&ctx.kernels, &mut s.m_absmax[..nb], None);
+                msc.encode(&ctx.kernels, &mut s.m_absmax[..nb], None, direct);
                 for x in &mut s.m_absmax[..nb] {
                     *x = inv(*x);
                 }
@@ -363,8 +509,8 @@ pub(crate) fn step_param(ctx: &StepCtx<'_>, st: &mut ParamState, w: &mut [f32], 
                         for x in &mut s.u_max[..nb] {
                             *x = ctx.u_clamp.apply(*x);
                         }
-                        let d = Dither::new(ctx.t, numel as u64, gi as u64);
-                        chunk.encode(&ctx.kernels, &mut s.u_max[..nb], Some(d));
+                        let d = Dither::new(ctx.t, key_numel, first_block);
+                        chunk.encode(&ctx.kernels, &mut s.u_max[..nb], Some(d), direct);
                         for x in &mut s.u_max[..nb] {
                             *x = inv(*x);
                         }
@@ -386,7 +532,8 @@ pub(crate) fn step_param(ctx: &StepCtx<'_>, st: &mut ParamState, w: &mut [f32], 
                     },
                 );
             })
-        });
+        },
+    );
     if let (Some((rows, cols)), VScales::Rank1 { rows: r, cols: c }) = (rank1, &mut st.v_scales) {
         *r = rows;
         *c = cols;

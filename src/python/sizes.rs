@@ -68,6 +68,9 @@ size_args! {
     // A row range of a weight (`dequantize_rows`).
     start: 0, MAX_ELEMS;
     stop: 0, MAX_ELEMS;
+    // The row layout of a sharded parameter's optimizer state.
+    first_row: 0, MAX_ELEMS;
+    global_rows: 1, MAX_ELEMS;
     // A restored step count: bounded like the checkpoints' (2**53, exact in
     // the float64 that torch state dicts carry).
     step: 0, 1 << 53;

@@ -36,6 +36,7 @@
 
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+pub(crate) mod direct;
 mod scalar;
 
 pub(crate) use scalar::ZERO_CODE;

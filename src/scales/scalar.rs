@@ -4,7 +4,7 @@
 /// Code of an all-zero block (scale exactly 0).
 pub(crate) const ZERO_CODE: u8 = 255;
 /// Code steps between the group's largest and smallest non-zero scale.
-const STEPS: f32 = 254.0;
+pub(crate) const STEPS: f32 = 254.0;
 
 /// `log2(r)` for a positive normal `r`, to ~1e-5: exponent bits plus the
 /// atanh series of the mantissa. Only a starting guess for the code search
@@ -22,7 +22,7 @@ pub(crate) fn log2_approx(r: f32) -> f32 {
 }
 
 #[inline]
-fn log2_step(max: f32, min: f32) -> f32 {
+pub(crate) fn log2_step(max: f32, min: f32) -> f32 {
     if min < max {
         // Scales are normal f32 (clamped to [min_scale^2, max_scale^2]), so
         // min / max >= 2^-254 and the step is >= -1 (checkpoints are checked
@@ -75,7 +75,7 @@ pub(crate) fn log2_det(r: f32) -> f32 {
 /// polynomial of `2^f`, `f` in `[-0.5, 0.5]` (relative error < 1e-6;
 /// exactness is not needed, determinism is: plain f32 operations, no libm).
 #[inline]
-fn exp2_neg(y: f32) -> f32 {
+pub(crate) fn exp2_neg(y: f32) -> f32 {
     // Round to the nearest integer without libm (`as` truncates; -y >= 0).
     let t = ((0.5 - y) as i32).min(126);
     let f = y + t as f32;

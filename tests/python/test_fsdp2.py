@@ -18,6 +18,7 @@ the tests below read them:
 
 from __future__ import annotations
 
+import copy
 import os
 from datetime import timedelta
 
@@ -164,6 +165,41 @@ def _check_resume(rank, outdir, cls_name):
         "identical": all(torch.equal(x, y) for x, y in zip(a, b)),
         "lr": fresh_opt.param_groups[0]["lr"],
         "state_keys": sorted({k for st in saved["opt"]["state"].values() for k in st}),
+    }
+
+
+def _check_layout1_resumes(mesh):
+    """A per-rank state in sharded layout 1 (float32 block scales: what CUDA parameters
+    and earlier versions write) loads into CPU parameters, keeps that layout and
+    continues bit-identically."""
+    from quantrs.torch import _sharded
+
+    real = _sharded.layout_for
+    _sharded.layout_for = lambda local: _sharded.F32_SCALE_LAYOUT
+    try:
+        a = _fsdp(0, mesh)
+        oa = _new_opt(a)
+        _steps(a, oa, 0, 3)
+        saved = copy.deepcopy(oa.state_dict())
+        weights = [p.to_local().detach().clone() for p in a.parameters()]
+    finally:
+        _sharded.layout_for = real
+    b = _fsdp(1, mesh)
+    with torch.no_grad():
+        for p, w in zip(b.parameters(), weights):
+            p.to_local().copy_(w)
+    ob = _new_opt(b)
+    ob.load_state_dict(saved)
+    _steps(a, oa, 3, 3)
+    _steps(b, ob, 3, 3)
+
+    def layouts(sd):
+        return sorted({float(st["layout"]) for st in sd["state"].values() if "m_codes" in st})
+
+    return {
+        "saved": layouts(saved),
+        "kept": layouts(ob.state_dict()),
+        "same": _same(_full(a), _full(b)),
     }
 
 
@@ -559,6 +595,7 @@ def _worker(rank, port, outdir, world, shared):
         results["losses"] = _check_losses(rank)
         results["resume_adamw"] = _check_resume(rank, outdir, "AdamW4bit")
         results["resume_adam"] = _check_resume(rank, outdir, "Adam4bit")
+        results["layout1"] = _check_layout1_resumes(mesh)
         results["partial"] = _check_partial()
         results["shard1"] = _check_shard1()
         results["low_precision"] = _check_low_precision()
@@ -621,6 +658,11 @@ def test_state_dict_resumes_bit_for_bit_at_the_same_world_size(results, which):
         assert "step" in d["state_keys"] and "m_codes" in d["state_keys"]
 
 
+def test_layout_1_state_loads_and_continues_bit_for_bit(results):
+    for r in results:
+        assert r["layout1"] == {"saved": [1.0], "kept": [1.0], "same": True}
+
+
 def test_partial_placement_is_refused(results):
     for r in results:
         assert r["partial"] is not None and "Partial" in r["partial"]
@@ -664,10 +706,11 @@ def test_get_optimizer_state_dict_sharded_and_full(results):
     for rank, r in enumerate(results):
         c = r["checkpoints"]
         # sharded: DTensors of the parameter's rows (37 rows of 24 floats padded to 64:
-        # 32 bytes of codes and one float32 scale per row)
+        # 32 bytes of codes, one scale code and one float32 maximum per row)
         assert c["sharded_types"]["m_codes"] == "DTensor"
         assert c["sharded_shapes"]["m_codes"] == (37, 32)
-        assert c["sharded_shapes"]["m_scales"] == (37, 1)
+        assert c["sharded_shapes"]["m_scale_codes"] == (37, 1)
+        assert c["sharded_shapes"]["m_scale_groups"] == (37, 1)
         assert c["sharded_shapes"]["step"] == ()
         assert c["sharded_local_rows"] == len(torch.arange(37).chunk(world)[rank])
         assert c["full_1_to_world"]

@@ -150,39 +150,51 @@ class _Adam4bitBase(SlotOptimizer):
             self.param_groups.pop()
             raise
 
-    def _quant_config(self, gi: int, group: dict, rows: bool = False) -> Any:
-        """The group's quantization config; ``rows=True``: that of the sharded row layout
-        (float32 block scales, no rank-1 normalization; _sharded.py)."""
+    def _quant_config(self, gi: int, group: dict, layout: int = 0) -> Any:
+        """The group's quantization config; ``layout`` 1 or 2: that of the sharded row
+        layout (no rank-1 normalization; layout 1 keeps float32 block scales;
+        _sharded.py)."""
         kw = {k: group[k] for k in _QUANT_KEYS[2:] if group.get(k) is not None}
-        if rows:
+        if layout:
             if kw.get("rank1_normalization"):
                 raise _core.InvalidArgument(
                     f"{self._name}: param_groups[{gi}]['rank1_normalization']: expected "
                     "False or None for DTensor parameters (the column maxima span the ranks)"
                 )
-            kw["double_quantization"] = False
+            if layout == _sharded.F32_SCALE_LAYOUT:
+                kw["double_quantization"] = False
         try:
             return _core.AdvancedQuantizationConfig(group["method"], group["block_size"], **kw)
         except (TypeError, ValueError) as e:
             raise type(e)(f"{self._name}: param_groups[{gi}]: {e}") from None
 
     def _new_engine(
-        self, gi: int, group: dict, hyper: tuple, p: torch.Tensor, rows: bool = False
+        self,
+        gi: int,
+        group: dict,
+        hyper: tuple,
+        p: torch.Tensor,
+        layout: int = 0,
+        place: Any = None,
     ) -> Any:
-        """An engine, moved to the parameter's device for a CUDA parameter; ``rows``: for
-        the sharded row layout."""
+        """An engine, moved to the parameter's device for a CUDA parameter; ``layout`` and
+        ``place``: for the sharded row layout (_sharded.py) of the rows ``place`` holds."""
         lr, b1, b2, eps, wd = hyper
-        return _cuda.new_engine(
+        engine = _cuda.new_engine(
             self._engine_cls,
             _core.Adam4bitOptimizerConfig(lr, b1, b2, eps, wd),
-            self._quant_config(gi, group, rows),
+            self._quant_config(gi, group, layout),
             p,
         )
+        if layout == _sharded.ROW_LAYOUT:
+            engine.set_row_layout(place.first_row, place.global_rows)
+        return engine
 
-    def _row_widths(self, gi: int, group: dict, hyper: tuple, padded: int) -> dict[str, int]:
+    def _row_widths(self, gi, group, hyper, padded: int, layout: int) -> dict[str, int]:
         """The bytes / floats per row of each row-layout state tensor (from a one-row
         engine), for a rank that holds no rows of the parameter."""
-        engine = self._new_engine(gi, group, hyper, torch.empty(0), rows=True)
+        one_row = _sharded.Placed(torch.empty(1))
+        engine = self._new_engine(gi, group, hyper, torch.empty(0), layout, one_row)
         z = np.zeros((1, padded), np.float32)
         engine.update(z, z.copy(), name=_KEY)
         _, arrays = engine.export_param_state(_KEY)
@@ -195,13 +207,33 @@ class _Adam4bitBase(SlotOptimizer):
         quant = self._quant_of(group)
         if not _sharded.is_rows(p):
             return _sharded.new_f32(hyper, quant, local, p)
+        return self._row_slot(gi, group, hyper, p, local, 0, _sharded.layout_for(local))
+
+    def _row_slot(self, gi, group, hyper, p, local, step, layout, state=None, where=""):
+        """A ``RowSlot`` of ``p``'s local rows in ``layout``: fresh, or holding the saved
+        row arrays ``state`` (checked before anything changes)."""
         geometry = _sharded.row_geometry(local, group["block_size"])
+        rows, _, padded = geometry
+        place = _sharded.Placed(p)
+        arrays = None if state is None else _sharded.row_arrays(where, state, rows, _to_numpy)
         engine = widths = None
-        if geometry[0] > 0:
-            engine = self._new_engine(gi, group, hyper, local, rows=True)
+        if rows > 0:
+            engine = self._new_engine(gi, group, hyper, local, layout, place)
+            if arrays is not None:
+                try:
+                    engine.import_param_state(_KEY, (rows, padded), step, arrays)
+                except (_core.QuantError, TypeError, ValueError) as e:
+                    raise type(e)(f"{where}: {e}") from None
         else:
-            widths = self._row_widths(gi, group, hyper, geometry[2])
-        return _sharded.RowSlot(engine, hyper, quant, 0, geometry, _sharded.Placed(p), widths)
+            widths = self._row_widths(gi, group, hyper, padded, layout)
+            if arrays is not None:
+                got = {k: int(_sharded.local_of(state[k]).shape[1]) for k in arrays}
+                if got != widths:
+                    raise _core.InvalidArgument(
+                        f"{where}: row-layout state widths {got}, expected {widths}"
+                    )
+        quant = self._quant_of(group)
+        return _sharded.RowSlot(engine, hyper, quant, step, geometry, place, layout, widths)
 
     @staticmethod
     def _quant_of(group: dict) -> tuple:
@@ -222,7 +254,7 @@ class _Adam4bitBase(SlotOptimizer):
         except _core.SerializationError as e:
             raise _core.SerializationError(f"{where}: {e}") from None
         if layout is not None:
-            return self._import_sharded(where, gi, group, hyper, p, local, step, state)
+            return self._import_sharded(where, gi, group, hyper, p, local, step, state, layout)
         if is_dtensor(p):
             raise _core.SerializationError(
                 f"{where}: the state has no 'layout': it is the flat layout of a plain "
@@ -239,31 +271,19 @@ class _Adam4bitBase(SlotOptimizer):
             raise type(e)(f"{where}: {e}") from None
         return _Slot(engine, hyper, self._quant_of(group), step)
 
-    def _import_sharded(self, where, gi, group, hyper, p, local, step, state) -> Any:
+    def _import_sharded(self, where, gi, group, hyper, p, local, step, state, layout) -> Any:
         """A slot in the sharded layout from a saved state (DTensors or, from a full state
         dict, whole tensors: this rank's rows are taken; checked before anything
         changes)."""
         quant = self._quant_of(group)
         if not _sharded.is_rows(p):
             return _sharded.import_f32(where, hyper, quant, local, p, step, state)
-        geometry = _sharded.row_geometry(local, group["block_size"])
-        rows, _, padded = geometry
-        arrays = _sharded.row_arrays(where, state, rows, _to_numpy)
-        engine = widths = None
-        if rows > 0:
-            engine = self._new_engine(gi, group, hyper, local, rows=True)
-            try:
-                engine.import_param_state(_KEY, (rows, padded), step, arrays)
-            except (_core.QuantError, TypeError, ValueError) as e:
-                raise type(e)(f"{where}: {e}") from None
-        else:
-            widths = self._row_widths(gi, group, hyper, padded)
-            got = {k: int(_sharded.local_of(state[k]).shape[1]) for k in arrays}
-            if got != widths:
-                raise _core.InvalidArgument(
-                    f"{where}: row-layout state widths {got}, expected {widths}"
-                )
-        return _sharded.RowSlot(engine, hyper, quant, step, geometry, _sharded.Placed(p), widths)
+        if layout == _sharded.ROW_LAYOUT and local.device.type != "cpu":
+            raise _core.UnsupportedOperation(
+                f"{where}: sharded layout {layout} (row-grouped scales) steps on the CPU "
+                f"only; this parameter is on {local.device}"
+            )
+        return self._row_slot(gi, group, hyper, p, local, step, layout, state, where)
 
     def _export(self, slot: Any) -> dict[str, torch.Tensor]:
         if isinstance(slot, (_sharded.RowSlot, _sharded.F32Slot)):

@@ -9,20 +9,24 @@ block index) puts blocks and groups across those cuts. A DTensor parameter is th
 laid out from its GLOBAL shape, so that no number depends on more than one row:
 
 - 2-D and up (``rows = shape[0]``, a row of ``prod(shape[1:])`` elements): each row is
-  padded with zeros to a multiple of the block size, so blocks never cross a row, and the
-  block scales are kept in float32 (a double-quantization group of 256 blocks would span
-  rows, hence shards). The engine steps the local rows as one ``[local_rows, padded]``
-  parameter; the padding has a zero gradient and stays zero.
+  padded with zeros to a multiple of the block size, so blocks never cross a row. Layout
+  2 (CPU parameters): the engine's row layout (``set_row_layout``) double-quantizes the
+  block scales in groups of up to 256 blocks that restart at every row, and keys v's
+  scale rounding by the global row, so a rank's rows step as they would in one process.
+  Layout 1 (CUDA parameters, whose kernels group 256 blocks over the flat tensor, and
+  files written with it): float32 block scales. The engine steps the local rows as one
+  ``[local_rows, padded]`` parameter; the padding has a zero gradient and stays zero.
 - 1-D (biases, norms: a shard boundary can fall between any two elements): float32
   moments stepped elementwise (NumPy on the CPU) with correctly rounded operations only
   (no fused multiply-add, which a kernel's vector body and its tail may use
   differently), so each element's bits are its own.
 
 Every state tensor has one row per parameter row (``m_codes [rows, padded / 2]``,
-``m_scales [rows, padded / block_size]``, ...; ``exp_avg`` / ``exp_avg_sq`` in the
-parameter's shape for 1-D) and is exported as a DTensor with the parameter's mesh and
-placements. A ``layout`` entry (``LAYOUT_VERSION``) tells this state from the flat,
-per-rank state of earlier versions, which cannot be resharded.
+``m_scale_codes [rows, blocks]`` and ``m_scale_groups [rows, 2 * groups]`` or
+``m_scales [rows, blocks]``, ...; ``exp_avg`` / ``exp_avg_sq`` in the parameter's shape
+for 1-D) and is exported as a DTensor with the parameter's mesh and placements. A
+``layout`` entry tells these states apart, and from the flat, per-rank state of earlier
+versions, which cannot be resharded.
 """
 
 from __future__ import annotations
@@ -36,7 +40,10 @@ import torch
 from .. import _core
 from ._dtensor import is_dtensor
 
-LAYOUT_VERSION = 1
+# Layout 2: row-grouped double-quantized scales (CPU); layout 1: float32 block scales.
+ROW_LAYOUT = 2
+F32_SCALE_LAYOUT = 1
+LAYOUTS = (F32_SCALE_LAYOUT, ROW_LAYOUT)
 _KEY = "w"
 _F32_KEYS = ("exp_avg", "exp_avg_sq")
 
@@ -47,11 +54,16 @@ def layout_of(state: dict) -> int | None:
         return None
     v = state["layout"]
     x = float(v.item() if isinstance(v, torch.Tensor) else v)
-    if x != LAYOUT_VERSION:
+    if x not in LAYOUTS:
         raise _core.SerializationError(
-            f"state['layout']: this quantrs reads sharded layout {LAYOUT_VERSION}, got {x:g}"
+            f"state['layout']: this quantrs reads sharded layouts {list(LAYOUTS)}, got {x:g}"
         )
-    return LAYOUT_VERSION
+    return int(x)
+
+
+def layout_for(local: torch.Tensor) -> int:
+    """The layout a fresh sharded state of ``local``'s device takes."""
+    return ROW_LAYOUT if local.device.type == "cpu" else F32_SCALE_LAYOUT
 
 
 def local_of(t: Any) -> torch.Tensor:
@@ -60,15 +72,23 @@ def local_of(t: Any) -> torch.Tensor:
 
 
 class Placed:
-    """Where a parameter's local rows sit: its global row count and, for a DTensor, the
-    mesh and placements its state tensors take."""
+    """Where a parameter's local rows sit: its global row count, the global index of its
+    first local row and, for a DTensor, the mesh and placements its state tensors take."""
 
-    __slots__ = ("global_rows", "mesh", "placements")
+    __slots__ = ("global_rows", "first_row", "mesh", "placements")
 
     def __init__(self, p: torch.Tensor) -> None:
         self.global_rows = int(p.shape[0]) if p.dim() else 1
+        self.first_row = 0
         if is_dtensor(p):
+            from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
             self.mesh, self.placements = p.device_mesh, tuple(p.placements)
+            if p.dim():
+                _, offset = compute_local_shape_and_global_offset(
+                    p.shape, p.device_mesh, p.placements
+                )
+                self.first_row = int(offset[0])
         else:
             self.mesh, self.placements = None, ()
 
@@ -101,12 +121,14 @@ class RowSlot:
         "padded",
         "place",
         "widths",
+        "layout",
     )
 
-    def __init__(self, engine, hyper, quant, step, geometry, place, widths=None) -> None:
+    def __init__(self, engine, hyper, quant, step, geometry, place, layout, widths=None) -> None:
         self.engine, self.hyper, self.quant, self.step = engine, hyper, quant, step
         self.rows, self.row, self.padded = geometry
         self.place = place
+        self.layout = layout
         # For a rank without rows (no engine): the width of each state tensor's rows.
         self.widths: dict[str, int] | None = widths
         self.light: dict[str, torch.Tensor] = {}
@@ -137,7 +159,7 @@ class RowSlot:
 
     def export(self) -> dict[str, torch.Tensor]:
         out = {"step": torch.tensor(float(self.step), dtype=torch.float64)}
-        out["layout"] = torch.tensor(float(LAYOUT_VERSION), dtype=torch.float64)
+        out["layout"] = torch.tensor(float(self.layout), dtype=torch.float64)
         if self.engine is None:
             arrays = {k: np.zeros((0, w), _dtype(k)) for k, w in (self.widths or {}).items()}
         else:
@@ -172,7 +194,7 @@ class F32Slot:
     def export(self) -> dict[str, torch.Tensor]:
         return {
             "step": torch.tensor(float(self.step), dtype=torch.float64),
-            "layout": torch.tensor(float(LAYOUT_VERSION), dtype=torch.float64),
+            "layout": torch.tensor(float(ROW_LAYOUT), dtype=torch.float64),
             "exp_avg": self.place.out(self.m.clone()),
             "exp_avg_sq": self.place.out(self.v.clone()),
         }

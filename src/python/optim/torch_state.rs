@@ -10,11 +10,13 @@
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+use super::backend::Backend;
 use super::config::PyOptCfg;
 use super::optimizer::{PyAdam4bit, PyAdamW4bit};
 use super::state::{tensors_of, to_numpy, Inner};
 use crate::error::QuantError;
 use crate::optim::checkpoint;
+use crate::optim::RowLayout;
 
 /// The checkpoint key of the parameter `update` was given `name` for.
 fn key_of(name: &str) -> String {
@@ -84,6 +86,30 @@ macro_rules! torch_state {
                 arrays: &Bound<'_, PyDict>,
             ) -> PyResult<()> {
                 self.backend.with_host(py, |i| import(i, &name, shape, step as u64, arrays))
+            }
+
+            /// Lay out the state of parameters created or imported from
+            /// now on as rows `first_row..` of a parameter of `global_rows`
+            /// rows, sharded on dim 0 (FSDP2; docs/torch.md "The sharded
+            /// layout"): the parameter is given as `[local rows, row
+            /// length]`, the row length a multiple of the block size, and no
+            /// scale group crosses a row. CPU engines only; refused with
+            /// rank-1 normalization. On error nothing changes.
+            fn set_row_layout(
+                &mut self,
+                #[pyo3(from_py_with = crate::python::sizes::first_row)] first_row: usize,
+                #[pyo3(from_py_with = crate::python::sizes::global_rows)] global_rows: usize,
+            ) -> PyResult<()> {
+                let layout = RowLayout {
+                    first_row: first_row as u64,
+                    global_rows: global_rows as u64,
+                };
+                on_backend!(&mut self.backend,
+                    inner => Ok(inner.core.set_row_layout(Some(layout))?),
+                    _c => Err(QuantError::UnsupportedOperation(
+                        "set_row_layout: the row layout runs on the CPU only".into(),
+                    )
+                    .into()))
             }
 
             /// Set learning_rate, beta1, beta2, epsilon and weight_decay at
