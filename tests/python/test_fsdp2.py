@@ -242,8 +242,8 @@ def _check_shard1():
 
 
 def _check_qat_settings():
-    # Settings that need the whole tensor on one rank: refused for DTensor parameters,
-    # the parameter untouched (no view written).
+    # Stochastic rounding (streams keyed by the local position): refused for DTensor
+    # parameters, the parameter untouched (no view written).
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Shard, distribute_tensor
 
@@ -254,7 +254,7 @@ def _check_qat_settings():
     full = torch.linspace(-1, 1, 24).reshape(6, 4)
     p = torch.nn.Parameter(distribute_tensor(full, mesh, [Shard(0)]))
     errors = {}
-    for key, kw in (("rounding", {"rounding": "stochastic"}), ("grid", {"grid": "deploy"})):
+    for key, kw in (("rounding", {"rounding": "stochastic"}),):
         try:
             qt.QatAdamW([p], target="int4", **kw)
             errors[key] = None
@@ -286,6 +286,8 @@ def _check_low_precision():
 # 1-D, rows that do not divide by 2 or 3, rows shorter than a block and not a multiple of
 # it, a 3-D tensor, a single row (empty shards), rows of whole blocks.
 SHAPES = [(37, 24), (37,), (5, 37), (5,), (1, 5), (1,), (7, 128), (3, 2, 70), (11,)]
+# The deploy grid covers 2-D weights [out, in] (inputs not a multiple of the group too).
+DEPLOY_SHAPES = [(37, 64), (5, 40), (1, 64), (7, 128)]
 INVARIANCE_STEPS = 5
 
 
@@ -294,7 +296,7 @@ def _full_grads(shapes, t):
     return [torch.randn(s, generator=g) for s in shapes]
 
 
-def _dtensor_run(mesh, cls_name, **kw):
+def _dtensor_run(mesh, cls_name, shapes=SHAPES, **kw):
     """AdamW4bit / Adam4bit / QatAdamW on DTensors of SHAPES sharded on ``mesh``, stepped
     with the same full gradients whatever the mesh; the full parameters afterwards."""
     from torch.distributed.tensor import Shard, distribute_tensor
@@ -302,28 +304,28 @@ def _dtensor_run(mesh, cls_name, **kw):
     import quantrs.torch as qt
 
     g = torch.Generator().manual_seed(1)
-    init = [torch.randn(s, generator=g) for s in SHAPES]
+    init = [torch.randn(s, generator=g) for s in shapes]
     ps = [torch.nn.Parameter(distribute_tensor(x, mesh, [Shard(0)])) for x in init]
     opt = getattr(qt, cls_name)(ps, lr=1e-2, weight_decay=0.1, **kw)
     views = [[p.full_tensor().clone() for p in ps]]
     for t in range(INVARIANCE_STEPS):
-        for p, full in zip(ps, _full_grads(SHAPES, t)):
+        for p, full in zip(ps, _full_grads(shapes, t)):
             p.grad = distribute_tensor(full, mesh, [Shard(0)])
         opt.step()
         views.append([p.full_tensor().clone() for p in ps])
     return views
 
 
-def _plain_run(cls_name, **kw):
+def _plain_run(cls_name, shapes=SHAPES, **kw):
     """``_dtensor_run`` on plain whole tensors."""
     import quantrs.torch as qt
 
     g = torch.Generator().manual_seed(1)
-    ps = [torch.nn.Parameter(torch.randn(s, generator=g)) for s in SHAPES]
+    ps = [torch.nn.Parameter(torch.randn(s, generator=g)) for s in shapes]
     opt = getattr(qt, cls_name)(ps, lr=1e-2, weight_decay=0.1, **kw)
     views = [[p.detach().clone() for p in ps]]
     for t in range(INVARIANCE_STEPS):
-        for p, full in zip(ps, _full_grads(SHAPES, t)):
+        for p, full in zip(ps, _full_grads(shapes, t)):
             p.grad = full
         opt.step()
         views.append([p.detach().clone() for p in ps])
@@ -337,7 +339,14 @@ INVARIANCE_RUNS = {
     "QatAdamW-int4": ("QatAdamW", {"target": "int4"}),
     "QatAdamW-int8-asym": ("QatAdamW", {"target": "int8", "scheme": "asymmetric"}),
     "QatAdamW-fp8": ("QatAdamW", {"target": "fp8_e4m3"}),
+    "QatAdamW-deploy-int4": ("QatAdamW", {"target": "int4", "grid": "deploy"}),
+    "QatAdamW-deploy-int8": ("QatAdamW", {"target": "int8", "grid": "deploy"}),
+    "QatAdamW-deploy-fp8": ("QatAdamW", {"target": "fp8_e4m3", "grid": "deploy"}),
 }
+
+
+def _shapes_of(kw):
+    return DEPLOY_SHAPES if kw.get("grid") == "deploy" else SHAPES
 
 
 def _compare(a, b):
@@ -347,12 +356,13 @@ def _compare(a, b):
 def _check_invariance(mesh, single):
     out = {}
     for key, (name, kw) in INVARIANCE_RUNS.items():
-        a, b = _dtensor_run(mesh, name, **kw), _dtensor_run(single, name, **kw)
+        shapes = _shapes_of(kw)
+        a, b = _dtensor_run(mesh, name, shapes, **kw), _dtensor_run(single, name, shapes, **kw)
         out[key] = _compare(a, b)
         # it moved: the parameters after the last step are not the initial ones
         out[key + "-moved"] = all(not torch.equal(x, y) for x, y in zip(a[0], a[-1]))
         if name == "QatAdamW":  # one layout for plain and DTensor parameters
-            out[key + "-plain"] = _compare(a, _plain_run(name, **kw))
+            out[key + "-plain"] = _compare(a, _plain_run(name, shapes, **kw))
     return out
 
 
@@ -679,13 +689,14 @@ def test_shard_1_placement_is_refused(results):
 def test_dtensor_step_does_not_depend_on_the_world_size(results, which):
     # every parameter of SHAPES, after every step (and QatAdamW's view at construction):
     # the bits of one process on whole tensors
+    n = len(_shapes_of(INVARIANCE_RUNS[which][1]))
     for r in results:
         for after_step in r["invariance"][which]:
-            assert after_step == [True] * len(SHAPES)
+            assert after_step == [True] * n
         assert r["invariance"][which + "-moved"]
         if which.startswith("QatAdamW"):  # ... and of plain tensors in one process
             for after_step in r["invariance"][which + "-plain"]:
-                assert after_step == [True] * len(SHAPES)
+                assert after_step == [True] * n
 
 
 def test_dcp_reshards_between_world_sizes(results):
@@ -758,9 +769,8 @@ def test_low_precision_parameters_raise_type_error(cls_name, dtype):
     assert torch.equal(good.detach(), torch.ones(5))
 
 
-def test_qat_settings_that_need_the_whole_tensor_are_refused(results):
+def test_qat_stochastic_rounding_is_refused_for_dtensors(results):
     for r in results:
         errors, untouched = r["qat_settings"]
         assert errors["rounding"] is not None and "['rounding']" in errors["rounding"]
-        assert errors["grid"] is not None and "['grid']" in errors["grid"]
         assert untouched

@@ -12,9 +12,14 @@ their view is the engine's. The engine of a sharded integer parameter therefore 
 an FP8 target (its update of the master does not depend on the target), so a shard that is
 all zeros, where a local calibration would fail, steps like any other.
 
+The deploy grid (``grid="deploy"``, ``_qat_grid.py``) is the serving layer's grid: INT4's
+scales are per group of inputs of one output row and INT8's per output row, so a rank's
+rows (FSDP2 cuts between rows) are quantized exactly as in the whole weight, with no
+collective; FP8's one per-tensor scale comes from the whole parameter's absmax, taken from
+the same all-reduce.
+
 Stochastic rounding draws from streams keyed by the element's position in the tensor the
-engine holds (the local shard here), and a deploy grid needs the whole ``[out, in]``
-weight: both are refused for DTensor parameters.
+engine holds (the local shard here): it is refused for DTensor parameters.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import numpy as np
 import torch
 
 from .. import _core
+from ..qat import fake_quant_deploy
 from ._dtensor import is_dtensor
 
 _INT_TARGETS = ("int8", "int4")
@@ -33,11 +39,6 @@ _INT_TARGETS = ("int8", "int4")
 def check_group(name: str, gi: int, group: dict) -> None:
     """The settings a DTensor parameter's group needs (raise before any change)."""
     where = f"{name}: param_groups[{gi}]"
-    if group.get("grid", "tensor") != "tensor":
-        raise _core.InvalidArgument(
-            f"{where}['grid']: expected 'tensor' for DTensor parameters (a deploy grid "
-            f"needs the whole weight on one rank), got {group['grid']!r}"
-        )
     if group["rounding"] != "nearest":
         raise _core.InvalidArgument(
             f"{where}['rounding']: expected 'nearest' for DTensor parameters (stochastic "
@@ -102,8 +103,10 @@ def _write_one(p: torch.Tensor, slot: Any, lo: float, hi: float) -> None:
     local = p.to_local()
     if local.numel() == 0:
         return
-    target, scheme = slot.fixed[0], slot.fixed[1]
-    if target not in _INT_TARGETS:
+    target, scheme, grid, group_size = slot.fixed
+    if grid == "deploy":
+        view = _deploy_view(slot.master.numpy(), target, group_size, max(-lo, hi))
+    elif target not in _INT_TARGETS:
         view = slot.engine.quantized_weights
     else:
         try:
@@ -112,3 +115,15 @@ def _write_one(p: torch.Tensor, slot: Any, lo: float, hi: float) -> None:
             raise type(e)(f"quantrs.torch.QatAdamW: the whole parameter's range: {e}") from None
         view = qp.fake_quant(slot.master.numpy(), rounding="nearest")
     np.copyto(local.detach().numpy(), np.asarray(view).reshape(local.shape))
+
+
+def _deploy_view(master: np.ndarray, target: str, group_size: int, absmax: float) -> np.ndarray:
+    """The serving grid of this rank's rows ``master`` ``[local_rows, in]``: INT4 / INT8
+    are row-local; FP8's per-tensor scale is the whole parameter's ``absmax`` / 448, put
+    in by one extra row holding ``absmax`` (the serving quantizer's own scale rule, then
+    that row dropped)."""
+    if target != "fp8_e4m3":
+        return fake_quant_deploy(master, target, group_size)
+    extra = np.zeros((1, master.shape[1]), np.float32)
+    extra[0, 0] = absmax
+    return fake_quant_deploy(np.concatenate([master, extra]), target, group_size)[:-1]
