@@ -8,7 +8,7 @@ use super::array_api;
 use super::checkpoint::{self, Tensors};
 use super::config::{Adam4bitConfig, Adam4bitOptimizerConfig, AdvancedQuantizationConfig};
 use super::engine::Adam4bitCore;
-use super::state::OptimizerState;
+use super::state::{OptimizerState, RowLayout};
 use super::traits::{Optimizer, ParamMut, ParamRef, StateMemoryStats, StatefulOptimizer};
 use crate::error::Result;
 
@@ -113,6 +113,18 @@ macro_rules! optimizer_type {
             /// measured from the live buffers.
             pub fn memory_savings(&self) -> f32 {
                 self.core.memory_savings()
+            }
+
+            /// Keep the state of parameters created or imported from now on
+            /// in the row layout `rows` of a parameter sharded on dim 0
+            /// ([`RowLayout`]: each parameter given as `[local rows, row
+            /// length]`, the row length a multiple of the block size; no
+            /// scale group crosses a row, so a step on any cut of the rows
+            /// gives the bits of one optimizer over the whole parameter), or
+            /// flat for `None`. An error, and no change, with rank-1
+            /// normalization or `first_row >= global_rows`.
+            pub fn set_row_layout(&mut self, rows: Option<RowLayout>) -> Result<()> {
+                self.core.set_row_layout(rows)
             }
 
             /// [`Optimizer::update`] on a slice with an optional name (the

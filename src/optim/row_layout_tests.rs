@@ -21,7 +21,7 @@ fn engine(q: AdvancedQuantizationConfig, first_row: usize, global_rows: usize) -
         first_row: first_row as u64,
         global_rows: global_rows as u64,
     };
-    opt.core.set_row_layout(Some(layout)).unwrap();
+    opt.set_row_layout(Some(layout)).unwrap();
     opt
 }
 
