@@ -2,7 +2,7 @@
 //! each with a 6-bit scale and a 6-bit min packed into 12 bytes, times the
 //! half `d` and `dmin` of the super-block: `w = (d * sc) * q - (dmin * m)`.
 
-use super::{f16_at, inverse, put_f16};
+use super::{f16_at, inverse, put_f16, Factors, MAX_SUBS};
 
 /// Sub-block `j`'s 6-bit (scale, min) from the 12 packed bytes `s`
 /// (ggml's `get_scale_min_k4`): sub-blocks 0-3 in the low 6 bits of bytes
@@ -42,6 +42,17 @@ pub(crate) fn multipliers(b: &[u8]) -> [(f32, f32); 8] {
         let (sc, m) = scale_min(j, &b[4..16]);
         (d * f32::from(sc), dmin * f32::from(m))
     })
+}
+
+/// The affine maps of a Q4_K / Q5_K block: `a_j = d * sc_j`, `c_j =
+/// -(dmin * m_j)` (subtracting `dmin * m_j` and adding its negation are
+/// the same IEEE operation).
+pub(crate) fn k_factors(b: &[u8]) -> Factors {
+    let (mut a, mut c) = ([0f32; MAX_SUBS], [0f32; MAX_SUBS]);
+    for (j, (d, m)) in multipliers(b).into_iter().enumerate() {
+        (a[j], c[j]) = (d, -m);
+    }
+    (a, c)
 }
 
 /// Round-to-nearest quantization of 256 weights to codes `0..=levels`:
