@@ -9,7 +9,7 @@ use super::{Codes, GgmlType, MAX_BLOCK_ELEMS};
 use crate::simd::F32Lanes;
 
 /// `row . x`: `row` whole blocks of `T`, `x` their `ELEMS` floats each.
-/// Sub-block `j` adds into accumulator `j % 2` (two FMA chains).
+/// Even and odd sub-blocks add into two accumulators (two FMA chains).
 ///
 /// # Safety
 /// The caller's target features cover `L` and AVX2 (`codes_x86`), and
@@ -22,12 +22,15 @@ pub(super) unsafe fn dot_row_body<T: GgmlType, L: F32Lanes>(row: &[u8], x: &[f32
     // the length check; the codes pointer covers `ELEMS` bytes (codes_x86);
     // the features are the caller's.
     unsafe {
-        let (mut tq, mut ts) = ([L::zero(); 2], [L::zero(); 2]);
+        // Accumulators in named registers (an array indexed by `j % 2`
+        // would live on the stack).
+        let (mut tq0, mut tq1, mut ts0, mut ts1) = (L::zero(), L::zero(), L::zero(), L::zero());
         for (k, b) in row.chunks_exact(T::BYTES).enumerate() {
             let q = T::codes_x86(b.as_ptr(), buf.as_mut_ptr());
             let (a, c) = T::factors(b);
             let xb = x.as_ptr().add(k * T::ELEMS);
-            for j in 0..subs {
+            // Sub-block `j`: (sum q x, sum x) as lanes.
+            let sub = |j: usize| {
                 let (mut p, mut s) = (L::zero(), L::zero());
                 for i in (j * T::SUB..(j + 1) * T::SUB).step_by(L::LANES) {
                     let xv = L::load(xb.add(i));
@@ -36,13 +39,26 @@ pub(super) unsafe fn dot_row_body<T: GgmlType, L: F32Lanes>(row: &[u8], x: &[f32
                         s = s.add(xv);
                     }
                 }
-                tq[j % 2] = L::fmadd(L::splat(a[j]), p, tq[j % 2]);
+                (p, s)
+            };
+            let mut j = 0;
+            while j < subs {
+                let (p, s) = sub(j);
+                tq0 = L::fmadd(L::splat(a[j]), p, tq0);
                 if T::AFFINE {
-                    ts[j % 2] = L::fmadd(L::splat(c[j]), s, ts[j % 2]);
+                    ts0 = L::fmadd(L::splat(c[j]), s, ts0);
                 }
+                if j + 1 < subs {
+                    let (p, s) = sub(j + 1);
+                    tq1 = L::fmadd(L::splat(a[j + 1]), p, tq1);
+                    if T::AFFINE {
+                        ts1 = L::fmadd(L::splat(c[j + 1]), s, ts1);
+                    }
+                }
+                j += 2;
             }
         }
-        tq[0].add(tq[1]).add(ts[0].add(ts[1])).hsum()
+        tq0.add(tq1).add(ts0.add(ts1)).hsum()
     }
 }
 

@@ -42,7 +42,7 @@ mod q8_0;
 use std::fmt::Debug;
 
 pub(crate) use f16::{f16_at, f32_to_f16, put_f16};
-pub(crate) use fused::{decode_block, dot_row, dot_row_scalar};
+pub(crate) use fused::{decode_block, dot_row};
 pub use q4_0::Q4_0;
 pub use q4_1::Q4_1;
 pub use q4_k::Q4K;

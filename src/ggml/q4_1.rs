@@ -18,6 +18,7 @@ pub(crate) fn min_step(x: &[f32], levels: f32) -> (f32, f32) {
 
 /// The one map `w = d * q + m` of a Q4_1 / Q5_1 block (`d`, `m` its first
 /// two halves).
+#[inline(always)]
 pub(crate) fn scale_and_min(b: &[u8]) -> Factors {
     let (mut a, mut c) = ([0f32; MAX_SUBS], [0f32; MAX_SUBS]);
     (a[0], c[0]) = (f16_at(b, 0), f16_at(b, 2));
@@ -33,6 +34,7 @@ impl GgmlType for Q4_1 {
     const SUB: usize = 32;
     const AFFINE: bool = true;
 
+    #[inline(always)]
     fn factors(b: &[u8]) -> Factors {
         scale_and_min(b)
     }

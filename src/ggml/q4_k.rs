@@ -19,6 +19,7 @@ impl GgmlType for Q4K {
     const SUB: usize = 32;
     const AFFINE: bool = true;
 
+    #[inline(always)]
     fn factors(b: &[u8]) -> Factors {
         k_factors(b)
     }

@@ -18,6 +18,7 @@ impl GgmlType for Q5_1 {
     const SUB: usize = 32;
     const AFFINE: bool = true;
 
+    #[inline(always)]
     fn factors(b: &[u8]) -> Factors {
         scale_and_min(b)
     }

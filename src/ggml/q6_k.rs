@@ -30,12 +30,14 @@ impl GgmlType for Q6K {
     const SUB: usize = 16;
     const AFFINE: bool = false;
 
+    #[inline(always)]
     fn factors(b: &[u8]) -> Factors {
         let d = f16_at(b, 208);
-        (
-            std::array::from_fn(|j| d * f32::from(b[192 + j] as i8)),
-            [0.0; MAX_SUBS],
-        )
+        let mut a = [0f32; MAX_SUBS];
+        for (o, &sc) in a.iter_mut().zip(&b[192..208]) {
+            *o = d * f32::from(sc as i8);
+        }
+        (a, [0.0; MAX_SUBS])
     }
 
     fn codes(b: &[u8], q: &mut Codes) {

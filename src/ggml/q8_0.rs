@@ -16,6 +16,7 @@ impl GgmlType for Q8_0 {
     const SUB: usize = 32;
     const AFFINE: bool = false;
 
+    #[inline(always)]
     fn factors(b: &[u8]) -> Factors {
         let mut a = [0f32; MAX_SUBS];
         a[0] = f16_at(b, 0);

@@ -203,7 +203,7 @@ fn check_dot<T: GgmlType>() {
         }
     }
     let bound = (n + 2) as f64 * f64::from(f32::EPSILON) * mag;
-    let scalar = dot_row_scalar::<T>(&row, &x);
+    let scalar = fused::dot_row_scalar::<T>(&row, &x);
     for level in available_levels() {
         let got = f64::from(dot_row::<T>(Dots::at(level).unwrap(), &row, &x));
         assert!(
