@@ -8,7 +8,8 @@ by the machine's read bandwidth on every CPU (benches/_bandwidth.py), probed nex
 each shape. The shapes are SmolLM2-135M's (``[576, 576]``, ``[1536, 576]``,
 ``[576, 1536]``; k-quants need inputs a multiple of 256, so they run only where the
 input is 1536) and one ``[4096, 4096]`` that comes from DRAM.
-Run: ``python benches/bench_gguf.py [--quick] [--json] [--types q4_k,q6_k]``."""
+Run: ``python benches/bench_gguf.py [--quick] [--json] [--types q4_k,q6_k]
+[--shapes 4096x4096,576x1536]``."""
 
 from __future__ import annotations
 
@@ -48,18 +49,17 @@ def gguf_weight(name: str, out: int, inf: int, rng) -> object:
     return quantrs.GgufWeight.from_bytes(name, (out, inf), b.reshape(out, -1))
 
 
-def run(quick: bool, types: list[str]) -> list[dict]:
+def run(quick: bool, types: list[str], shapes=None) -> list[dict]:
     bw = Bandwidth(np, (1 << 28) if quick else (1 << 30))
 
     def cases(w, rng):
         out, inf = w.shape
         return {
-            name: gguf_weight(name, out, inf, rng)
-            for name in types
-            if inf % TYPES[name][0] == 0
+            name: gguf_weight(name, out, inf, rng) for name in types if inf % TYPES[name][0] == 0
         }
 
-    return against_int4_g32(cases, quick, QUICK_SHAPES if quick else SHAPES, bw)
+    shapes = shapes or (QUICK_SHAPES if quick else SHAPES)
+    return against_int4_g32(cases, quick, shapes, bw)
 
 
 def against_int4_g32(make_cases, quick: bool, shapes=None, bw=None) -> list[dict]:
@@ -85,7 +85,7 @@ def against_int4_g32(make_cases, quick: bool, shapes=None, bw=None) -> list[dict
             for batch in (1, 16):
                 x = rng.standard_normal((batch, inf)).astype(np.float32)
                 base_ms, ours_ms, ratio = paired_ms(
-                    lambda x=x: int4.matmul(x),
+                    lambda int4=int4, x=x: int4.matmul(x),
                     lambda q=q, x=x: q.matmul(x),
                     pairs=3 if quick else 5,
                     inner=5,
@@ -113,7 +113,11 @@ if __name__ == "__main__":
     types = list(TYPES)
     if "--types" in args:
         types = args[args.index("--types") + 1].split(",")
+    shapes = None
+    if "--shapes" in args:  # e.g. 4096x4096,576x1536 ([out]x[in])
+        spec = args[args.index("--shapes") + 1].split(",")
+        shapes = [tuple(int(v) for v in s.split("x")) for s in spec]
     cols = ["bench", "ours_ms", "baseline", "baseline_ms", "ratio", "per_byte_ratio"]
     cols += ["GB/s", "of_read_bw"]
-    emit(run("--quick" in args, types), cols, "--json" in args)
+    emit(run("--quick" in args, types, shapes), cols, "--json" in args)
     print(machine_note())

@@ -16,7 +16,7 @@
 //       -lggml-cpu -Wl,-rpath,$PWD/$SP/lib -o /tmp/ggml_mm
 // Run: ggml_mm IN OUT BATCH [TYPE] [COPIES]   (TYPE a ggml type name, q4_0 by default:
 // q4_0 q4_1 q5_0 q5_1 q8_0 q4_K q5_K q6_K, lower case accepted; COPIES weights rotated:
-// from DRAM)
+// from DRAM; GGML_MM_BUFTS=CPU,CPU_REPACK times only those buffer types)
 #include "ggml.h"
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
@@ -61,7 +61,12 @@ int main(int argc, char ** argv) {
     std::vector<uint8_t> wq(ggml_row_size(qt, in) * out);
     ggml_quantize_chunk(qt, wf.data(), wq.data(), 0, out, in, nullptr);
     std::vector<float> xf((size_t) in * batch); for (auto & v : xf) v = nd(rng);
+    // GGML_MM_BUFTS=CPU,CPU_REPACK limits the buffer types timed (the AMX buffer of this
+    // ggml build does not come back from q6_K / q8_0 weights here).
+    const char * only = getenv("GGML_MM_BUFTS");
     for (auto * buft : bufts) {
+        std::string bn = ggml_backend_buft_name(buft);
+        if (only && ("," + std::string(only) + ",").find("," + bn + ",") == std::string::npos) continue;
         if (batch > 1 && std::string(ggml_backend_buft_name(buft)) == "AMX") { printf("AMX: skipped (its tile path stops with SIGILL in this VM)\n"); continue; }
         ggml_init_params ip = { ggml_tensor_overhead() * (copies + 4), nullptr, true };
         ggml_context * cw = ggml_init(ip);

@@ -86,15 +86,22 @@ pub trait GgmlType: Copy + Debug + Default + Send + Sync + 'static {
     fn quantize_block(x: &[f32], b: &mut [u8]);
 
     /// Weights per sub-block (one affine map each): 32, or 16 (Q6_K).
-    const SUB: usize;
+    const SUB: usize = 32;
     /// Whether the maps have an offset (`c_j != 0`: the `_1` and k-quant
     /// types with a minimum); the fused dot skips `sum(x)` otherwise.
-    const AFFINE: bool;
+    const AFFINE: bool = false;
 
     /// The affine maps of block `b`: weight `i` is `a[i / SUB] * q_i +
     /// c[i / SUB]`, both f32 operations rounded, which is exactly
-    /// [`GgmlType::dequantize_block`]'s value.
-    fn factors(b: &[u8]) -> Factors;
+    /// [`GgmlType::dequantize_block`]'s value. By default the one step `d`
+    /// of a block that starts with it and has no minimum (Q8_0, Q4_0,
+    /// Q5_0).
+    #[inline(always)]
+    fn factors(b: &[u8]) -> Factors {
+        let mut a = [0f32; MAX_SUBS];
+        a[0] = f16_at(b, 0);
+        (a, [0.0; MAX_SUBS])
+    }
 
     /// The signed codes `q_i` of block `b` (the scalar reference of the
     /// code extraction).

@@ -2,7 +2,7 @@
 //! weight); byte `j` holds weight `j` (low nibble) and `j + 16` (high);
 //! `w = d * (q - 8)`.
 
-use super::{f16_at, inverse, put_f16, signed_absmax, Codes, Factors, GgmlType, MAX_SUBS};
+use super::{f16_at, inverse, put_f16, signed_absmax, Codes, GgmlType};
 
 /// ggml's Q4_0.
 #[derive(Clone, Copy, Debug, Default)]
@@ -14,16 +14,6 @@ impl GgmlType for Q4_0 {
     const ELEMS: usize = 32;
     const BYTES: usize = 18;
     const HALF_SCALES: &'static [usize] = &[0];
-    const SUB: usize = 32;
-    const AFFINE: bool = false;
-
-    #[inline(always)]
-    fn factors(b: &[u8]) -> Factors {
-        let mut a = [0f32; MAX_SUBS];
-        a[0] = f16_at(b, 0);
-        (a, [0.0; MAX_SUBS])
-    }
-
     fn codes(b: &[u8], q: &mut Codes) {
         for (j, &v) in b[2..18].iter().enumerate() {
             q[j] = (v & 0x0F) as i8 - 8;

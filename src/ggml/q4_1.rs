@@ -31,7 +31,6 @@ impl GgmlType for Q4_1 {
     const ELEMS: usize = 32;
     const BYTES: usize = 20;
     const HALF_SCALES: &'static [usize] = &[0, 2];
-    const SUB: usize = 32;
     const AFFINE: bool = true;
 
     #[inline(always)]

@@ -16,7 +16,6 @@ impl GgmlType for Q4K {
     const ELEMS: usize = 256;
     const BYTES: usize = 144;
     const HALF_SCALES: &'static [usize] = &[0, 2];
-    const SUB: usize = 32;
     const AFFINE: bool = true;
 
     #[inline(always)]

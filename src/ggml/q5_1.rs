@@ -15,7 +15,6 @@ impl GgmlType for Q5_1 {
     const ELEMS: usize = 32;
     const BYTES: usize = 24;
     const HALF_SCALES: &'static [usize] = &[0, 2];
-    const SUB: usize = 32;
     const AFFINE: bool = true;
 
     #[inline(always)]

@@ -28,7 +28,6 @@ impl GgmlType for Q6K {
     const BYTES: usize = 210;
     const HALF_SCALES: &'static [usize] = &[208];
     const SUB: usize = 16;
-    const AFFINE: bool = false;
 
     #[inline(always)]
     fn factors(b: &[u8]) -> Factors {

@@ -1,7 +1,7 @@
 //! Q8_0: 32 weights, `{ f16 d; i8 qs[32] }` (34 bytes, 8.5 bits per
 //! weight); `w = d * q`.
 
-use super::{f16_at, inverse, put_f16, Codes, Factors, GgmlType, MAX_SUBS};
+use super::{f16_at, inverse, put_f16, Codes, GgmlType};
 
 /// ggml's Q8_0.
 #[derive(Clone, Copy, Debug, Default)]
@@ -13,16 +13,6 @@ impl GgmlType for Q8_0 {
     const ELEMS: usize = 32;
     const BYTES: usize = 34;
     const HALF_SCALES: &'static [usize] = &[0];
-    const SUB: usize = 32;
-    const AFFINE: bool = false;
-
-    #[inline(always)]
-    fn factors(b: &[u8]) -> Factors {
-        let mut a = [0f32; MAX_SUBS];
-        a[0] = f16_at(b, 0);
-        (a, [0.0; MAX_SUBS])
-    }
-
     fn codes(b: &[u8], q: &mut Codes) {
         for (c, &v) in q.iter_mut().zip(&b[2..34]) {
             *c = v as i8;

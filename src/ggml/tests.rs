@@ -118,16 +118,23 @@ fn check_type<T: GgmlType>() {
     }
 }
 
+/// `check::<T>()` for every block type.
+macro_rules! each_type {
+    ($check:ident) => {
+        $check::<Q8_0>();
+        $check::<Q4_0>();
+        $check::<Q4_1>();
+        $check::<Q5_0>();
+        $check::<Q5_1>();
+        $check::<Q4K>();
+        $check::<Q5K>();
+        $check::<Q6K>();
+    };
+}
+
 #[test]
 fn every_type_decodes_its_layout_bit_for_bit() {
-    check_type::<Q8_0>();
-    check_type::<Q4_0>();
-    check_type::<Q4_1>();
-    check_type::<Q5_0>();
-    check_type::<Q5_1>();
-    check_type::<Q4K>();
-    check_type::<Q5K>();
-    check_type::<Q6K>();
+    each_type!(check_type);
 }
 
 /// The codes and affine maps of random blocks (every code bit pattern,
@@ -221,26 +228,12 @@ fn check_dot<T: GgmlType>() {
 
 #[test]
 fn codes_and_maps_give_the_exact_weights_at_every_level() {
-    check_codes::<Q8_0>();
-    check_codes::<Q4_0>();
-    check_codes::<Q4_1>();
-    check_codes::<Q5_0>();
-    check_codes::<Q5_1>();
-    check_codes::<Q4K>();
-    check_codes::<Q5K>();
-    check_codes::<Q6K>();
+    each_type!(check_codes);
 }
 
 #[test]
 fn fused_dot_matches_float64_at_every_level() {
-    check_dot::<Q8_0>();
-    check_dot::<Q4_0>();
-    check_dot::<Q4_1>();
-    check_dot::<Q5_0>();
-    check_dot::<Q5_1>();
-    check_dot::<Q4K>();
-    check_dot::<Q5K>();
-    check_dot::<Q6K>();
+    each_type!(check_dot);
 }
 
 #[test]
