@@ -1,27 +1,38 @@
-"""GGUF block weights (``quantrs.GgufWeight.matmul``) against quantrs INT4 g32
+"""GGUF block weights (``quantrs.GgufWeight.matmul``: the fused per-block row dot at
+batch 1, SIMD-decoded tiles at batch 16) against quantrs INT4 g32
 (``QuantizedWeight.matmul``) on the same ``[out, in]`` shape, batch 1 and 16,
 alternating in one process (``paired_ms``). ``per_byte_ratio`` is the INT4 time per
 weight byte over ours per weight byte: > 1 means the GGUF kernel streams its bytes
-faster. Run: ``python benches/bench_gguf.py [--quick] [--json]``."""
+faster. ``GB/s`` is the GGUF weight's bytes over its time; ``of_read_bw`` divides it
+by the machine's read bandwidth on every CPU (benches/_bandwidth.py), probed next to
+each shape. The shapes are SmolLM2-135M's (``[576, 576]``, ``[1536, 576]``,
+``[576, 1536]``; k-quants need inputs a multiple of 256, so they run only where the
+input is 1536) and one ``[4096, 4096]`` that comes from DRAM.
+Run: ``python benches/bench_gguf.py [--quick] [--json] [--types q4_k,q6_k]
+[--shapes 4096x4096,576x1536]``."""
 
 from __future__ import annotations
 
 import sys
 
 import numpy as np
+from _bandwidth import Bandwidth
 from _common import emit, machine_note, paired_ms, reexec_without_openblas_overrides
 
 # type -> (weights per block, bytes per block)
 TYPES = {
+    "q4_k": (256, 144),
+    "q6_k": (256, 210),
     "q8_0": (32, 34),
+    "q5_k": (256, 176),
+    "q5_0": (32, 22),
     "q4_0": (32, 18),
     "q4_1": (32, 20),
-    "q5_0": (32, 22),
     "q5_1": (32, 24),
-    "q4_k": (256, 144),
-    "q5_k": (256, 176),
-    "q6_k": (256, 210),
 }
+# [out, in]: attention / MLP projections of SmolLM2-135M, then one from DRAM.
+SHAPES = [(576, 576), (1536, 576), (576, 1536), (4096, 4096)]
+QUICK_SHAPES = [(576, 1536), (1024, 1024)]
 
 
 def gguf_weight(name: str, out: int, inf: int, rng) -> object:
@@ -38,38 +49,49 @@ def gguf_weight(name: str, out: int, inf: int, rng) -> object:
     return quantrs.GgufWeight.from_bytes(name, (out, inf), b.reshape(out, -1))
 
 
-def run(quick: bool) -> list[dict]:
-    return against_int4_g32(
-        lambda w, rng: {name: gguf_weight(name, *w.shape, rng) for name in TYPES}, quick
-    )
+def run(quick: bool, types: list[str], shapes=None) -> list[dict]:
+    bw = Bandwidth(np, (1 << 28) if quick else (1 << 30))
+
+    def cases(w, rng):
+        out, inf = w.shape
+        return {
+            name: gguf_weight(name, out, inf, rng) for name in types if inf % TYPES[name][0] == 0
+        }
+
+    shapes = shapes or (QUICK_SHAPES if quick else SHAPES)
+    return against_int4_g32(cases, quick, shapes, bw)
 
 
-def against_int4_g32(make_cases, quick: bool) -> list[dict]:
+def against_int4_g32(make_cases, quick: bool, shapes=None, bw=None) -> list[dict]:
     """``make_cases(w, rng)``'s weights (a dict name -> weight of ``w``'s shape) against
     INT4 g32 of the same random float32 ``w`` ``[out, in]``, ``matmul`` at batch 1 and 16,
     paired and alternating; ``per_byte_ratio`` divides each time by its weight bytes
-    first (bench_int4_asym.py uses it too)."""
+    first (bench_int4_asym.py uses it too). ``shapes`` (``[out, in]`` pairs) default to
+    one ``[4096, 4096]`` (``[1024, 1024]`` quick); with a ``Bandwidth`` probe ``bw``,
+    each row also gets its GB/s and the fraction of the read bandwidth probed for its
+    shape."""
     import quantrs
 
     rng = np.random.default_rng(0)
-    out, inf = (1024, 1024) if quick else (4096, 4096)
-    w = rng.standard_normal((out, inf)).astype(np.float32)
-    int4 = quantrs.QuantizedWeight.quantize(np.ascontiguousarray(w.T), group_size=32)
-    int4_bytes = out * inf // 2 + out * inf // 32 * 4
-    cases = make_cases(w, rng)
+    if shapes is None:
+        shapes = [(1024, 1024)] if quick else [(4096, 4096)]
     rows = []
-    for name, q in cases.items():
-        for batch in (1, 16):
-            x = rng.standard_normal((batch, inf)).astype(np.float32)
-            base_ms, ours_ms, ratio = paired_ms(
-                lambda x=x: int4.matmul(x),
-                lambda q=q, x=x: q.matmul(x),
-                pairs=3 if quick else 7,
-                inner=5,
-            )
-            per_byte = (base_ms / int4_bytes) / (ours_ms / q.nbytes)
-            rows.append(
-                {
+    for out, inf in shapes:
+        w = rng.standard_normal((out, inf)).astype(np.float32)
+        int4 = quantrs.QuantizedWeight.quantize(np.ascontiguousarray(w.T), group_size=32)
+        int4_bytes = out * inf // 2 + out * inf // 32 * 4
+        read = bw.read() if bw is not None else None
+        for name, q in make_cases(w, rng).items():
+            for batch in (1, 16):
+                x = rng.standard_normal((batch, inf)).astype(np.float32)
+                base_ms, ours_ms, ratio = paired_ms(
+                    lambda int4=int4, x=x: int4.matmul(x),
+                    lambda q=q, x=x: q.matmul(x),
+                    pairs=3 if quick else 5,
+                    inner=5,
+                )
+                per_byte = (base_ms / int4_bytes) / (ours_ms / q.nbytes)
+                row = {
                     "bench": f"{name} [{out}x{inf}] batch {batch}",
                     "ours_ms": round(ours_ms, 3),
                     "baseline": "int4 g32",
@@ -77,12 +99,25 @@ def against_int4_g32(make_cases, quick: bool) -> list[dict]:
                     "ratio": round(ratio, 3),
                     "per_byte_ratio": round(per_byte, 3),
                 }
-            )
+                if read is not None:
+                    gbs = q.nbytes / ours_ms / 1e6
+                    row["GB/s"] = round(gbs, 1)
+                    row["of_read_bw"] = round(gbs / read, 2)
+                rows.append(row)
     return rows
 
 
 if __name__ == "__main__":
     reexec_without_openblas_overrides()
+    args = sys.argv[1:]
+    types = list(TYPES)
+    if "--types" in args:
+        types = args[args.index("--types") + 1].split(",")
+    shapes = None
+    if "--shapes" in args:  # e.g. 4096x4096,576x1536 ([out]x[in])
+        spec = args[args.index("--shapes") + 1].split(",")
+        shapes = [tuple(int(v) for v in s.split("x")) for s in spec]
     cols = ["bench", "ours_ms", "baseline", "baseline_ms", "ratio", "per_byte_ratio"]
-    emit(run("--quick" in sys.argv), cols, "--json" in sys.argv)
+    cols += ["GB/s", "of_read_bw"]
+    emit(run("--quick" in args, types, shapes), cols, "--json" in args)
     print(machine_note())

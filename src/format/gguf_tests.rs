@@ -41,6 +41,7 @@ fn check_forward<T: GgmlType>() {
     let rows = BlockRows::<T> {
         data: q.bytes(),
         row_bytes: inf / T::ELEMS * T::BYTES,
+        dots: Dots::current(),
         kind: PhantomData,
     };
     let x = rand_vec(inf, 17);

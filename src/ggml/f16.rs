@@ -5,6 +5,7 @@ pub(crate) use crate::linear::fp8_dialect::f16_to_f32;
 /// The little-endian half at byte `o` of `b`, as f32 (exact). Normal
 /// halves by moving their fields into f32 bits (the hot path of every block
 /// decode), the rest by `f16_to_f32`.
+#[inline(always)]
 pub(crate) fn f16_at(b: &[u8], o: usize) -> f32 {
     let h = u16::from_le_bytes([b[o], b[o + 1]]);
     let exp = u32::from((h >> 10) & 0x1F);

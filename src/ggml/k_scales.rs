@@ -2,12 +2,13 @@
 //! each with a 6-bit scale and a 6-bit min packed into 12 bytes, times the
 //! half `d` and `dmin` of the super-block: `w = (d * sc) * q - (dmin * m)`.
 
-use super::{f16_at, inverse, put_f16};
+use super::{f16_at, inverse, put_f16, Factors, MAX_SUBS};
 
 /// Sub-block `j`'s 6-bit (scale, min) from the 12 packed bytes `s`
 /// (ggml's `get_scale_min_k4`): sub-blocks 0-3 in the low 6 bits of bytes
 /// 0-3 / 4-7; sub-blocks 4-7 in the nibbles of bytes 8-11 with their top
 /// two bits in the top bits of bytes 0-3 / 4-7.
+#[inline(always)]
 pub(crate) fn scale_min(j: usize, s: &[u8]) -> (u8, u8) {
     if j < 4 {
         (s[j] & 63, s[j + 4] & 63)
@@ -36,12 +37,28 @@ fn pack_scale_min(sc: &[u8; 8], m: &[u8; 8], s: &mut [u8]) {
 
 /// The per-sub-block multipliers `(d * sc, dmin * m)` of a block whose
 /// `d`, `dmin` and scales start at byte 0.
+#[inline(always)]
 pub(crate) fn multipliers(b: &[u8]) -> [(f32, f32); 8] {
     let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
-    std::array::from_fn(|j| {
+    // A plain loop: `std::array::from_fn` is not inlined into the kernels.
+    let mut out = [(0f32, 0f32); 8];
+    for (j, o) in out.iter_mut().enumerate() {
         let (sc, m) = scale_min(j, &b[4..16]);
-        (d * f32::from(sc), dmin * f32::from(m))
-    })
+        *o = (d * f32::from(sc), dmin * f32::from(m));
+    }
+    out
+}
+
+/// The affine maps of a Q4_K / Q5_K block: `a_j = d * sc_j`, `c_j =
+/// -(dmin * m_j)` (subtracting `dmin * m_j` and adding its negation are
+/// the same IEEE operation).
+#[inline(always)]
+pub(crate) fn k_factors(b: &[u8]) -> Factors {
+    let (mut a, mut c) = ([0f32; MAX_SUBS], [0f32; MAX_SUBS]);
+    for (j, (d, m)) in multipliers(b).into_iter().enumerate() {
+        (a[j], c[j]) = (d, -m);
+    }
+    (a, c)
 }
 
 /// Round-to-nearest quantization of 256 weights to codes `0..=levels`:

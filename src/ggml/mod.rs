@@ -7,11 +7,28 @@
 //!
 //! Dequantization evaluates the same float32 expressions in the same order
 //! as ggml and `gguf.quants` (a product, then an add or subtract, each
-//! rounded), so it is bit for bit theirs. The forward decodes a block into
-//! f32 lanes and dots it with the SIMD kernels of `crate::linear`
-//! (`crate::format::GgufBlocks`).
+//! rounded), so it is bit for bit theirs.
+//!
+//! Every type is also read as signed int8 codes and one affine map per
+//! sub-block, `w = a_j * q + c_j` (the same f32 product and sum as the
+//! dequantization, so bit for bit the same weight): the fused row dot
+//! (`fused.rs`) sums `a_j * sum(q x) + c_j * sum(x)` per sub-block without
+//! a float weight, and the tile decode of the batched forward evaluates the
+//! map on f32 lanes. The scalar code extraction ([`GgmlType::codes`]) is the
+//! reference; `codes_x86.rs` extracts the same codes with AVX2 integer
+//! instructions for the AVX2 and AVX-512 bodies (`avx2.rs`, `avx512.rs`,
+//! one generic body in `body.rs`).
 
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+#[cfg(target_arch = "x86_64")]
+mod body;
+#[cfg(target_arch = "x86_64")]
+mod codes_x86;
 mod f16;
+mod fused;
 mod k_scales;
 mod q4_0;
 mod q4_1;
@@ -25,6 +42,7 @@ mod q8_0;
 use std::fmt::Debug;
 
 pub(crate) use f16::{f16_at, f32_to_f16, put_f16};
+pub(crate) use fused::{decode_block, dot_row};
 pub use q4_0::Q4_0;
 pub use q4_1::Q4_1;
 pub use q4_k::Q4K;
@@ -36,6 +54,16 @@ pub use q8_0::Q8_0;
 
 /// The most weights one block holds (`QK_K`).
 pub const MAX_BLOCK_ELEMS: usize = 256;
+
+/// The most sub-blocks (scales) one block holds (Q6_K's 16).
+pub const MAX_SUBS: usize = 16;
+
+/// A block's signed codes, one per weight (`GgmlType::codes`).
+pub type Codes = [i8; MAX_BLOCK_ELEMS];
+
+/// A block's affine maps `(a_j, c_j)` per sub-block (`GgmlType::factors`):
+/// `MAX_SUBS` of each, the first `ELEMS / SUB` used.
+pub type Factors = ([f32; MAX_SUBS], [f32; MAX_SUBS]);
 
 /// One ggml block type.
 pub trait GgmlType: Copy + Debug + Default + Send + Sync + 'static {
@@ -56,6 +84,48 @@ pub trait GgmlType: Copy + Debug + Default + Send + Sync + 'static {
     /// Encode `x` (`ELEMS` finite floats) into block `b` (`BYTES` bytes),
     /// round to nearest.
     fn quantize_block(x: &[f32], b: &mut [u8]);
+
+    /// Weights per sub-block (one affine map each): 32, or 16 (Q6_K).
+    const SUB: usize = 32;
+    /// Whether the maps have an offset (`c_j != 0`: the `_1` and k-quant
+    /// types with a minimum); the fused dot skips `sum(x)` otherwise.
+    const AFFINE: bool = false;
+
+    /// The affine maps of block `b`: weight `i` is `a[i / SUB] * q_i +
+    /// c[i / SUB]`, both f32 operations rounded, which is exactly
+    /// [`GgmlType::dequantize_block`]'s value. By default the one step `d`
+    /// of a block that starts with it and has no minimum (Q8_0, Q4_0,
+    /// Q5_0).
+    #[inline(always)]
+    fn factors(b: &[u8]) -> Factors {
+        let mut a = [0f32; MAX_SUBS];
+        a[0] = f16_at(b, 0);
+        (a, [0.0; MAX_SUBS])
+    }
+
+    /// The signed codes `q_i` of block `b` (the scalar reference of the
+    /// code extraction).
+    fn codes(b: &[u8], q: &mut Codes);
+
+    /// [`GgmlType::codes`] with AVX2 integer instructions: the codes of the
+    /// block at `b` (`BYTES` readable bytes), either written to `q` (256
+    /// writable bytes) or, where the block stores them as they are (Q8_0),
+    /// read in place; returns where they are.
+    ///
+    /// # Safety
+    /// Called only from functions with AVX2 enabled (the per-ISA bodies);
+    /// `b` and `q` as above.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn codes_x86(b: *const u8, q: *mut i8) -> *const i8 {
+        // SAFETY: the caller's pointers hold `BYTES` and 256 bytes, and `q`
+        // is an `i8` buffer of `MAX_BLOCK_ELEMS` (the same layout as `Codes`).
+        unsafe {
+            let block = std::slice::from_raw_parts(b, Self::BYTES);
+            Self::codes(block, &mut *q.cast::<Codes>());
+        }
+        q
+    }
 }
 
 /// Largest |v| of `x` with its sign (ggml's "max" of the symmetric types).

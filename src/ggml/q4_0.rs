@@ -2,7 +2,7 @@
 //! weight); byte `j` holds weight `j` (low nibble) and `j + 16` (high);
 //! `w = d * (q - 8)`.
 
-use super::{f16_at, inverse, put_f16, signed_absmax, GgmlType};
+use super::{f16_at, inverse, put_f16, signed_absmax, Codes, GgmlType};
 
 /// ggml's Q4_0.
 #[derive(Clone, Copy, Debug, Default)]
@@ -14,6 +14,20 @@ impl GgmlType for Q4_0 {
     const ELEMS: usize = 32;
     const BYTES: usize = 18;
     const HALF_SCALES: &'static [usize] = &[0];
+    fn codes(b: &[u8], q: &mut Codes) {
+        for (j, &v) in b[2..18].iter().enumerate() {
+            q[j] = (v & 0x0F) as i8 - 8;
+            q[j + 16] = (v >> 4) as i8 - 8;
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn codes_x86(b: *const u8, q: *mut i8) -> *const i8 {
+        // SAFETY: 18 bytes at `b`, 256 at `q`, AVX2 (the caller).
+        unsafe { super::codes_x86::nibbles32(b.add(2), q, 8) };
+        q
+    }
 
     fn dequantize_block(b: &[u8], out: &mut [f32]) {
         let d = f16_at(b, 0);

@@ -1,7 +1,7 @@
 //! Q4_1: 32 weights, `{ f16 d; f16 m; u8 qs[16] }` (20 bytes, 5 bits per
 //! weight); nibbles as Q4_0; `w = d * q + m`.
 
-use super::{f16_at, put_f16, GgmlType};
+use super::{f16_at, put_f16, Codes, Factors, GgmlType, MAX_SUBS};
 use crate::ggml::{f32_to_f16, inverse};
 
 /// ggml's Q4_1.
@@ -16,12 +16,42 @@ pub(crate) fn min_step(x: &[f32], levels: f32) -> (f32, f32) {
     (stored(lo), stored((hi - lo) / levels))
 }
 
+/// The one map `w = d * q + m` of a Q4_1 / Q5_1 block (`d`, `m` its first
+/// two halves).
+#[inline(always)]
+pub(crate) fn scale_and_min(b: &[u8]) -> Factors {
+    let (mut a, mut c) = ([0f32; MAX_SUBS], [0f32; MAX_SUBS]);
+    (a[0], c[0]) = (f16_at(b, 0), f16_at(b, 2));
+    (a, c)
+}
+
 impl GgmlType for Q4_1 {
     const NAME: &'static str = "q4_1";
     const GGML_TYPE: u32 = 3;
     const ELEMS: usize = 32;
     const BYTES: usize = 20;
     const HALF_SCALES: &'static [usize] = &[0, 2];
+    const AFFINE: bool = true;
+
+    #[inline(always)]
+    fn factors(b: &[u8]) -> Factors {
+        scale_and_min(b)
+    }
+
+    fn codes(b: &[u8], q: &mut Codes) {
+        for (j, &v) in b[4..20].iter().enumerate() {
+            q[j] = (v & 0x0F) as i8;
+            q[j + 16] = (v >> 4) as i8;
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn codes_x86(b: *const u8, q: *mut i8) -> *const i8 {
+        // SAFETY: 20 bytes at `b`, 256 at `q`, AVX2 (the caller).
+        unsafe { super::codes_x86::nibbles32(b.add(4), q, 0) };
+        q
+    }
 
     fn dequantize_block(b: &[u8], out: &mut [f32]) {
         let (d, m) = (f16_at(b, 0), f16_at(b, 2));

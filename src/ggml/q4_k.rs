@@ -3,8 +3,8 @@
 //! first 32 in their low nibbles and the next 32 in their high nibbles;
 //! `w = (d * sc) * q - (dmin * m)` (`k_scales`).
 
-use super::k_scales::{multipliers, quantize_super_block};
-use super::GgmlType;
+use super::k_scales::{k_factors, multipliers, quantize_super_block};
+use super::{Codes, Factors, GgmlType};
 
 /// ggml's Q4_K.
 #[derive(Clone, Copy, Debug, Default)]
@@ -16,6 +16,29 @@ impl GgmlType for Q4K {
     const ELEMS: usize = 256;
     const BYTES: usize = 144;
     const HALF_SCALES: &'static [usize] = &[0, 2];
+    const AFFINE: bool = true;
+
+    #[inline(always)]
+    fn factors(b: &[u8]) -> Factors {
+        k_factors(b)
+    }
+
+    fn codes(b: &[u8], q: &mut Codes) {
+        for (c, qs) in b[16..144].chunks_exact(32).enumerate() {
+            for (l, &v) in qs.iter().enumerate() {
+                q[64 * c + l] = (v & 0x0F) as i8;
+                q[64 * c + 32 + l] = (v >> 4) as i8;
+            }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn codes_x86(b: *const u8, q: *mut i8) -> *const i8 {
+        // SAFETY: 144 bytes at `b`, 256 at `q`, AVX2 (the caller).
+        unsafe { super::codes_x86::k_quant(b.add(16), None, q) };
+        q
+    }
 
     fn dequantize_block(b: &[u8], out: &mut [f32]) {
         let mult = multipliers(b);

@@ -2,7 +2,7 @@
 //! per weight); low nibbles as Q4_0, bit `j` of the little-endian u32 `qh`
 //! is the fifth bit of weight `j`; `w = d * (q - 16)`.
 
-use super::{f16_at, inverse, put_f16, signed_absmax, GgmlType};
+use super::{f16_at, inverse, put_f16, signed_absmax, Codes, GgmlType};
 
 /// ggml's Q5_0.
 #[derive(Clone, Copy, Debug, Default)]
@@ -37,6 +37,19 @@ impl GgmlType for Q5_0 {
     const ELEMS: usize = 32;
     const BYTES: usize = 22;
     const HALF_SCALES: &'static [usize] = &[0];
+    fn codes(b: &[u8], q: &mut Codes) {
+        for (c, v) in q.iter_mut().zip(codes5(&b[2..6], &b[6..22])) {
+            *c = v as i8 - 16;
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn codes_x86(b: *const u8, q: *mut i8) -> *const i8 {
+        // SAFETY: 22 bytes at `b`, 256 at `q`, AVX2 (the caller).
+        unsafe { super::codes_x86::five32(b.add(2), b.add(6), q, 16) };
+        q
+    }
 
     fn dequantize_block(b: &[u8], out: &mut [f32]) {
         let d = f16_at(b, 0);

@@ -1,9 +1,9 @@
 //! Q5_1: 32 weights, `{ f16 d; f16 m; u8 qh[4]; u8 qs[16] }` (24 bytes, 6
 //! bits per weight); codes as Q5_0; `w = d * q + m`.
 
-use super::q4_1::min_step;
+use super::q4_1::{min_step, scale_and_min};
 use super::q5_0::{codes5, pack5};
-use super::{f16_at, inverse, put_f16, GgmlType};
+use super::{f16_at, inverse, put_f16, Codes, Factors, GgmlType};
 
 /// ggml's Q5_1.
 #[derive(Clone, Copy, Debug, Default)]
@@ -15,6 +15,26 @@ impl GgmlType for Q5_1 {
     const ELEMS: usize = 32;
     const BYTES: usize = 24;
     const HALF_SCALES: &'static [usize] = &[0, 2];
+    const AFFINE: bool = true;
+
+    #[inline(always)]
+    fn factors(b: &[u8]) -> Factors {
+        scale_and_min(b)
+    }
+
+    fn codes(b: &[u8], q: &mut Codes) {
+        for (c, v) in q.iter_mut().zip(codes5(&b[4..8], &b[8..24])) {
+            *c = v as i8;
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn codes_x86(b: *const u8, q: *mut i8) -> *const i8 {
+        // SAFETY: 24 bytes at `b`, 256 at `q`, AVX2 (the caller).
+        unsafe { super::codes_x86::five32(b.add(4), b.add(8), q, 0) };
+        q
+    }
 
     fn dequantize_block(b: &[u8], out: &mut [f32]) {
         let (d, m) = (f16_at(b, 0), f16_at(b, 2));

@@ -4,7 +4,7 @@
 //! `ql[64n + 32(g % 2) + l]`, top 2 bits at bit `2g` of `qh[32n + l]`,
 //! scale `scales[i / 16]`; `w = (d * scale) * (q - 32)`.
 
-use super::{f16_at, inverse, put_f16, signed_absmax, GgmlType};
+use super::{f16_at, inverse, put_f16, signed_absmax, Codes, Factors, GgmlType, MAX_SUBS};
 
 /// ggml's Q6_K.
 #[derive(Clone, Copy, Debug, Default)]
@@ -27,6 +27,32 @@ impl GgmlType for Q6K {
     const ELEMS: usize = 256;
     const BYTES: usize = 210;
     const HALF_SCALES: &'static [usize] = &[208];
+    const SUB: usize = 16;
+
+    #[inline(always)]
+    fn factors(b: &[u8]) -> Factors {
+        let d = f16_at(b, 208);
+        let mut a = [0f32; MAX_SUBS];
+        for (o, &sc) in a.iter_mut().zip(&b[192..208]) {
+            *o = d * f32::from(sc as i8);
+        }
+        (a, [0.0; MAX_SUBS])
+    }
+
+    fn codes(b: &[u8], q: &mut Codes) {
+        for (i, c) in q.iter_mut().enumerate() {
+            let (lb, ls, hb, hs) = place(i);
+            *c = (((b[lb] >> ls) & 0x0F) | (((b[hb] >> hs) & 3) << 4)) as i8 - 32;
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn codes_x86(b: *const u8, q: *mut i8) -> *const i8 {
+        // SAFETY: 210 bytes at `b`, 256 at `q`, AVX2 (the caller).
+        unsafe { super::codes_x86::q6_k(b, q) };
+        q
+    }
 
     fn dequantize_block(b: &[u8], out: &mut [f32]) {
         let d = f16_at(b, 208);

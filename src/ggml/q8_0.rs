@@ -1,7 +1,7 @@
 //! Q8_0: 32 weights, `{ f16 d; i8 qs[32] }` (34 bytes, 8.5 bits per
 //! weight); `w = d * q`.
 
-use super::{f16_at, inverse, put_f16, GgmlType};
+use super::{f16_at, inverse, put_f16, Codes, GgmlType};
 
 /// ggml's Q8_0.
 #[derive(Clone, Copy, Debug, Default)]
@@ -13,6 +13,19 @@ impl GgmlType for Q8_0 {
     const ELEMS: usize = 32;
     const BYTES: usize = 34;
     const HALF_SCALES: &'static [usize] = &[0];
+    fn codes(b: &[u8], q: &mut Codes) {
+        for (c, &v) in q.iter_mut().zip(&b[2..34]) {
+            *c = v as i8;
+        }
+    }
+
+    /// The codes are the block's bytes 2..34, read in place.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn codes_x86(b: *const u8, _: *mut i8) -> *const i8 {
+        // SAFETY: the block has 34 bytes (the caller).
+        unsafe { b.add(2).cast() }
+    }
 
     fn dequantize_block(b: &[u8], out: &mut [f32]) {
         let d = f16_at(b, 0);

@@ -3,7 +3,9 @@
 //! half conversion, and quantize -> dequantize within one step.
 
 use super::*;
+use crate::linear::dispatch::Dots;
 use crate::linear::fp8_dialect::f16_to_f32;
+use crate::simd::available_levels;
 use crate::testutil::rand_vec;
 
 /// A block of `T` with random code bytes and random finite half scales
@@ -116,16 +118,122 @@ fn check_type<T: GgmlType>() {
     }
 }
 
+/// `check::<T>()` for every block type.
+macro_rules! each_type {
+    ($check:ident) => {
+        $check::<Q8_0>();
+        $check::<Q4_0>();
+        $check::<Q4_1>();
+        $check::<Q5_0>();
+        $check::<Q5_1>();
+        $check::<Q4K>();
+        $check::<Q5K>();
+        $check::<Q6K>();
+    };
+}
+
 #[test]
 fn every_type_decodes_its_layout_bit_for_bit() {
-    check_type::<Q8_0>();
-    check_type::<Q4_0>();
-    check_type::<Q4_1>();
-    check_type::<Q5_0>();
-    check_type::<Q5_1>();
-    check_type::<Q4K>();
-    check_type::<Q5K>();
-    check_type::<Q6K>();
+    each_type!(check_type);
+}
+
+/// The codes and affine maps of random blocks (every code bit pattern,
+/// finite half scales of both signs) give `dequantize_block`'s weights bit
+/// for bit, `a_j * q + c_j` (no `+ c` where the type has no minimum); every
+/// SIMD level extracts the same codes and decodes the same bits.
+fn check_codes<T: GgmlType>() {
+    let (mut want, mut got) = (vec![0f32; T::ELEMS], vec![0f32; T::ELEMS]);
+    let mut q: Codes = [0; MAX_BLOCK_ELEMS];
+    for seed in 1..300 {
+        let b = random_block::<T>(seed);
+        T::dequantize_block(&b, &mut want);
+        T::codes(&b, &mut q);
+        let (a, c) = T::factors(&b);
+        for (i, &w) in want.iter().enumerate() {
+            let j = i / T::SUB;
+            let v = a[j] * f32::from(q[i]);
+            let v = if T::AFFINE { v + c[j] } else { v };
+            assert_eq!(v.to_bits(), w.to_bits(), "{} seed {seed} [{i}]", T::NAME);
+        }
+        #[cfg(target_arch = "x86_64")]
+        if crate::simd::Avx2::new().is_some() {
+            let mut buf: Codes = [0; MAX_BLOCK_ELEMS];
+            // SAFETY: AVX2 checked just above; `b` has BYTES bytes, `buf` 256.
+            let p = unsafe { simd_codes::<T>(&b, &mut buf) };
+            // SAFETY: `p` points at ELEMS codes (in `buf` or in `b`).
+            let simd = unsafe { std::slice::from_raw_parts(p, T::ELEMS) };
+            assert_eq!(simd, &q[..T::ELEMS], "{} seed {seed}", T::NAME);
+        }
+        for level in available_levels() {
+            decode_block::<T>(Dots::at(level).unwrap(), &b, &mut got);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "{} {level:?} seed {seed}", T::NAME);
+        }
+    }
+}
+
+/// `codes_x86` run with AVX2 enabled, as the kernels run it.
+///
+/// # Safety
+/// The CPU has AVX2; `b.len() == T::BYTES`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn simd_codes<T: GgmlType>(b: &[u8], buf: &mut Codes) -> *const i8 {
+    // SAFETY: the caller's contract; `buf` holds 256 bytes.
+    unsafe { T::codes_x86(b.as_ptr(), buf.as_mut_ptr()) }
+}
+
+/// The fused row dot of rows of random blocks, at every level, against the
+/// float64 dot of the dequantized row: within `(in + 2) * eps *
+/// sum (|a q| + |c|) |x|` (fused.rs), and the SIMD levels within twice that
+/// of the scalar one.
+fn check_dot<T: GgmlType>() {
+    let blocks = 5;
+    let mut row = Vec::new();
+    for seed in 0..blocks {
+        row.extend(random_block::<T>(1000 + seed as u64));
+    }
+    let n = blocks * T::ELEMS;
+    let x: Vec<f32> = rand_vec(n, 7).iter().map(|v| 2.0 * v - 1.0).collect();
+    let (mut exact, mut mag) = (0f64, 0f64);
+    let mut w = vec![0f32; T::ELEMS];
+    let mut q: Codes = [0; MAX_BLOCK_ELEMS];
+    for (b, xb) in row.chunks_exact(T::BYTES).zip(x.chunks_exact(T::ELEMS)) {
+        T::dequantize_block(b, &mut w);
+        T::codes(b, &mut q);
+        let (a, c) = T::factors(b);
+        for i in 0..T::ELEMS {
+            let j = i / T::SUB;
+            exact += f64::from(w[i]) * f64::from(xb[i]);
+            mag += (f64::from(a[j] * f32::from(q[i])).abs() + f64::from(c[j]).abs())
+                * f64::from(xb[i]).abs();
+        }
+    }
+    let bound = (n + 2) as f64 * f64::from(f32::EPSILON) * mag;
+    let scalar = fused::dot_row_scalar::<T>(&row, &x);
+    for level in available_levels() {
+        let got = f64::from(dot_row::<T>(Dots::at(level).unwrap(), &row, &x));
+        assert!(
+            (got - exact).abs() <= bound,
+            "{} {level:?}: {got} vs {exact} (bound {bound})",
+            T::NAME
+        );
+        assert!(
+            (got - f64::from(scalar)).abs() <= 2.0 * bound,
+            "{} {level:?} vs scalar",
+            T::NAME
+        );
+    }
+}
+
+#[test]
+fn codes_and_maps_give_the_exact_weights_at_every_level() {
+    each_type!(check_codes);
+}
+
+#[test]
+fn fused_dot_matches_float64_at_every_level() {
+    each_type!(check_dot);
 }
 
 #[test]

@@ -1,0 +1,68 @@
+//! The fused row dot and the block decode of every type, at the level a
+//! `crate::linear::dispatch::Dots` proves: the scalar references here, the
+//! AVX2 / AVX-512 bodies in `avx2.rs` / `avx512.rs`.
+//!
+//! The dot is `sum_j a_j * sum_{i in j} q_i x_i + c_j * sum_{i in j} x_i`
+//! over the sub-blocks `j` of every block (`GgmlType::factors`, `codes`):
+//! no float weight is formed. It reassociates the exact weight's products,
+//! so it is within `(in + 2) * eps_f32 * sum_i (|a q_i| + |c|) |x_i|` of the
+//! float64 dot of the dequantized row.
+
+#[cfg(target_arch = "x86_64")]
+use super::{avx2, avx512};
+use super::{Codes, GgmlType, MAX_BLOCK_ELEMS};
+use crate::linear::dispatch::Dots;
+
+/// `row . x` for `row` whole blocks of `T` and `x` their weights' inputs.
+pub(crate) fn dot_row<T: GgmlType>(dots: Dots, row: &[u8], x: &[f32]) -> f32 {
+    assert!(row.len().is_multiple_of(T::BYTES) && x.len() == row.len() / T::BYTES * T::ELEMS);
+    match dots {
+        // SAFETY: the token proves AVX-512 F/BW/VL (and AVX2); lengths
+        // checked above.
+        #[cfg(target_arch = "x86_64")]
+        Dots::Avx512(t) => unsafe { avx512::dot_row::<T>(t, row, x) },
+        // SAFETY: the token proves AVX2 and FMA; lengths checked above.
+        #[cfg(target_arch = "x86_64")]
+        Dots::Avx2(t, _) => unsafe { avx2::dot_row::<T>(t, row, x) },
+        Dots::Scalar => dot_row_scalar::<T>(row, x),
+    }
+}
+
+/// The scalar reference of [`dot_row`]: the same sums, in input order
+/// within each sub-block.
+pub(crate) fn dot_row_scalar<T: GgmlType>(row: &[u8], x: &[f32]) -> f32 {
+    let mut q: Codes = [0; MAX_BLOCK_ELEMS];
+    row.chunks_exact(T::BYTES)
+        .zip(x.chunks_exact(T::ELEMS))
+        .map(|(b, xb)| {
+            T::codes(b, &mut q);
+            let (a, c) = T::factors(b);
+            let sub = |j: usize| {
+                let (mut p, mut s) = (0f32, 0f32);
+                for i in j * T::SUB..(j + 1) * T::SUB {
+                    p += f32::from(q[i]) * xb[i];
+                    s += xb[i];
+                }
+                a[j] * p + if T::AFFINE { c[j] * s } else { 0.0 }
+            };
+            (0..T::ELEMS / T::SUB).map(sub).sum::<f32>()
+        })
+        .sum()
+}
+
+/// Block `b` (`BYTES` bytes) decoded into `out` (`ELEMS` floats), bit for
+/// bit `T::dequantize_block` at every level (the tile decode of the
+/// batched forward).
+pub(crate) fn decode_block<T: GgmlType>(dots: Dots, b: &[u8], out: &mut [f32]) {
+    assert!(b.len() == T::BYTES && out.len() == T::ELEMS);
+    match dots {
+        // SAFETY: the token proves AVX-512 F/BW/VL (and AVX2); lengths
+        // checked above.
+        #[cfg(target_arch = "x86_64")]
+        Dots::Avx512(t) => unsafe { avx512::decode_block::<T>(t, b, out) },
+        // SAFETY: the token proves AVX2 and FMA; lengths checked above.
+        #[cfg(target_arch = "x86_64")]
+        Dots::Avx2(t, _) => unsafe { avx2::decode_block::<T>(t, b, out) },
+        Dots::Scalar => T::dequantize_block(b, out),
+    }
+}
