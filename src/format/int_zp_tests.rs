@@ -108,5 +108,8 @@ fn bits_per_weight_count_scales_and_zeros() {
     assert_eq!(IntZp::block(32, 64).unwrap().bits_per_weight(), 4.75);
     assert_eq!(IntZp::block(128, 1536).unwrap().bits_per_weight(), 4.1875);
     assert!(IntZp::block(48, 576).is_err());
-    assert_eq!(FormatId::parse("gptq"), Some(FormatId::IntZp));
+    assert_eq!(
+        crate::format::FormatId::parse("gptq"),
+        Some(crate::format::FormatId::IntZp)
+    );
 }

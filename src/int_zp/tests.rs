@@ -14,7 +14,7 @@ fn random(out_feat: usize, in_feat: usize, gs: usize, bits: u32, perm: bool) -> 
     let mut r = Xorshift::new(u64::from(bits) * 7 + in_feat as u64);
     let top = (1u32 << bits) - 1;
     let q: Vec<u8> = (0..out_feat * in_feat)
-        .map(|i| ((i as u64 * 7 + r.next_u64() % 3) % (u64::from(top) + 1)) as u8)
+        .map(|i| ((i as u64 * 7) % (u64::from(top) + 1)) as u8)
         .collect();
     let groups = in_feat.div_ceil(gs);
     let zeros: Vec<u8> = (0..out_feat * groups)

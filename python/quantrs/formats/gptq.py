@@ -32,9 +32,9 @@ import os
 
 import numpy as np
 
+from .._core import InvalidArgument
 from ._checkpoint import Checkpoint
 from ._errors import CorruptCheckpointError, UnsupportedFormatError
-from .._core import InvalidArgument
 from ._int4 import INTO, Imported, from_offset8, requantize, unpack_int32
 from ._layer_checks import group_size_of, packed_tensors
 from ._zero_point import act_order, half_scales, layout_reason, unpack_rows, zp_weight
