@@ -9,7 +9,7 @@ use crate::simd::F32Lanes;
 /// The group loop over any f32 register type `L`: `widen(p)` turns the run
 /// of 32 codes at `p` (`row.run_bytes()` bytes) into `V` vectors of f32
 /// codes, vector `j` covering inputs `j * L::LANES ..` of the run; vector
-/// `j` multiply-adds into accumulator `j % 2`, and `x` is summed alongside
+/// `j` multiply-adds into one of four accumulators, and `x` is summed alongside
 /// for the zero point's term.
 ///
 /// # Safety
@@ -29,17 +29,21 @@ pub(super) unsafe fn group_loop<L: F32Lanes, const V: usize>(
         let mut total = L::zero();
         for (g, (&s, &z)) in row.scales.iter().zip(row.zeros).enumerate() {
             let (start, end) = (g * row.group_size, ((g + 1) * row.group_size).min(x.len()));
-            let (mut q, mut sx) = ([L::zero(); 2], [L::zero(); 2]);
+            // Four independent chains (vector j of run r feeds chain
+            // `(r V + j) % 4`), so the FMA latency does not bound the loop.
+            let (mut q, mut sx) = ([L::zero(); 4], [L::zero(); 4]);
             for run in start / RUN..end / RUN {
                 let codes = widen(pb.add(run * run_bytes));
                 for (j, w) in codes.into_iter().enumerate() {
+                    let c = (run * V + j) % 4;
                     let xv = L::load(px.add(run * RUN + j * L::LANES));
-                    q[j % 2] = L::fmadd(w, xv, q[j % 2]);
-                    sx[j % 2] = sx[j % 2].add(xv);
+                    q[c] = L::fmadd(w, xv, q[c]);
+                    sx[c] = sx[c].add(xv);
                 }
             }
-            let zx = sx[0].add(sx[1]).mul(L::splat(f32::from(z)));
-            total = L::fmadd(L::splat(half(s)), q[0].add(q[1]).sub(zx), total);
+            let sum = |v: [L; 4]| v[0].add(v[1]).add(v[2].add(v[3]));
+            let zx = sum(sx).mul(L::splat(f32::from(z)));
+            total = L::fmadd(L::splat(half(s)), sum(q).sub(zx), total);
         }
         total.hsum()
     }
