@@ -14,7 +14,7 @@
 use super::row_forward::forward_rows;
 use super::weight_format::{Block, FormatInfo, RowOrder, ScaleStorage, WeightFormat};
 use crate::error::{QuantError, Result};
-use crate::int_zp::{groups_of, quantize_rtn, ZpWeight};
+use crate::int_zp::{groups_of, quantize_rtn, ZpParts, ZpWeight};
 use crate::linear::dispatch::Dots;
 use crate::linear::grad_input::grad_input_rows;
 use crate::linear::kernels::RowSource;
@@ -175,8 +175,15 @@ impl WeightFormat for IntZp {
     }
 
     fn from_blob((dims, codes, scales, zeros, perm): Self::BlobParts) -> Result<ZpWeight> {
-        let bits = u32::try_from(dims[3]).unwrap_or(0);
-        ZpWeight::new(codes, scales, zeros, perm, dims[0], dims[1], dims[2], bits)
+        let parts = ZpParts {
+            scales,
+            zeros,
+            perm,
+            shape: [dims[0], dims[1]],
+            group_size: dims[2],
+            bits: u32::try_from(dims[3]).unwrap_or(0),
+        };
+        ZpWeight::new(codes, parts)
     }
 }
 

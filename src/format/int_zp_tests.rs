@@ -17,8 +17,15 @@ fn weight(bits: u32) -> ZpWeight {
     let q = quantize_rtn(&rand_vec(OUT * IN, 3), OUT, IN, GS, bits).unwrap();
     let perm: Vec<u32> = (0..IN as u32).map(|i| (i * 37) % IN as u32).collect();
     let codes: Vec<u8> = (0..OUT).flat_map(|o| q.unpacked_row(o)).collect();
-    let (s, z) = (q.scales().to_vec(), q.zeros().to_vec());
-    ZpWeight::from_codes(&codes, s, z, Some(perm), OUT, IN, GS, bits).unwrap()
+    let parts = ZpParts {
+        scales: q.scales().to_vec(),
+        zeros: q.zeros().to_vec(),
+        perm: Some(perm),
+        shape: [OUT, IN],
+        group_size: GS,
+        bits,
+    };
+    ZpWeight::from_codes(&codes, parts).unwrap()
 }
 
 /// `sum_i |s| (q_i + z) |x_i|` over row `o`: what the fused dot's rounding

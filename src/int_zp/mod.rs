@@ -61,6 +61,25 @@ pub struct ZpWeight {
     bits: u32,
 }
 
+/// Everything of a weight but its codes: per-group halves and zero points
+/// `[out, groups]`, the optional permutation, `[out, in]`, group size and
+/// code width (see the module docs).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ZpParts {
+    /// Scale half bits `[out, groups]`.
+    pub scales: Vec<u16>,
+    /// Zero points `[out, groups]`.
+    pub zeros: Vec<u8>,
+    /// Stored input `i` is layer input `perm[i]` (act-order).
+    pub perm: Option<Vec<u32>>,
+    /// `[out, in]`.
+    pub shape: [usize; 2],
+    /// Inputs per group.
+    pub group_size: usize,
+    /// Bits per code, 4 or 8.
+    pub bits: u32,
+}
+
 /// Check the shape, `group_size` and `bits`; returns the groups per row.
 pub fn groups_of(out_feat: usize, in_feat: usize, group_size: usize, bits: u32) -> Result<usize> {
     if bits != 4 && bits != 8 {
@@ -80,6 +99,21 @@ pub fn groups_of(out_feat: usize, in_feat: usize, group_size: usize, bits: u32) 
         )));
     }
     Ok(in_feat.div_ceil(group_size))
+}
+
+/// Every value of `v` (`[rows, cols]`) below `2^bits`, or an error naming
+/// `name` and the first one that is not.
+fn check_range(name: &str, v: &[u8], cols: usize, bits: u32) -> Result<()> {
+    match v.iter().position(|&c| u32::from(c) >> bits != 0) {
+        None => Ok(()),
+        Some(i) => Err(QuantError::arg(format!(
+            "{name}[{}, {}] is {}, expected 0..={}",
+            i / cols,
+            i % cols,
+            v[i],
+            (1u32 << bits) - 1
+        ))),
+    }
 }
 
 /// The checks of [`ZpWeight::new`] on the per-group tensors and `perm`.
@@ -107,15 +141,7 @@ fn check_parts(
             scales[i]
         )));
     }
-    if let Some(i) = zeros.iter().position(|&z| u32::from(z) >> bits != 0) {
-        return Err(QuantError::arg(format!(
-            "zeros: row {} group {} is {}, expected 0..={}",
-            i / groups,
-            i % groups,
-            zeros[i],
-            (1u32 << bits) - 1
-        )));
-    }
+    check_range("zeros", zeros, groups, bits)?;
     if let Some(p) = perm {
         if p.len() != in_feat {
             return Err(QuantError::dims("perm", in_feat, p.len()));
@@ -134,20 +160,18 @@ fn check_parts(
 }
 
 impl ZpWeight {
-    /// From raw parts (see the module docs for the layout), validated:
-    /// every length, every half finite, every zero point and code in range
-    /// (4-bit codes always are), `perm` a permutation of `0..in`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        codes: Vec<u8>,
-        scales: Vec<u16>,
-        zeros: Vec<u8>,
-        perm: Option<Vec<u32>>,
-        out_feat: usize,
-        in_feat: usize,
-        group_size: usize,
-        bits: u32,
-    ) -> Result<Self> {
+    /// From packed codes and the other parts (see the module docs for the
+    /// layout), validated: every length, every half finite, every zero
+    /// point in range, `perm` a permutation of `0..in`.
+    pub fn new(codes: Vec<u8>, parts: ZpParts) -> Result<Self> {
+        let ZpParts {
+            scales,
+            zeros,
+            perm,
+            shape: [out_feat, in_feat],
+            group_size,
+            bits,
+        } = parts;
         let groups = groups_of(out_feat, in_feat, group_size, bits)?;
         let row_bytes = in_feat * bits as usize / 8;
         if Some(codes.len()) != out_feat.checked_mul(row_bytes) {
@@ -175,19 +199,10 @@ impl ZpWeight {
     }
 
     /// From unpacked codes `[out, in]` (stored order, each `< 2^bits`) and
-    /// the other parts of [`ZpWeight::new`]: packs 4-bit codes into runs.
-    #[allow(clippy::too_many_arguments)]
-    pub fn from_codes(
-        q: &[u8],
-        scales: Vec<u16>,
-        zeros: Vec<u8>,
-        perm: Option<Vec<u32>>,
-        out_feat: usize,
-        in_feat: usize,
-        group_size: usize,
-        bits: u32,
-    ) -> Result<Self> {
-        groups_of(out_feat, in_feat, group_size, bits)?;
+    /// the other parts: packs 4-bit codes into runs.
+    pub fn from_codes(q: &[u8], parts: ZpParts) -> Result<Self> {
+        let [out_feat, in_feat] = parts.shape;
+        groups_of(out_feat, in_feat, parts.group_size, parts.bits)?;
         if Some(q.len()) != out_feat.checked_mul(in_feat) {
             return Err(QuantError::dims(
                 "codes",
@@ -195,16 +210,8 @@ impl ZpWeight {
                 q.len(),
             ));
         }
-        if let Some(i) = q.iter().position(|&c| u32::from(c) >> bits != 0) {
-            return Err(QuantError::arg(format!(
-                "codes[{}, {}] is {}, expected 0..={}",
-                i / in_feat,
-                i % in_feat,
-                q[i],
-                (1u32 << bits) - 1
-            )));
-        }
-        let codes = if bits == 8 {
+        check_range("codes", q, in_feat, parts.bits)?;
+        let codes = if parts.bits == 8 {
             q.to_vec()
         } else {
             let mut packed = vec![0u8; q.len() / 2];
@@ -214,9 +221,7 @@ impl ZpWeight {
                 .for_each(|(b, r)| pack_run(r, b));
             packed
         };
-        Self::new(
-            codes, scales, zeros, perm, out_feat, in_feat, group_size, bits,
-        )
+        Self::new(codes, parts)
     }
 
     /// `[out, in]`.

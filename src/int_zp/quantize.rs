@@ -8,8 +8,9 @@
 
 use rayon::prelude::*;
 
-use super::{groups_of, half, ZpWeight};
-use crate::error::{QuantError, Result};
+use super::{groups_of, half, ZpParts, ZpWeight};
+use crate::error::Result;
+use crate::format::check_float_weight;
 use crate::ggml::f32_to_f16;
 
 /// Quantize a finite float weight `[out, in]` with `bits`-bit codes in
@@ -22,21 +23,7 @@ pub fn quantize_rtn(
     bits: u32,
 ) -> Result<ZpWeight> {
     let groups = groups_of(out_feat, in_feat, group_size, bits)?;
-    if Some(w.len()) != out_feat.checked_mul(in_feat) {
-        return Err(QuantError::dims(
-            "weight length",
-            format!("{out_feat} x {in_feat}"),
-            w.len(),
-        ));
-    }
-    if let Some(i) = w.iter().position(|v| !v.is_finite()) {
-        return Err(QuantError::arg(format!(
-            "weight[{}, {}] is {}, expected finite",
-            i / in_feat,
-            i % in_feat,
-            w[i]
-        )));
-    }
+    check_float_weight(w, &[out_feat, in_feat])?;
     let top = ((1u32 << bits) - 1) as f32;
     let mut q = vec![0u8; w.len()];
     let mut scales = vec![0u16; out_feat * groups];
@@ -71,5 +58,13 @@ pub fn quantize_rtn(
         });
     // A group beyond the half range rounds s to infinity: refused by the
     // constructor, naming the group.
-    ZpWeight::from_codes(&q, scales, zeros, None, out_feat, in_feat, group_size, bits)
+    let parts = ZpParts {
+        scales,
+        zeros,
+        perm: None,
+        shape: [out_feat, in_feat],
+        group_size,
+        bits,
+    };
+    ZpWeight::from_codes(&q, parts)
 }

@@ -38,7 +38,30 @@ fn random(out_feat: usize, in_feat: usize, gs: usize, bits: u32, perm: bool) -> 
         }
         p
     });
-    ZpWeight::from_codes(&q, scales, zeros, perm, out_feat, in_feat, gs, bits).unwrap()
+    ZpWeight::from_codes(
+        &q,
+        parts(scales, zeros, perm, [out_feat, in_feat], gs, bits),
+    )
+    .unwrap()
+}
+
+/// The parts of a weight, by position.
+fn parts(
+    scales: Vec<u16>,
+    zeros: Vec<u8>,
+    perm: Option<Vec<u32>>,
+    shape: [usize; 2],
+    group_size: usize,
+    bits: u32,
+) -> ZpParts {
+    ZpParts {
+        scales,
+        zeros,
+        perm,
+        shape,
+        group_size,
+        bits,
+    }
 }
 
 /// `s * (q - z)` of stored element `[o, i]`, from the unpacked parts.
@@ -146,7 +169,7 @@ fn rtn_quantization_is_gptq_min_max() {
 #[test]
 fn bad_parts_are_errors_naming_the_part() {
     let ok = |q: &[u8], s: Vec<u16>, z: Vec<u8>, p: Option<Vec<u32>>, bits| {
-        ZpWeight::from_codes(q, s, z, p, 1, 64, 32, bits)
+        ZpWeight::from_codes(q, parts(s, z, p, [1, 64], 32, bits))
     };
     let q = vec![3u8; 64];
     assert!(ok(&q, vec![0x3C00; 2], vec![8; 2], None, 4).is_ok());
@@ -157,7 +180,7 @@ fn bad_parts_are_errors_naming_the_part() {
         ),
         (
             ok(&q, vec![0; 2], vec![8, 16], None, 4),
-            "zeros: row 0 group 1 is 16",
+            "zeros[0, 1] is 16",
         ),
         (
             ok(&[16; 64], vec![0; 2], vec![8; 2], None, 4),
@@ -171,14 +194,17 @@ fn bad_parts_are_errors_naming_the_part() {
         (ok(&q, vec![0; 2], vec![8; 2], Some(vec![0; 3]), 4), "perm"),
         (ok(&q, vec![0; 2], vec![8; 2], None, 3), "bits"),
         (
-            ZpWeight::from_codes(&q, vec![0], vec![0], None, 1, 64, 48, 4),
+            ZpWeight::from_codes(&q, parts(vec![0], vec![0], None, [1, 64], 48, 4)),
             "group_size",
         ),
         (
-            ZpWeight::from_codes(&q[..48], vec![0], vec![0], None, 1, 48, 32, 4),
+            ZpWeight::from_codes(&q[..48], parts(vec![0], vec![0], None, [1, 48], 32, 4)),
             "multiple of 32",
         ),
-        (quantize_rtn(&[f32::NAN; 64], 1, 64, 32, 4), "weight[0, 0]"),
+        (
+            quantize_rtn(&[f32::NAN; 64], 1, 64, 32, 4),
+            "weight[0] is not finite",
+        ),
         (quantize_rtn(&[1e6; 64], 1, 64, 32, 4), "finite half"),
     ];
     for (r, want) in cases {

@@ -14,7 +14,7 @@ use super::errors::{invalid, wrong_dtype, wrong_type};
 use super::int4_asym::{last_axis_matmul, rows_array};
 use crate::error::QuantError;
 use crate::format::{IntZp, WeightFormat};
-use crate::int_zp::{quantize_rtn, ZpWeight};
+use crate::int_zp::{quantize_rtn, ZpParts, ZpWeight};
 use crate::linear::{QuantLinear, QuantMethod};
 
 /// The `bits` argument, 4 or 8 (others are refused by the weight).
@@ -125,9 +125,15 @@ impl PyIntZpWeight {
             slice(&sa, "scales")?,
             slice(&za, "zeros")?,
         );
-        let s = s.to_vec();
-        let inner =
-            py.detach(|| ZpWeight::from_codes(q, s, z.to_vec(), perm, o, i, group_size, bits))?;
+        let parts = ZpParts {
+            scales: s.to_vec(),
+            zeros: z.to_vec(),
+            perm,
+            shape: [o, i],
+            group_size,
+            bits,
+        };
+        let inner = py.detach(|| ZpWeight::from_codes(q, parts))?;
         Ok(PyIntZpWeight { inner })
     }
 

@@ -229,7 +229,7 @@ def test_from_parts_checks_every_part():
         ({"codes": codes.astype(np.int32)}, TypeError, "codes: expected dtype uint8"),
         ({"scales": sc.astype(np.float32)}, TypeError, "scales: expected dtype float16"),
         ({"zeros": z[:, :1]}, quantrs.DimensionMismatch, "zeros"),
-        ({"zeros": z + 16}, quantrs.InvalidArgument, "zeros: row 0 group 0 is 16"),
+        ({"zeros": z + 16}, quantrs.InvalidArgument, r"zeros\[0, 0\] is 16"),
         ({"codes": codes + 16}, quantrs.InvalidArgument, r"codes\[0, 0\] is 16"),
         ({"scales": np.full((2, 2), np.inf, np.float16)}, quantrs.InvalidArgument, "scales"),
         ({"perm": np.zeros(64, np.int64)}, quantrs.InvalidArgument, "perm"),

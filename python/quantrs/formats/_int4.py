@@ -33,6 +33,14 @@ def int4_layout(in_feat: int, group_size: int) -> tuple[int, int, int]:
 INTO = ("exact", "int4")
 
 
+def check_into(into: str) -> None:
+    """``into`` is one of :data:`INTO` (else ``InvalidArgument`` naming it)."""
+    if into not in INTO:
+        from .._core import InvalidArgument
+
+        raise InvalidArgument(f"into: expected one of {INTO}, got {into!r}")
+
+
 @dataclass
 class Imported:
     """One imported weight: the ``QuantizedWeight`` (or, for zero points INT4 cannot

@@ -22,10 +22,9 @@ import os
 
 import numpy as np
 
-from .._core import InvalidArgument
 from ._checkpoint import Checkpoint
 from ._errors import CorruptCheckpointError, UnsupportedFormatError
-from ._int4 import INTO, Imported, from_offset8, requantize, unpack_int32
+from ._int4 import Imported, check_into, from_offset8, requantize, unpack_int32
 from ._layer_checks import group_size_of, packed_tensors
 from ._zero_point import half_scales, layout_reason, zp_weight
 
@@ -76,8 +75,7 @@ def read_awq(
     """The layer ``prefix`` of an open checkpoint (see the module doc): quantrs INT4 where
     that is exact, else (``into="exact"``) an :class:`quantrs.IntZpWeight`; with
     ``into="int4"`` (what ``quantrs convert`` writes) only INT4."""
-    if into not in INTO:
-        raise InvalidArgument(f"into: expected one of {INTO}, got {into!r}")
+    check_into(into)
     geo = awq_geometry(ck, prefix)
     in_feat, out_feat, gs = geo["in_feat"], geo["out_feat"], geo["group_size"]
     what = f"AWQ layer {prefix!r}"

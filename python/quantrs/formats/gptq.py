@@ -32,10 +32,9 @@ import os
 
 import numpy as np
 
-from .._core import InvalidArgument
 from ._checkpoint import Checkpoint
 from ._errors import CorruptCheckpointError, UnsupportedFormatError
-from ._int4 import INTO, Imported, from_offset8, requantize, unpack_int32
+from ._int4 import Imported, check_into, from_offset8, requantize, unpack_int32
 from ._layer_checks import group_size_of, packed_tensors
 from ._zero_point import act_order, half_scales, layout_reason, unpack_rows, zp_weight
 
@@ -100,8 +99,7 @@ def read_gptq(
     """The layer ``prefix`` of an open checkpoint (see the module doc): quantrs INT4 where
     that is exact, else (``into="exact"``) an :class:`quantrs.IntZpWeight`; with
     ``into="int4"`` (what ``quantrs convert`` writes) only INT4."""
-    if into not in INTO:
-        raise InvalidArgument(f"into: expected one of {INTO}, got {into!r}")
+    check_into(into)
     geo = gptq_geometry(ck, prefix)
     in_feat, out_feat, groups, gs, bits = (
         geo[k] for k in ("in_feat", "out_feat", "groups", "group_size", "bits")
