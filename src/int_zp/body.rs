@@ -29,21 +29,35 @@ pub(super) unsafe fn group_loop<L: F32Lanes, const V: usize>(
         let mut total = L::zero();
         for (g, (&s, &z)) in row.scales.iter().zip(row.zeros).enumerate() {
             let (start, end) = (g * row.group_size, ((g + 1) * row.group_size).min(x.len()));
-            // Four independent chains (vector j of run r feeds chain
-            // `(r V + j) % 4`), so the FMA latency does not bound the loop.
-            let (mut q, mut sx) = ([L::zero(); 4], [L::zero(); 4]);
-            for run in start / RUN..end / RUN {
-                let codes = widen(pb.add(run * run_bytes));
-                for (j, w) in codes.into_iter().enumerate() {
-                    let c = (run * V + j) % 4;
-                    let xv = L::load(px.add(run * RUN + j * L::LANES));
-                    q[c] = L::fmadd(w, xv, q[c]);
-                    sx[c] = sx[c].add(xv);
-                }
+            // Four independent chains (two per run, even and odd runs apart),
+            // so the FMA latency does not bound the loop. A macro, not a
+            // closure: a closure here would not inherit the caller's target
+            // features, and its intrinsics would not inline.
+            macro_rules! step {
+                ($run:expr, $q:ident, $sx:ident) => {
+                    let run = $run;
+                    for (j, w) in widen(pb.add(run * run_bytes)).into_iter().enumerate() {
+                        let xv = L::load(px.add(run * RUN + j * L::LANES));
+                        $q[j % 2] = L::fmadd(w, xv, $q[j % 2]);
+                        $sx[j % 2] = $sx[j % 2].add(xv);
+                    }
+                };
             }
-            let sum = |v: [L; 4]| v[0].add(v[1]).add(v[2].add(v[3]));
-            let zx = sum(sx).mul(L::splat(f32::from(z)));
-            total = L::fmadd(L::splat(half(s)), sum(q).sub(zx), total);
+            let z2 = [L::zero(); 2];
+            let (mut qa, mut sa, mut qb, mut sb) = (z2, z2, z2, z2);
+            let (mut run, last) = (start / RUN, end / RUN);
+            while run + 2 <= last {
+                step!(run, qa, sa);
+                step!(run + 1, qb, sb);
+                run += 2;
+            }
+            if run < last {
+                step!(run, qa, sa);
+            }
+            let zx = sa[0].add(sa[1]).add(sb[0].add(sb[1]));
+            let zx = zx.mul(L::splat(f32::from(z)));
+            let q = qa[0].add(qa[1]).add(qb[0].add(qb[1]));
+            total = L::fmadd(L::splat(half(s)), q.sub(zx), total);
         }
         total.hsum()
     }
