@@ -7,7 +7,7 @@
 use std::arch::x86_64::*;
 
 use super::body::group_loop;
-use super::dot::Row;
+use super::Row;
 use crate::simd::Avx512;
 
 /// # Safety

@@ -2,8 +2,7 @@
 //! `avx512.rs`), generic over the f32 register type and the code width;
 //! each ISA file brings only its widening of one run of codes.
 
-use super::dot::Row;
-use super::{half, RUN};
+use super::{half, Row, RUN};
 use crate::simd::F32Lanes;
 
 /// The group loop over any f32 register type `L`: `widen(p)` turns the run

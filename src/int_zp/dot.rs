@@ -13,25 +13,8 @@
 
 #[cfg(target_arch = "x86_64")]
 use super::{avx2, avx512};
-use super::{half, unpack_run, RUN};
+use super::{half, unpack_run, Row, RUN};
 use crate::linear::dispatch::Dots;
-
-/// One stored row: its codes, per-group halves and zero points.
-#[derive(Clone, Copy)]
-pub(crate) struct Row<'a> {
-    pub codes: &'a [u8],
-    pub scales: &'a [u16],
-    pub zeros: &'a [u8],
-    pub group_size: usize,
-    pub bits: u32,
-}
-
-impl Row<'_> {
-    /// Bytes per run of 32 codes.
-    pub(crate) fn run_bytes(&self) -> usize {
-        RUN * self.bits as usize / 8
-    }
-}
 
 /// The dot of `row` with `x` (`in` floats, a multiple of 32) at the level
 /// `dots` proves.

@@ -325,7 +325,7 @@ impl ZpWeight {
     /// fused kernel of the level `dots` proves (`dot.rs`).
     pub(crate) fn dot_row(&self, dots: Dots, r: usize, x: &[f32]) -> f32 {
         let (rb, groups) = (self.row_bytes(), self.groups());
-        let row = dot::Row {
+        let row = Row {
             codes: &self.codes[r * rb..(r + 1) * rb],
             scales: &self.scales[r * groups..(r + 1) * groups],
             zeros: &self.zeros[r * groups..(r + 1) * groups],
@@ -386,6 +386,23 @@ impl ZpWeight {
             }
         });
         out
+    }
+}
+
+/// One stored row: its codes, per-group halves and zero points.
+#[derive(Clone, Copy)]
+pub(crate) struct Row<'a> {
+    pub codes: &'a [u8],
+    pub scales: &'a [u16],
+    pub zeros: &'a [u8],
+    pub group_size: usize,
+    pub bits: u32,
+}
+
+impl Row<'_> {
+    /// Bytes per run of 32 codes.
+    pub(crate) fn run_bytes(&self) -> usize {
+        RUN * self.bits as usize / 8
     }
 }
 

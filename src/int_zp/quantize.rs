@@ -9,8 +9,7 @@
 use rayon::prelude::*;
 
 use super::{groups_of, half, ZpParts, ZpWeight};
-use crate::error::Result;
-use crate::format::check_float_weight;
+use crate::error::{QuantError, Result};
 use crate::ggml::f32_to_f16;
 
 /// Quantize a finite float weight `[out, in]` with `bits`-bit codes in
@@ -23,7 +22,21 @@ pub fn quantize_rtn(
     bits: u32,
 ) -> Result<ZpWeight> {
     let groups = groups_of(out_feat, in_feat, group_size, bits)?;
-    check_float_weight(w, &[out_feat, in_feat])?;
+    // (`crate::format::check_float_weight` says the same; importing it would
+    // make format -> int_zp -> format a ring.)
+    if Some(w.len()) != out_feat.checked_mul(in_feat) {
+        return Err(QuantError::dims(
+            "weight length",
+            out_feat * in_feat,
+            w.len(),
+        ));
+    }
+    if let Some(i) = w.iter().position(|v| !v.is_finite()) {
+        return Err(QuantError::arg(format!(
+            "weight[{i}] is not finite ({})",
+            w[i]
+        )));
+    }
     let top = ((1u32 << bits) - 1) as f32;
     let mut q = vec![0u8; w.len()];
     let mut scales = vec![0u16; out_feat * groups];
