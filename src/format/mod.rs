@@ -14,6 +14,7 @@ mod gguf_blocks;
 mod int4;
 mod int4_asym;
 mod int8;
+mod int_zp;
 mod row_forward;
 #[cfg(test)]
 mod sign8_test_format;
@@ -27,6 +28,7 @@ pub use gguf_blocks::{GgufBlocks, GgufWeight};
 pub use int4::{quantize_weighted as quantize_int4_weighted, weighted_group_scale, Int4};
 pub use int4_asym::Int4Asym;
 pub use int8::{Int8, Int8Weight};
+pub use int_zp::IntZp;
 pub use weight_format::{Block, FormatInfo, GpuKernels, RowOrder, ScaleStorage, WeightFormat};
 
 /// The GGUF block formats under one name each (the registry takes plain
@@ -111,6 +113,8 @@ registry! {
     Fp8E4M3 => Fp8E4M3,
     /// Asymmetric INT4, half step and minimum per group ([`Int4Asym`]).
     Int4Asym => Int4Asym,
+    /// Zero-point INT4 / INT8, GPTQ's and AWQ's math ([`IntZp`]).
+    IntZp => IntZp,
     /// GGUF Q8_0 blocks ([`crate::ggml::Q8_0`]).
     Q8_0 => GgufQ8_0,
     /// GGUF Q4_0 blocks ([`crate::ggml::Q4_0`]).

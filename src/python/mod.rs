@@ -28,6 +28,7 @@ mod gguf;
 mod gpu;
 mod int4;
 mod int4_asym;
+mod int_zp;
 mod linear;
 mod optim;
 mod qat;
@@ -105,6 +106,7 @@ mod core_module {
         super::fp8::register(m)?;
         super::gguf::register(m)?;
         super::int4_asym::register(m)?;
+        super::int_zp::register(m)?;
         super::linear::register(m)?;
         super::optim::register(m)?;
         super::qat::register(m)?;

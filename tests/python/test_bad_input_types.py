@@ -186,6 +186,33 @@ def valid_calls(tmp: Path):
                 dict(w=W.reshape(4, 64), group_size=32, method="rtn"),
             )
         ],
+        "IntZpWeight.dequantize_rows": [
+            (
+                "dequantize_rows",
+                quantrs.IntZpWeight.quantize(W.reshape(4, 64), group_size=32).dequantize_rows,
+                dict(start=0, stop=4),
+            )
+        ],
+        "IntZpWeight.quantize": [
+            (
+                "quantize",
+                quantrs.IntZpWeight.quantize,
+                dict(w=W.reshape(4, 64), group_size=32, bits=8),
+            )
+        ],
+        "IntZpWeight.from_parts": [
+            (
+                "from_parts",
+                quantrs.IntZpWeight.from_parts,
+                dict(
+                    codes=np.zeros((4, 64), np.uint8),
+                    scales=np.ones((4, 2), np.float16),
+                    zeros=np.zeros((4, 2), np.uint8),
+                    group_size=32,
+                    bits=4,
+                ),
+            )
+        ],
         "QuantLinear.__new__": [
             ("QuantLinear", quantrs.QuantLinear, dict(weight=W, format="int8", group_size=32))
         ],

@@ -174,17 +174,21 @@ def test_gptq_v2_zero_points_are_not_shifted(tmp_path):
     got = load_gptq(folder, "l").qweight.dequantize()
     want = gptq_dequant(layer["qweight"], qzeros_v2, layer["scales"], layer["g_idx"], v1=False)
     assert np.array_equal(got, want)
-    # read as v1, the same zeros are 9: refused
+    # read as v1, the same zeros are 9: asymmetric, so int_zp (test_gptq_exact.py)
     (folder / "config.json").write_text(json.dumps({"quantization_config": {"bits": 4}}))
-    with pytest.raises(FormatError, match="asymmetric"):
-        load_gptq(folder, "l")
+    lin = load_gptq(folder, "l")
+    assert lin.format == "int_zp"
+    want = gptq_dequant(layer["qweight"], qzeros_v2, layer["scales"], layer["g_idx"], v1=True)
+    assert np.array_equal(lin.dequantize_w(), want.T)
 
 
 def test_gptq_refusals_and_requantize(tmp_path):
-    asym = gptq_layer(64, 16, 32, sym=False, seed=3)
+    # Groups of 16: neither INT4 (asymmetric, act-order) nor int_zp (runs of 32) holds
+    # them; test_gptq_exact.py loads the representable cases.
+    asym = gptq_layer(48, 16, 16, sym=False, seed=3)
     assert np.asarray(asym["qzeros"]).view(np.uint32)[0, 0] & 0xF == 0xF  # zero point 0
-    actorder = gptq_layer(64, 16, 32, seed=4)
-    actorder["g_idx"] = np.random.default_rng(0).permutation(np.arange(64) // 32).astype(np.int32)
+    actorder = gptq_layer(48, 16, 16, seed=4)
+    actorder["g_idx"] = np.random.default_rng(0).permutation(np.arange(48) // 16).astype(np.int32)
     tensors = {f"a.{k}": v for k, v in asym.items()} | {f"b.{k}": v for k, v in actorder.items()}
     path = tmp_path / "m.safetensors"
     save_file(tensors, str(path))
@@ -257,20 +261,23 @@ def test_awq_gemm_is_bit_exact(tmp_path):
 
 
 def test_awq_other_zeros_and_gemv_refused(tmp_path):
-    q = RNG.integers(0, 16, (64, 16), dtype=np.uint8)
-    zeros = RNG.integers(0, 16, (1, 16), dtype=np.uint8)
+    # Groups of 16: other zero points than 8 that int_zp (runs of 32) cannot hold either;
+    # test_awq_exact.py loads the representable cases.
+    q = RNG.integers(0, 16, (48, 16), dtype=np.uint8)
+    zeros = RNG.integers(0, 16, (3, 16), dtype=np.uint8)
     zeros[0, 0] = 3
     t = {"p.qweight": pack_awq(q), "p.qzeros": pack_awq(zeros),
-         "p.scales": np.full((1, 16), 0.5, np.float16)}  # fmt: skip
+         "p.scales": np.full((3, 16), 0.5, np.float16)}  # fmt: skip
     folder = write_folder(
-        tmp_path / "m", {"quantization_config": {"quant_method": "awq", "group_size": 64}},
+        tmp_path / "m", {"quantization_config": {"quant_method": "awq", "group_size": 16}},
         {"model.safetensors": t}, index=False,
     )  # fmt: skip
     with pytest.raises(FormatError, match="zero points other than 8"):
         load_awq(folder, "p")
     with pytest.warns(RequantizedWarning):
         lin = load_awq(folder, "p", requantize=True)
-    want = np.float32(0.5) * (q.astype(np.float32) - awq_unpack(pack_awq(zeros)).astype(np.float32))
+    z = awq_unpack(pack_awq(zeros)).astype(np.float32)[np.arange(48) // 16]
+    want = np.float32(0.5) * (q.astype(np.float32) - z)
     assert np.linalg.norm(lin.qweight.dequantize() - want) / np.linalg.norm(want) < 0.15
     (folder / "config.json").write_text(
         json.dumps({"quantization_config": {"quant_method": "awq", "version": "gemv"}})

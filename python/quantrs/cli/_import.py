@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -61,7 +62,8 @@ class _Job:
 def _plan_safetensors(ck: Checkpoint, source: str, requantize: bool) -> list[_Job]:
     layers = gptq_layers(ck) if source == "gptq" else awq_layers(ck)
     geometry = gptq_geometry if source == "gptq" else awq_geometry
-    read = read_gptq if source == "gptq" else read_awq
+    # convert writes quantrs INT4 only: no int_zp weights (docs/checkpoints.md)
+    read = partial(read_gptq if source == "gptq" else read_awq, into="int4")
     owned = set()
     jobs = []
     for p in layers:

@@ -28,10 +28,24 @@ def int4_layout(in_feat: int, group_size: int) -> tuple[int, int, int]:
     return gs, in_padded // 2, in_padded // gs
 
 
+# What a GPTQ / AWQ reader may return: "exact" (INT4 where that is exact, else
+# IntZpWeight) or "int4" (INT4 only: what quantrs convert writes).
+INTO = ("exact", "int4")
+
+
+def check_into(into: str) -> None:
+    """``into`` is one of :data:`INTO` (else ``InvalidArgument`` naming it)."""
+    if into not in INTO:
+        from .._core import InvalidArgument
+
+        raise InvalidArgument(f"into: expected one of {INTO}, got {into!r}")
+
+
 @dataclass
 class Imported:
-    """One imported INT4 weight: the ``QuantizedWeight``, the bias (float32 or None),
-    and, when it was re-quantized, the relative Frobenius and max-abs error."""
+    """One imported weight: the ``QuantizedWeight`` (or, for zero points INT4 cannot
+    hold, the ``IntZpWeight``), the bias (float32 or None), and, when it was
+    re-quantized, the relative Frobenius and max-abs error."""
 
     qweight: object
     bias: np.ndarray | None = None
@@ -39,8 +53,11 @@ class Imported:
     note: str = ""
 
     def linear(self):
-        from .. import Int4Linear
+        """The quantrs layer: ``Int4Linear``, or a ``QuantLinear`` of format ``int_zp``."""
+        from .. import Int4Linear, IntZpWeight
 
+        if isinstance(self.qweight, IntZpWeight):
+            return self.qweight.to_layer(self.bias)
         return Int4Linear(self.qweight, self.bias)
 
 

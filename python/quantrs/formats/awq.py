@@ -8,10 +8,12 @@ Per layer ``prefix`` (docs/checkpoints.md):
 - ``qzeros`` int32 ``[groups, out / 8]``, packed the same way; ``scales`` F16
   ``[groups, out]``; ``bias`` (optional).
 
-The weight is ``scales[g, o] * (q[i, o] - zeros[g, o])`` with ``g = i // group_size``:
-quantrs INT4 exactly when every zero point is 8. Anything else (other zero points,
-``GEMV`` packing, other bit widths) is refused, or with ``requantize=True``
-dequantized and re-quantized with the error reported (zero points only).
+The weight is ``scales[g, o] * (q[i, o] - zeros[g, o])`` with ``g = i // group_size``,
+read exactly, codes kept packed: into quantrs INT4 when every zero point is 8, else into
+:class:`quantrs.IntZpWeight` (inputs and group size multiples of 32, float16 scales;
+docs/checkpoints.md). Anything else (``GEMV`` packing, other bit widths) is refused, or,
+for zero points and shapes, with ``requantize=True`` dequantized and re-quantized to INT4
+with the error reported.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ import numpy as np
 
 from ._checkpoint import Checkpoint
 from ._errors import CorruptCheckpointError, UnsupportedFormatError
-from ._int4 import Imported, from_offset8, requantize, unpack_int32
+from ._int4 import Imported, check_into, from_offset8, requantize, unpack_int32
 from ._layer_checks import group_size_of, packed_tensors
+from ._zero_point import half_scales, layout_reason, zp_weight
 
 ORDER = [0, 2, 4, 6, 1, 3, 5, 7]
 
@@ -66,8 +69,13 @@ def awq_geometry(ck: Checkpoint, prefix: str) -> dict:
     return {"in_feat": in_feat, "out_feat": out_feat, "groups": groups, "group_size": gs}
 
 
-def read_awq(ck: Checkpoint, prefix: str, requantize_ok: bool = False) -> Imported:
-    """The layer ``prefix`` of an open checkpoint, as quantrs INT4 (see the module doc)."""
+def read_awq(
+    ck: Checkpoint, prefix: str, requantize_ok: bool = False, into: str = "exact"
+) -> Imported:
+    """The layer ``prefix`` of an open checkpoint (see the module doc): quantrs INT4 where
+    that is exact, else (``into="exact"``) an :class:`quantrs.IntZpWeight`; with
+    ``into="int4"`` (what ``quantrs convert`` writes) only INT4."""
+    check_into(into)
     geo = awq_geometry(ck, prefix)
     in_feat, out_feat, gs = geo["in_feat"], geo["out_feat"], geo["group_size"]
     what = f"AWQ layer {prefix!r}"
@@ -80,15 +88,22 @@ def read_awq(ck: Checkpoint, prefix: str, requantize_ok: bool = False) -> Import
 
     q = unpack_int32(ck.array(names["qweight"]), 4, ORDER)  # [in, out]
     zeros = unpack_int32(ck.array(names["qzeros"]), 4, ORDER)  # [groups, out]
-    scales = ck.float32(names["scales"])
     if (zeros == 8).all():
-        return Imported(from_offset8(q, scales, gs, what), bias)
+        return Imported(from_offset8(q, ck.float32(names["scales"]), gs, what), bias)
     reason = "zero points other than 8 (asymmetric)"
+    if into == "exact":
+        half, why = half_scales(ck.array(names["scales"]), ck.info(names["scales"]))
+        zp_why = [r for r in (layout_reason(in_feat, gs, 4), why) if r]
+        if not zp_why:
+            return Imported(zp_weight(q.T, half, zeros, None, gs, 4), bias)
+        reason += f"; int_zp: {', '.join(zp_why)}"
+    target = "quantrs INT4" if into == "int4" else "quantrs INT4 or int_zp"
     if not requantize_ok:
         raise UnsupportedFormatError(
-            f"{what}: {reason}: not representable in quantrs INT4 (pass requantize=True / "
+            f"{what}: {reason}: not representable in {target} (pass requantize=True / "
             "--requantize to dequantize and re-quantize it)"
         )
+    scales = ck.float32(names["scales"])
     g = np.arange(in_feat) // gs
     w = scales[g] * (q.astype(np.float32) - zeros[g].astype(np.float32))
     qw, err = requantize(w, gs, what, reason)
@@ -96,9 +111,11 @@ def read_awq(ck: Checkpoint, prefix: str, requantize_ok: bool = False) -> Import
 
 
 def load_awq(path: str | os.PathLike, prefix: str, requantize: bool = False):
-    """The AWQ (GEMM) layer ``prefix`` of a safetensors file or model folder as an
-    ``Int4Linear`` (bias kept). Exact when every zero point is 8; otherwise a
-    :class:`FormatError`, or with ``requantize=True`` a re-quantized layer and a
-    :class:`RequantizedWarning`."""
+    """The AWQ (GEMM) layer ``prefix`` of a safetensors file or model folder as a quantrs
+    layer, bias kept, exactly: an ``Int4Linear`` when every zero point is 8, else a
+    ``QuantLinear`` of format ``int_zp``; what neither holds is a :class:`FormatError`,
+    or with ``requantize=True`` a re-quantized ``Int4Linear`` and a
+    :class:`RequantizedWarning`. In PyTorch: ``quantrs.torch.GgufLinear(read_awq(...).qweight,
+    bias)``."""
     with Checkpoint(path) as ck:
         return read_awq(ck, prefix, requantize).linear()

@@ -11,10 +11,19 @@ Per layer ``prefix`` (facts from the producers' packing, docs/checkpoints.md):
 - ``bias`` (optional).
 
 The dequantized weight is ``scales[g_idx[i], o] * (q[i, o] - zero[g_idx[i], o])``. It is
-quantrs INT4 exactly when it is 4-bit, every zero point is 8 (symmetric) and
-``g_idx[i] == i // group_size`` (no act-order permutation): then the signed code is
-``q - 8`` and the F16 scale is the float32 scale. Anything else is refused, or with
-``requantize=True`` dequantized and re-quantized, the error reported.
+read exactly, codes kept packed:
+
+- into quantrs INT4 when it is 4-bit, every zero point is 8 (symmetric) and
+  ``g_idx[i] == i // group_size`` (no act-order permutation): then the signed code is
+  ``q - 8`` and the F16 scale is the float32 scale (the layout every earlier quantrs
+  read gave, unchanged);
+- otherwise into :class:`quantrs.IntZpWeight` (4- or 8-bit, any zero points, v1 or v2,
+  act-order ``g_idx`` sorted once into contiguous groups, ``group_size`` -1 = one group
+  per row), when the inputs and the group size are multiples of 32 and the scales are
+  float16 (docs/checkpoints.md).
+
+Anything else (2-bit codes, other layouts) is refused naming the reason, or with
+``requantize=True`` dequantized and re-quantized to INT4, the error reported.
 """
 
 from __future__ import annotations
@@ -25,8 +34,9 @@ import numpy as np
 
 from ._checkpoint import Checkpoint
 from ._errors import CorruptCheckpointError, UnsupportedFormatError
-from ._int4 import Imported, from_offset8, requantize, unpack_int32
+from ._int4 import Imported, check_into, from_offset8, requantize, unpack_int32
 from ._layer_checks import group_size_of, packed_tensors
+from ._zero_point import act_order, half_scales, layout_reason, unpack_rows, zp_weight
 
 _SCALE_DTYPES = ("F16", "F32", "BF16")
 
@@ -83,8 +93,13 @@ def gptq_geometry(ck: Checkpoint, prefix: str) -> dict:
     }
 
 
-def read_gptq(ck: Checkpoint, prefix: str, requantize_ok: bool = False) -> Imported:
-    """The layer ``prefix`` of an open checkpoint, as quantrs INT4 (see the module doc)."""
+def read_gptq(
+    ck: Checkpoint, prefix: str, requantize_ok: bool = False, into: str = "exact"
+) -> Imported:
+    """The layer ``prefix`` of an open checkpoint (see the module doc): quantrs INT4 where
+    that is exact, else (``into="exact"``) an :class:`quantrs.IntZpWeight`; with
+    ``into="int4"`` (what ``quantrs convert`` writes) only INT4."""
+    check_into(into)
     geo = gptq_geometry(ck, prefix)
     in_feat, out_feat, groups, gs, bits = (
         geo[k] for k in ("in_feat", "out_feat", "groups", "group_size", "bits")
@@ -109,29 +124,43 @@ def read_gptq(ck: Checkpoint, prefix: str, requantize_ok: bool = False) -> Impor
             f"tensor {names['bias']!r}: expected [{out_feat}], got {list(bias.shape)}"
         )
 
-    q = unpack_int32(np.ascontiguousarray(ck.array(names["qweight"]).T), bits).T  # [in, out]
-    zeros = unpack_int32(ck.array(names["qzeros"]), bits).astype(np.int32)  # [groups, out]
+    qweight = ck.array(names["qweight"])
+    zeros = unpack_int32(ck.array(names["qzeros"]), bits)  # [groups, out]
     if geo["version"] == 1:
         # v1 stores zero - 1 in the field (s * (q - (z + 1))); a zero point of 0 was
         # stored as -1, i.e. all ones, so the + 1 wraps within the field
-        zeros = (zeros + 1) & ((1 << bits) - 1)
-    scales = ck.float32(names["scales"])
+        zeros = (zeros + np.uint8(1)) & np.uint8((1 << bits) - 1)
+    raw_scales = ck.array(names["scales"])
+    trivial_order = np.array_equal(g_idx, trivial)
+    if bits == 4 and trivial_order and (zeros == 8).all():
+        q = unpack_int32(np.ascontiguousarray(qweight.T), bits).T  # [in, out]
+        scales = ck.float32(names["scales"])
+        return Imported(from_offset8(np.ascontiguousarray(q), scales, gs, what), bias)
 
     reasons = []
     if bits != 4:
         reasons.append(f"{bits}-bit codes")
-    if not np.array_equal(g_idx, trivial):
+    if not trivial_order:
         reasons.append("act-order g_idx (rows permuted across groups)")
     if bits == 4 and not (zeros == 8).all():
         reasons.append("asymmetric zero points (not all 8)")
-    if not reasons:
-        return Imported(from_offset8(np.ascontiguousarray(q), scales, gs, what), bias)
     reason = ", ".join(reasons)
+    if into == "exact":
+        perm, order_why = act_order(g_idx, groups, gs)
+        half, half_why = half_scales(raw_scales, ck.info(names["scales"]))
+        zp_why = [r for r in (layout_reason(in_feat, gs, bits), order_why, half_why) if r]
+        if not zp_why:
+            q = unpack_rows(qweight, bits)  # [out, in]
+            return Imported(zp_weight(q, half, zeros, perm, gs, bits), bias)
+        reason += f"; int_zp: {', '.join(zp_why)}"
+    target = "quantrs INT4" if into == "int4" else "quantrs INT4 or int_zp"
     if not requantize_ok:
         raise UnsupportedFormatError(
-            f"{what}: {reason}: not representable in quantrs INT4 (pass requantize=True / "
+            f"{what}: {reason}: not representable in {target} (pass requantize=True / "
             "--requantize to dequantize and re-quantize it)"
         )
+    q = unpack_int32(np.ascontiguousarray(qweight.T), bits).T  # [in, out]
+    scales = ck.float32(names["scales"])
     w = scales[g_idx] * (q.astype(np.float32) - zeros[g_idx].astype(np.float32))
     qw, err = requantize(w, gs, what, reason)
     return Imported(qw, bias, err, reason)
@@ -139,8 +168,11 @@ def read_gptq(ck: Checkpoint, prefix: str, requantize_ok: bool = False) -> Impor
 
 def load_gptq(path: str | os.PathLike, prefix: str, requantize: bool = False):
     """The GPTQ layer ``prefix`` (e.g. ``model.layers.0.mlp.up_proj``) of a safetensors
-    file or model folder as an ``Int4Linear`` (bias kept). Exact for symmetric 4-bit
-    with a trivial ``g_idx``; otherwise a :class:`FormatError`, or with
-    ``requantize=True`` a re-quantized layer and a :class:`RequantizedWarning`."""
+    file or model folder as a quantrs layer, bias kept, exactly: an ``Int4Linear`` for
+    symmetric 4-bit with a trivial ``g_idx``, else a ``QuantLinear`` of format
+    ``int_zp`` (asymmetric, 8-bit, act-order); what neither holds is a
+    :class:`FormatError`, or with ``requantize=True`` a re-quantized ``Int4Linear`` and a
+    :class:`RequantizedWarning`. In PyTorch: ``quantrs.torch.GgufLinear(read_gptq(...).qweight,
+    bias)``."""
     with Checkpoint(path) as ck:
         return read_gptq(ck, prefix, requantize).linear()

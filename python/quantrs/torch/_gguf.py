@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .. import GgufWeight, Int4AsymWeight
+from .. import GgufWeight, Int4AsymWeight, IntZpWeight
 from ..formats.gguf import PACKED_TYPES, GgufFile, packed_weight
 from ._layer_io import check_features
 
@@ -49,7 +49,8 @@ def packed_grad_input(packed, grad: torch.Tensor) -> torch.Tensor:
 
 class GgufLinear(nn.Module):
     """``y = x @ W.T + bias`` with ``W`` a packed :class:`quantrs.GgufWeight` (or a
-    :class:`quantrs.Int4AsymWeight`, what ``quantize_(model, "int4_asym")`` makes); the
+    :class:`quantrs.Int4AsymWeight`, what ``quantize_(model, "int4_asym")`` makes, or a
+    :class:`quantrs.IntZpWeight`, what ``read_gptq`` / ``read_awq`` give for zero points); the
     kernel runs on float32 CPU activations, ``x``'s dtype is restored. The packed weight
     and the bias are frozen; an input that requires grad gets ``grad_output @ W`` (the
     weight decoded a band of rows at a time), so LoRA adapters train on top (QLoRA,
@@ -59,7 +60,7 @@ class GgufLinear(nn.Module):
 
     def __init__(
         self,
-        weight: GgufWeight | Int4AsymWeight,
+        weight: GgufWeight | Int4AsymWeight | IntZpWeight,
         bias: torch.Tensor | None = None,
         out_index: np.ndarray | None = None,
     ):
