@@ -62,7 +62,10 @@ fn shared<'py, T: numpy::Element>(
 /// buffer); `activations` "float32" or "int8" (docs/int4.md, "Int8
 /// activations").
 #[pyfunction]
-#[pyo3(signature = (x, data, scales, bias, in_feat, out_feat, num_groups, *, activations = "float32"))]
+#[pyo3(
+    signature = (x, data, scales, bias, in_feat, out_feat, num_groups, *, activations = "float32".to_owned()),
+    text_signature = "(x, data, scales, bias, in_feat, out_feat, num_groups, *, activations='float32')"
+)]
 #[allow(clippy::too_many_arguments)]
 pub fn int4_linear<'py>(
     x: &Bound<'py, PyAny>,
@@ -72,9 +75,9 @@ pub fn int4_linear<'py>(
     #[pyo3(from_py_with = crate::python::sizes::in_feat)] in_feat: usize,
     #[pyo3(from_py_with = crate::python::sizes::out_feat)] out_feat: usize,
     #[pyo3(from_py_with = crate::python::sizes::num_groups)] num_groups: usize,
-    activations: &str,
+    #[pyo3(from_py_with = crate::python::scalars::text::activations)] activations: String,
 ) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
-    let act = Activations::parse(activations)?;
+    let act = Activations::parse(&activations)?;
     let d = shared::<u8>(data, "data", None)?;
     let s = shared::<f32>(scales, "scales", None)?;
     let b = bias
