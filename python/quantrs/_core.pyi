@@ -177,6 +177,32 @@ class QuantizedWeight:
     def __reduce__(self) -> tuple[Callable[[bytes], QuantizedWeight], tuple[bytes]]: ...
     def __eq__(self, other: object, /) -> bool: ...
 
+# The torch layers' forwards over their own buffers, read in place (docs/torch.md).
+def int4_linear(
+    x: npt.ArrayLike,
+    data: npt.NDArray[np.uint8],
+    scales: npt.NDArray[np.float32],
+    bias: npt.NDArray[np.float32] | None,
+    in_feat: int,
+    out_feat: int,
+    num_groups: int,
+    *,
+    activations: str = "float32",
+) -> npt.NDArray[np.float32]: ...
+def int8_linear(
+    x: npt.ArrayLike,
+    weight: npt.NDArray[np.int8],
+    scales: npt.NDArray[np.float32],
+    bias: npt.NDArray[np.float32] | None,
+) -> npt.NDArray[np.float32]: ...
+def fp8_linear(
+    x: npt.ArrayLike,
+    weight: npt.NDArray[np.uint8],
+    weight_scale_inv: npt.NDArray[np.float32],
+    activation_scale: npt.NDArray[np.float32] | None,
+    bias: npt.NDArray[np.float32] | None,
+) -> npt.NDArray[np.float32]: ...
+
 # ---- FP8 codecs (wrapped by quantrs.fp8) and the QuantMethod linear layers
 
 def fp8_encode(

@@ -201,7 +201,7 @@ impl WeightFormat for Int4 {
         rows: usize,
         y: &mut [f32],
     ) -> Result<()> {
-        w.matmul_act(x, rows, y, Activations::Int8)
+        w.view().matmul_act(x, rows, y, Activations::Int8)
     }
 
     fn matmul_transposed(

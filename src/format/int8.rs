@@ -74,12 +74,14 @@ impl Int8Weight {
 }
 
 /// Rows `[out, k]` of int8 codes for the shared forward engine.
-struct Rows<'a> {
-    q: &'a [i8],
-    k: usize,
+pub(crate) struct Int8Rows<'a> {
+    /// The codes `[out, k]`.
+    pub q: &'a [i8],
+    /// Codes per row.
+    pub k: usize,
 }
 
-impl RowSource for Rows<'_> {
+impl RowSource for Int8Rows<'_> {
     fn decode(&self, r: usize, k0: usize, out: &mut [f32]) {
         let s = r * self.k + k0;
         let src = &self.q[s..s + out.len()];
@@ -164,7 +166,7 @@ impl WeightFormat for Int8 {
         bias: Option<&[f32]>,
         y: &mut [f32],
     ) -> Result<()> {
-        let src = Rows {
+        let src = Int8Rows {
             q: &w.q,
             k: w.in_feat,
         };
@@ -173,7 +175,7 @@ impl WeightFormat for Int8 {
     }
 
     fn matmul_transposed(w: &Int8Weight, g: &[f32], rows: usize, dx: &mut [f32]) -> Result<()> {
-        let src = Rows {
+        let src = Int8Rows {
             q: &w.q,
             k: w.in_feat,
         };

@@ -27,6 +27,7 @@ pub use fp8_e4m3::{Fp8E4M3, Fp8Weight};
 pub use gguf_blocks::{GgufBlocks, GgufWeight};
 pub use int4::{quantize_weighted as quantize_int4_weighted, weighted_group_scale, Int4};
 pub use int4_asym::Int4Asym;
+pub(crate) use int8::Int8Rows;
 pub use int8::{Int8, Int8Weight};
 pub use int_zp::IntZp;
 pub use weight_format::{Block, FormatInfo, GpuKernels, RowOrder, ScaleStorage, WeightFormat};

@@ -13,7 +13,7 @@ use rayon::prelude::*;
 
 use super::dispatch::Gemm;
 use super::format::{panel_stride, TileArgs, NR};
-use super::QuantizedWeight;
+use super::QuantizedWeightRef;
 
 /// Depth of a dequantized tile (rows of W).
 const KC: usize = 256;
@@ -41,7 +41,13 @@ impl SendPtr {
 }
 
 /// `y [batch, out_feat] = x [batch, in_feat] @ W`, sizes already checked.
-pub(super) fn matmul(qw: &QuantizedWeight, x: &[f32], batch: usize, y: &mut [f32], kernels: Gemm) {
+pub(super) fn matmul(
+    qw: &QuantizedWeightRef,
+    x: &[f32],
+    batch: usize,
+    y: &mut [f32],
+    kernels: Gemm,
+) {
     let (k, n) = (qw.in_feat, qw.out_feat);
     debug_assert_eq!(x.len(), batch * k);
     debug_assert_eq!(y.len(), batch * n);
@@ -68,8 +74,8 @@ pub(super) fn matmul(qw: &QuantizedWeight, x: &[f32], batch: usize, y: &mut [f32
         for k0 in (0..k).step_by(KC) {
             let kc = KC.min(k - k0);
             let tile = TileArgs {
-                data: &qw.data,
-                scales: &qw.scales,
+                data: qw.data,
+                scales: qw.scales,
                 out_feat: n,
                 group_size: qw.group_size(),
                 k0,

@@ -12,14 +12,14 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 use super::dispatch::Matvec;
 use super::format::{MatvecArgs, HI_SCALE, LO_SCALE};
 use super::xint::XInt;
-use super::QuantizedWeight;
+use super::QuantizedWeightRef;
 use crate::par;
 
 /// Fewer weights than this run on the calling thread.
 pub(super) const PAR_MIN_WEIGHTS: usize = 1 << 18;
 
 /// `y = W^T x` for one row `x` `[in_feat]` into `y` `[out_feat]`.
-pub(super) fn matvec(qw: &QuantizedWeight, x: &[f32], y: &mut [f32], kernel: Matvec) {
+pub(super) fn matvec(qw: &QuantizedWeightRef, x: &[f32], y: &mut [f32], kernel: Matvec) {
     let in_padded = qw.in_padded();
     let n = qw.out_feat;
     // The layout itself holds by construction (private fields, checked
@@ -38,8 +38,8 @@ pub(super) fn matvec(qw: &QuantizedWeight, x: &[f32], y: &mut [f32], kernel: Mat
             .as_ref()
     };
     let args = MatvecArgs {
-        data: &qw.data,
-        scales: &qw.scales,
+        data: qw.data,
+        scales: qw.scales,
         x: &xp,
         xs: &xs,
         out_feat: qw.out_feat,

@@ -43,6 +43,7 @@ mod strips;
 mod transposed;
 #[cfg(target_arch = "x86_64")]
 mod vnni;
+mod weight_ref;
 mod xint;
 
 use crate::error::{QuantError, Result};
@@ -56,6 +57,7 @@ pub(crate) use dispatch::Gemm as GemmKernels;
 pub use dispatch::MatvecKernel;
 pub(crate) use format::{panel_stride, NR as PANEL_WIDTH};
 pub use scale_search::ScaleMethod;
+pub use weight_ref::QuantizedWeightRef;
 
 /// Default group size along the input dimension.
 pub const DEFAULT_GROUP_SIZE: usize = 32;
@@ -135,6 +137,54 @@ impl Layout {
 fn checked_len(a: usize, b: usize, what: &str) -> Result<usize> {
     a.checked_mul(b)
         .ok_or_else(|| QuantError::arg(format!("{what}: {a} x {b} overflows")))
+}
+
+/// The sizes [`QuantizedWeight::from_parts`] and [`QuantizedWeightRef::new`]
+/// accept: `data_len` bytes and `scales_len` scales must give exactly the
+/// layout of `in_feat` inputs in `num_groups` equal even groups for
+/// `out_feat` outputs (the group size is not stored: it follows from them).
+fn check_parts(
+    data_len: usize,
+    scales_len: usize,
+    in_feat: usize,
+    out_feat: usize,
+    num_groups: usize,
+) -> Result<()> {
+    if in_feat == 0 {
+        return Err(QuantError::dims("in_feat", ">= 1", 0));
+    }
+    if out_feat == 0 {
+        return Err(QuantError::dims("out_feat", ">= 1", 0));
+    }
+    if num_groups == 0 {
+        return Err(QuantError::arg("num_groups: expected >= 1, got 0"));
+    }
+    let bad_layout = || {
+        QuantError::dims(
+            "data",
+            format!(
+                "num_pairs * out_feat bytes for a layout of in_feat {in_feat} in {num_groups} equal even groups"
+            ),
+            data_len,
+        )
+    };
+    if !data_len.is_multiple_of(out_feat) {
+        return Err(bad_layout());
+    }
+    let in_padded = 2 * (data_len / out_feat);
+    if !in_padded.is_multiple_of(num_groups) {
+        return Err(bad_layout());
+    }
+    let group_size = in_padded / num_groups;
+    match Layout::new(in_feat, group_size) {
+        Ok(l) if l.in_padded == in_padded && l.num_groups == num_groups => {}
+        _ => return Err(bad_layout()),
+    }
+    let n_scales = checked_len(num_groups, out_feat, "scales")?;
+    if scales_len != n_scales {
+        return Err(QuantError::dims("scales", n_scales, scales_len));
+    }
+    Ok(())
 }
 
 impl QuantizedWeight {
@@ -268,42 +318,7 @@ impl QuantizedWeight {
         out_feat: usize,
         num_groups: usize,
     ) -> Result<Self> {
-        if in_feat == 0 {
-            return Err(QuantError::dims("in_feat", ">= 1", 0));
-        }
-        if out_feat == 0 {
-            return Err(QuantError::dims("out_feat", ">= 1", 0));
-        }
-        if num_groups == 0 {
-            return Err(QuantError::arg("num_groups: expected >= 1, got 0"));
-        }
-        // The group size is not stored: it follows from the data length
-        // (`in_padded / 2` bytes per output) and must reproduce the layout.
-        let bad_layout = || {
-            QuantError::dims(
-                "data",
-                format!(
-                    "num_pairs * out_feat bytes for a layout of in_feat {in_feat} in {num_groups} equal even groups"
-                ),
-                data.len(),
-            )
-        };
-        if !data.len().is_multiple_of(out_feat) {
-            return Err(bad_layout());
-        }
-        let in_padded = 2 * (data.len() / out_feat);
-        if !in_padded.is_multiple_of(num_groups) {
-            return Err(bad_layout());
-        }
-        let group_size = in_padded / num_groups;
-        match Layout::new(in_feat, group_size) {
-            Ok(l) if l.in_padded == in_padded && l.num_groups == num_groups => {}
-            _ => return Err(bad_layout()),
-        }
-        let n_scales = checked_len(num_groups, out_feat, "scales")?;
-        if scales.len() != n_scales {
-            return Err(QuantError::dims("scales", n_scales, scales.len()));
-        }
+        check_parts(data.len(), scales.len(), in_feat, out_feat, num_groups)?;
         // Any finite scale: imported formats store negative ones (GGUF Q4_0 keeps
         // the largest-magnitude element's sign in the scale) and zero ones
         // (all-zero blocks); the kernels only multiply by it.
@@ -320,6 +335,17 @@ impl QuantizedWeight {
             out_feat,
             num_groups,
         })
+    }
+
+    /// These weights as the borrowed view the kernels run on.
+    pub fn view(&self) -> QuantizedWeightRef<'_> {
+        QuantizedWeightRef {
+            data: &self.data,
+            scales: &self.scales,
+            in_feat: self.in_feat,
+            out_feat: self.out_feat,
+            num_groups: self.num_groups,
+        }
     }
 
     /// The packed nibbles, `[num_pairs * out_feat]` (see the module docs).
@@ -439,32 +465,7 @@ impl QuantizedWeight {
     /// [`GEMM_MIN_BATCH`] rows on this is a blocked GEMM over dequantized
     /// tiles, and below it one on-the-fly matvec per row.
     pub fn try_matmul(&self, x: &[f32], batch: usize, y: &mut [f32]) -> Result<()> {
-        let nx = checked_len(batch, self.in_feat, "x")?;
-        if x.len() != nx {
-            return Err(QuantError::dims(
-                "x",
-                format!("{nx} elements ([{batch}, {}])", self.in_feat),
-                x.len(),
-            ));
-        }
-        let ny = checked_len(batch, self.out_feat, "y")?;
-        if y.len() != ny {
-            return Err(QuantError::dims(
-                "y",
-                format!("{ny} elements ([{batch}, {}])", self.out_feat),
-                y.len(),
-            ));
-        }
-        let level = simd::level();
-        let mv = Matvec::new(MatvecKernel::for_weights(level, self.group_size()))?;
-        let kernels = if (2..=ROWS_MAX_BATCH).contains(&batch) && mv.has_rows() {
-            Kernels::Rows(mv)
-        } else if batch >= GEMM_MIN_BATCH {
-            Kernels::Gemm(Gemm::new(level)?)
-        } else {
-            Kernels::Matvec(mv)
-        };
-        self.run(x, batch, y, kernels)
+        self.view().try_matmul(x, batch, y)
     }
 
     /// [`Self::matmul`] at an explicit SIMD level (for tests and benches);
@@ -491,7 +492,8 @@ impl QuantizedWeight {
         // machine (or `QUANTRS_SIMD`) does not allow, rather than run them.
         simd::require(level)?;
         if use_gemm {
-            self.run(x, batch, y, Kernels::Gemm(Gemm::new(level)?))
+            self.view()
+                .run(x, batch, y, Kernels::Gemm(Gemm::new(level)?))
         } else {
             let mv = Matvec::new(MatvecKernel::for_weights(level, self.group_size()))?;
             let kernels = if batch >= 2 && mv.has_rows() {
@@ -499,7 +501,7 @@ impl QuantizedWeight {
             } else {
                 Kernels::Matvec(mv)
             };
-            self.run(x, batch, y, kernels)
+            self.view().run(x, batch, y, kernels)
         }
     }
 
@@ -513,37 +515,8 @@ impl QuantizedWeight {
                 format!("{} / {} elements", x.len(), y.len()),
             ));
         }
-        self.run(x, 1, y, Kernels::Matvec(Matvec::new(kernel)?))
-    }
-
-    /// Run checked `x` `[batch, in_feat]` and `y` `[batch, out_feat]`.
-    fn run(&self, x: &[f32], batch: usize, y: &mut [f32], kernels: Kernels) -> Result<()> {
-        if batch == 0 {
-            return Ok(());
-        }
-        if let Some(shifts) = crate::range::shifts(x, self.in_feat) {
-            let xs = crate::range::scaled(x, self.in_feat, &shifts);
-            self.run_kernels(&xs, batch, y, kernels);
-            crate::range::unscale(y, self.out_feat, &shifts);
-        } else {
-            self.run_kernels(x, batch, y, kernels);
-        }
-        Ok(())
-    }
-
-    fn run_kernels(&self, x: &[f32], batch: usize, y: &mut [f32], kernels: Kernels) {
-        match kernels {
-            Kernels::Gemm(g) => gemm::matmul(self, x, batch, y, g),
-            Kernels::Rows(k) => rows::matmul_rows(self, x, batch, y, k),
-            Kernels::Matvec(k) => {
-                for (xr, yr) in x
-                    .chunks_exact(self.in_feat)
-                    .zip(y.chunks_exact_mut(self.out_feat))
-                {
-                    matvec::matvec(self, xr, yr, k);
-                }
-            }
-        }
+        self.view()
+            .run(x, 1, y, Kernels::Matvec(Matvec::new(kernel)?))
     }
 
     /// Signed code of row `r`, column `o` (for tests and slow paths).

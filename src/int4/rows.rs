@@ -11,13 +11,13 @@ use std::sync::{Mutex, MutexGuard};
 use super::dispatch::Matvec;
 use super::format::{MatvecArgs, RowsArgs};
 use super::matvec::{chunk_width, prescaled, PAR_MIN_WEIGHTS};
-use super::QuantizedWeight;
+use super::QuantizedWeightRef;
 use crate::par;
 
 /// `y [rows, out_feat] = x [rows, in_feat] @ W` with a kernel that has a
 /// multi-row form ([`Matvec::has_rows`]).
 pub(super) fn matmul_rows(
-    qw: &QuantizedWeight,
+    qw: &QuantizedWeightRef,
     x: &[f32],
     rows: usize,
     y: &mut [f32],
@@ -40,8 +40,8 @@ pub(super) fn matmul_rows(
     let xs = prescaled(&xp, kernel);
     let args = RowsArgs {
         base: MatvecArgs {
-            data: &qw.data,
-            scales: &qw.scales,
+            data: qw.data,
+            scales: qw.scales,
             x: &xp,
             xs: &xs,
             out_feat: n,

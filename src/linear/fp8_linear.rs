@@ -28,6 +28,24 @@ use crate::st;
 
 const FMT: Fp8Format = Fp8Format::E4M3;
 
+/// The activations the E4M3 rows multiply and the multiplier of every
+/// output: `x` and `s_w` (W8A32), or `x` on the E4M3 grid of `s_a` and
+/// `s_a * s_w` (W8A8; see the module docs).
+pub(crate) fn prepare_fp8(
+    x: &[f32],
+    activation_scale: Option<f32>,
+    weight_scale_inv: f32,
+) -> (Cow<'_, [f32]>, f32) {
+    match activation_scale {
+        None => (Cow::Borrowed(x), weight_scale_inv),
+        Some(a) => {
+            let mut q: Vec<f32> = x.par_iter().with_min_len(1 << 14).map(|v| v / a).collect();
+            round_to_grid_slice(&mut q, FMT, true);
+            (Cow::Owned(q), a * weight_scale_inv)
+        }
+    }
+}
+
 /// Per-tensor FP8 linear layer with optional static activation scaling.
 ///
 /// ```
@@ -149,14 +167,7 @@ impl PerTensorFP8Linear {
     /// The activations the kernels see (quantized onto the E4M3 grid when an
     /// activation scale is set) and the multiplier applied after the dot.
     fn prepare<'a>(&self, x: &'a [f32]) -> (Cow<'a, [f32]>, f32) {
-        match self.activation_scale {
-            None => (Cow::Borrowed(x), self.weight_scale_inv),
-            Some(a) => {
-                let mut q: Vec<f32> = x.par_iter().with_min_len(1 << 14).map(|v| v / a).collect();
-                round_to_grid_slice(&mut q, FMT, true);
-                (Cow::Owned(q), a * self.weight_scale_inv)
-            }
-        }
+        prepare_fp8(x, self.activation_scale, self.weight_scale_inv)
     }
 
     fn expert_forward(&self, e: usize, x: &[f32], rows: usize, mult: f32, y: &mut [f32]) {

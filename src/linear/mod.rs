@@ -37,6 +37,7 @@ mod common;
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+pub mod borrowed;
 pub(crate) mod dispatch;
 #[cfg(target_arch = "x86_64")]
 mod dots;

@@ -119,7 +119,7 @@ impl PyQuantizedWeight {
         let xs = xa.as_slice().map_err(|e| invalid("x", e))?;
         let Some(out) = out else {
             let mut y = vec![0.0f32; batch * w.out_feat()];
-            py.detach(|| w.matmul_act(xs, batch, &mut y, act))?;
+            py.detach(|| w.view().matmul_act(xs, batch, &mut y, act))?;
             let arr =
                 ArrayD::from_shape_vec(IxDyn(&out_shape), y).map_err(|e| invalid("out", e))?;
             return Ok(PyArrayDyn::from_owned_array(py, arr).into_any());
@@ -128,7 +128,7 @@ impl PyQuantizedWeight {
         let mut ya = inplace::<f32>(out, "out")?;
         check_shape("out", ya.shape(), &out_shape)?;
         let ys = ya.as_slice_mut().map_err(|e| invalid("out", e))?;
-        py.detach(|| w.matmul_act(xs, batch, ys, act))?;
+        py.detach(|| w.view().matmul_act(xs, batch, ys, act))?;
         Ok(out.clone())
     }
 }

@@ -19,6 +19,7 @@ macro_rules! on_backend {
 
 mod arrays;
 mod atomic;
+mod borrowed;
 #[cfg(feature = "gpu")]
 mod cuda_bench;
 mod errors;
@@ -103,6 +104,7 @@ mod core_module {
         m.add("__version__", crate::VERSION)?;
         super::errors::register(m)?;
         super::int4::register(m)?;
+        super::borrowed::register(m)?;
         super::fp8::register(m)?;
         super::gguf::register(m)?;
         super::int4_asym::register(m)?;

@@ -108,7 +108,7 @@ pub(crate) mod flag {
 /// Str arguments.
 pub(crate) mod text {
     use pyo3::prelude::*;
-    named!(str_arg -> String: fmt, format, device, prefix, name, kind);
+    named!(str_arg -> String: fmt, format, device, prefix, name, kind, activations);
 
     /// The `type` argument (a keyword in Rust).
     pub(crate) fn type_name(obj: &Bound<'_, PyAny>) -> PyResult<String> {

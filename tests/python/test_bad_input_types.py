@@ -156,6 +156,22 @@ def valid_calls(tmp: Path):
             )
         ],
         "QuantizedWeight.save": [("save", QW.save, dict(path=path))],
+        "int4_linear": [
+            (
+                "int4_linear",
+                quantrs._core.int4_linear,
+                dict(
+                    x=np.ones((1, 64), np.float32),
+                    data=np.asarray(QW.data),
+                    scales=np.asarray(QW.scales),
+                    bias=None,
+                    in_feat=64,
+                    out_feat=4,
+                    num_groups=2,
+                    activations="float32",
+                ),
+            )
+        ],
         "GgufWeight.from_bytes": [
             (
                 "from_bytes",

@@ -26,7 +26,7 @@ from ._convert import convert_qat
 from ._gguf import GgufLinear, load_gguf_llama
 from ._importance import collect_importance
 from ._int8 import Int8Linear
-from ._modules import FP8Linear, Int4Linear, default_filter, quantize_
+from ._modules import FP8Linear, Int4Linear, default_filter, head_filter, quantize_
 from ._peft import peft_config
 from ._qat import QatAdamW
 from ._qat_act import FP8ActivationFakeQuant, prepare_w8a8
@@ -45,6 +45,7 @@ __all__ = [
     "collect_importance",
     "convert_qat",
     "default_filter",
+    "head_filter",
     "load_gguf_llama",
     "peft_config",
     "prepare_w8a8",

@@ -16,7 +16,9 @@ from torch import nn
 
 from .. import _core
 from . import _ops
-from ._layer_io import _needs_graph, _route, _weight_of
+from ._layer_io import _needs_graph, _route, _weight_of, drop_views, serve
+
+_BUFFERS = ("weight", "scales", "bias")
 
 
 class Int8Linear(nn.Module):
@@ -57,6 +59,9 @@ class Int8Linear(nn.Module):
         return torch.from_numpy(np.asarray(self.layer().dequantize_w(), np.float32))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = serve(self, x, _BUFFERS, _ops.int8_args, _core.int8_linear)
+        if y is not None:
+            return y
         x2 = _route("Int8Linear", x, self.in_features)
         if x2 is not None and x2.device.type != "cpu":
             raise _core.UnsupportedOperation(
@@ -66,6 +71,9 @@ class Int8Linear(nn.Module):
         if _needs_graph(x, self.bias):
             return _ops.int8_linear(*args)
         return _ops.int8_linear_impl(*args)
+
+    def __getstate__(self) -> dict:
+        return drop_views(self.__dict__)
 
     def extra_repr(self) -> str:
         return (

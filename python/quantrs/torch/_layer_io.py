@@ -61,6 +61,61 @@ def _needs_graph(x: torch.Tensor, bias: torch.Tensor | None) -> bool:
     )
 
 
+def eager_f32(x: object) -> bool:
+    """Whether ``x`` takes the serving fast path: a plain float32 CPU tensor outside
+    compilation with nothing for autograd to record on its side."""
+    return (
+        type(x) is torch.Tensor
+        and x.dtype is _F32
+        and x.is_cpu
+        and not x.requires_grad
+        and not torch.compiler.is_compiling()
+    )
+
+
+def kernel_args(module: nn.Module, names: tuple[str, ...], make) -> tuple | None:
+    """``make(*buffers)`` (the NumPy views a ``_core.*_linear`` call reads in place),
+    cached on ``module`` and made again only when one of the ``names`` buffers is
+    replaced or its storage moves (``load_state_dict`` copies into the buffers: the views
+    see it). None where the fast path does not apply: a buffer off the CPU, or one that
+    requires grad (autograd then goes through the custom op)."""
+    buf = module._buffers
+    ts = tuple([buf[n] for n in names])
+    key = tuple([None if t is None else (id(t), t.data_ptr()) for t in ts])
+    hit = module.__dict__.get("_views")
+    if hit is not None and hit[0] == key:
+        return hit[2]
+    if any(t is not None and (not t.is_cpu or t.requires_grad) for t in ts):
+        return None
+    args = make(*ts)
+    # The tensors are kept with their ids, so that no id in ``key`` is reused.
+    module.__dict__["_views"] = (key, ts, args)
+    return args
+
+
+def serve(module: nn.Module, x: torch.Tensor, names: tuple[str, ...], make, kernel, **kw):
+    """The serving fast path: ``kernel(x, *views, **kw)`` as a tensor for an
+    :func:`eager_f32` input, in one Rust call over the buffers' cached views; None where
+    it does not apply or the input is wrong (the caller's checked route then raises,
+    naming the layer)."""
+    if not eager_f32(x):
+        return None
+    args = kernel_args(module, names, make)
+    if args is None:
+        return None
+    try:
+        return torch.from_numpy(kernel(x.numpy(), *args, **kw))
+    except _core.QuantError:
+        return None
+
+
+def drop_views(state: dict) -> dict:
+    """A module's ``__dict__`` for pickling, without the cached views (rebuilt on use)."""
+    state = dict(state)
+    state.pop("_views", None)
+    return state
+
+
 def _weight_of(owner: str, linear: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
     if not isinstance(linear, nn.Linear):
         raise TypeError(f"{owner}.from_linear: expected an nn.Linear, got {type(linear).__name__}")

@@ -24,22 +24,33 @@ from . import _cuda, _ops
 from ._gguf import GgufLinear
 from ._importance import collect_importance
 from ._int8 import Int8Linear
-from ._layer_io import _needs_graph, _route, _weight_of
+from ._layer_io import _needs_graph, _route, _weight_of, drop_views, serve
 
 _F32 = torch.float32
+_INT4_BUFFERS = ("qweight", "scales", "bias")
+_FP8_BUFFERS = ("weight", "weight_scale_inv", "activation_scale", "bias")
 
 
 class Int4Linear(nn.Module):
     """``y = x W^T + b`` with ``W`` packed to INT4, one float32 scale per ``group_size``
     inputs of each output (``quantrs.QuantizedWeight``; docs/int4.md).
 
-    Buffers: ``qweight`` (uint8, two weights a byte), ``scales`` (float32), ``bias``."""
+    Buffers: ``qweight`` (uint8, two weights a byte), ``scales`` (float32), ``bias``;
+    the kernel reads them in place. ``activations="int8"`` quantizes each input group to
+    int8 and runs integer dot products (docs/int4.md, "Int8 activations")."""
 
     def __init__(
-        self, in_features: int, out_features: int, bias: bool = True, group_size: int = 32
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        group_size: int = 32,
+        *,
+        activations: str = "float32",
     ) -> None:
         super().__init__()
         self.in_features, self.out_features, self.group_size = in_features, out_features, group_size
+        self.activations = _activations(activations)
         shape = _core.QuantizedWeight.quantize(
             np.zeros((in_features, out_features), np.float32), group_size=group_size
         )
@@ -56,8 +67,11 @@ class Int4Linear(nn.Module):
         *,
         method: str = "rtn",
         importance: np.ndarray | None = None,
+        activations: str = "float32",
     ) -> Int4Linear:
-        """``method`` / ``importance``: see ``QuantizedWeight.quantize``."""
+        """``method`` / ``importance``: see ``QuantizedWeight.quantize``; ``activations``
+        as in the constructor."""
+        act = _activations(activations)
         w, b = _weight_of("Int4Linear", linear)
         qw = _core.QuantizedWeight.quantize(
             w.t().contiguous().numpy(), group_size=group_size, method=method, importance=importance
@@ -65,7 +79,7 @@ class Int4Linear(nn.Module):
         m = cls.__new__(cls)
         nn.Module.__init__(m)
         m.in_features, m.out_features = linear.in_features, linear.out_features
-        m.group_size, m.num_groups = group_size, qw.num_groups
+        m.group_size, m.num_groups, m.activations = group_size, qw.num_groups, act
         m.register_buffer("qweight", torch.from_numpy(np.array(qw.data)))
         m.register_buffer("scales", torch.from_numpy(np.array(qw.scales)))
         m.register_buffer("bias", b)
@@ -80,19 +94,41 @@ class Int4Linear(nn.Module):
         return torch.from_numpy(self.quantized_weight().dequantize()).t().contiguous()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Eager float32 CPU inference, the serving case: one Rust call over NumPy views of
+        # the buffers, made once; everything else takes the route below.
+        y = serve(
+            self, x, _INT4_BUFFERS, self._args_of, _core.int4_linear, activations=self.activations
+        )
+        if y is not None:
+            return y
         x2 = _route("Int4Linear", x, self.in_features)
         if x2 is not None and x2.device.type == "cuda":
             return _cuda.int4_forward(self, x2, tuple(x.shape[:-1]))
         args = (x, self.qweight, self.scales, self.bias, self.in_features, self.out_features)
         if _needs_graph(x, self.bias):
-            return _ops.int4_linear(*args)
-        return _ops.int4_linear_impl(*args)
+            return _ops.int4_linear(*args, self.activations)
+        return _ops.int4_linear_impl(*args, self.activations)
+
+    def _args_of(self, qweight, scales, bias) -> tuple:
+        return _ops.int4_args(qweight, scales, bias, self.in_features, self.out_features)
+
+    def __getstate__(self) -> dict:
+        return drop_views(self.__dict__)
 
     def extra_repr(self) -> str:
+        act = "" if self.activations == "float32" else f", activations={self.activations!r}"
         return (
             f"in_features={self.in_features}, out_features={self.out_features}, "
-            f"bias={self.bias is not None}, group_size={self.group_size}"
+            f"bias={self.bias is not None}, group_size={self.group_size}{act}"
         )
+
+
+def _activations(value: str) -> str:
+    if value not in ("float32", "int8"):
+        raise _core.InvalidArgument(
+            f"Int4Linear: activations: expected 'float32' or 'int8', got {value!r}"
+        )
+    return value
 
 
 class FP8Linear(nn.Module):
@@ -147,6 +183,9 @@ class FP8Linear(nn.Module):
         return torch.from_numpy(np.asarray(self.layer().dequantize_w(), np.float32))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = serve(self, x, _FP8_BUFFERS, _ops.fp8_args, _core.fp8_linear)
+        if y is not None:
+            return y
         x2 = _route("FP8Linear", x, self.in_features)
         if x2 is not None and x2.device.type == "cuda":
             return _cuda.fp8_forward(self, x2, tuple(x.shape[:-1]))
@@ -154,6 +193,9 @@ class FP8Linear(nn.Module):
         if _needs_graph(x, self.bias):
             return _ops.fp8_linear(*args)
         return _ops.fp8_linear_impl(*args)
+
+    def __getstate__(self) -> dict:
+        return drop_views(self.__dict__)
 
     def extra_repr(self) -> str:
         a = self.activation_scale
@@ -168,9 +210,14 @@ def default_filter(module: nn.Module, fqn: str) -> bool:
     """``quantize_``'s default: exactly ``nn.Linear`` (not subclasses such as
     ``MultiheadAttention.out_proj``, whose weight is read directly), with a floating-point
     CPU or CUDA weight, and not named ``lm_head`` (often tied to the embedding)."""
+    return fqn.rsplit(".", 1)[-1] != "lm_head" and head_filter(module, fqn)
+
+
+def head_filter(module: nn.Module, fqn: str) -> bool:
+    """``quantize_(..., include_head=True)``'s filter: :func:`default_filter` with the
+    ``lm_head`` too (a tied embedding keeps its float weight; docs/torch.md)."""
     return (
         type(module) is nn.Linear
-        and fqn.rsplit(".", 1)[-1] != "lm_head"
         and module.weight.is_floating_point()
         and module.weight.device.type in ("cpu", "cuda")
     )
@@ -185,6 +232,8 @@ def quantize_(
     activation_scale: float | None = None,
     quantizer: str | None = None,
     calibration: Iterable[object] | None = None,
+    include_head: bool = False,
+    activations: str = "float32",
 ) -> nn.Module:
     """Replace ``nn.Linear`` modules of ``model`` in place by ``Int4Linear`` (``"int4"``,
     ``group_size`` inputs per scale), ``GgufLinear`` over an ``Int4AsymWeight``
@@ -195,14 +244,28 @@ def quantize_(
     parents is quantized once. ``quantizer`` picks the INT4 scales ("rtn", the default
     of "int4", "full", "search"; "int4_asym": "rtn" or "search", its default;
     docs/int4.md "Quantizers"); ``calibration`` batches, run through ``model`` first,
-    give "search" each input's importance (mean ``x^2``)."""
+    give "search" each input's importance (mean ``x^2``). ``include_head`` quantizes the
+    ``lm_head`` too (when no ``filter_fn`` is given); ``activations="int8"`` gives
+    ``"int4"`` layers int8 activations (docs/int4.md "Int8 activations")."""
     if method not in ("int4", "int4_asym", "int8", "fp8"):
         raise _core.InvalidArgument(
             f"quantize_: method: expected 'int4', 'int4_asym', 'int8' or 'fp8', got {method!r}"
         )
     if method != "fp8" and activation_scale is not None:
         raise _core.InvalidArgument("quantize_: activation_scale applies to 'fp8' only")
-    pick = default_filter if filter_fn is None else filter_fn
+    if activations != "float32" and method != "int4":
+        raise _core.InvalidArgument(
+            f"quantize_: activations={activations!r} applies to 'int4' only"
+        )
+    _activations(activations)
+    if include_head and filter_fn is not None:
+        raise _core.InvalidArgument(
+            "quantize_: include_head applies to the default filter; with a filter_fn, "
+            "let it pick the lm_head"
+        )
+    if filter_fn is None:
+        filter_fn = head_filter if include_head else default_filter
+    pick = filter_fn
     if isinstance(model, nn.Linear) and pick(model, ""):
         raise _core.InvalidArgument(
             "quantize_: pass the model holding the nn.Linear, not the layer itself"
@@ -222,7 +285,11 @@ def quantize_(
             importance = imp.get(fqn_of[id(child)])
             if method == "int4":
                 done[id(child)] = Int4Linear.from_linear(
-                    child, group_size, method=quantizer or "rtn", importance=importance
+                    child,
+                    group_size,
+                    method=quantizer or "rtn",
+                    importance=importance,
+                    activations=activations,
                 )
             elif method == "int4_asym":
                 done[id(child)] = _asym_linear(child, group_size, quantizer or "search", importance)

@@ -12,70 +12,59 @@ float32 and the result (bias added in float32) is rounded once to the input's dt
 
 from __future__ import annotations
 
-import weakref
-from typing import Any, Callable
-
 import torch
 
 from .. import _core
 
 _F32 = torch.float32
 
-# id(tensor) -> (key of the buffers' storage and versions, Rust object); an entry leaves
-# with its tensor (weakref.finalize), so an id is never reused while its entry lives.
-_LAYERS: dict[int, tuple[tuple, Any]] = {}
-
-
-def _version(t: torch.Tensor) -> int:
-    try:
-        return t._version
-    except RuntimeError:  # an inference tensor has no version counter
-        return -1
-
-
-def cached(anchor: torch.Tensor, buffers: list[torch.Tensor | None], build: Callable[[], Any]):
-    """The Rust object built from ``buffers`` (``anchor`` first among them), rebuilt when
-    one of them is replaced or written in place (``load_state_dict``, ``copy_``)."""
-    key = tuple(None if b is None else (b.data_ptr(), _version(b)) for b in buffers)
-    hit = _LAYERS.get(id(anchor))
-    if hit is not None and hit[0] == key:
-        return hit[1]
-    layer = build()
-    if hit is None:
-        weakref.finalize(anchor, _LAYERS.pop, id(anchor), None)
-    _LAYERS[id(anchor)] = (key, layer)
-    return layer
-
 
 def int4_weight(qweight: torch.Tensor, scales: torch.Tensor, in_f: int, out_f: int):
-    def build():
-        return _core.QuantizedWeight(
-            qweight.detach().cpu().numpy(),
-            scales.detach().cpu().numpy(),
-            in_f,
-            out_f,
-            scales.numel() // out_f,
-        )
+    """A ``quantrs.QuantizedWeight`` copied from the buffers (``quantized_weight()`` and
+    the backward's transposed kernel; the forward reads the buffers in place)."""
+    return _core.QuantizedWeight(
+        qweight.detach().cpu().numpy(),
+        scales.detach().cpu().numpy(),
+        in_f,
+        out_f,
+        scales.numel() // out_f,
+    )
 
-    return cached(qweight, [qweight, scales], build)
+
+def int4_args(qweight: torch.Tensor, scales: torch.Tensor, bias, in_f: int, out_f: int):
+    """The weight arguments of ``_core.int4_linear``: NumPy views of the buffers (the
+    kernel reads the tensors' memory; nothing is copied) and the sizes."""
+    groups = scales.numel() // out_f
+    return (qweight.detach().numpy(), _view(scales), _view(bias), in_f, out_f, groups)
 
 
 def fp8_layer(weight: torch.Tensor, scale: torch.Tensor, act: torch.Tensor | None):
-    def build():
-        return _core.PerTensorFP8Linear(
-            weight.detach().cpu().numpy(),
-            float(scale),
-            activation_scale=None if act is None else float(act),
-        )
-
-    return cached(weight, [weight, scale, act], build)
+    """A ``quantrs.PerTensorFP8Linear`` copied from the buffers (``layer()``,
+    ``dequantize()`` and the backward's transposed kernel)."""
+    return _core.PerTensorFP8Linear(
+        weight.detach().cpu().numpy(),
+        float(scale),
+        activation_scale=None if act is None else float(act),
+    )
 
 
 def int8_layer(weight: torch.Tensor, scales: torch.Tensor):
-    def build():
-        return _core.Int8Linear(weight.detach().cpu().numpy(), scales.detach().cpu().numpy())
+    """A ``quantrs.Int8Linear`` copied from the buffers (as ``fp8_layer``)."""
+    return _core.Int8Linear(weight.detach().cpu().numpy(), scales.detach().cpu().numpy())
 
-    return cached(weight, [weight, scales], build)
+
+def _view(t: torch.Tensor | None, dtype: torch.dtype = _F32):
+    return None if t is None else t.detach().to(dtype).numpy()
+
+
+def fp8_args(weight, scale, act, bias) -> tuple:
+    """The weight arguments of ``_core.fp8_linear``: NumPy views of the buffers."""
+    return (weight.detach().numpy(), _view(scale), _view(act), _view(bias))
+
+
+def int8_args(weight, scales, bias) -> tuple:
+    """The weight arguments of ``_core.int8_linear``: NumPy views of the buffers."""
+    return (weight.detach().numpy(), _view(scales), _view(bias))
 
 
 def _as_f32_rows(x: torch.Tensor, n: int):
@@ -93,20 +82,24 @@ def _finish(y, x: torch.Tensor, bias: torch.Tensor | None, n: int) -> torch.Tens
     return y if x.dtype == _F32 else y.to(x.dtype)
 
 
-def int4_linear_impl(x, qweight, scales, bias, in_f: int, out_f: int) -> torch.Tensor:
-    w = int4_weight(qweight, scales, in_f, out_f)
-    return _finish(w.matmul(_as_f32_rows(x, in_f)), x, bias, out_f)
+def int4_linear_impl(
+    x, qweight, scales, bias, in_f: int, out_f: int, activations: str = "float32"
+) -> torch.Tensor:
+    args = int4_args(qweight, scales, bias, in_f, out_f)
+    y = _core.int4_linear(_as_f32_rows(x, in_f), *args, activations=activations)
+    return _finish(y, x, None, out_f)
 
 
 def int8_linear_impl(x, weight, scales, bias) -> torch.Tensor:
     out_f, in_f = weight.shape
-    return _finish(int8_layer(weight, scales).forward(_as_f32_rows(x, in_f)), x, bias, out_f)
+    y = _core.int8_linear(_as_f32_rows(x, in_f), *int8_args(weight, scales, bias))
+    return _finish(y, x, None, out_f)
 
 
 def fp8_linear_impl(x, weight, scale, act, bias) -> torch.Tensor:
     out_f, in_f = weight.shape
-    layer = fp8_layer(weight, scale, act)
-    return _finish(layer.forward(_as_f32_rows(x, in_f)), x, bias, out_f)
+    y = _core.fp8_linear(_as_f32_rows(x, in_f), *fp8_args(weight, scale, act, bias))
+    return _finish(y, x, None, out_f)
 
 
 @torch.library.custom_op("quantrs::int4_linear", mutates_args=(), device_types="cpu")
@@ -117,8 +110,9 @@ def int4_linear(
     bias: torch.Tensor | None,
     in_features: int,
     out_features: int,
+    activations: str,
 ) -> torch.Tensor:
-    return int4_linear_impl(x, qweight, scales, bias, in_features, out_features)
+    return int4_linear_impl(x, qweight, scales, bias, in_features, out_features, activations)
 
 
 @torch.library.custom_op("quantrs::int4_linear_grad_input", mutates_args=(), device_types="cpu")
@@ -175,7 +169,7 @@ def _out_like(x: torch.Tensor, n: int) -> torch.Tensor:
 
 
 @int4_linear.register_fake
-def _(x, qweight, scales, bias, in_features, out_features):
+def _(x, qweight, scales, bias, in_features, out_features, activations):
     return _out_like(x, out_features)
 
 
@@ -233,7 +227,7 @@ def _input_grad(ctx, grad: torch.Tensor, op, *extra) -> torch.Tensor | None:
 
 
 def _setup_int4(ctx, inputs, output) -> None:
-    x, qweight, scales, bias, in_f, out_f = inputs
+    x, qweight, scales, bias, in_f, out_f, _ = inputs
     _frozen(ctx, scales)
     _keep(ctx, bias, qweight, scales)
     ctx.dims = (in_f, out_f)
@@ -241,7 +235,7 @@ def _setup_int4(ctx, inputs, output) -> None:
 
 def _backward_int4(ctx, grad):
     dx = _input_grad(ctx, grad, int4_linear_grad_input, *ctx.dims)
-    return dx, None, None, _bias_grad(ctx, grad), None, None
+    return dx, None, None, _bias_grad(ctx, grad), None, None, None
 
 
 def _setup_int8(ctx, inputs, output) -> None:

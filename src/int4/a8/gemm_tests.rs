@@ -85,11 +85,12 @@ fn large_batches_match_the_scalar_twin_at_every_level() {
         for batch in [4, 5, 17, 33, 128, 130] {
             let x = rand_vec(batch * k, 200 + s as u64);
             let mut want = vec![f32::NAN; batch * n];
-            qw.matmul_a8_with(&x, batch, &mut want, SimdLevel::Scalar)
+            qw.view()
+                .matmul_a8_with(&x, batch, &mut want, SimdLevel::Scalar)
                 .unwrap();
             for level in levels() {
                 let mut y = vec![f32::NAN; batch * n];
-                qw.matmul_a8_with(&x, batch, &mut y, level).unwrap();
+                qw.view().matmul_a8_with(&x, batch, &mut y, level).unwrap();
                 let what = format!("{} [{k}x{n}] gs {gs} b {batch}", level.name());
                 assert_eq!(bits(&y), bits(&want), "{what}");
             }
@@ -129,12 +130,15 @@ fn large_batches_do_not_depend_on_the_thread_count() {
     for batch in [33, 130] {
         let x = rand_vec(batch * k, 10 + batch as u64);
         let mut y = vec![f32::NAN; batch * n];
-        qw.matmul_act(&x, batch, &mut y, Activations::Int8).unwrap();
+        qw.view()
+            .matmul_act(&x, batch, &mut y, Activations::Int8)
+            .unwrap();
         let mut y1 = vec![f32::NAN; batch * n];
-        on_one_thread(|| qw.matmul_act(&x, batch, &mut y1, Activations::Int8)).unwrap();
+        on_one_thread(|| qw.view().matmul_act(&x, batch, &mut y1, Activations::Int8)).unwrap();
         assert_eq!(bits(&y), bits(&y1), "b {batch}: one thread vs the pool");
         let mut ys = vec![f32::NAN; batch * n];
-        qw.matmul_a8_with(&x, batch, &mut ys, SimdLevel::Scalar)
+        qw.view()
+            .matmul_a8_with(&x, batch, &mut ys, SimdLevel::Scalar)
             .unwrap();
         assert_eq!(bits(&y), bits(&ys), "b {batch}: vs the scalar twin");
     }

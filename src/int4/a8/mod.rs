@@ -34,7 +34,7 @@ use std::ops::Range;
 use std::sync::{Mutex, MutexGuard};
 
 use super::matvec::{chunk_width, PAR_MIN_WEIGHTS};
-use super::QuantizedWeight;
+use super::{QuantizedWeight, QuantizedWeightRef};
 use crate::error::{QuantError, Result};
 use crate::par;
 #[cfg(target_arch = "x86_64")]
@@ -141,7 +141,14 @@ impl A8 {
 }
 
 impl QuantizedWeight {
-    /// [`Self::matmul`] with the activations treated as `act` says.
+    #[cfg(test)]
+    fn a8_args<'a>(&'a self, xq: &'a Xq8) -> A8Args<'a> {
+        self.view().a8_args(xq)
+    }
+}
+
+impl QuantizedWeightRef<'_> {
+    /// `try_matmul` with the activations treated as `act` says.
     pub fn matmul_act(
         &self,
         x: &[f32],
@@ -191,13 +198,16 @@ impl QuantizedWeight {
     }
 }
 
-impl QuantizedWeight {
+impl<'w> QuantizedWeightRef<'w> {
     /// The kernels' arguments for these weights times every group of `xq`
     /// (quantized for this weight's group size).
-    fn a8_args<'a>(&'a self, xq: &'a Xq8) -> A8Args<'a> {
+    fn a8_args<'a>(&self, xq: &'a Xq8) -> A8Args<'a>
+    where
+        'w: 'a,
+    {
         A8Args {
-            data: &self.data,
-            scales: &self.scales,
+            data: self.data,
+            scales: self.scales,
             out_feat: self.out_feat,
             group_size: self.group_size(),
             x: xq,

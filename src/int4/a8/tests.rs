@@ -126,7 +126,7 @@ fn kernels_match_the_formula_bit_for_bit() {
             let want = formula(&qw, &x, batch);
             for level in levels() {
                 let mut y = vec![f32::NAN; batch * n];
-                qw.matmul_a8_with(&x, batch, &mut y, level).unwrap();
+                qw.view().matmul_a8_with(&x, batch, &mut y, level).unwrap();
                 let what = format!(
                     "{} [{k}x{n}] gs {} b {batch}",
                     level.name(),
@@ -156,7 +156,7 @@ fn bound_holds_on_mixed_magnitudes_and_the_error_is_real() {
     }
     for level in levels() {
         let mut y = vec![0.0f32; 2 * n];
-        qw.matmul_a8_with(&x, 2, &mut y, level).unwrap();
+        qw.view().matmul_a8_with(&x, 2, &mut y, level).unwrap();
         assert_within_a8_bound(&qw, &x, 2, &y, level.name());
         // The activation rounding shows: not the float32 path's result.
         let mut yf = vec![0.0f32; 2 * n];
@@ -175,7 +175,9 @@ fn large_calls_do_not_depend_on_the_thread_count() {
     for batch in [1, 4, 5, 17, 40] {
         let x = rand_vec(batch * k, 8 + batch as u64);
         let mut y = vec![f32::NAN; batch * n];
-        qw.matmul_act(&x, batch, &mut y, Activations::Int8).unwrap();
+        qw.view()
+            .matmul_act(&x, batch, &mut y, Activations::Int8)
+            .unwrap();
         let per_block = if batch <= 4 {
             qw.num_groups.div_ceil(super::K_BLOCKS)
         } else {
@@ -184,7 +186,7 @@ fn large_calls_do_not_depend_on_the_thread_count() {
         assert_eq!(y, formula_blocks(&qw, &x, batch, per_block), "b {batch}");
         assert_within_a8_bound(&qw, &x, batch, &y, &format!("b {batch}"));
         let mut y1 = vec![f32::NAN; batch * n];
-        on_one_thread(|| qw.matmul_act(&x, batch, &mut y1, Activations::Int8)).unwrap();
+        on_one_thread(|| qw.view().matmul_act(&x, batch, &mut y1, Activations::Int8)).unwrap();
         assert_eq!(y, y1, "b {batch}: one thread vs the pool");
     }
 }
@@ -195,13 +197,17 @@ fn bad_inputs_are_errors() {
     let mut x = rand_vec(64, 2);
     let mut y = vec![0.0f32; 8];
     x[10] = f32::NAN;
-    let e = qw.matmul_act(&x, 1, &mut y, Activations::Int8).unwrap_err();
+    let e = qw
+        .view()
+        .matmul_act(&x, 1, &mut y, Activations::Int8)
+        .unwrap_err();
     assert!(
         e.to_string()
             .contains("x: non-finite value NaN at index [0, 10]"),
         "{e}"
     );
     assert!(qw
+        .view()
         .matmul_a8_with(&x[..63], 1, &mut y, SimdLevel::Scalar)
         .is_err());
     let e = Activations::parse("fp16").unwrap_err().to_string();
@@ -213,10 +219,14 @@ fn bad_inputs_are_errors() {
     assert_eq!(Activations::parse("float32").unwrap(), Activations::Float32);
     if !available_levels().contains(&SimdLevel::Avx512) {
         let x = rand_vec(64, 3);
-        assert!(qw.matmul_a8_with(&x, 1, &mut y, SimdLevel::Avx512).is_err());
+        assert!(qw
+            .view()
+            .matmul_a8_with(&x, 1, &mut y, SimdLevel::Avx512)
+            .is_err());
     }
     // Batch 0 is empty, not an error.
     assert!(qw
+        .view()
         .matmul_a8_with(&[], 0, &mut [], SimdLevel::Scalar)
         .is_ok());
 }

@@ -1,0 +1,138 @@
+//! [`QuantizedWeightRef`]: packed INT4 weights borrowed from memory someone
+//! else owns (a torch buffer seen through NumPy, a memory-mapped file), run
+//! by the same kernels as [`QuantizedWeight`](super::QuantizedWeight). The
+//! layout is checked when the view is made (sizes only, in O(1): a scale's
+//! value never makes a kernel read out of bounds), so a layer that keeps its
+//! packed bytes in a tensor holds them once and pays no per-call copy.
+
+use super::dispatch::{Gemm, Matvec};
+use super::{
+    check_parts, checked_len, gemm, matvec, rows, Kernels, MatvecKernel, GEMM_MIN_BATCH,
+    ROWS_MAX_BATCH,
+};
+use crate::error::{QuantError, Result};
+use crate::simd;
+
+/// A borrowed `[in_feat, out_feat]` INT4 weight: `data` `[num_pairs * out_feat]`
+/// packed nibbles and `scales` `[num_groups * out_feat]`, in the layout of
+/// the module docs.
+#[derive(Clone, Copy, Debug)]
+pub struct QuantizedWeightRef<'a> {
+    pub(super) data: &'a [u8],
+    pub(super) scales: &'a [f32],
+    pub(super) in_feat: usize,
+    pub(super) out_feat: usize,
+    pub(super) num_groups: usize,
+}
+
+impl<'a> QuantizedWeightRef<'a> {
+    /// A view of `data` and `scales` after checking that their lengths give
+    /// exactly the layout of `in_feat` inputs in `num_groups` groups for
+    /// `out_feat` outputs (the checks of `QuantizedWeight::from_parts`, less
+    /// the scan of the scales' values: a non-finite scale gives non-finite
+    /// outputs, never an out-of-bounds read).
+    pub fn new(
+        data: &'a [u8],
+        scales: &'a [f32],
+        in_feat: usize,
+        out_feat: usize,
+        num_groups: usize,
+    ) -> Result<Self> {
+        check_parts(data.len(), scales.len(), in_feat, out_feat, num_groups)?;
+        Ok(QuantizedWeightRef {
+            data,
+            scales,
+            in_feat,
+            out_feat,
+            num_groups,
+        })
+    }
+
+    /// The original (unpadded) input dimension.
+    pub fn in_feat(&self) -> usize {
+        self.in_feat
+    }
+
+    /// The output dimension.
+    pub fn out_feat(&self) -> usize {
+        self.out_feat
+    }
+
+    /// The effective group size (rows per scale).
+    pub fn group_size(&self) -> usize {
+        self.in_padded() / self.num_groups
+    }
+
+    /// Input dimension after padding to whole groups.
+    pub fn in_padded(&self) -> usize {
+        2 * self.data.len() / self.out_feat
+    }
+
+    /// `Y = X W`: `x` `[batch, in_feat]`, `y` `[batch, out_feat]`, through the
+    /// kernels `QuantizedWeight::try_matmul` documents; a slice of the wrong
+    /// length is an error and `y` is untouched.
+    pub fn try_matmul(&self, x: &[f32], batch: usize, y: &mut [f32]) -> Result<()> {
+        let nx = checked_len(batch, self.in_feat, "x")?;
+        if x.len() != nx {
+            return Err(QuantError::dims(
+                "x",
+                format!("{nx} elements ([{batch}, {}])", self.in_feat),
+                x.len(),
+            ));
+        }
+        let ny = checked_len(batch, self.out_feat, "y")?;
+        if y.len() != ny {
+            return Err(QuantError::dims(
+                "y",
+                format!("{ny} elements ([{batch}, {}])", self.out_feat),
+                y.len(),
+            ));
+        }
+        let level = simd::level();
+        let mv = Matvec::new(MatvecKernel::for_weights(level, self.group_size()))?;
+        let kernels = if (2..=ROWS_MAX_BATCH).contains(&batch) && mv.has_rows() {
+            Kernels::Rows(mv)
+        } else if batch >= GEMM_MIN_BATCH {
+            Kernels::Gemm(Gemm::new(level)?)
+        } else {
+            Kernels::Matvec(mv)
+        };
+        self.run(x, batch, y, kernels)
+    }
+
+    /// Run checked `x` `[batch, in_feat]` and `y` `[batch, out_feat]`.
+    pub(super) fn run(
+        &self,
+        x: &[f32],
+        batch: usize,
+        y: &mut [f32],
+        kernels: Kernels,
+    ) -> Result<()> {
+        if batch == 0 {
+            return Ok(());
+        }
+        if let Some(shifts) = crate::range::shifts(x, self.in_feat) {
+            let xs = crate::range::scaled(x, self.in_feat, &shifts);
+            self.run_kernels(&xs, batch, y, kernels);
+            crate::range::unscale(y, self.out_feat, &shifts);
+        } else {
+            self.run_kernels(x, batch, y, kernels);
+        }
+        Ok(())
+    }
+
+    fn run_kernels(&self, x: &[f32], batch: usize, y: &mut [f32], kernels: Kernels) {
+        match kernels {
+            Kernels::Gemm(g) => gemm::matmul(self, x, batch, y, g),
+            Kernels::Rows(k) => rows::matmul_rows(self, x, batch, y, k),
+            Kernels::Matvec(k) => {
+                for (xr, yr) in x
+                    .chunks_exact(self.in_feat)
+                    .zip(y.chunks_exact_mut(self.out_feat))
+                {
+                    matvec::matvec(self, xr, yr, k);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,200 @@
+//! `int4_linear`, `int8_linear`, `fp8_linear`: the forwards of the torch
+//! layers over packed weights they do not own. They read the caller's NumPy
+//! arrays in place (torch's `Int4Linear` passes views of its `qweight` /
+//! `scales` / `bias` buffers, made once; `Int8Linear` and `FP8Linear` theirs), so
+//! the module holds its packed bytes once and an in-place write
+//! (`load_state_dict`, `copy_`) is seen by the next call. The checks are
+//! O(1): dtypes, contiguity and the sizes of the layout.
+//!
+//! Soundness: there is no `unsafe` here. A call borrows the arrays through
+//! rust-numpy (`try_readonly`, which refuses an array a Rust writer holds)
+//! for the length of the kernel only, with the GIL released. What
+//! rust-numpy cannot see is a write by torch itself from another thread
+//! during that call: the rule (docs/torch.md, "What runs zero-copy") is the
+//! one every torch op that reads a tensor has, no writes to a module's
+//! buffers while a forward of that module runs.
+
+use numpy::{PyArrayDyn, PyArrayMethods, PyUntypedArrayMethods};
+use pyo3::prelude::*;
+
+use super::errors::{invalid, wrong_dtype, wrong_type};
+use super::int4_asym::last_axis_matmul;
+use crate::error::QuantError;
+use crate::int4::{Activations, QuantizedWeightRef};
+use crate::linear::borrowed::{fp8_forward, int8_forward};
+
+/// `arg` as the exact NumPy array the kernel will read: dtype `T`,
+/// C-contiguous, `len` elements where given (a converted copy would not
+/// share memory with the caller's buffer, so none is made).
+fn shared<'py, T: numpy::Element>(
+    obj: &Bound<'py, PyAny>,
+    arg: &str,
+    len: Option<usize>,
+) -> PyResult<Bound<'py, PyArrayDyn<T>>> {
+    // Spelled out only for an error: a dtype's `str` runs Python code.
+    let expected = || numpy::dtype::<T>(obj.py()).to_string();
+    let Ok(u) = obj.cast::<numpy::PyUntypedArray>() else {
+        return Err(wrong_type(
+            arg,
+            &format!("a numpy.ndarray of dtype {}", expected()),
+            obj,
+        ));
+    };
+    let Ok(a) = obj.cast::<PyArrayDyn<T>>() else {
+        return Err(wrong_dtype(arg, &expected(), u.dtype().to_string()));
+    };
+    if !a.is_c_contiguous() {
+        return Err(invalid(arg, "expected a C-contiguous array"));
+    }
+    match len {
+        Some(n) if a.len() != n => {
+            Err(QuantError::dims(arg, format!("{n} elements"), a.len()).into())
+        }
+        _ => Ok(a.clone()),
+    }
+}
+
+/// `y = x @ W + bias` for float32 `x [..., in_feat]` -> `[..., out_feat]`
+/// over a packed INT4 weight `[in_feat, out_feat]` read in place from the
+/// caller's arrays: `data` uint8 (the packed nibbles), `scales` float32,
+/// `bias` float32 `[out_feat]` or None (docs/int4.md), all C-contiguous and
+/// of exactly that dtype (a converted copy would not be the caller's
+/// buffer); `activations` "float32" or "int8" (docs/int4.md, "Int8
+/// activations").
+#[pyfunction]
+#[pyo3(
+    signature = (x, data, scales, bias, in_feat, out_feat, num_groups, *, activations = "float32".to_owned()),
+    text_signature = "(x, data, scales, bias, in_feat, out_feat, num_groups, *, activations='float32')"
+)]
+#[allow(clippy::too_many_arguments)]
+pub fn int4_linear<'py>(
+    x: &Bound<'py, PyAny>,
+    data: &Bound<'py, PyAny>,
+    scales: &Bound<'py, PyAny>,
+    bias: Option<&Bound<'py, PyAny>>,
+    #[pyo3(from_py_with = crate::python::sizes::in_feat)] in_feat: usize,
+    #[pyo3(from_py_with = crate::python::sizes::out_feat)] out_feat: usize,
+    #[pyo3(from_py_with = crate::python::sizes::num_groups)] num_groups: usize,
+    #[pyo3(from_py_with = crate::python::scalars::text::activations)] activations: String,
+) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
+    let act = Activations::parse(&activations)?;
+    let d = shared::<u8>(data, "data", None)?;
+    let s = shared::<f32>(scales, "scales", None)?;
+    let b = bias
+        .map(|b| shared::<f32>(b, "bias", Some(out_feat)))
+        .transpose()?;
+    let (dv, sv) = (d.try_readonly()?, s.try_readonly()?);
+    let bv = b.as_ref().map(|b| b.try_readonly()).transpose()?;
+    let w = QuantizedWeightRef::new(
+        dv.as_slice().map_err(|e| invalid("data", e))?,
+        sv.as_slice().map_err(|e| invalid("scales", e))?,
+        in_feat,
+        out_feat,
+        num_groups,
+    )?;
+    let bias = opt_slice(&bv, "bias")?;
+    last_axis_matmul(x, out_feat, in_feat, |xs, rows, y| {
+        w.matmul_act(xs, rows, y, act)?;
+        if let Some(b) = bias {
+            for row in y.chunks_exact_mut(out_feat) {
+                row.iter_mut().zip(b).for_each(|(v, bi)| *v += bi);
+            }
+        }
+        Ok(())
+    })
+}
+
+/// The slice of an optional borrowed array.
+fn opt_slice<'a>(
+    a: &'a Option<numpy::PyReadonlyArrayDyn<'_, f32>>,
+    arg: &str,
+) -> PyResult<Option<&'a [f32]>> {
+    a.as_ref()
+        .map(|a| a.as_slice().map_err(|e| invalid(arg, e)))
+        .transpose()
+}
+
+/// A 2-D `[out, in]` code array's shape, or an error naming `arg`.
+fn matrix_shape<T: numpy::Element>(
+    a: &Bound<'_, PyArrayDyn<T>>,
+    arg: &str,
+) -> PyResult<[usize; 2]> {
+    match a.shape() {
+        [o, i] => Ok([*o, *i]),
+        other => Err(QuantError::dims(arg, "a 2-D array [out, in]", format!("{other:?}")).into()),
+    }
+}
+
+/// One float32 value of a one-element array (a 0-d tensor's view), read at
+/// each call so that an in-place write to it is seen.
+fn scalar(obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<f32> {
+    let a = shared::<f32>(obj, arg, Some(1))?;
+    let v = a.try_readonly()?;
+    Ok(v.as_slice().map_err(|e| invalid(arg, e))?[0])
+}
+
+/// `x @ W.T + bias` for float32 `x [..., in]` over int8 codes `weight`
+/// `[out, in]` (int8) and one float32 scale per output (`scales` `[out]`),
+/// read in place from the caller's arrays (`quantrs.Int8Linear`'s forward).
+#[pyfunction]
+#[pyo3(signature = (x, weight, scales, bias))]
+pub fn int8_linear<'py>(
+    x: &Bound<'py, PyAny>,
+    weight: &Bound<'py, PyAny>,
+    scales: &Bound<'py, PyAny>,
+    bias: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
+    let w = shared::<i8>(weight, "weight", None)?;
+    let shape = matrix_shape(&w, "weight")?;
+    let s = shared::<f32>(scales, "scales", Some(shape[0]))?;
+    let b = bias
+        .map(|b| shared::<f32>(b, "bias", Some(shape[0])))
+        .transpose()?;
+    let (wv, sv) = (w.try_readonly()?, s.try_readonly()?);
+    let bv = b.as_ref().map(|b| b.try_readonly()).transpose()?;
+    let (q, sc) = (
+        wv.as_slice().map_err(|e| invalid("weight", e))?,
+        sv.as_slice().map_err(|e| invalid("scales", e))?,
+    );
+    let bias = opt_slice(&bv, "bias")?;
+    last_axis_matmul(x, shape[0], shape[1], |xs, _, y| {
+        int8_forward(q, sc, shape, bias, xs, y)
+    })
+}
+
+/// `x @ W.T + bias` for float32 `x [..., in]` over E4M3 codes `weight`
+/// `[out, in]` (uint8) times `weight_scale_inv` (a one-element float32 array),
+/// W8A8 where `activation_scale` (the same) is given: `quantrs.PerTensorFP8Linear`'s
+/// forward over the caller's arrays, read in place.
+#[pyfunction]
+#[pyo3(signature = (x, weight, weight_scale_inv, activation_scale, bias))]
+pub fn fp8_linear<'py>(
+    x: &Bound<'py, PyAny>,
+    weight: &Bound<'py, PyAny>,
+    weight_scale_inv: &Bound<'py, PyAny>,
+    activation_scale: Option<&Bound<'py, PyAny>>,
+    bias: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
+    let w = shared::<u8>(weight, "weight", None)?;
+    let shape = matrix_shape(&w, "weight")?;
+    let wsi = scalar(weight_scale_inv, "weight_scale_inv")?;
+    let act = activation_scale
+        .map(|a| scalar(a, "activation_scale"))
+        .transpose()?;
+    let b = bias
+        .map(|b| shared::<f32>(b, "bias", Some(shape[0])))
+        .transpose()?;
+    let wv = w.try_readonly()?;
+    let bv = b.as_ref().map(|b| b.try_readonly()).transpose()?;
+    let codes = wv.as_slice().map_err(|e| invalid("weight", e))?;
+    let bias = opt_slice(&bv, "bias")?;
+    last_axis_matmul(x, shape[0], shape[1], |xs, _, y| {
+        fp8_forward(codes, shape, wsi, act, bias, xs, y)
+    })
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(pyo3::wrap_pyfunction!(int4_linear, m)?)?;
+    m.add_function(pyo3::wrap_pyfunction!(int8_linear, m)?)?;
+    m.add_function(pyo3::wrap_pyfunction!(fp8_linear, m)?)
+}
