@@ -494,6 +494,9 @@ def valid_calls(tmp: Path):
                 dict(name="w", shape=[8], step=exported[0], arrays=exported[1]),
             )
         ],
+        "_Adam4bitBase.set_row_layout": [
+            ("set_row_layout", quantrs.AdamW4bit().set_row_layout, dict(first_row=1, global_rows=4))
+        ],
         "_Adam4bitBase.apply_accumulated_grads": [
             ("apply_accumulated_grads", opt.apply_accumulated_grads, dict(accumulation_steps=1))
         ],
