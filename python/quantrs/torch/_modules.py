@@ -20,9 +20,8 @@ import torch
 from torch import nn
 
 from .. import _core
-from . import _cuda, _ops
+from . import _calibrate, _cuda, _ops
 from ._gguf import GgufLinear
-from ._importance import collect_importance
 from ._int8 import Int8Linear
 from ._layer_io import _needs_graph, _route, _weight_of
 
@@ -215,21 +214,30 @@ def quantize_(
             if isinstance(child, nn.Linear) and pick(child, fqn):
                 todo.append((parent, name, child))
                 fqn_of.setdefault(id(child), fqn)
-    imp = {} if calibration is None else collect_importance(model, calibration, pick)
+    cal = _calibrate.plan(model, method, quantizer, group_size, calibration, fqn_of, todo)
+    if activation_scale is not None and cal.act_scales:
+        raise _core.InvalidArgument("quantize_: pass activation_scale or calibration, not both")
     done: dict[int, nn.Module] = {}
     for parent, name, child in todo:
         if id(child) not in done:
-            importance = imp.get(fqn_of[id(child)])
-            if method == "int4":
+            fqn = fqn_of[id(child)]
+            importance, packed = cal.importance.get(fqn), cal.packed.get(fqn)
+            if method == "int4" and packed is not None:
+                empty = Int4Linear(child.in_features, child.out_features, False, group_size)
+                done[id(child)] = _calibrate.load_int4(empty, packed, child)
+            elif method == "int4":
                 done[id(child)] = Int4Linear.from_linear(
                     child, group_size, method=quantizer or "rtn", importance=importance
                 )
+            elif method == "int4_asym" and packed is not None:
+                done[id(child)] = GgufLinear(packed, child.bias)
             elif method == "int4_asym":
                 done[id(child)] = _asym_linear(child, group_size, quantizer or "search", importance)
             elif method == "int8":
                 done[id(child)] = Int8Linear.from_linear(child)
             else:
-                done[id(child)] = FP8Linear.from_linear(child, activation_scale=activation_scale)
+                scale = cal.act_scales.get(fqn, activation_scale)
+                done[id(child)] = FP8Linear.from_linear(child, activation_scale=scale)
         setattr(parent, name, done[id(child)])
     return model
 
