@@ -24,6 +24,7 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import glob
 import math
 import os
@@ -34,6 +35,7 @@ import torch
 
 import quantrs
 import quantrs.torch as qt
+from quantrs.torch._gptq_blocks import gptq_weights
 
 WINDOW = 512
 CALIB_WINDOWS = 8
@@ -66,6 +68,24 @@ ASYM_ROWS = {
     "asym-search-g64": ("search", 64, False),
     "asym-rtn-g128": ("rtn", 128, False),
     "asym-search-g128": ("search", 128, False),
+}
+
+
+# GPTQ (quantrs.gptq through quantrs.torch's calibration, block by block; the group
+# parameters by the format's "search" weighted by diag(H)): name -> (format, group_size,
+# options of gptq_weights).
+GPTQ_ROWS = {
+    "gptq-g32": ("int4", 32, {}),
+    "gptq-g64": ("int4", 64, {}),
+    "gptq-g128": ("int4", 128, {}),
+    "asym-gptq-g32": ("int4_asym", 32, {}),
+    "asym-gptq-g64": ("int4_asym", 64, {}),
+    "asym-gptq-g128": ("int4_asym", 128, {}),
+    "asym-gptq-g64-act-order": ("int4_asym", 64, {"act_order": True}),
+    "asym-gptq-g128-act-order": ("int4_asym", 128, {"act_order": True}),
+    "asym-gptq-g64-one-pass": ("int4_asym", 64, {"sequential": False}),
+    "asym-gptq-g128-rtn-grid": ("int4_asym", 128, {"grid": "rtn"}),
+    "gptq-g64-act-order": ("int4", 64, {"act_order": True}),
 }
 
 
@@ -221,6 +241,38 @@ def main() -> None:
 
         bpw = swap_weights(linears, originals, quantize_asym)
         report(f"quantrs INT4 {name}", bpw, perplexity(model, evals), base)
+    for name, (fmt, gs, opts) in GPTQ_ROWS.items():
+        if not pick(name):
+            continue
+        for n, m in linears.items():
+            m.weight.data.copy_(originals[n])
+        t1 = time.time()
+        kw = {"grid": "search", **opts}
+        packed = gptq_weights(model, linears, list(calib[:, None]), format=fmt, group_size=gs, **kw)
+        took = time.time() - t1
+
+        def from_gptq(lname, _w, fmt=fmt, packed=packed):
+            qw = packed[lname]
+            deq = qw.dequantize() if fmt == "int4" else qw.dequantize().T.copy()
+            return deq, qw.nbytes
+
+        bpw = swap_weights(linears, originals, from_gptq)
+        label = f"quantrs {fmt} {name} (quantized in {took:.0f} s)"
+        report(label, bpw, perplexity(model, evals), base)
+    if pick("fp8-w8a8-global") or pick("fp8-w8a8-calibrated"):
+        for n, m in linears.items():
+            m.weight.data.copy_(originals[n])
+        ranges = qt.collect_activation_ranges(model, calib[:, None], lambda _m, n: n in linears)
+        for name, kw in (
+            ("fp8-w8a8-global", {"activation_scale": max(ranges.values()) / 448.0}),
+            ("fp8-w8a8-calibrated", {"calibration": calib[:, None]}),
+        ):
+            if not pick(name):
+                continue
+            served = copy.deepcopy(model)
+            qt.quantize_(served, "fp8", filter_fn=lambda _m, n: n in linears, **kw)
+            bpw = 8.0 + 32.0 * len(linears) / sum(w.numel() for w in originals.values())
+            report(f"quantrs FP8 E4M3 W8A8 {name}", bpw, perplexity(served, evals), base)
     if pick("fp8"):
 
         def fp8(_lname, w):

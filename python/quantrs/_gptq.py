@@ -65,12 +65,28 @@ def gptq(
         raise _core.InvalidArgument(
             f"hessian: diagonal [{int(np.argmax(diag < 0))}] is negative, expected X^T X"
         )
+    return gptq_factored(w64, inverse_cholesky(h, damp), diag, format, group_size, grid, act_order)
+
+
+def gptq_factored(
+    w: np.ndarray,
+    upper: np.ndarray,
+    diag: np.ndarray,
+    format: str,
+    group_size: int,
+    grid: str,
+    act_order: bool,
+) -> _core.QuantizedWeight | _core.Int4AsymWeight:
+    """:func:`gptq` on float64 ``w`` with the factor :func:`inverse_cholesky` gave and
+    ``diag(H)``: layers that share their inputs (q / k / v) share the factor."""
     grids = _SymGroups if format == "int4" else _AsymGroups
-    # Validates w (finite, in range), group_size and grid, and gives the static groups.
-    groups = grids(w64, group_size, grid, diag)
-    upper = _inverse_cholesky(h, damp)
-    order = np.argsort(-diag, kind="stable") if act_order else np.arange(in_feat)
-    codes = _run(w64, upper, order, groups, fixed=act_order)
+    # Validates w (finite, in range), group_size and grid; act_order's static groups
+    # come from the search, natural order's from each group's start (the cheap "rtn"
+    # here only checks).
+    groups = grids(w, group_size, grid if act_order else "rtn", diag)
+    groups.grid = grid
+    order = np.argsort(-diag, kind="stable") if act_order else np.arange(w.shape[1])
+    codes = _run(w, upper, order, groups, fixed=act_order)
     return groups.assemble(codes)
 
 
@@ -88,7 +104,7 @@ def _matrix(a: object, arg: str) -> np.ndarray:
     return m
 
 
-def _inverse_cholesky(h: np.ndarray, damp: float) -> np.ndarray:
+def inverse_cholesky(h: np.ndarray, damp: float) -> np.ndarray:
     """The upper Cholesky factor of ``(H + damp * mean(diag H) I)^-1``; inputs that never
     carry a value (zero diagonal) get 1 there, as in the reference code."""
     h = (h + h.T) / 2

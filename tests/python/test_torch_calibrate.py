@@ -139,3 +139,20 @@ def test_bad_calibration_inputs_raise_and_leave_the_model():
     assert before.keys() == after.keys()
     assert all(torch.equal(before[k], after[k]) for k in before)
     assert all(type(m) is not qt.Int4Linear for m in model.modules())
+
+
+def test_block_inputs_carried_through_equal_full_model_reruns(monkeypatch):
+    """The cached block-by-block pass (decoder layers of one ModuleList) quantizes every
+    layer exactly as rerunning the whole model per block does (KV cache left out)."""
+    from quantrs.torch import _gptq_blocks
+
+    model = tiny_llama()
+    linears = {n: model.get_submodule(n) for n in block_linear_names(model)}
+    assert _gptq_blocks._chain(model, list(_gptq_blocks.blocks(linears))) is not None
+    kw = dict(format="int4_asym", group_size=32, grid="search")
+    carried = _gptq_blocks.gptq_weights(model, linears, batches(4), **kw)
+    monkeypatch.setattr(_gptq_blocks, "_chain", lambda *_: None)
+    rerun = _gptq_blocks.gptq_weights(model, linears, batches(4), **kw)
+    for n in linears:
+        assert np.array_equal(carried[n].codes(), rerun[n].codes()), n
+        assert np.array_equal(carried[n].scales(), rerun[n].scales()), n

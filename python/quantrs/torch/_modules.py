@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from .. import _core
-from . import _calibrate, _cuda, _ops
+from . import _cuda, _ops, _quantize_plan
 from ._gguf import GgufLinear
 from ._int8 import Int8Linear
 from ._layer_io import _needs_graph, _route, _weight_of
@@ -214,7 +214,7 @@ def quantize_(
             if isinstance(child, nn.Linear) and pick(child, fqn):
                 todo.append((parent, name, child))
                 fqn_of.setdefault(id(child), fqn)
-    cal = _calibrate.plan(model, method, quantizer, group_size, calibration, fqn_of, todo)
+    cal = _quantize_plan.plan(model, method, quantizer, group_size, calibration, fqn_of, todo)
     if activation_scale is not None and cal.act_scales:
         raise _core.InvalidArgument("quantize_: pass activation_scale or calibration, not both")
     done: dict[int, nn.Module] = {}
@@ -224,7 +224,7 @@ def quantize_(
             importance, packed = cal.importance.get(fqn), cal.packed.get(fqn)
             if method == "int4" and packed is not None:
                 empty = Int4Linear(child.in_features, child.out_features, False, group_size)
-                done[id(child)] = _calibrate.load_int4(empty, packed, child)
+                done[id(child)] = _quantize_plan.load_int4(empty, packed, child)
             elif method == "int4":
                 done[id(child)] = Int4Linear.from_linear(
                     child, group_size, method=quantizer or "rtn", importance=importance
