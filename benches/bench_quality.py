@@ -17,6 +17,12 @@
   so the float32 matmuls of torch give the quantized model's perplexity quickly.
 - Bits per weight: the bytes the format stores (``nbytes``: nibbles, padding rows and
   f32 scales) * 8 / the number of weights, over the 210 linears.
+- GPTQ rows (``GPTQ_ROWS``): ``quantrs.gptq`` block by block over the same calibration
+  windows (``quantrs.torch``'s calibration, each group's parameters by the format's
+  "search" weighted by ``diag(H)``); the row names the seconds the 210 layers took.
+- FP8 W8A8 rows: the block linears served by ``FP8Linear`` with a static activation
+  scale, one for every layer (the largest layer's ``max |x| / 448``) or one per layer
+  (``quantize_(..., calibration=...)``); the FP8 kernels run the forward.
 - ``--llama``: llama.cpp's perplexity of the shipped Q4_1 file (llama_cpp_python,
   the same token windows, logits of every position).
 """

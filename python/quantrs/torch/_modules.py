@@ -193,8 +193,10 @@ def quantize_(
     (default: :func:`default_filter`). Returns ``model``; a module shared by several
     parents is quantized once. ``quantizer`` picks the INT4 scales ("rtn", the default
     of "int4", "full", "search"; "int4_asym": "rtn" or "search", its default;
-    docs/int4.md "Quantizers"); ``calibration`` batches, run through ``model`` first,
-    give "search" each input's importance (mean ``x^2``)."""
+    docs/int4.md "Quantizers"; "gptq" for either, with ``calibration``: docs/int4.md
+    "GPTQ"); ``calibration`` batches, run through ``model`` first, give "search" each
+    input's importance (mean ``x^2``), "gptq" its Hessians and "fp8" one activation
+    scale per layer (docs/torch.md "Calibration")."""
     if method not in ("int4", "int4_asym", "int8", "fp8"):
         raise _core.InvalidArgument(
             f"quantize_: method: expected 'int4', 'int4_asym', 'int8' or 'fp8', got {method!r}"
@@ -214,9 +216,9 @@ def quantize_(
             if isinstance(child, nn.Linear) and pick(child, fqn):
                 todo.append((parent, name, child))
                 fqn_of.setdefault(id(child), fqn)
-    cal = _quantize_plan.plan(model, method, quantizer, group_size, calibration, fqn_of, todo)
-    if activation_scale is not None and cal.act_scales:
+    if activation_scale is not None and calibration is not None:
         raise _core.InvalidArgument("quantize_: pass activation_scale or calibration, not both")
+    cal = _quantize_plan.plan(model, method, quantizer, group_size, calibration, fqn_of, todo)
     done: dict[int, nn.Module] = {}
     for parent, name, child in todo:
         if id(child) not in done:
