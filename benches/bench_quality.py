@@ -20,6 +20,8 @@
 - GPTQ rows (``GPTQ_ROWS``): ``quantrs.gptq`` block by block over the same calibration
   windows (``quantrs.torch``'s calibration, each group's parameters by the format's
   "search" weighted by ``diag(H)``); the row names the seconds the 210 layers took.
+  ``-calib32`` rows calibrate on 32 windows: the 8 above and 24 after the evaluation
+  windows (still no overlap).
 - FP8 W8A8 rows: the block linears served by ``FP8Linear`` with a static activation
   scale, one for every layer (the largest layer's ``max |x| / 448``) or one per layer
   (``quantize_(..., calibration=...)``); the FP8 kernels run the forward.
@@ -92,6 +94,8 @@ GPTQ_ROWS = {
     "asym-gptq-g64-one-pass": ("int4_asym", 64, {"sequential": False}),
     "asym-gptq-g128-rtn-grid": ("int4_asym", 128, {"grid": "rtn"}),
     "gptq-g64-act-order": ("int4", 64, {"act_order": True}),
+    "asym-gptq-g64-calib32": ("int4_asym", 64, {"calib": 32}),
+    "asym-gptq-g128-calib32": ("int4_asym", 128, {"calib": 32}),
 }
 
 
@@ -112,12 +116,12 @@ def load_model():
     return tok, model.eval()
 
 
-def token_windows(tok, windows: int) -> torch.Tensor:
+def token_windows(tok, windows: int, extra: int = 0) -> torch.Tensor:
     from pydoc_data.topics import topics
 
     text = "\n\n".join(topics[k] for k in sorted(topics))
     ids = tok(text, return_tensors="pt").input_ids[0]
-    need = (CALIB_WINDOWS + windows) * WINDOW
+    need = (CALIB_WINDOWS + windows + extra) * WINDOW
     if ids.numel() < need:
         raise SystemExit(f"only {ids.numel()} tokens of text, {need} needed")
     return ids[:need].view(-1, WINDOW)
@@ -188,14 +192,23 @@ def main() -> None:
     torch.manual_seed(0)
     t0 = time.time()
     tok, model = load_model()
-    ids = token_windows(tok, args.windows)
-    calib, evals = ids[:CALIB_WINDOWS], ids[CALIB_WINDOWS:]
+    want = [r for r in args.rows.split(",") if r]
+    calib_of = [
+        opts.get("calib", CALIB_WINDOWS)
+        for row, (_, _, opts) in GPTQ_ROWS.items()
+        if row in want or not want
+    ]
+    more_calib = max(calib_of, default=CALIB_WINDOWS)
+    ids = token_windows(tok, args.windows, more_calib - CALIB_WINDOWS)
+    calib = ids[:CALIB_WINDOWS]
+    evals = ids[CALIB_WINDOWS : CALIB_WINDOWS + args.windows]
+    # Rows with more calibration text take it after the evaluation windows.
+    extra_calib = ids[CALIB_WINDOWS + args.windows :]
     linears = block_linears(model)
     originals = {n: m.weight.detach().clone() for n, m in linears.items()}
     print(
         f"{len(linears)} linears, {evals.numel()} evaluation tokens; load {time.time() - t0:.0f}s"
     )
-    want = [r for r in args.rows.split(",") if r]
     pick = (lambda r: r in want) if want else (lambda r: True)
     rows = []
 
@@ -254,7 +267,8 @@ def main() -> None:
             m.weight.data.copy_(originals[n])
         t1 = time.time()
         kw = {"grid": "search", **opts}
-        packed = gptq_weights(model, linears, list(calib[:, None]), format=fmt, group_size=gs, **kw)
+        text = torch.cat([calib, extra_calib[: kw.pop("calib", CALIB_WINDOWS) - CALIB_WINDOWS]])
+        packed = gptq_weights(model, linears, list(text[:, None]), format=fmt, group_size=gs, **kw)
         took = time.time() - t1
 
         def from_gptq(lname, _w, fmt=fmt, packed=packed):

@@ -156,3 +156,20 @@ def test_block_inputs_carried_through_equal_full_model_reruns(monkeypatch):
     for n in linears:
         assert np.array_equal(carried[n].codes(), rerun[n].codes()), n
         assert np.array_equal(carried[n].scales(), rerun[n].scales()), n
+
+
+def test_calibration_text_makes_gptq_the_int4_default():
+    """With calibration and no quantizer, "int4" / "int4_asym" use GPTQ; without
+    calibration "int4" stays the bit-identical "rtn" grid."""
+    calib = batches(2)
+    for method in ("int4", "int4_asym"):
+        default = qt.quantize_(tiny_llama(), method, calibration=calib)
+        gptq = qt.quantize_(tiny_llama(), method, quantizer="gptq", calibration=calib)
+        for n in block_linear_names(tiny_llama()):
+            a, b = default.get_submodule(n), gptq.get_submodule(n)
+            assert torch.equal(a.dequantize(), b.dequantize()), n
+    plain = qt.quantize_(tiny_llama(), "int4")
+    lin = tiny_llama().get_submodule("model.layers.0.mlp.up_proj")
+    rtn = quantrs.QuantizedWeight.quantize(lin.weight.detach().t().contiguous().numpy())
+    got = plain.get_submodule("model.layers.0.mlp.up_proj").scales
+    assert torch.equal(got, torch.from_numpy(np.array(rtn.scales)))

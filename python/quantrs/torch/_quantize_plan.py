@@ -46,9 +46,12 @@ def plan(
     todo: list[tuple[nn.Module, str, nn.Module]],
 ) -> Plan:
     """Run ``quantize_``'s calibration: GPTQ for ``quantizer="gptq"`` (calibration
-    required), else one recording pass when ``calibration`` is given (FP8: per-layer
-    activation scales; INT4: the importance)."""
+    required; the INT4 default when ``calibration`` is given), else one recording pass
+    when ``calibration`` is given (FP8: per-layer activation scales; INT4 "search": the
+    importance)."""
     linears = {fqn_of[id(child)]: child for _, _, child in todo}
+    if quantizer is None and calibration is not None and method in ("int4", "int4_asym"):
+        quantizer = "gptq"  # the best measured with calibration text (docs/int4.md "GPTQ")
     if quantizer == "gptq":
         if method not in ("int4", "int4_asym"):
             raise _core.InvalidArgument(
