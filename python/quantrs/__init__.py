@@ -38,6 +38,7 @@ from ._core import (
     num_threads,
     threads,
 )
+from ._gptq import gptq
 from .qat import *  # noqa: F403 (the QAT API, listed in qat.__all__)
 
 __all__ = [
@@ -60,6 +61,8 @@ __all__ = [
     "QuantLinear",
     "QuantizedWeight",
     "UnquantLinear",
+    # GPTQ into the INT4 formats (docs/int4.md "GPTQ")
+    "gptq",
     # 4-bit Adam / AdamW
     "Adam4bit",
     "Adam4bitConfig",

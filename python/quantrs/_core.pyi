@@ -60,6 +60,13 @@ class Int4AsymWeight:
         method: str = "search",
         importance: npt.ArrayLike | None = None,
     ) -> Int4AsymWeight: ...
+    @staticmethod
+    def from_parts(
+        codes: npt.ArrayLike,
+        scales: npt.ArrayLike,
+        *,
+        group_size: int = 32,
+    ) -> Int4AsymWeight: ...
     @property
     def type(self) -> str: ...
     @property

@@ -107,6 +107,38 @@ impl AsymWeight {
         })
     }
 
+    /// From unpacked codes `[out, in]` (each 0..=15) and the half pairs
+    /// `(d, m)` `[out, groups, 2]`: packs the codes into the stored layout,
+    /// then validates like [`AsymWeight::new`]. Quantizers that choose the
+    /// codes themselves (GPTQ, in Python) write the format through this.
+    pub fn from_codes(
+        codes: &[u8],
+        scales: Vec<u16>,
+        out_feat: usize,
+        in_feat: usize,
+        group_size: usize,
+    ) -> Result<Self> {
+        groups_of(out_feat, in_feat, group_size)?;
+        if Some(codes.len()) != out_feat.checked_mul(in_feat) {
+            return Err(QuantError::dims(
+                "codes",
+                format!("{out_feat} x {in_feat}"),
+                codes.len(),
+            ));
+        }
+        if let Some(i) = codes.iter().position(|&c| c > 15) {
+            return Err(QuantError::arg(format!(
+                "codes[{}, {}] is {}, expected 0..=15",
+                i / in_feat,
+                i % in_feat,
+                codes[i]
+            )));
+        }
+        let mut packed = vec![0u8; codes.len() / 2];
+        pack_runs(codes, &mut packed);
+        AsymWeight::new(packed, scales, out_feat, in_feat, group_size)
+    }
+
     /// Quantize a finite float weight `[out, in]` by `method`; `importance`
     /// (length `in`, finite, >= 0) weighs each input's squared error in the
     /// search (1 when absent; ignored by `Rtn`).

@@ -87,6 +87,58 @@ impl PyInt4AsymWeight {
         Ok(PyInt4AsymWeight { inner })
     }
 
+    /// The weight from its parts: `codes` uint8 `[out, in]` (each 0..15) and
+    /// `scales` float32 `[out, groups, 2]` (`(d, m)` per group, each exactly
+    /// a finite half), in groups of `group_size` inputs; the inverse of
+    /// `codes()` / `scales()`. Quantizers that pick the codes themselves
+    /// (`quantrs.gptq`) write the format through it.
+    #[staticmethod]
+    #[pyo3(
+        signature = (codes, scales, *, group_size = 32),
+        text_signature = "(codes, scales, *, group_size=32)"
+    )]
+    fn from_parts(
+        py: Python<'_>,
+        codes: &Bound<'_, PyAny>,
+        scales: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = crate::python::sizes::group_size)] group_size: usize,
+    ) -> PyResult<Self> {
+        let ca = input::<u8>(codes, "codes")?;
+        let [o, i] = ca.shape()[..] else {
+            let got = format!("shape {:?}", ca.shape());
+            return Err(QuantError::dims("codes", "a 2-D array [out, in]", got).into());
+        };
+        let groups = crate::int4_asym::groups_of(o, i, group_size)?;
+        let sa = input::<f32>(scales, "scales")?;
+        if sa.shape() != [o, groups, 2] {
+            let got = format!("shape {:?}", sa.shape());
+            return Err(QuantError::dims("scales", format!("[{o}, {groups}, 2]"), got).into());
+        }
+        let halves = float_matrix(&sa, "scales")?
+            .iter()
+            .enumerate()
+            .map(|(k, &v)| {
+                let h = crate::ggml::f32_to_f16(v);
+                if crate::linear::fp8_dialect::f16_to_f32(h).to_bits() == v.to_bits() {
+                    Ok(h)
+                } else {
+                    Err(invalid(
+                        "scales",
+                        format!(
+                            "[{}, {}, {}] is {v}, expected a half value",
+                            k / (2 * groups),
+                            (k / 2) % groups,
+                            k % 2
+                        ),
+                    ))
+                }
+            })
+            .collect::<PyResult<Vec<u16>>>()?;
+        let cs = ca.as_slice().map_err(|e| invalid("codes", e))?;
+        let inner = py.detach(|| AsymWeight::from_codes(cs, halves, o, i, group_size))?;
+        Ok(PyInt4AsymWeight { inner })
+    }
+
     /// The format's registered name, `"int4_asym"`.
     #[getter]
     fn r#type(&self) -> &'static str {

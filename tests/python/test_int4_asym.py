@@ -199,7 +199,8 @@ def test_quantize_routes_int4_asym_to_packed_modules():
     calib = [torch.randn(4, 64) for _ in range(2)]
     want = np.concatenate([c.numpy() for c in calib]).astype(np.float64)
     imp = (want**2).mean(0).astype(np.float32)
-    qt.quantize_(model, "int4_asym", 32, lambda m, n: n == "0", calibration=calib)
+    only_first = lambda m, n: n == "0"  # noqa: E731
+    qt.quantize_(model, "int4_asym", 32, only_first, quantizer="search", calibration=calib)
     layer = model[0]
     assert isinstance(layer, qt.GgufLinear) and isinstance(model[2], torch.nn.Linear)
     ref = quantrs.Int4AsymWeight.quantize(w0, group_size=32, method="search", importance=imp)

@@ -15,7 +15,8 @@ tensors (4-bit optimizers and inference modules; docs/gpu.md) through DLPack, an
   ``ZeroRedundancyOptimizer``;
 - :class:`Int4Linear`, :class:`Int8Linear`, :class:`FP8Linear`, :func:`quantize_`: modules replacing
   ``nn.Linear``, with input gradients (:func:`peft_config`: peft LoRA on them);
-  :func:`collect_importance`: each linear's mean input ``x^2`` (imatrix);
+  :func:`collect_importance`: each linear's mean input ``x^2`` (imatrix),
+  :func:`collect_activation_ranges`: its largest input ``|x|`` (static W8A8 scales);
 - :class:`GgufLinear`, :func:`load_gguf_llama`: GGUF block weights served packed.
 """
 
@@ -24,7 +25,7 @@ from __future__ import annotations
 from ._adam import Adam4bit, AdamW4bit
 from ._convert import convert_qat
 from ._gguf import GgufLinear, load_gguf_llama
-from ._importance import collect_importance
+from ._importance import collect_activation_ranges, collect_importance
 from ._int8 import Int8Linear
 from ._modules import FP8Linear, Int4Linear, default_filter, head_filter, quantize_
 from ._peft import peft_config
@@ -42,6 +43,7 @@ __all__ = [
     "Int8Linear",
     "QatAdamW",
     "broadcast_views",
+    "collect_activation_ranges",
     "collect_importance",
     "convert_qat",
     "default_filter",

@@ -1,7 +1,7 @@
 """Importance of each input of a model's linears from calibration batches: the mean of
 ``x^2`` per input feature (llama.cpp's imatrix), which ``quantize_(..., calibration=...)``
 and ``QuantizedWeight.quantize(..., method="search", importance=...)`` use to weight the
-quantization error (docs/int4.md "Quantizers")."""
+quantization error (docs/int4.md "Quantizers"). The recording is ``_calibrate``'s."""
 
 from __future__ import annotations
 
@@ -9,13 +9,11 @@ from collections.abc import Iterable
 from typing import Callable
 
 import numpy as np
-import torch
 from torch import nn
 
-from .. import _core
+from ._calibrate import as_batches, record
 
 
-@torch.no_grad()
 def collect_importance(
     model: nn.Module,
     batches: Iterable[object],
@@ -27,29 +25,20 @@ def collect_importance(
     picked = {
         n: m for n, m in model.named_modules() if isinstance(m, nn.Linear) and filter_fn(m, n)
     }
-    sums = {n: torch.zeros(m.in_features, dtype=torch.float64) for n, m in picked.items()}
-    rows = dict.fromkeys(picked, 0)
+    stats = record(model, as_batches(batches), picked)
+    return {n: s.importance() for n, s in stats.items()}
 
-    def hook(name: str):
-        def pre(_module: nn.Module, args: tuple) -> None:
-            x = args[0].detach().reshape(-1, args[0].shape[-1]).to("cpu", torch.float64)
-            sums[name] += (x * x).sum(0)
-            rows[name] += x.shape[0]
 
-        return pre
-
-    handles = [m.register_forward_pre_hook(hook(n)) for n, m in picked.items()]
-    try:
-        for batch in batches:
-            if isinstance(batch, dict):
-                model(**batch)
-            elif isinstance(batch, (tuple, list)):
-                model(*batch)
-            else:
-                model(batch)
-    finally:
-        for h in handles:
-            h.remove()
-    if picked and not any(rows.values()):
-        raise _core.InvalidArgument("calibration: expected at least one batch, got none")
-    return {n: (sums[n] / max(rows[n], 1)).float().numpy() for n in picked}
+def collect_activation_ranges(
+    model: nn.Module,
+    batches: Iterable[object],
+    filter_fn: Callable[[nn.Module, str], bool],
+) -> dict[str, float]:
+    """Each picked ``nn.Linear``'s largest input magnitude ``max |x|`` over the
+    calibration batches, keyed by module name: the static range of a W8A8 layer's
+    activations (FP8: ``activation_scale = absmax / 448``; int8: ``absmax / 127``)."""
+    picked = {
+        n: m for n, m in model.named_modules() if isinstance(m, nn.Linear) and filter_fn(m, n)
+    }
+    stats = record(model, as_batches(batches), picked)
+    return {n: s.absmax for n, s in stats.items()}

@@ -20,9 +20,8 @@ import torch
 from torch import nn
 
 from .. import _core
-from . import _cuda, _ops
+from . import _cuda, _ops, _quantize_plan
 from ._gguf import GgufLinear
-from ._importance import collect_importance
 from ._int8 import Int8Linear
 from ._layer_io import _needs_graph, _route, _weight_of, drop_views, serve
 
@@ -243,8 +242,10 @@ def quantize_(
     (default: :func:`default_filter`). Returns ``model``; a module shared by several
     parents is quantized once. ``quantizer`` picks the INT4 scales ("rtn", the default
     of "int4", "full", "search"; "int4_asym": "rtn" or "search", its default;
-    docs/int4.md "Quantizers"); ``calibration`` batches, run through ``model`` first,
-    give "search" each input's importance (mean ``x^2``). ``include_head`` quantizes the
+    docs/int4.md "Quantizers"; "gptq" for either, with ``calibration``: docs/int4.md
+    "GPTQ"); ``calibration`` batches, run through ``model`` first, give "search" each
+    input's importance (mean ``x^2``), "gptq" its Hessians and "fp8" one activation
+    scale per layer (docs/torch.md "Calibration"). ``include_head`` quantizes the
     ``lm_head`` too (when no ``filter_fn`` is given); ``activations="int8"`` gives
     ``"int4"`` layers int8 activations (docs/int4.md "Int8 activations")."""
     if method not in ("int4", "int4_asym", "int8", "fp8"):
@@ -278,12 +279,24 @@ def quantize_(
             if isinstance(child, nn.Linear) and pick(child, fqn):
                 todo.append((parent, name, child))
                 fqn_of.setdefault(id(child), fqn)
-    imp = {} if calibration is None else collect_importance(model, calibration, pick)
+    if activation_scale is not None and calibration is not None:
+        raise _core.InvalidArgument("quantize_: pass activation_scale or calibration, not both")
+    cal = _quantize_plan.plan(model, method, quantizer, group_size, calibration, fqn_of, todo)
     done: dict[int, nn.Module] = {}
     for parent, name, child in todo:
         if id(child) not in done:
-            importance = imp.get(fqn_of[id(child)])
-            if method == "int4":
+            fqn = fqn_of[id(child)]
+            importance, packed = cal.importance.get(fqn), cal.packed.get(fqn)
+            if method == "int4" and packed is not None:
+                empty = Int4Linear(
+                    child.in_features,
+                    child.out_features,
+                    False,
+                    group_size,
+                    activations=activations,
+                )
+                done[id(child)] = _quantize_plan.load_int4(empty, packed, child)
+            elif method == "int4":
                 done[id(child)] = Int4Linear.from_linear(
                     child,
                     group_size,
@@ -291,12 +304,15 @@ def quantize_(
                     importance=importance,
                     activations=activations,
                 )
+            elif method == "int4_asym" and packed is not None:
+                done[id(child)] = GgufLinear(packed, child.bias)
             elif method == "int4_asym":
                 done[id(child)] = _asym_linear(child, group_size, quantizer or "search", importance)
             elif method == "int8":
                 done[id(child)] = Int8Linear.from_linear(child)
             else:
-                done[id(child)] = FP8Linear.from_linear(child, activation_scale=activation_scale)
+                scale = cal.act_scales.get(fqn, activation_scale)
+                done[id(child)] = FP8Linear.from_linear(child, activation_scale=scale)
         setattr(parent, name, done[id(child)])
     return model
 
