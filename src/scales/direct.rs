@@ -13,7 +13,7 @@
 
 use std::sync::OnceLock;
 
-use super::scalar::{exp2_neg, log2_approx, STEPS, ZERO_CODE};
+use super::scalar::{exp2_neg, STEPS, ZERO_CODE};
 
 /// log2 of the ratio of neighbouring codes: an eighth of an octave (9 %);
 /// the 255 codes span 2^-31.75 of the row's largest scale, and a smaller
@@ -55,13 +55,13 @@ pub(crate) fn decode(codes: &[u8], max: f32, out: &mut [f32]) {
 pub(crate) fn encode(s: &mut [f32], codes: &mut [u8]) -> f32 {
     let t = grid();
     let max = s.iter().fold(0f32, |a, &x| a.max(x));
+    let inv_max = if max > 0.0 { 1.0 / max } else { 0.0 };
     for (x, c) in s.iter_mut().zip(codes.iter_mut()) {
         if *x == 0.0 {
             *c = ZERO_CODE;
             continue;
         }
-        let guess = (log2_approx(*x / max) * (1.0 / ROW_STEP)).clamp(0.0, STEPS) as usize;
-        let mut idx = guess;
+        let mut idx = guess(*x * inv_max);
         while idx > 0 && max * t[idx] < *x {
             idx -= 1;
         }
@@ -72,6 +72,18 @@ pub(crate) fn encode(s: &mut [f32], codes: &mut [u8]) -> f32 {
         *x = max * t[idx];
     }
     max
+}
+
+/// A code near the one of the ratio `r = x / max` (`log2(r) / ROW_STEP`, with `log2`
+/// taken as the exponent plus the mantissa minus one: within 0.09 of it, so within a
+/// code); the walk in [`encode`] makes it exact, so only the speed depends on it.
+#[inline]
+fn guess(r: f32) -> usize {
+    let bits = r.to_bits();
+    let e = ((bits >> 23) & 0xff) as i32 - 127;
+    let m = f32::from_bits((bits & 0x007f_ffff) | 0x3f80_0000);
+    let l = e as f32 + (m - 1.0);
+    (l * (1.0 / ROW_STEP)).clamp(0.0, STEPS) as usize
 }
 
 #[cfg(test)]
