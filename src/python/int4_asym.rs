@@ -28,9 +28,26 @@ pub struct PyInt4AsymWeight {
     inner: AsymWeight,
 }
 
-/// A float32 array as `[rows, k]`: its slice and leading shape.
-fn float_matrix<'a>(a: &'a numpy::PyReadonlyArrayDyn<'_, f32>, arg: &str) -> PyResult<&'a [f32]> {
+/// The elements of a C-contiguous array (an error naming `arg` otherwise).
+pub(crate) fn contiguous<'a, T: numpy::Element>(
+    a: &'a numpy::PyReadonlyArrayDyn<'_, T>,
+    arg: &str,
+) -> PyResult<&'a [T]> {
     a.as_slice().map_err(|e| invalid(arg, e))
+}
+
+/// A layer's optional float32 `bias` `[out]` (`to_layer` of the weight classes).
+pub(crate) fn layer_bias(
+    bias: Option<&Bound<'_, PyAny>>,
+    out: usize,
+) -> PyResult<Option<Vec<f32>>> {
+    let Some(b) = bias else { return Ok(None) };
+    let ba = input::<f32>(b, "bias")?;
+    if ba.shape() != [out] {
+        let got = format!("shape {:?}", ba.shape());
+        return Err(QuantError::dims("bias", format!("[{out}]"), got).into());
+    }
+    Ok(Some(contiguous(&ba, "bias")?.to_vec()))
 }
 
 #[pymethods]
@@ -67,7 +84,7 @@ impl PyInt4AsymWeight {
             )
             .into());
         };
-        let ws = float_matrix(&wa, "w")?;
+        let ws = contiguous(&wa, "w")?;
         let imp = importance
             .map(|a| input::<f32>(a, "importance"))
             .transpose()?;
@@ -80,7 +97,7 @@ impl PyInt4AsymWeight {
                 )
                 .into())
             }
-            Some(a) => Some(float_matrix(a, "importance")?),
+            Some(a) => Some(contiguous(a, "importance")?),
             None => None,
         };
         let inner = py.detach(|| AsymWeight::quantize(ws, o, i, group_size, m, imp))?;
@@ -114,7 +131,7 @@ impl PyInt4AsymWeight {
             let got = format!("shape {:?}", sa.shape());
             return Err(QuantError::dims("scales", format!("[{o}, {groups}, 2]"), got).into());
         }
-        let halves = float_matrix(&sa, "scales")?
+        let halves = contiguous(&sa, "scales")?
             .iter()
             .enumerate()
             .map(|(k, &v)| {
@@ -219,18 +236,7 @@ impl PyInt4AsymWeight {
     /// float32 `bias` `[out]`: `forward`, `serialize`, `dequantize_w`.
     #[pyo3(signature = (bias = None))]
     fn to_layer(&self, py: Python<'_>, bias: Option<&Bound<'_, PyAny>>) -> PyResult<Py<PyAny>> {
-        let [o, _] = self.inner.shape();
-        let bias = match bias {
-            None => None,
-            Some(b) => {
-                let ba = input::<f32>(b, "bias")?;
-                if ba.shape() != [o] {
-                    let got = format!("shape {:?}", ba.shape());
-                    return Err(QuantError::dims("bias", format!("[{o}]"), got).into());
-                }
-                Some(float_matrix(&ba, "bias")?.to_vec())
-            }
-        };
+        let bias = layer_bias(bias, self.inner.shape()[0])?;
         let layer = QuantLinear::<Int4Asym>::from_weight(self.inner.clone(), bias)?;
         let layer: Arc<dyn QuantMethod> = Arc::new(layer);
         super::linear::wrap(py, layer)
@@ -273,7 +279,7 @@ pub(crate) fn last_axis_matmul<'py>(
         );
     }
     let rows = shape[..shape.len() - 1].iter().product::<usize>();
-    let src = float_matrix(&xa, "x")?;
+    let src = contiguous(&xa, "x")?;
     let mut y = vec![0f32; rows * out_feat];
     py.detach(|| f(src, rows, &mut y))?;
     let mut out_shape = shape;

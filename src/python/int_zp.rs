@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 
 use super::arrays::input;
 use super::errors::{invalid, wrong_dtype, wrong_type};
-use super::int4_asym::{last_axis_matmul, rows_array};
+use super::int4_asym::{contiguous, last_axis_matmul, layer_bias, rows_array};
 use crate::error::QuantError;
 use crate::format::{IntZp, WeightFormat};
 use crate::int_zp::{quantize_rtn, ZpParts, ZpWeight};
@@ -51,13 +51,6 @@ fn shape2(shape: &[usize], arg: &str, expected: String) -> PyResult<[usize; 2]> 
             Err(QuantError::dims(arg, want, format!("shape {shape:?}")).into())
         }
     }
-}
-
-fn slice<'a, T: numpy::Element>(
-    a: &'a numpy::PyReadonlyArrayDyn<'_, T>,
-    arg: &str,
-) -> PyResult<&'a [T]> {
-    a.as_slice().map_err(|e| invalid(arg, e))
 }
 
 /// A `[out, in]` weight in the zero-point format: per group of
@@ -112,7 +105,7 @@ impl PyIntZpWeight {
                     let got = format!("shape {:?}", pa.shape());
                     return Err(QuantError::dims("perm", format!("[{i}]"), got).into());
                 }
-                let p = slice(&pa, "perm")?;
+                let p = contiguous(&pa, "perm")?;
                 if let Some(k) = p.iter().position(|&v| !(0..i as i64).contains(&v)) {
                     let msg = format!("perm[{k}] is {}: expected a permutation of 0..{i}", p[k]);
                     return Err(QuantError::arg(msg).into());
@@ -121,9 +114,9 @@ impl PyIntZpWeight {
             }
         };
         let (q, s, z) = (
-            slice(&ca, "codes")?,
-            slice(&sa, "scales")?,
-            slice(&za, "zeros")?,
+            contiguous(&ca, "codes")?,
+            contiguous(&sa, "scales")?,
+            contiguous(&za, "zeros")?,
         );
         let parts = ZpParts {
             scales: s.to_vec(),
@@ -150,7 +143,7 @@ impl PyIntZpWeight {
     ) -> PyResult<Self> {
         let wa = input::<f32>(w, "w")?;
         let [o, i] = shape2(wa.shape(), "w", String::new())?;
-        let ws = slice(&wa, "w")?;
+        let ws = contiguous(&wa, "w")?;
         let inner = py.detach(|| quantize_rtn(ws, o, i, group_size, bits))?;
         Ok(PyIntZpWeight { inner })
     }
@@ -253,18 +246,7 @@ impl PyIntZpWeight {
     /// `bias` `[out]`: `forward`, `serialize`, `dequantize_w`.
     #[pyo3(signature = (bias = None))]
     fn to_layer(&self, py: Python<'_>, bias: Option<&Bound<'_, PyAny>>) -> PyResult<Py<PyAny>> {
-        let [o, _] = self.inner.shape();
-        let bias = match bias {
-            None => None,
-            Some(b) => {
-                let ba = input::<f32>(b, "bias")?;
-                if ba.shape() != [o] {
-                    let got = format!("shape {:?}", ba.shape());
-                    return Err(QuantError::dims("bias", format!("[{o}]"), got).into());
-                }
-                Some(slice(&ba, "bias")?.to_vec())
-            }
-        };
+        let bias = layer_bias(bias, self.inner.shape()[0])?;
         let layer = QuantLinear::<IntZp>::from_weight(self.inner.clone(), bias)?;
         let layer: Arc<dyn QuantMethod> = Arc::new(layer);
         super::linear::wrap(py, layer)

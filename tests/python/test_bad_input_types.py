@@ -140,6 +140,7 @@ def valid_calls(tmp: Path):
     stepped.update(sp, g, name="w")
     exported = stepped.export_param_state("w")
     ls = layers()
+    asym = quantrs.Int4AsymWeight.quantize(W.reshape(4, 64), group_size=32)
     calls = {
         "QuantizedWeight.__new__": [
             (
@@ -200,6 +201,13 @@ def valid_calls(tmp: Path):
                 "quantize",
                 quantrs.Int4AsymWeight.quantize,
                 dict(w=W.reshape(4, 64), group_size=32, method="rtn"),
+            )
+        ],
+        "Int4AsymWeight.from_parts": [
+            (
+                "from_parts",
+                quantrs.Int4AsymWeight.from_parts,
+                dict(codes=asym.codes(), scales=asym.scales(), group_size=32),
             )
         ],
         "IntZpWeight.dequantize_rows": [
