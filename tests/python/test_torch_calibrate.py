@@ -10,24 +10,12 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from _tiny_llama import tiny_llama  # noqa: E402
+
 import quantrs  # noqa: E402
 import quantrs.torch as qt  # noqa: E402
 
 pytestmark = pytest.mark.kernel
-
-
-def tiny_llama(seed: int = 0):
-    torch.manual_seed(seed)
-    cfg = transformers.LlamaConfig(
-        vocab_size=96,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-    )
-    return transformers.LlamaForCausalLM(cfg).eval()
 
 
 def batches(n: int, seed: int = 1) -> list:

@@ -11,6 +11,7 @@ import io
 import numpy as np
 import pytest
 import torch
+from _tiny_llama import tiny_llama
 from torch import nn
 
 import quantrs
@@ -148,22 +149,6 @@ def test_bad_activations_and_inputs_raise_naming_the_argument():
         core.fp8_linear(x, w.view(np.uint8), np.float32(0.0).reshape(1), None, None)
 
 
-def _tiny_llama(tie: bool = True):
-    transformers = pytest.importorskip("transformers")
-    cfg = transformers.LlamaConfig(
-        vocab_size=96,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        tie_word_embeddings=tie,
-    )
-    torch.manual_seed(1)
-    return transformers.LlamaForCausalLM(cfg).eval()
-
-
 def _fake_quantized(model: nn.Module) -> nn.Module:
     """``model`` with every quantized layer replaced by an ``nn.Linear`` holding its exact
     dequantization (the reference the quantized model must reproduce)."""
@@ -186,7 +171,7 @@ def _generate(model: nn.Module, ids: torch.Tensor) -> torch.Tensor:
 
 
 def test_llama_quantize_leaves_embeddings_and_head_and_generates_like_its_twin():
-    model = _tiny_llama()
+    model = tiny_llama(seed=1)
     embed = model.model.embed_tokens.weight.detach().clone()
     qt.quantize_(model, "int4")
     assert type(model.lm_head) is nn.Linear and type(model.model.embed_tokens) is nn.Embedding
@@ -202,7 +187,7 @@ def test_llama_quantize_leaves_embeddings_and_head_and_generates_like_its_twin()
 
 
 def test_llama_head_opt_in_keeps_the_tied_embedding():
-    model = _tiny_llama(tie=True)
+    model = tiny_llama(seed=1, tie=True)
     embed = model.model.embed_tokens.weight.detach().clone()
     qt.quantize_(model, "int4", include_head=True)
     assert isinstance(model.lm_head, qt.Int4Linear)
