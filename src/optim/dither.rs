@@ -20,43 +20,9 @@
 
 use super::dispatch::Kernels;
 use super::format::GROUP_BLOCKS;
-use crate::scales::direct;
-
-/// splitmix64's finalizer (Steele, Lea and Flood, "Fast splittable
-/// pseudorandom number generators", 2014).
-#[inline]
-pub(crate) fn splitmix64(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
-/// Where a group's random numbers come from: step `t` (1-based), the
-/// parameter's element count, and the index of the group's first block
-/// (global: in the row layout of a sharded parameter, counted over the
-/// whole parameter).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Dither {
-    key: u64,
-    first_block: u64,
-}
-
-impl Dither {
-    pub(crate) fn new(t: u64, numel: u64, first_block: u64) -> Dither {
-        Dither {
-            key: splitmix64(t.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ numel),
-            first_block,
-        }
-    }
-
-    /// A uniform number in `[0, 1)` (24 bits) for block `i` of the group.
-    #[inline]
-    pub(crate) fn uniform(&self, i: usize) -> f32 {
-        let z = splitmix64(self.key ^ (self.first_block + i as u64));
-        (z >> 40) as f32 * (1.0 / 16_777_216.0)
-    }
-}
+pub(crate) use crate::scales::coin::Dither;
+#[cfg(test)]
+use crate::scales::coin::splitmix64;
 
 /// Encode the scales `s` of one group like `ScaleCodec::encode`,
 /// then move each block to the next smaller code with the probability that
@@ -92,33 +58,6 @@ pub(crate) fn dq_encode_dithered(
         *dec = f32::from_bits((dec.to_bits() & keep) | (lo.to_bits() & !keep));
     }
     pair
-}
-
-/// [`dq_encode_dithered`] with the fixed-grid codec of the row layout
-/// (`crate::scales::direct`): the same rule; returns the group's largest
-/// scale.
-pub(crate) fn dq_encode_dithered_direct(s: &mut [f32], codes: &mut [u8], d: Dither) -> f32 {
-    let n = s.len();
-    let mut orig = [0f32; GROUP_BLOCKS];
-    orig[..n].copy_from_slice(s);
-    let max = direct::encode(s, codes);
-    for (i, (&x, (c, dec))) in orig[..n]
-        .iter()
-        .zip(codes.iter_mut().zip(s.iter_mut()))
-        .enumerate()
-    {
-        let k = *c;
-        if k >= 254 {
-            continue; // the grid's last code, or an all-zero block
-        }
-        let (hi, lo) = (*dec, direct::value(max, k + 1));
-        let gap = hi - lo;
-        if (gap > 0.0) & (d.uniform(i) * gap < hi - x) {
-            *c = k + 1;
-            *dec = lo;
-        }
-    }
-    max
 }
 
 #[cfg(test)]

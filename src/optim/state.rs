@@ -2,7 +2,7 @@
 //! (Over 400 lines: the state types and the one step that walks them stay
 //! together.)
 
-use super::dither::{dq_encode_dithered, dq_encode_dithered_direct, Dither};
+use super::dither::{dq_encode_dithered, Dither};
 use std::collections::BTreeMap;
 
 use rayon::prelude::*;
@@ -85,10 +85,7 @@ impl ScalesChunk<'_> {
             ScalesChunk::F32(out) => out.copy_from_slice(s),
             ScalesChunk::Double(c, g) => {
                 if direct {
-                    g[0] = match dither {
-                        Some(d) => dq_encode_dithered_direct(s, c, d),
-                        None => direct::encode(s, c),
-                    };
+                    g[0] = kernels.scales().encode_row(s, c, dither);
                     return;
                 }
                 let (max, step) = match dither {

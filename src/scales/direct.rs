@@ -13,6 +13,7 @@
 
 use std::sync::OnceLock;
 
+use super::coin::Dither;
 use super::scalar::{exp2_neg, STEPS, ZERO_CODE};
 
 /// log2 of the ratio of neighbouring codes: an eighth of an octave (9 %);
@@ -21,7 +22,7 @@ use super::scalar::{exp2_neg, STEPS, ZERO_CODE};
 pub(crate) const ROW_STEP: f32 = -0.125;
 
 /// `2^(c * ROW_STEP)` for `c < 255` (non-increasing), 0 for code 255.
-fn grid() -> &'static [f32; 256] {
+pub(super) fn grid() -> &'static [f32; 256] {
     static GRID: OnceLock<[f32; 256]> = OnceLock::new();
     GRID.get_or_init(|| {
         let mut t = [0f32; 256];
@@ -31,12 +32,6 @@ fn grid() -> &'static [f32; 256] {
         }
         t
     })
-}
-
-/// The decoded scale of code `c` in a group whose largest scale is `max`.
-#[inline]
-pub(crate) fn value(max: f32, c: u8) -> f32 {
-    max * grid()[c as usize]
 }
 
 /// Decode the scales of one group into `out`.
@@ -50,28 +45,91 @@ pub(crate) fn decode(codes: &[u8], max: f32, out: &mut [f32]) {
 /// Encode the (non-negative, finite) scales `s` of one group: writes each
 /// block's code (the largest with a decoded scale at least the block's),
 /// overwrites `s` with the decoded scales and returns the group's largest
-/// scale. `max * t[c]` is non-increasing in `c`, so the code does not
-/// depend on the guess the walk starts from.
+/// scale. The scalar reference of `ScaleCodec::encode_row`.
 pub(crate) fn encode(s: &mut [f32], codes: &mut [u8]) -> f32 {
+    encode_scalar(s, codes, None)
+}
+
+/// [`encode`], then each block moved to the next smaller code with the
+/// probability that makes its decoded scale unbiased (the rule of
+/// `optim::dither::dq_encode_dithered`, on this grid). The scalar
+/// reference of `ScaleCodec::encode_row` with a dither.
+pub(crate) fn encode_dithered(s: &mut [f32], codes: &mut [u8], d: Dither) -> f32 {
+    encode_scalar(s, codes, Some(d))
+}
+
+fn encode_scalar(s: &mut [f32], codes: &mut [u8], dither: Option<Dither>) -> f32 {
     let t = grid();
     let max = s.iter().fold(0f32, |a, &x| a.max(x));
     let inv_max = if max > 0.0 { 1.0 / max } else { 0.0 };
-    for (x, c) in s.iter_mut().zip(codes.iter_mut()) {
-        if *x == 0.0 {
-            *c = ZERO_CODE;
-            continue;
-        }
-        let mut idx = guess(*x * inv_max);
-        while idx > 0 && max * t[idx] < *x {
-            idx -= 1;
-        }
-        while idx < 254 && max * t[idx + 1] >= *x {
-            idx += 1;
-        }
-        *c = idx as u8;
-        *x = max * t[idx];
+    for (i, (x, c)) in s.iter_mut().zip(codes.iter_mut()).enumerate() {
+        (*c, *x) = round_one(t, max, inv_max, *x, dither, i);
     }
     max
+}
+
+/// Block `i`'s code and decoded scale, for scale `x` in a group whose
+/// largest scale is `max`.
+#[inline]
+pub(super) fn round_one(
+    t: &[f32; 256],
+    max: f32,
+    inv_max: f32,
+    x: f32,
+    dither: Option<Dither>,
+    i: usize,
+) -> (u8, f32) {
+    let k = code_of(t, max, inv_max, x);
+    let hi = if k == ZERO_CODE as usize { 0.0 } else { max * t[k] };
+    let Some(d) = dither else {
+        return (k as u8, hi);
+    };
+    // The grid's last code and an all-zero block do not move; the fair
+    // coin is taken without a branch (one would mispredict half the time).
+    let lo = max * t[(k + 1).min(254)];
+    let gap = hi - lo;
+    let down = (k < 254) & (gap > 0.0) & (d.uniform(i) * gap < hi - x);
+    let keep = (down as u32).wrapping_sub(1);
+    let dec = f32::from_bits((hi.to_bits() & keep) | (lo.to_bits() & !keep));
+    ((k + down as usize) as u8, dec)
+}
+
+/// The code of a scale `x` in a group whose largest scale is `max`: the
+/// largest `c <= 254` with `max * t[c] >= x`, [`ZERO_CODE`] for `x == 0`.
+///
+/// [`guess`] lands on the code or the one after it, so the answer lies in
+/// the window `g - 2 ..= g + 1`: it is `g - 2` plus the number of the next
+/// three codes that still hold `x` (`max * t[c]` is non-increasing in `c`,
+/// so those that do come first). Counting compiles to compares and adds:
+/// the walk it replaces mispredicted about once per block, which made the
+/// codec cost more than the optimizer step of a 12-block row. Should the
+/// window ever miss (its first code too small, or all three next codes
+/// holding `x`), the walk settles it, so the code never depends on the
+/// guess.
+#[inline]
+pub(super) fn code_of(t: &[f32; 256], max: f32, inv_max: f32, x: f32) -> usize {
+    if x == 0.0 {
+        return ZERO_CODE as usize;
+    }
+    let c0 = guess(x * inv_max).saturating_sub(2);
+    let holds = |c: usize| (c <= 254) & (max * t[c.min(254)] >= x);
+    let n = holds(c0 + 1) as usize + holds(c0 + 2) as usize + holds(c0 + 3) as usize;
+    if holds(c0) & (n < 3) {
+        return c0 + n;
+    }
+    walk(t, max, x, c0)
+}
+
+/// The code of `x > 0` by walking the grid from `idx`: the reference
+/// [`code_of`] falls back to (and is tested against).
+fn walk(t: &[f32; 256], max: f32, x: f32, mut idx: usize) -> usize {
+    while idx > 0 && max * t[idx] < x {
+        idx -= 1;
+    }
+    while idx < 254 && max * t[idx + 1] >= x {
+        idx += 1;
+    }
+    idx
 }
 
 /// A code near the one of the ratio `r = x / max` (`log2(r) / ROW_STEP`, with `log2`
@@ -111,7 +169,7 @@ mod tests {
             assert!(s[i] >= orig[i], "{i}");
             // The next code down would be too small (or there is none).
             let c = codes[i] as usize;
-            assert!(c == 254 || value(max, c as u8 + 1) < orig[i], "{i}");
+            assert!(c == 254 || max * grid()[c + 1] < orig[i], "{i}");
             // The grid is 2^(c / -8) to float32 rounding.
             let want = max as f64 * 2f64.powf(c as f64 * ROW_STEP as f64);
             assert!((s[i] as f64 / want - 1.0).abs() < 1e-5, "{i}");
@@ -120,6 +178,16 @@ mod tests {
         let mut out = vec![0f32; s.len()];
         decode(&codes, max, &mut out);
         assert_eq!(out, s);
+        // The window gives the walk's code from either end of the grid.
+        let t = grid();
+        for max in [1.0f32, 3.7e-3, 6.1e4, 1e-30] {
+            for i in 0..20_000u32 {
+                let x = max * 2f32.powf(-(i as f32) * 1.7e-3) * (1.0 + (i % 7) as f32 * 1e-7);
+                let want = walk(t, max, x, 0);
+                assert_eq!(want, walk(t, max, x, 254));
+                assert_eq!(code_of(t, max, 1.0 / max, x), want, "{max} {x}");
+            }
+        }
         let mut z = vec![0f32; 3];
         let mut c = vec![0u8; 3];
         assert_eq!(encode(&mut z, &mut c), 0.0);

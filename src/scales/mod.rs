@@ -36,7 +36,10 @@
 
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+pub(crate) mod coin;
 pub(crate) mod direct;
+#[cfg(target_arch = "x86_64")]
+mod direct_avx512;
 mod scalar;
 
 pub(crate) use scalar::ZERO_CODE;
@@ -44,7 +47,8 @@ pub(crate) use scalar::ZERO_CODE;
 #[cfg(all(test, feature = "gpu"))]
 pub(crate) use scalar::log2_det;
 
-use crate::simd::Avx512;
+use coin::Dither;
+use crate::simd::{Avx512, Avx512Dq};
 
 /// The codec's kernels for one SIMD level: AVX-512 for the table and the
 /// code search when the token is given, else the scalar twin. Both give
@@ -53,12 +57,34 @@ use crate::simd::Avx512;
 pub(crate) struct ScaleCodec {
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     avx512: Option<Avx512>,
+    /// AVX-512 with DQ: the row encoder's dithered twin (64-bit multiplies).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    avx512_dq: Option<Avx512Dq>,
 }
 
 impl ScaleCodec {
     /// The kernels `avx512` proves (`None`: the scalar twin).
     pub(crate) fn new(avx512: Option<Avx512>) -> ScaleCodec {
-        ScaleCodec { avx512 }
+        ScaleCodec {
+            avx512,
+            avx512_dq: avx512.and_then(Avx512::dq),
+        }
+    }
+
+    /// Encode one group of the row layout's fixed grid (`direct::encode`,
+    /// or `direct::encode_dithered` with `dither`): the codes, the decoded
+    /// scales written back to `s`, the group's largest scale returned.
+    pub(crate) fn encode_row(&self, s: &mut [f32], codes: &mut [u8], dither: Option<Dither>) -> f32 {
+        #[cfg(target_arch = "x86_64")]
+        match (dither, self.avx512, self.avx512_dq) {
+            (None, Some(tok), _) => return direct_avx512::encode(tok, s, codes),
+            (Some(d), _, Some(tok)) => return direct_avx512::encode_dithered(tok, s, codes, d),
+            _ => {}
+        }
+        match dither {
+            Some(d) => direct::encode_dithered(s, codes, d),
+            None => direct::encode(s, codes),
+        }
     }
 
     /// Fill the raw table `t[c] = max * 2^(c * step)` (see
@@ -158,6 +184,36 @@ mod tests {
             let mut t1 = [0f32; 256];
             scalar::table_with(max, step, &mut t1, |m, s, t| k.fill_table(m, s, t));
             assert_eq!(scalar_table(max, step), t1, "{max} {step}");
+        }
+    }
+    #[test]
+    fn row_codes_match_scalar() {
+        let Some(tok) = Avx512::new() else {
+            eprintln!("skipped: AVX-512 not in force, only the scalar twin would run");
+            return;
+        };
+        let k = ScaleCodec::new(Some(tok));
+        assert!(k.avx512_dq.is_some(), "every AVX-512 CPU we run on has DQ");
+        for spread in [1.0001f32, 1.3, 2.0, 1e3, 1e12, 1e20] {
+            let base: Vec<f32> = (0..256)
+                .map(|i| match i % 37 {
+                    0 => 0.0,
+                    5 => 1e-38, // far below the grid: the last code
+                    _ => spread.powf(((i * 97) % 256) as f32 / 255.0) * 3e-4,
+                })
+                .collect();
+            for n in [256usize, 255, 33, 17, 16, 12, 3, 1] {
+                for dither in [None, Some(Dither::new(9, 4321, 77)), Some(Dither::new(2, 7, 0))] {
+                    let (mut s0, mut c0) = (base[..n].to_vec(), vec![0u8; n]);
+                    let (mut s1, mut c1) = (base[..n].to_vec(), vec![0u8; n]);
+                    let m0 = match dither {
+                        Some(d) => direct::encode_dithered(&mut s0, &mut c0, d),
+                        None => direct::encode(&mut s0, &mut c0),
+                    };
+                    let m1 = k.encode_row(&mut s1, &mut c1, dither);
+                    assert_eq!((m0, &c0, &s0), (m1, &c1, &s1), "{spread} {n} {dither:?}");
+                }
+            }
         }
     }
 }
