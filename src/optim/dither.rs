@@ -20,9 +20,9 @@
 
 use super::dispatch::Kernels;
 use super::format::GROUP_BLOCKS;
-pub(crate) use crate::scales::coin::Dither;
 #[cfg(test)]
 use crate::scales::coin::splitmix64;
+pub(crate) use crate::scales::coin::Dither;
 
 /// Encode the scales `s` of one group like `ScaleCodec::encode`,
 /// then move each block to the next smaller code with the probability that

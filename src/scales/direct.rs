@@ -80,7 +80,11 @@ pub(super) fn round_one(
     i: usize,
 ) -> (u8, f32) {
     let k = code_of(t, max, inv_max, x);
-    let hi = if k == ZERO_CODE as usize { 0.0 } else { max * t[k] };
+    let hi = if k == ZERO_CODE as usize {
+        0.0
+    } else {
+        max * t[k]
+    };
     let Some(d) = dither else {
         return (k as u8, hi);
     };

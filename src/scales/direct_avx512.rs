@@ -5,7 +5,8 @@
 //! bit: the same guess, the same window of four codes read with gathers,
 //! and the scalar walk for any lane the window misses; v's unbiased
 //! rounding draws the same splitmix64 numbers, eight 64-bit lanes at a
-//! time (AVX-512 DQ's `vpmullq`). Each `unsafe fn` is private; the
+//! time (AVX-512 DQ's `vpmullq`; the body is compiled with DQ, so both
+//! entry points take the DQ token). Each `unsafe fn` is private; the
 //! `pub(super)` wrappers take the token that proves the CPU runs it.
 
 #![cfg(target_arch = "x86_64")]
@@ -15,22 +16,18 @@ use std::arch::x86_64::*;
 use super::coin::Dither;
 use super::direct::{grid, round_one};
 use super::scalar::ZERO_CODE;
-use crate::simd::{Avx512, Avx512Dq};
+use crate::simd::Avx512Dq;
 
 /// `direct::encode`, 16 blocks a vector (see there).
-pub(super) fn encode(_proof: Avx512, s: &mut [f32], codes: &mut [u8]) -> f32 {
-    // SAFETY: the token proves AVX-512 F/BW/VL; the body bounds every
-    // access by `min(s.len(), codes.len())` and clamps gather indices.
+pub(super) fn encode(_proof: Avx512Dq, s: &mut [f32], codes: &mut [u8]) -> f32 {
+    // SAFETY: the token proves AVX-512 F/BW/VL and DQ (the body is compiled
+    // for both); it bounds every access by `min(s.len(), codes.len())` and
+    // clamps gather indices.
     unsafe { encode_impl(s, codes, None) }
 }
 
 /// `direct::encode_dithered`, 16 blocks a vector (see there).
-pub(super) fn encode_dithered(
-    _proof: Avx512Dq,
-    s: &mut [f32],
-    codes: &mut [u8],
-    d: Dither,
-) -> f32 {
+pub(super) fn encode_dithered(_proof: Avx512Dq, s: &mut [f32], codes: &mut [u8], d: Dither) -> f32 {
     // SAFETY: the token proves AVX-512 F/BW/VL and DQ; as `encode`.
     unsafe { encode_impl(s, codes, Some(d)) }
 }
@@ -91,10 +88,9 @@ unsafe fn encode_impl(s: &mut [f32], codes: &mut [u8], dither: Option<Dither>) -
             (1u16 << left) - 1
         }
     };
-    // SAFETY (every block below): loads and stores are masked to the lanes
-    // `i..n`; gather indices are clamped to 0..=254.
     let mut vmax = _mm512_setzero_ps();
     for i in (0..n).step_by(16) {
+        // SAFETY: the load is masked to the lanes `i..n`, inside `s`.
         let x = unsafe { _mm512_maskz_loadu_ps(tail(i), s.as_ptr().add(i)) };
         vmax = _mm512_max_ps(vmax, x);
     }
@@ -105,6 +101,7 @@ unsafe fn encode_impl(s: &mut [f32], codes: &mut [u8], dither: Option<Dither>) -
     let last = _mm512_set1_epi32(254);
     for i in (0..n).step_by(16) {
         let k = tail(i);
+        // SAFETY: the load is masked to the lanes `i..n`, inside `s`.
         let x = unsafe { _mm512_maskz_loadu_ps(k, s.as_ptr().add(i)) };
         // `direct::guess`: exponent plus mantissa minus one, times -8.
         let bits = _mm512_castps_si512(_mm512_mul_ps(x, vinv));
@@ -121,10 +118,14 @@ unsafe fn encode_impl(s: &mut [f32], codes: &mut [u8], dither: Option<Dither>) -
             _mm512_max_ps(_mm512_mul_ps(l, _mm512_set1_ps(-8.0)), _mm512_setzero_ps()),
             _mm512_set1_ps(254.0),
         );
-        let c0 = _mm512_max_epi32(_mm512_sub_epi32(_mm512_cvttps_epi32(g), _mm512_set1_epi32(2)), zero_i);
+        let c0 = _mm512_max_epi32(
+            _mm512_sub_epi32(_mm512_cvttps_epi32(g), _mm512_set1_epi32(2)),
+            zero_i,
+        );
         // Code c0 + j holds x when it is a code (<= 254) and its scale is at least x.
         let holds = |j: i32| -> __mmask16 {
             let c = _mm512_add_epi32(c0, _mm512_set1_epi32(j));
+            // SAFETY: gather indices are clamped to 0..=254, inside the 256-entry grid.
             let tv = unsafe { _mm512_i32gather_ps::<4>(_mm512_min_epi32(c, last), t.as_ptr()) };
             _mm512_cmp_epi32_mask::<_MM_CMPINT_LE>(c, last)
                 & _mm512_cmp_ps_mask::<_CMP_GE_OQ>(_mm512_mul_ps(vm, tv), x)
@@ -136,14 +137,17 @@ unsafe fn encode_impl(s: &mut [f32], codes: &mut [u8], dither: Option<Dither>) -
         }
         let nonzero = _mm512_cmp_ps_mask::<_CMP_NEQ_OQ>(x, _mm512_setzero_ps());
         code = _mm512_mask_mov_epi32(_mm512_set1_epi32(ZERO_CODE as i32), nonzero, code);
+        // SAFETY: gather indices are clamped to 0..=254, inside the 256-entry grid.
         let tv = unsafe { _mm512_i32gather_ps::<4>(_mm512_min_epi32(code, last), t.as_ptr()) };
         let mut dec = _mm512_maskz_mul_ps(nonzero, vm, tv);
         if let Some(d) = dither {
             // `dither::dq_encode_dithered_direct`: down one code with the
             // probability that makes the decoded scale unbiased.
             let next = _mm512_min_epi32(_mm512_add_epi32(code, one_i), last);
+            // SAFETY: gather indices are clamped to 0..=254, inside the 256-entry grid.
             let lo = _mm512_mul_ps(vm, unsafe { _mm512_i32gather_ps::<4>(next, t.as_ptr()) });
             let gap = _mm512_sub_ps(dec, lo);
+            // SAFETY: this function's features include `uniforms`'.
             let u = unsafe { uniforms(d, i) };
             let down = _mm512_cmp_epi32_mask::<_MM_CMPINT_LT>(code, last)
                 & _mm512_cmp_ps_mask::<_CMP_GT_OQ>(gap, _mm512_setzero_ps())
@@ -151,6 +155,7 @@ unsafe fn encode_impl(s: &mut [f32], codes: &mut [u8], dither: Option<Dither>) -
             code = _mm512_mask_add_epi32(code, down, code, one_i);
             dec = _mm512_mask_mov_ps(dec, down, lo);
         }
+        // SAFETY: the stores are masked to the lanes `i..n`, inside `codes` and `s`.
         unsafe {
             _mm512_mask_cvtepi32_storeu_epi8(codes.as_mut_ptr().add(i) as *mut i8, k, code);
             _mm512_mask_storeu_ps(s.as_mut_ptr().add(i), k, dec);
@@ -164,6 +169,7 @@ unsafe fn encode_impl(s: &mut [f32], codes: &mut [u8], dither: Option<Dither>) -
             let j = i + lane;
             // `s[j]` now holds the lane's decoded scale; the original is in `x`.
             let mut xs = [0f32; 16];
+            // SAFETY: `xs` holds 16 floats.
             unsafe { _mm512_storeu_ps(xs.as_mut_ptr(), x) };
             let (c, dec) = round_one(t, max, inv_max, xs[lane], dither, j);
             codes[j] = c;

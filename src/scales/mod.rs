@@ -47,8 +47,8 @@ pub(crate) use scalar::ZERO_CODE;
 #[cfg(all(test, feature = "gpu"))]
 pub(crate) use scalar::log2_det;
 
-use coin::Dither;
 use crate::simd::{Avx512, Avx512Dq};
+use coin::Dither;
 
 /// The codec's kernels for one SIMD level: AVX-512 for the table and the
 /// code search when the token is given, else the scalar twin. Both give
@@ -57,7 +57,7 @@ use crate::simd::{Avx512, Avx512Dq};
 pub(crate) struct ScaleCodec {
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     avx512: Option<Avx512>,
-    /// AVX-512 with DQ: the row encoder's dithered twin (64-bit multiplies).
+    /// AVX-512 with DQ: the row layout's encoder (its dither multiplies 64-bit lanes).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     avx512_dq: Option<Avx512Dq>,
 }
@@ -74,12 +74,18 @@ impl ScaleCodec {
     /// Encode one group of the row layout's fixed grid (`direct::encode`,
     /// or `direct::encode_dithered` with `dither`): the codes, the decoded
     /// scales written back to `s`, the group's largest scale returned.
-    pub(crate) fn encode_row(&self, s: &mut [f32], codes: &mut [u8], dither: Option<Dither>) -> f32 {
+    pub(crate) fn encode_row(
+        &self,
+        s: &mut [f32],
+        codes: &mut [u8],
+        dither: Option<Dither>,
+    ) -> f32 {
         #[cfg(target_arch = "x86_64")]
-        match (dither, self.avx512, self.avx512_dq) {
-            (None, Some(tok), _) => return direct_avx512::encode(tok, s, codes),
-            (Some(d), _, Some(tok)) => return direct_avx512::encode_dithered(tok, s, codes, d),
-            _ => {}
+        if let Some(tok) = self.avx512_dq {
+            return match dither {
+                Some(d) => direct_avx512::encode_dithered(tok, s, codes, d),
+                None => direct_avx512::encode(tok, s, codes),
+            };
         }
         match dither {
             Some(d) => direct::encode_dithered(s, codes, d),
@@ -203,7 +209,11 @@ mod tests {
                 })
                 .collect();
             for n in [256usize, 255, 33, 17, 16, 12, 3, 1] {
-                for dither in [None, Some(Dither::new(9, 4321, 77)), Some(Dither::new(2, 7, 0))] {
+                for dither in [
+                    None,
+                    Some(Dither::new(9, 4321, 77)),
+                    Some(Dither::new(2, 7, 0)),
+                ] {
                     let (mut s0, mut c0) = (base[..n].to_vec(), vec![0u8; n]);
                     let (mut s1, mut c1) = (base[..n].to_vec(), vec![0u8; n]);
                     let m0 = match dither {

@@ -241,6 +241,32 @@ def _check_shard1():
     return errors, bool((p.to_local() == 1).all())
 
 
+def _check_nonfinite_1d_grad():
+    # A NaN in a 1-D parameter's gradient (float32 moments, stepped in Python after the
+    # Rust call) is refused before anything changes, naming the parameter.
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    import quantrs
+    import quantrs.torch as qt
+
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    w = torch.nn.Parameter(distribute_tensor(torch.ones(6, 64), mesh, [Shard(0)]))
+    b = torch.nn.Parameter(distribute_tensor(torch.ones(6), mesh, [Shard(0)]))
+    w.grad = distribute_tensor(torch.ones(6, 64), mesh, [Shard(0)])
+    bad = torch.ones(6)
+    bad[0] = float("nan")  # on rank 0's shard
+    b.grad = distribute_tensor(bad, mesh, [Shard(0)])
+    opt = qt.AdamW4bit([w, b], lr=0.1)
+    try:
+        opt.step()
+        error = None
+    except quantrs.InvalidArgument as e:
+        error = str(e)
+    untouched = bool((w.to_local() == 1).all()) and bool((b.to_local() == 1).all())
+    return error, untouched, opt.state_bytes()
+
+
 def _check_qat_settings():
     # Stochastic rounding (streams keyed by the local position): refused for DTensor
     # parameters, the parameter untouched (no view written).
@@ -610,6 +636,7 @@ def _worker(rank, port, outdir, world, shared):
         results["shard1"] = _check_shard1()
         results["low_precision"] = _check_low_precision()
         results["qat_settings"] = _check_qat_settings()
+        results["nonfinite_1d"] = _check_nonfinite_1d_grad()
         torch.save(results, os.path.join(outdir, f"rank{rank}.pt"))
         dist.barrier()
     finally:
@@ -683,6 +710,15 @@ def test_shard_1_placement_is_refused(results):
         errors, untouched = r["shard1"]
         assert all(e is not None and "Shard(dim=1)" in e for e in errors), errors
         assert untouched
+
+
+def test_nonfinite_1d_gradient_is_refused_before_any_update(results):
+    error, untouched, _ = results[0]["nonfinite_1d"]
+    assert error is not None and "parameter 1" in error and "non-finite" in error, error
+    # every rank: no parameter changed (rank 0 raised before its Rust call)
+    assert untouched
+    for r in results[1:]:
+        assert r["nonfinite_1d"][0] is None or "parameter 1" in r["nonfinite_1d"][0]
 
 
 @pytest.mark.parametrize("which", list(INVARIANCE_RUNS))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import numpy as np
 import torch
 
 from .. import _core
@@ -41,8 +42,12 @@ def _cpu_step(opt: Any, cpu: list[tuple], hypers: dict[int, tuple]) -> None:
     # The float32 moments of 1-D DTensor parameters (_sharded.py) are stepped in Python:
     # their gradients are checked here, before the Rust call changes anything.
     f32 = [(s, item) for s, item in zip(slots, cpu) if isinstance(s, _sharded.F32Slot)]
-    for _, (i, *_, g) in f32:
-        check_grad(opt._name, i, g, g)  # shape and device checked already: the values
+    # One pass over all of them, in NumPy (torch hands more than 32 K elements to its
+    # OpenMP pool, whose start costs more than the check); the slow path names the first
+    # bad one.
+    if f32 and not _all_finite([item[4] for _, item in f32]):
+        for _, (i, *_, g) in f32:
+            check_grad(opt._name, i, g, g)  # shape and device checked already: the values
     rust = [(s, item) for s, item in zip(slots, cpu) if s.engine is not None]
     views = [_views(opt, s, i, p, g) for s, (i, _, _, p, g) in rust]
     try:
@@ -85,3 +90,9 @@ def _views(opt: Any, slot: Any, i: int, p: torch.Tensor, g: torch.Tensor) -> tup
     if isinstance(slot, _sharded.RowSlot):
         return slot.views(local, g)
     return local.detach(), g, None
+
+
+def _all_finite(grads: list[torch.Tensor]) -> bool:
+    """Whether every value of the CPU tensors ``grads`` is finite."""
+    flat = torch.cat([g.reshape(-1) for g in grads]).numpy()
+    return bool(np.isfinite(flat.sum()) or np.isfinite(flat).all())

@@ -83,7 +83,15 @@ class SlotOptimizer(Optimizer):
         taken (a plain tensor of another kind is refused by ``check_param``)."""
         if not self._takes_dtensor:
             return p
-        return local_view(f"{self._name}: parameter {i}", p)
+        memo = self._step_locals
+        if memo is None:
+            return local_view(f"{self._name}: parameter {i}", p)
+        # During a step each tensor's shard is looked up several times (checks, views,
+        # write-back): the placement check and ``to_local`` run once.
+        local = memo.get(id(p))
+        if local is None:
+            local = memo[id(p)] = local_view(f"{self._name}: parameter {i}", p)
+        return local
 
     def _adopt(self, p: torch.Tensor, slot: Any) -> None:
         self._slots[p] = slot
@@ -172,6 +180,18 @@ class SlotOptimizer(Optimizer):
             with torch.enable_grad():
                 loss = closure()
         self._import_pending()
+        self._step_locals = {}
+        try:
+            self._checked_step()
+        finally:
+            self._step_locals = None
+        return loss
+
+    # The local shards of the tensors a step has looked up, by ``id`` (``_local``); None
+    # outside a step.
+    _step_locals: dict[int, torch.Tensor] | None = None
+
+    def _checked_step(self) -> None:
         # Check everything first: a bad parameter, gradient or group changes nothing.
         work = []
         hypers: dict[int, tuple] = {}
@@ -190,7 +210,6 @@ class SlotOptimizer(Optimizer):
             self._check_fixed(i, gi, group, p)
             work.append((i, gi, group, p, g))
         self._update_all(work, hypers)
-        return loss
 
     # True where ``_update_all`` checks the values of the CPU gradients before it updates
     # any parameter (so ``step`` skips its own summing pass over them).
