@@ -25,7 +25,7 @@ from ..formats import Checkpoint, CorruptCheckpointError, UnsupportedFormatError
 from ..formats.awq import read_awq
 from ..formats.fp8 import read_fp8
 from ..formats.gptq import read_gptq
-from ..formats.own_layout import own_entry, read_own
+from ..formats.own_layout import ALL_FORMATS, own_entry, read_own
 from ._gguf import GgufLinear, load_gguf_llama
 from ._modules import FP8Linear, Int4Linear
 
@@ -110,7 +110,7 @@ def _packed_linear(ck: Checkpoint, fqn: str, mod: nn.Linear, method, requantize,
         imp = read(ck, fqn, requantize)
         weight, bias = imp.qweight, imp.bias
     elif own_entry(ck, f"{fqn}.weight") is not None:
-        weight = read_own(ck, f"{fqn}.weight")
+        weight = read_own(ck, f"{fqn}.weight", ALL_FORMATS)
         bias = ck.float32(f"{fqn}.bias") if f"{fqn}.bias" in ck else None
     elif f"{fqn}.weight" in ck and ck.info(f"{fqn}.weight").dtype == "F8_E4M3":
         weight, bias = read_fp8(ck, fqn, requantize), None
