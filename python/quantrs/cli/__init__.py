@@ -95,11 +95,16 @@ def _parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser(
         "convert",
-        help="convert a GPTQ, AWQ or GGUF INT4 checkpoint to the quantrs INT4 layout",
+        help="convert a GPTQ, AWQ or GGUF checkpoint to quantrs' layout, keeping the exact bits",
         description="Read a GPTQ or AWQ (GEMM) safetensors file / model folder, or a GGUF "
-        "file, and write its INT4 layers in the quantrs INT4 safetensors layout "
-        "(quantrs.cli.load_int4 reads it); other tensors are copied. Exact where the format "
-        "allows, refused otherwise unless --requantize. See docs/checkpoints.md.",
+        "file, and write every packed layer in the quantrs type that holds it exactly: GGUF "
+        "Q4_0 as int4 group 32, Q4_1 as int4_asym group 32, Q8_0, Q5_0/Q5_1 and k-quants "
+        "(Q4_K, Q5_K, Q6_K) kept as their ggml blocks (token_embd.weight included); GPTQ / "
+        "AWQ as int4 when symmetric 4-bit in input order, else as int_zp (zero points, "
+        "8-bit, act-order). Other tensors (norms, biases, float tensors) are copied. A "
+        "tensor no quantrs type holds (GGUF IQ types, GPTQ 2-bit, ...) stops the "
+        "conversion naming it, unless --requantize re-quantizes it to int4 (error in the "
+        "report). OUT is written atomically. See docs/checkpoints.md.",
     )
     c.add_argument("input", metavar="IN", help="input file or model folder")
     c.add_argument("output", metavar="OUT", help="output .safetensors file")
