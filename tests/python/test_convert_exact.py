@@ -137,3 +137,33 @@ def test_convert_help_says_what_is_kept(capsys):
     text = " ".join(capsys.readouterr().out.split())
     for words in ("Q4_1", "int4_asym", "int_zp", "Q8_0", "k-quants", "--requantize"):
         assert words in text
+
+
+def test_gguf_round_trip_through_quantrs_keeps_every_byte(tmp_path):
+    """GGUF -> quantrs layout -> ``save_gguf``: Q4_0 <-> INT4 g32, Q4_1 <-> int4_asym g32
+    and the other block types come back as the very same bytes (the gguf package reads
+    them)."""
+    from quantrs.formats import save_gguf
+
+    path, tensors = _gguf_file(tmp_path)
+    out = tmp_path / "out.safetensors"
+    assert main(["convert", str(path), str(out), "--from", "gguf", "--no-progress"]) == 0
+    with Checkpoint(out) as ck:
+        weights = {t[0]: read_own(ck, t[0], ALL_FORMATS) for t in tensors}
+    rows = save_gguf(tmp_path / "back.gguf", weights)
+    assert all(r["rel_err"] == 0.0 and r["scales_changed"] == 0 for r in rows)
+    back = {t.name: t for t in gguf.GGUFReader(str(tmp_path / "back.gguf")).tensors}
+    for tname, name, blocks, _shape in tensors:
+        assert back[tname].tensor_type.name == name
+        np.testing.assert_array_equal(np.asarray(back[tname].data).reshape(blocks.shape), blocks)
+
+
+def test_save_gguf_refuses_what_it_cannot_hold(tmp_path):
+    from quantrs.formats import UnsupportedFormatError, save_gguf
+
+    w = np.random.default_rng(0).standard_normal((4, 64)).astype(np.float32)
+    with pytest.raises(UnsupportedFormatError, match="'a'.*group size 32.*group 64"):
+        save_gguf(tmp_path / "x.gguf", {"a": quantrs.Int4AsymWeight.quantize(w, group_size=64)})
+    with pytest.raises(UnsupportedFormatError, match="'b'.*ndarray"):
+        save_gguf(tmp_path / "x.gguf", {"b": w})
+    assert not (tmp_path / "x.gguf").exists()
