@@ -77,13 +77,8 @@ def own_outputs(name: str, weight, src_dtype: str) -> tuple[list, dict]:
     out_f, in_f = weight.shape
     meta = {"format": weight.type, "in_feat": in_f, "out_feat": out_f, "dtype": src_dtype}
     if weight.type == "int4_asym":
-        groups = -(-in_f // weight.group_size)
-        meta["group_size"] = weight.group_size
-        outs = [
-            OutSpec(name + ".codes", "U8", (out_f, in_f // 2)),
-            OutSpec(name + ".scales", "F16", (out_f, groups, 2)),
-        ]
-    elif weight.type == "int_zp":
+        return asym_outputs(name, in_f, out_f, weight.group_size, src_dtype)
+    if weight.type == "int_zp":
         groups = -(-in_f // weight.group_size)
         meta.update(group_size=weight.group_size, bits=weight.bits)
         outs = [
@@ -96,6 +91,22 @@ def own_outputs(name: str, weight, src_dtype: str) -> tuple[list, dict]:
     else:
         meta["format"], meta["type"] = "gguf", weight.type
         outs = [OutSpec(name + ".blocks", "U8", (out_f, weight.nbytes // out_f))]
+    return outs, meta
+
+
+def asym_outputs(
+    name: str, in_feat: int, out_feat: int, group_size: int, src_dtype: str
+) -> tuple[list, dict]:
+    """The tensors and entry of an ``int4_asym`` weight ``[out_feat, in_feat]``."""
+    from ._stfile import OutSpec
+
+    groups = -(-in_feat // group_size)
+    meta = {"format": "int4_asym", "in_feat": in_feat, "out_feat": out_feat,
+            "dtype": src_dtype, "group_size": group_size}  # fmt: skip
+    outs = [
+        OutSpec(name + ".codes", "U8", (out_feat, in_feat // 2)),
+        OutSpec(name + ".scales", "F16", (out_feat, groups, 2)),
+    ]
     return outs, meta
 
 
