@@ -12,16 +12,7 @@ import pytest
 
 gguf = pytest.importorskip("gguf")
 
-from _zp_packing import (  # noqa: E402
-    AWQ_ORDER,
-    desc_act_g_idx,
-    every_code,
-    pack_along_cols,
-    pack_along_rows,
-    reference,
-    write_checkpoint,
-    zeros_with_edges,
-)
+import _zp_packing as zp  # noqa: E402
 from test_gguf_blocks import TYPES, random_blocks, write_file  # noqa: E402
 
 import quantrs  # noqa: E402
@@ -99,21 +90,21 @@ def test_gguf_type_without_quantrs_type_is_refused(tmp_path, capsys):
 def test_zero_point_layers_convert_to_int_zp_exactly(tmp_path, capsys, source):
     rng = np.random.default_rng(3)
     in_f, out_f, gs = 128, 16, 32
-    q = every_code((in_f, out_f), 4, rng)
-    zeros = zeros_with_edges((in_f // gs, out_f), 4, rng)
+    q = zp.every_code((in_f, out_f), 4, rng)
+    zeros = zp.zeros_with_edges((in_f // gs, out_f), 4, rng)
     scales = (rng.standard_normal((in_f // gs, out_f)) * 0.02).astype(np.float16)
     if source == "gptq":  # v1, act-order
-        g_idx = desc_act_g_idx(in_f, gs, rng)
-        t = {"qweight": pack_along_rows(q, 4), "qzeros": pack_along_cols(zeros - 1, 4),
+        g_idx = zp.desc_act_g_idx(in_f, gs, rng)
+        t = {"qweight": zp.pack_along_rows(q, 4), "qzeros": zp.pack_along_cols(zeros - 1, 4),
              "scales": scales, "g_idx": g_idx}  # fmt: skip
         cfg = {"quant_method": "gptq", "bits": 4, "group_size": gs, "desc_act": True}
     else:
         g_idx = np.arange(in_f) // gs
-        t = {"qweight": pack_along_cols(q, 4, AWQ_ORDER),
-             "qzeros": pack_along_cols(zeros, 4, AWQ_ORDER), "scales": scales}  # fmt: skip
+        t = {"qweight": zp.pack_along_cols(q, 4, zp.AWQ_ORDER),
+             "qzeros": zp.pack_along_cols(zeros, 4, zp.AWQ_ORDER), "scales": scales}  # fmt: skip
         cfg = {"quant_method": "awq", "bits": 4, "group_size": gs, "version": "gemm"}
     t["bias"] = rng.standard_normal(out_f).astype(np.float32)
-    folder = write_checkpoint(tmp_path / "m", cfg, {f"l.{k}": v for k, v in t.items()})
+    folder = zp.write_checkpoint(tmp_path / "m", cfg, {f"l.{k}": v for k, v in t.items()})
     assert main(["inspect", folder]) == 0
     assert f"{source} 4-bit, group 32" in capsys.readouterr().out
     out = tmp_path / "out.safetensors"
@@ -121,7 +112,7 @@ def test_zero_point_layers_convert_to_int_zp_exactly(tmp_path, capsys, source):
     assert main(argv) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
     assert rows["l"]["kind"] == "int_zp exact"
-    want = reference(q, scales, zeros, g_idx).T  # [out, in], the producers' formula
+    want = zp.reference(q, scales, zeros, g_idx).T  # [out, in], the producers' formula
     with Checkpoint(out) as ck:
         w = read_own(ck, "l.weight", ALL_FORMATS)
         assert isinstance(w, quantrs.IntZpWeight) and (w.perm is not None) == (source == "gptq")

@@ -37,21 +37,14 @@ def _transposed_f32(reader: StReader, t: TensorInfo) -> np.ndarray:
     return wt
 
 
-def int4_tensor(
-    reader: StReader,
-    t: TensorInfo,
-    meta: dict,
-    group_size: int,
-    method: str = "rtn",
-    importance: np.ndarray | None = None,
-    packed=None,
-):
+def int4_tensor(reader: StReader, t: TensorInfo, meta: dict, group_size: int, method="rtn",
+                prepared=(None, None)):  # fmt: skip
     """``[qweight [num_pairs, out] u8, scales [num_groups, out] f32]`` and the error;
-    ``packed``: the ``QuantizedWeight`` already made (GPTQ), else quantized here."""
+    ``prepared``: ``(importance or None, the QuantizedWeight GPTQ made or None)``."""
     from .. import QuantizedWeight
 
     wt = _transposed_f32(reader, t)
-    qw = packed
+    importance, qw = prepared
     if qw is None:
         qw = QuantizedWeight.quantize(
             wt, group_size=group_size, method=method, importance=importance
@@ -100,24 +93,17 @@ def _rows_f32(reader: StReader, t: TensorInfo) -> np.ndarray:
     return w
 
 
-def asym_tensor(
-    reader: StReader,
-    t: TensorInfo,
-    group_size: int,
-    method: str = "search",
-    importance: np.ndarray | None = None,
-    packed=None,
-):
+def asym_tensor(reader: StReader, t: TensorInfo, group_size: int, method="search",
+                prepared=(None, None)):  # fmt: skip
     """The ``int4_asym`` tensors of :func:`quantrs.formats.own_layout.own_outputs` and
-    the error; ``packed``: the ``Int4AsymWeight`` already made (GPTQ), else quantized
-    here with ``Int4AsymWeight.quantize``."""
+    the error; ``prepared`` as for :func:`int4_tensor` (an ``Int4AsymWeight``)."""
     from .. import Int4AsymWeight
     from ..formats.own_layout import own_arrays
 
     if not np.isfinite(w := _rows_f32(reader, t)).all():
         r, c = np.argwhere(~np.isfinite(w))[0]
         raise InvalidArgument(f"w: non-finite value {w[r, c]} at index [{r}, {c}]")
-    aw = packed
+    importance, aw = prepared
     if aw is None:
         aw = Int4AsymWeight.quantize(w, group_size=group_size, method=method, importance=importance)
     acc = _ErrAcc()

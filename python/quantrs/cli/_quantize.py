@@ -151,13 +151,11 @@ def quantize_file(
                         writer.write(t.name, _copy_chunks(reader, t))
                         err = None
                     else:
-                        imp, packed = prepared.of(t.name)
+                        got = prepared.of(t.name)
                         if j.kind == "int4":
-                            arrays, err = int4_tensor(
-                                reader, t, j.meta, group_size, method, imp, packed
-                            )
+                            arrays, err = int4_tensor(reader, t, j.meta, group_size, method, got)
                         elif j.kind == "int4_asym":
-                            arrays, err = asym_tensor(reader, t, group_size, method, imp, packed)
+                            arrays, err = asym_tensor(reader, t, group_size, method, got)
                         else:
                             arrays, err = fp8_tensor(reader, t)
                         for o, a in zip(j.outs, arrays):
