@@ -136,3 +136,19 @@ def test_search_weighted_by_calibration_importance(tmp_path):
     np.testing.assert_array_equal(got, want.dequantize())
     plain = quantrs.Int4AsymWeight.quantize(w, group_size=32).dequantize()
     assert not np.array_equal(got, plain)  # the importance changed the choice
+
+
+def test_bad_calibration_is_named(tmp_path, capsys):
+    _, src, text, _ = _folder(tmp_path)
+    out = tmp_path / "q"
+    base = ["quantize", str(src), str(out), "--format", "int4_asym", "--no-progress"]
+    cases = [
+        (["--method", "gptq"], "--method gptq needs --calibration"),
+        (["--calibration", str(tmp_path / "none.txt")], "cannot read it as text"),
+        (["--calibration", str(text), "--calibration-length", "100000"], "fewer than one window"),
+        (["--format", "fp8", "--calibration", str(text)], "not --format fp8"),
+    ]
+    for extra, msg in cases:
+        assert main(base + extra) == 1
+        assert msg in capsys.readouterr().err
+    assert not out.exists()
