@@ -109,6 +109,7 @@ def _assert_same_logits(loaded, ref):
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4 * want.abs().max().item())
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize(
     "method,act,v1", [("gptq", False, True), ("gptq", True, False), ("awq", False, True)]
 )
@@ -130,6 +131,7 @@ def test_zero_point_folder_loads_whole_model(tmp_path, method, act, v1):
     _assert_same_logits(loaded, model)
 
 
+@pytest.mark.kernel
 def test_fp8_compressed_tensors_folder(tmp_path):
     model = tiny_llama(seed=2, tie=True)
     rng = np.random.default_rng(5)
@@ -168,6 +170,7 @@ def _retag_u8_as_f8(path, names):
     path.write_bytes(len(new).to_bytes(8, "little") + new + raw[8 + n :])
 
 
+@pytest.mark.kernel
 def test_quantrs_int4_folder_from_quantize(tmp_path):
     from quantrs.cli import main
 
