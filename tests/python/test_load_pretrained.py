@@ -229,3 +229,16 @@ def test_bad_folders_raise_naming_the_problem(tmp_path):
         load_pretrained(tmp_path / "missing")
     with pytest.raises(FormatError, match="model folder"):
         load_pretrained(folder / "model.safetensors")
+
+
+def test_gguf_of_another_architecture_is_refused(tmp_path):
+    gguf = pytest.importorskip("gguf")
+    path = tmp_path / "m.gguf"
+    w = gguf.GGUFWriter(str(path), "gpt2")
+    w.add_tensor("token_embd.weight", np.zeros((4, 32), np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(UnsupportedFormatError, match="architecture 'gpt2'"):
+        load_pretrained(path)
