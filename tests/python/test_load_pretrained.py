@@ -132,6 +132,24 @@ def test_zero_point_folder_loads_whole_model(tmp_path, method, act, v1):
 
 
 @pytest.mark.kernel
+@pytest.mark.parametrize("method", ["gptq", "awq"])
+def test_producer_config_file_without_quant_method(tmp_path, method):
+    """AutoGPTQ's quantize_config.json / AutoAWQ's quant_config.json, no quant_method."""
+    model = tiny_llama(seed=8, tie=False)
+    folder = _zero_point_folder(tmp_path, model, method)
+    cfg = json.loads((folder / "config.json").read_text())
+    q = cfg.pop("quantization_config")
+    (folder / "config.json").write_text(json.dumps(cfg))
+    if method == "gptq":
+        own = {"bits": 4, "group_size": GS, "desc_act": False, "sym": False}
+        (folder / "quantize_config.json").write_text(json.dumps(own))
+    else:
+        own = {"w_bit": 4, "q_group_size": GS, "zero_point": True, "version": q["version"]}
+        (folder / "quant_config.json").write_text(json.dumps(own))
+    _assert_same_logits(load_pretrained(folder), model)
+
+
+@pytest.mark.kernel
 def test_fp8_compressed_tensors_folder(tmp_path):
     model = tiny_llama(seed=2, tie=True)
     rng = np.random.default_rng(5)

@@ -64,7 +64,7 @@ def load_pretrained(
     with Checkpoint(p) as ck:
         if not ck.config:
             raise CorruptCheckpointError(f"{p}: no config.json to build the model from")
-        method = str(ck.quant_settings().get("quant_method", "")).lower()
+        method = _method_of(ck)
         if method and method not in _METHODS:
             raise UnsupportedFormatError(
                 f"{p}: quant_method {method!r} is not one of {', '.join(_METHODS)}"
@@ -78,6 +78,17 @@ def load_pretrained(
                     model.set_submodule(fqn, new)
         _assign_rest(model, ck, used)
     return model.eval()
+
+
+def _method_of(ck: Checkpoint) -> str:
+    """``quant_method`` of the checkpoint's settings; AutoGPTQ's ``quantize_config.json``
+    and AutoAWQ's ``quant_config.json`` often have none: AWQ's keys (``w_bit``,
+    ``q_group_size``, ``version``) say AWQ, any other such file GPTQ."""
+    q = ck.quant_settings()
+    method = str(q.get("quant_method", "")).lower()
+    if method or not q:
+        return method
+    return "awq" if {"w_bit", "q_group_size", "version"} & set(q) else "gptq"
 
 
 @contextlib.contextmanager
