@@ -112,8 +112,8 @@ def test_int4_method_flag(ckpt, tmp_path, method):
             )
             or w.shape[1] < 2
         ), name
-    with pytest.raises(SystemExit):
-        quantize(src, tmp_path / "x.safetensors", "--format", "int4", "--method", "gptq")
+    # GPTQ needs calibration text, which needs a model folder
+    assert quantize(src, tmp_path / "x.safetensors", "--format", "int4", "--method", "gptq") == 1
 
 
 @needs_int4

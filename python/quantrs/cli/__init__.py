@@ -57,21 +57,50 @@ def _parser() -> argparse.ArgumentParser:
         "quantize",
         help="quantize the linear weights of a safetensors file or Hugging Face model folder",
         description="Quantize the 2-D weights of linear layers (or the tensors --include picks) "
-        "of IN, a .safetensors file or a model folder (sharded or not), to INT4 or FP8 E4M3; "
+        "of IN, a .safetensors file or a model folder (sharded or not), to INT4 (symmetric or "
+        "asymmetric) or FP8 E4M3, optionally calibrated on text (importance or GPTQ); "
         "copy everything else; write OUT (a file, or a folder with its index, config.json "
         "quantization_config and the other files) atomically. See docs/cli.md and "
         "docs/checkpoints.md.",
     )
     q.add_argument("input", metavar="IN", help="input .safetensors file or model folder")
     q.add_argument("output", metavar="OUT", help="output file (or folder, for a folder IN)")
-    q.add_argument("--format", required=True, choices=["int4", "fp8"], help="target format")
-    q.add_argument("--group-size", type=_positive, default=32, help="INT4 group size, even (32)")
+    q.add_argument(
+        "--format",
+        required=True,
+        choices=["int4", "int4_asym", "fp8"],
+        help="target format: int4 (symmetric, f32 scale per group), int4_asym (f16 step and "
+        "minimum per group, inputs a multiple of 32), fp8 (E4M3, per-tensor scale)",
+    )
+    q.add_argument(
+        "--group-size",
+        type=_positive,
+        default=32,
+        help="INT4 group size: even for int4, a multiple of 32 for int4_asym (32)",
+    )
     q.add_argument(
         "--method",
-        choices=["rtn", "full", "search"],
-        default="rtn",
-        help="INT4 scales: rtn (absmax/7), full (max/-8), search (least squared error); "
-        "docs/int4.md",
+        choices=["rtn", "full", "search", "gptq"],
+        help="quantizer (docs/int4.md): int4: rtn (absmax/7, the default), full (max/-8), "
+        "search (least squared error, weighted by the importance --calibration gives); "
+        "int4_asym: search (the default) or rtn; gptq (either format): GPTQ with the "
+        "Hessians of --calibration",
+    )
+    q.add_argument(
+        "--calibration",
+        metavar="TEXT",
+        help="a text file run through IN's float model first (IN a model folder with its "
+        "tokenizer; needs PyTorch and transformers): gives search each input's importance "
+        "(mean x^2, llama.cpp's imatrix) and gptq its Hessians",
+    )
+    q.add_argument(
+        "--calibration-windows",
+        type=_positive,
+        default=8,
+        help="windows of calibration text used (8)",
+    )
+    q.add_argument(
+        "--calibration-length", type=_positive, default=512, help="tokens per window (512)"
     )
     q.add_argument(
         "--layout",
@@ -95,11 +124,16 @@ def _parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser(
         "convert",
-        help="convert a GPTQ, AWQ or GGUF INT4 checkpoint to the quantrs INT4 layout",
+        help="convert a GPTQ, AWQ or GGUF checkpoint to quantrs' layout, keeping the exact bits",
         description="Read a GPTQ or AWQ (GEMM) safetensors file / model folder, or a GGUF "
-        "file, and write its INT4 layers in the quantrs INT4 safetensors layout "
-        "(quantrs.cli.load_int4 reads it); other tensors are copied. Exact where the format "
-        "allows, refused otherwise unless --requantize. See docs/checkpoints.md.",
+        "file, and write every packed layer in the quantrs type that holds it exactly: GGUF "
+        "Q4_0 as int4 group 32, Q4_1 as int4_asym group 32, Q8_0, Q5_0/Q5_1 and k-quants "
+        "(Q4_K, Q5_K, Q6_K) kept as their ggml blocks (token_embd.weight included); GPTQ / "
+        "AWQ as int4 when symmetric 4-bit in input order, else as int_zp (zero points, "
+        "8-bit, act-order). Other tensors (norms, biases, float tensors) are copied. A "
+        "tensor no quantrs type holds (GGUF IQ types, GPTQ 2-bit, ...) stops the "
+        "conversion naming it, unless --requantize re-quantizes it to int4 (error in the "
+        "report). OUT is written atomically. See docs/checkpoints.md.",
     )
     c.add_argument("input", metavar="IN", help="input file or model folder")
     c.add_argument("output", metavar="OUT", help="output .safetensors file")
@@ -170,8 +204,18 @@ def _cmd_quantize(args) -> int:
         method=args.method,
     )
     if os.path.isdir(args.input):
-        rows, summary = quantize_folder(args.input, args.output, args.format, **opts)
+        rows, summary = quantize_folder(
+            args.input,
+            args.output,
+            args.format,
+            **opts,
+            calibration=args.calibration,
+            windows=args.calibration_windows,
+            length=args.calibration_length,
+        )
     else:
+        if args.calibration is not None or args.method == "gptq":
+            raise CliError("--calibration (and --method gptq) need IN to be a model folder")
         rows, summary = quantize_file(args.input, args.output, args.format, **opts), None
     if args.json:
         print(json.dumps(rows if summary is None else {**summary, "tensors": rows}, indent=1))

@@ -37,12 +37,18 @@ def _transposed_f32(reader: StReader, t: TensorInfo) -> np.ndarray:
     return wt
 
 
-def int4_tensor(reader: StReader, t: TensorInfo, meta: dict, group_size: int, method: str = "rtn"):
-    """``[qweight [num_pairs, out] u8, scales [num_groups, out] f32]`` and the error."""
+def int4_tensor(reader: StReader, t: TensorInfo, meta: dict, group_size: int, method="rtn",
+                prepared=(None, None)):  # fmt: skip
+    """``[qweight [num_pairs, out] u8, scales [num_groups, out] f32]`` and the error;
+    ``prepared``: ``(importance or None, the QuantizedWeight GPTQ made or None)``."""
     from .. import QuantizedWeight
 
     wt = _transposed_f32(reader, t)
-    qw = QuantizedWeight.quantize(wt, group_size=group_size, method=method)
+    importance, qw = prepared
+    if qw is None:
+        qw = QuantizedWeight.quantize(
+            wt, group_size=group_size, method=method, importance=importance
+        )
     m = meta
     data = np.asarray(qw.data).reshape(-1, m["out_feat"])
     scales = np.asarray(qw.scales).reshape(-1, m["out_feat"])
@@ -69,6 +75,43 @@ def _int4_error(wt: np.ndarray, data: np.ndarray, scales: np.ndarray, gs: int):
         n = min(q.shape[0], in_feat - r0)
         acc.add(wt[r0 : r0 + n], deq[:n])
     return acc.result()
+
+
+def _rows_f32(reader: StReader, t: TensorInfo) -> np.ndarray:
+    """``W [out, in]`` as a new float32 array, converted row block by row block (the
+    source pages dropped once copied)."""
+    w = np.empty(t.shape, np.float32)
+    src = reader.array(t)
+    row_bytes = t.nbytes // t.shape[0]
+    step = max(1, _CHUNK // row_bytes)
+    for r0 in range(0, t.shape[0], step):
+        block = src[r0 : r0 + step]
+        if t.dtype == "BF16":  # bfloat16 is the top half of a float32
+            block = (block.astype(np.uint32) << 16).view(np.float32)
+        w[r0 : r0 + step] = block
+        reader.release(t, r0 * row_bytes, min(step, t.shape[0] - r0) * row_bytes)
+    return w
+
+
+def asym_tensor(reader: StReader, t: TensorInfo, group_size: int, method="search",
+                prepared=(None, None)):  # fmt: skip
+    """The ``int4_asym`` tensors of :func:`quantrs.formats.own_layout.own_outputs` and
+    the error; ``prepared`` as for :func:`int4_tensor` (an ``Int4AsymWeight``)."""
+    from .. import Int4AsymWeight
+    from ..formats.own_layout import own_arrays
+
+    if not np.isfinite(w := _rows_f32(reader, t)).all():
+        r, c = np.argwhere(~np.isfinite(w))[0]
+        raise InvalidArgument(f"w: non-finite value {w[r, c]} at index [{r}, {c}]")
+    importance, aw = prepared
+    if aw is None:
+        aw = Int4AsymWeight.quantize(w, group_size=group_size, method=method, importance=importance)
+    acc = _ErrAcc()
+    step = max(1, _ERR_ELEMS // t.shape[1])
+    for r0 in range(0, t.shape[0], step):
+        r1 = min(t.shape[0], r0 + step)
+        acc.add(w[r0:r1], aw.dequantize_rows(r0, r1))
+    return own_arrays(aw), acc.result()
 
 
 def fp8_tensor(reader: StReader, t: TensorInfo):

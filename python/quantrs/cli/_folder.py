@@ -45,22 +45,27 @@ def _ignored_modules(rows: list[dict]) -> list[str]:
     return out
 
 
-def quantization_config(fmt: str, layout: str, group_size: int, rows, selector) -> dict:
+def quantization_config(
+    fmt: str, layout: str, group_size: int, rows, selector, method: str = "rtn"
+) -> dict:
     ignore = _ignored_modules(rows)
     if fmt == "fp8":
         return fp8_config(layout, ignore)
-    return {
+    cfg = {
         "quant_method": "quantrs",
-        "format": "int4",
+        "format": fmt,
         "bits": 4,
         "group_size": group_size,
-        "symmetric": True,
-        "layout": "quantrs.int4",
+        "symmetric": fmt == "int4",
+        "layout": f"quantrs.{fmt}",
         "layout_version": 1,
         "modules_not_converted": ignore,
         "selection": selector.describe(),
         "producer": "quantrs",
     }
+    if method != "rtn" or fmt != "int4":  # "rtn" int4 configs stay as they always were
+        cfg["method"] = method
+    return cfg
 
 
 def _copy_other(src: Path, dst: Path, skip: set[str]) -> list[str]:
@@ -84,10 +89,16 @@ def quantize_folder(
     progress: bool = True,
     layout: str = "compressed-tensors",
     selector: Selector | None = None,
-    method: str = "rtn",
+    method: str | None = None,
+    calibration: str | None = None,
+    windows: int = 8,
+    length: int = 512,
 ) -> tuple[list[dict], dict]:
-    """Quantize model folder ``src`` into folder ``dst``; ``(rows, summary)``."""
-    check_options(fmt, group_size, layout)
+    """Quantize model folder ``src`` into folder ``dst``; ``(rows, summary)``.
+    ``calibration``: a text file run through the model first (:mod:`._calibration`)."""
+    method = check_options(fmt, group_size, layout, method)
+    if method == "gptq" and calibration is None:
+        raise CliError("--method gptq needs --calibration TEXT")
     selector = selector or Selector()
     src, dst = Path(src), Path(dst)
     if dst.resolve() == src.resolve() or src.resolve() in dst.resolve().parents:
@@ -105,12 +116,27 @@ def quantize_folder(
         method = config["quantization_config"].get("quant_method", "?")
         raise CliError(f"{src / 'config.json'}: the model is already quantized ({method})")
 
+    prepared = None
+    if calibration is not None:
+        from ._calibration import prepare
+
+        prepared = prepare(
+            str(src), calibration, fmt, group_size, method, selector, windows, length
+        )
     tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent))
     try:
         rows, weight_map = [], {}
         for shard in shards:
             shard_rows = quantize_file(
-                shard, tmp / shard.name, fmt, group_size, progress, layout, selector, method
+                shard,
+                tmp / shard.name,
+                fmt,
+                group_size,
+                progress,
+                layout,
+                selector,
+                method,
+                prepared,
             )
             for r in shard_rows:
                 r["shard"] = shard.name
@@ -124,7 +150,9 @@ def quantize_folder(
             }
             (tmp / INDEX_NAME).write_text(json.dumps(index, indent=2) + "\n")
         copied = _copy_other(src, tmp, {s.name for s in shards} | {INDEX_NAME})
-        qcfg = quantization_config(fmt, layout, group_size, rows, selector)
+        qcfg = quantization_config(fmt, layout, group_size, rows, selector, method)
+        if calibration is not None:
+            qcfg["calibration"] = {"windows": windows, "length": length}
         if (src / "config.json").is_file():
             config["quantization_config"] = qcfg
             (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")

@@ -1,14 +1,22 @@
-"""``quantrs convert IN OUT --from gptq|awq|gguf``: another tool's INT4 checkpoint to
-today's quantrs INT4 safetensors layout (the one :func:`quantrs.cli.load_int4` reads).
+"""``quantrs convert IN OUT --from gptq|awq|gguf``: another tool's checkpoint to quantrs'
+safetensors layout (:mod:`quantrs.formats.own_layout`), keeping the exact bits.
 
-A GPTQ / AWQ layer ``p`` (``p.qweight``, ``p.qzeros``, ``p.scales``, ``p.g_idx``) becomes
-``p.weight.qweight`` + ``p.weight.scales`` (``load_int4(OUT, "p.weight")``); a 2-D GGUF
-``Q4_0`` tensor ``n`` becomes ``n.qweight`` + ``n.scales``. Every other tensor (biases,
-norms, embeddings; GGUF F32 / F16 / BF16 / integer tensors, with the PyTorch shape) is
-copied. Exact where the format allows (docs/checkpoints.md); other tensors are refused
-with the reason, or with ``--requantize`` dequantized and re-quantized, the error in
-the report. Layers are read one at a time and streamed to a temporary file renamed over
-OUT at the end, like ``quantize``.
+Each packed layer is written in the quantrs type that holds it exactly:
+
+- GPTQ / AWQ layer ``p`` (``p.qweight``, ``p.qzeros``, ``p.scales``, ``p.g_idx``):
+  ``p.weight`` as INT4 (``p.weight.qweight`` + ``p.weight.scales``, what
+  :func:`quantrs.cli.load_int4` reads) when symmetric 4-bit in input order, else as
+  ``int_zp`` (zero points, 8-bit, act-order);
+- GGUF 2-D tensor ``n``: ``Q4_0`` as INT4 group 32, ``Q4_1`` as ``int4_asym`` group 32,
+  every other block type (``Q8_0``, ``Q5_x``, k-quants) as its ggml blocks (``gguf``),
+  the embedding table ``token_embd.weight`` included (a lookup reads its rows with
+  ``dequantize_rows``).
+
+Every other tensor (biases, norms; GGUF F32 / F16 / BF16 / integer tensors, with the
+PyTorch shape) is copied. What no quantrs type holds (GPTQ 2-bit, AWQ shapes int_zp cannot
+take, GGUF IQ types) is refused naming the tensor and the reason, or with ``--requantize``
+dequantized and re-quantized to INT4, the error in the report. Layers are read one at a
+time and streamed to a temporary file renamed over OUT at the end, like ``quantize``.
 """
 
 from __future__ import annotations
@@ -16,27 +24,50 @@ from __future__ import annotations
 import json
 import os
 import warnings
-from functools import partial
 from pathlib import Path
 
 import numpy as np
 
+from .. import QuantizedWeight
 from ..formats import Checkpoint, FormatError, GgufFile, UnsupportedFormatError
 from ..formats._stfile import OutSpec, StWriter
-from ..formats.awq import awq_geometry, awq_layers, read_awq
-from ..formats.gguf import PACKED_TYPES, Q4_0, packed_weight, read_gguf_weight
-from ..formats.gptq import gptq_geometry, gptq_layers, read_gptq
+from ..formats.awq import awq_layers, read_awq
+from ..formats.gguf import PACKED_TYPES, exact_packed, read_gguf_weight
+from ..formats.gptq import gptq_layers, read_gptq
+from ..formats.own_layout import own_arrays, own_outputs
 from ._errors import CliError
 from ._layout import FORMAT_KEY, FORMAT_VERSION, TENSORS_KEY, check_unique_outputs, int4_outputs
 from ._quantize import progress_bar
 
 SOURCES = ("gptq", "awq", "gguf")
 # GGUF plain types copied as safetensors tensors: ggml type name -> safetensors dtype
-# GGUF's embedding tables (llama.cpp's tensor names): block-quantized ones are written
-# as float32 (every ggml value is an exact float32), not refused as non-Q4_0 linears.
-_GGUF_EMBEDDINGS = frozenset({"token_embd.weight"})
 _GGUF_COPY = {"F32": "F32", "F16": "F16", "BF16": "BF16", "F64": "F64", "I8": "I8",
               "I16": "I16", "I32": "I32", "I64": "I64"}  # fmt: skip
+
+
+def _packed_job(row: str, name: str, src_dtype: str, weight, bytes_in: int, read) -> _Job:
+    """The job (report row ``row``) writing ``weight`` (a sample of what ``read()``
+    returns: same type and shapes) under ``name``; ``read() -> (weight, error or None,
+    note)``."""
+    if isinstance(weight, QuantizedWeight):
+        outs, meta = int4_outputs(
+            name, weight.in_feat, weight.out_feat, weight.group_size, src_dtype
+        )
+
+        def run():
+            qw, err, note = read()
+            return _qw_arrays(qw, outs), err, note
+
+        shape = [weight.out_feat, weight.in_feat]
+        return _Job(row, src_dtype, shape, "int4", outs, bytes_in, run, meta)
+    outs, meta = own_outputs(name, weight, src_dtype)
+
+    def run_own():
+        w, err, note = read()
+        return own_arrays(w), err, note
+
+    kind = meta["format"] if meta["format"] != "gguf" else f"gguf {meta['type']}"
+    return _Job(row, src_dtype, list(weight.shape), kind, outs, bytes_in, run_own, meta)
 
 
 def _qw_arrays(qw, outs) -> list[np.ndarray]:
@@ -48,40 +79,38 @@ def _qw_arrays(qw, outs) -> list[np.ndarray]:
 
 
 class _Job:
-    def __init__(self, name, dtype, shape, kind, outs, bytes_in, run, meta=None, reason=""):
+    """One output: ``run() -> (arrays for outs, error or None, note)``; ``meta``: the
+    ``quantrs.tensors`` entry of a packed weight (None for a copy)."""
+
+    def __init__(self, name, dtype, shape, kind, outs, bytes_in, run, meta=None):
         self.name, self.dtype, self.shape, self.kind = name, dtype, shape, kind
-        self.outs, self.bytes_in, self.run, self.meta, self.reason = (
-            outs,
-            bytes_in,
-            run,
-            meta,
-            reason,
-        )
+        self.outs, self.bytes_in, self.run, self.meta = outs, bytes_in, run, meta
+
+    @property
+    def weight_name(self) -> str:
+        """The packed weight's name in ``quantrs.tensors``."""
+        return self.outs[0].name.rsplit(".", 1)[0]
 
 
 def _plan_safetensors(ck: Checkpoint, source: str, requantize: bool) -> list[_Job]:
     layers = gptq_layers(ck) if source == "gptq" else awq_layers(ck)
-    geometry = gptq_geometry if source == "gptq" else awq_geometry
-    # convert writes quantrs INT4 only: no int_zp weights (docs/checkpoints.md)
-    read = partial(read_gptq if source == "gptq" else read_awq, into="int4")
+    reader = read_gptq if source == "gptq" else read_awq
     owned = set()
     jobs = []
     for p in layers:
-        geo = geometry(ck, p)
-        gs = geo["group_size"] if geo["group_size"] % 2 == 0 else 32
-        outs, meta = int4_outputs(
-            p + ".weight", geo["in_feat"], geo["out_feat"], gs, source.upper()
-        )
         parts = [f"{p}.{k}" for k in ("qweight", "qzeros", "scales", "g_idx") if f"{p}.{k}" in ck]
         owned.update(parts)
 
-        def run(p=p, outs=outs):
-            imp = read(ck, p, requantize)
-            return _qw_arrays(imp.qweight, outs), imp.error, imp.note
+        def read(p=p):
+            imp = reader(ck, p, requantize)
+            return imp.qweight, imp.error, imp.note
 
+        with warnings.catch_warnings():  # the planning read; the error is reported later
+            warnings.simplefilter("ignore")
+            sample = read()[0]  # one layer in memory, dropped at once
         nbytes = sum(ck.info(n).nbytes for n in parts)
-        shape = [geo["out_feat"], geo["in_feat"]]
-        jobs.append(_Job(p, source.upper(), shape, "int4", outs, nbytes, run, meta))
+        jobs.append(_packed_job(p, p + ".weight", source.upper(), sample, nbytes, read))
+        del sample
     for n in ck.names():
         if n in owned:
             continue
@@ -108,18 +137,19 @@ def _plan_gguf(g: GgufFile, requantize: bool) -> list[_Job]:
             out = OutSpec(t.name, _GGUF_COPY[tname], t.shape)
             jobs.append(_Job(t.name, tname, list(t.shape), "copy", [out], t.nbytes, copy))
             continue
-        if t.name in _GGUF_EMBEDDINGS and tname in PACKED_TYPES:
-            # A lookup table, not a linear: stored as its exact float32 values.
-            def embed(t=t, tname=tname):
-                return [packed_weight(g, t).dequantize()], None, f"{tname} dequantized exactly"
+        if len(t.dims) == 2 and tname in PACKED_TYPES:
 
-            out = OutSpec(t.name, "F32", t.shape)
-            jobs.append(_Job(t.name, tname, list(t.shape), "copy", [out], t.nbytes, embed))
+            def exact(t=t):
+                return exact_packed(g, t), None, ""
+
+            sample = exact(t)[0]
+            jobs.append(_packed_job(t.name, t.name, tname, sample, t.nbytes, exact))
+            del sample
             continue
-        if len(t.dims) != 2 or (t.type_id != Q4_0 and not requantize):
-            why = "not 2-D" if len(t.dims) != 2 else f"ggml type {tname} is not Q4_0"
+        if len(t.dims) != 2 or not requantize:
+            why = "not 2-D" if len(t.dims) != 2 else f"no quantrs type holds ggml type {tname}"
             raise UnsupportedFormatError(
-                f"tensor {t.name!r}: {why}: not representable in quantrs INT4 exactly"
+                f"tensor {t.name!r}: {why}: not representable exactly"
                 + ("" if len(t.dims) != 2 else " (--requantize dequantizes and re-quantizes it)")
             )
         in_feat, out_feat = t.dims
@@ -159,7 +189,7 @@ def convert(
                 if source == "gguf"
                 else _plan_safetensors(f, source, requantize)
             )
-            if source != "gguf" and not any(j.kind == "int4" for j in jobs):
+            if source != "gguf" and not any(j.meta is not None for j in jobs):
                 raise UnsupportedFormatError(
                     f"{src}: no {source.upper()} layer (no '<layer>.qweight' tensor)"
                 )
@@ -170,14 +200,12 @@ def convert(
 
 def _write(jobs, dst: Path, source: str, progress: bool) -> list[dict]:
     check_unique_outputs((j.name, j.outs) for j in jobs)
+    packed = [j for j in jobs if j.meta is not None]
     metadata = {
-        FORMAT_KEY: "int4",
+        FORMAT_KEY: "int4" if all(j.kind == "int4" for j in packed) else "packed",
         "quantrs.version": FORMAT_VERSION,
         "quantrs.source": source,
-        TENSORS_KEY: json.dumps(
-            {j.outs[0].name[: -len(".qweight")]: j.meta for j in jobs if j.kind == "int4"},
-            separators=(",", ":"),
-        ),
+        TENSORS_KEY: json.dumps({j.weight_name: j.meta for j in packed}, separators=(",", ":")),
     }
     rows = []
     try:
@@ -195,7 +223,7 @@ def _write(jobs, dst: Path, source: str, progress: bool) -> list[dict]:
                 raise CliError(f"{j.name!r}: {e}") from None
             for o, a in zip(j.outs, arrays):
                 writer.write(o.name, a)
-            exact = j.kind == "int4" and err is None
+            exact = j.meta is not None and err is None
             rows.append(
                 {
                     "name": j.name,

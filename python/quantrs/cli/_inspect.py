@@ -13,7 +13,9 @@ import numpy as np
 
 from ..formats import Checkpoint, FormatError
 from ..formats._stfile import StFormatError, StReader
+from ..formats.awq import awq_geometry
 from ..formats.fp8 import classify
+from ..formats.gptq import gptq_geometry, gptq_layers
 from ._errors import CliError
 from ._inspect_gguf import inspect_gguf, is_gguf
 from ._layout import FORMAT_KEY, TENSORS_KEY
@@ -36,6 +38,7 @@ def inspect_path(path: str | os.PathLike) -> dict:
         for r in ck.readers.values():
             kinds.update(_kinds(r, _qmeta(r)))
         kinds.update(_fp8_kinds(ck, str(qcfg.get("quant_method", "")) or None))
+        kinds.update(_zero_point_kinds(ck, qcfg))
         tensors = []
         for shard, r in ck.readers.items():
             for t in r.in_file_order():
@@ -102,11 +105,50 @@ def _kinds(reader: StReader, qmeta: dict) -> dict[str, str]:
         what += f", group {meta.get('group_size')}"
         kinds.update({"data": f"{what}: packed codes", "scales": f"{what}: scales"})
     for name, m in qmeta.items():
-        if isinstance(m, dict) and m.get("format") == "int4":
-            what = f"int4 of {name} [{m.get('out_feat')}x{m.get('in_feat')}]"
+        if not isinstance(m, dict) or m.get("format") not in _OWN_PARTS:
+            continue
+        fmt = m["format"] if m["format"] != "gguf" else f"gguf {m.get('type')}"
+        what = f"{fmt} of {name} [{m.get('out_feat')}x{m.get('in_feat')}]"
+        if "group_size" in m:
             what += f", group {m.get('group_size')}"
-            kinds[name + ".qweight"] = f"{what}: packed codes"
-            kinds[name + ".scales"] = f"{what}: scales"
+        if "bits" in m:
+            what += f", {m.get('bits')}-bit"
+        for part, role in _OWN_PARTS[m["format"]].items():
+            kinds[f"{name}.{part}"] = f"{what}: {role}"
+    return kinds
+
+
+# the tensors of each packed format of quantrs' layout (formats.own_layout)
+_OWN_PARTS = {
+    "int4": {"qweight": "packed codes", "scales": "scales"},
+    "int4_asym": {"codes": "packed codes", "scales": "step and minimum"},
+    "int_zp": {"codes": "codes", "scales": "scales", "zeros": "zero points",
+               "perm": "input order"},
+    "gguf": {"blocks": "ggml blocks"},
+}  # fmt: skip
+
+
+def _zero_point_kinds(ck: Checkpoint, qcfg: dict) -> dict[str, str]:
+    """Kinds of the GPTQ / AWQ layers' tensors, from the config and the headers: the
+    method, bits, group size and what quantrs loads them into."""
+    method = str(qcfg.get("quant_method", "")).lower()
+    if method not in ("gptq", "awq"):
+        return {}
+    kinds: dict[str, str] = {}
+    for p in gptq_layers(ck):  # the same '<layer>.qweight' rule for both
+        try:
+            geo = gptq_geometry(ck, p) if method == "gptq" else awq_geometry(ck, p)
+        except FormatError as e:
+            kinds[p + ".qweight"] = f"{method}: unreadable ({e})"
+            continue
+        bits = geo.get("bits", 4)
+        what = f"{method} {bits}-bit, group {geo['group_size']}"
+        if method == "gptq":
+            what += f", v{geo['version']}"
+        what += " (exact: int4 if symmetric in order, else int_zp)"
+        for k in ("qweight", "qzeros", "scales", "g_idx"):
+            if f"{p}.{k}" in ck:
+                kinds[f"{p}.{k}"] = f"{what}: {k}"
     return kinds
 
 

@@ -21,6 +21,8 @@ def is_gguf(path: str | os.PathLike) -> bool:
 def _kind(t) -> str:
     if t.type_id == Q4_0 and len(t.dims) == 2:
         return "gguf q4_0: exact quantrs int4 g32, or packed GgufWeight"
+    if t.type_name == "Q4_1" and len(t.dims) == 2:
+        return "gguf q4_1: exact quantrs int4_asym g32, or packed GgufWeight"
     if t.type_name in PACKED_TYPES and len(t.dims) == 2:
         return f"gguf {t.type_name.lower()}: packed GgufWeight"
     return "-"

@@ -5,14 +5,12 @@ See the module doc of :mod:`._quantize` and docs/cli.md for the full layout.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable
 
-import numpy as np
-
 from ..formats._int4 import int4_layout
 from ..formats._stfile import OutSpec
+from ..formats.own_layout import FORMAT_KEY, FORMAT_VERSION, TENSORS_KEY, read_own
 from ._errors import CliError
 
 __all__ = [
@@ -24,10 +22,6 @@ __all__ = [
     "int4_outputs",
     "load_int4",
 ]
-
-FORMAT_KEY = "quantrs.format"
-TENSORS_KEY = "quantrs.tensors"
-FORMAT_VERSION = "1"
 
 
 def check_unique_outputs(sources: Iterable[tuple[str, list[OutSpec]]], hint: str = "") -> None:
@@ -67,16 +61,7 @@ def load_int4(path: str | os.PathLike, name: str):
     """Rebuild the ``QuantizedWeight`` that ``quantize --format int4`` (or ``convert``)
     wrote for tensor ``name`` (its ``matmul(x)`` computes ``x @ W.T`` for the original
     ``W``). ``path``: the output file, or the output model folder (any shard)."""
-    from .. import QuantizedWeight
-    from ..formats import Checkpoint, TensorNotFoundError
+    from ..formats import Checkpoint
 
     with Checkpoint(path) as ck:
-        if name + ".qweight" not in ck:
-            raise TensorNotFoundError(f"{path} holds no quantrs INT4 tensor {name!r}")
-        r = ck.reader(name + ".qweight")
-        meta = json.loads(r.metadata.get(TENSORS_KEY, "{}")).get(name)
-        if meta is None or meta.get("format") != "int4":
-            raise TensorNotFoundError(f"{path} holds no quantrs INT4 tensor {name!r}")
-        data = np.array(r.array(r.by_name[name + ".qweight"])).reshape(-1)
-        scales = np.array(r.array(r.by_name[name + ".scales"])).reshape(-1)
-    return QuantizedWeight(data, scales, meta["in_feat"], meta["out_feat"], meta["num_groups"])
+        return read_own(ck, name)

@@ -33,9 +33,11 @@ from pathlib import Path
 
 from ..formats._stfile import OutSpec, StFormatError, StReader, StWriter, TensorInfo
 from ..formats.fp8 import LAYOUTS, scale_name
-from ._convert import fp8_tensor, int4_tensor
+from ..formats.own_layout import asym_outputs
+from ._convert import asym_tensor, fp8_tensor, int4_tensor
 from ._errors import CliError
 from ._layout import FORMAT_KEY, FORMAT_VERSION, TENSORS_KEY, check_unique_outputs, int4_outputs
+from ._prepared import Prepared
 from ._select import Selector
 
 _CHUNK = 16 << 20  # bytes per streamed chunk of a copied tensor
@@ -67,6 +69,14 @@ def _plan(
             ]
             meta = {"format": "fp8_e4m3", "dtype": t.dtype, "layout": layout}
             jobs.append(Job(t, "fp8", outs, meta))
+        elif fmt == "int4_asym":
+            if in_feat % 32:
+                raise CliError(
+                    f"tensor {t.name!r}: {in_feat} inputs, int4_asym needs a multiple of 32 "
+                    "(--exclude it, or use --format int4)"
+                )
+            outs, meta = asym_outputs(t.name, in_feat, out_feat, group_size, t.dtype)
+            jobs.append(Job(t, "int4_asym", outs, meta))
         else:
             outs, meta = int4_outputs(t.name, in_feat, out_feat, group_size, t.dtype)
             jobs.append(Job(t, "int4", outs, meta))
@@ -94,12 +104,16 @@ def quantize_file(
     progress: bool = True,
     layout: str = "compressed-tensors",
     selector: Selector | None = None,
-    method: str = "rtn",
+    method: str | None = None,
+    prepared: Prepared | None = None,
 ) -> list[dict]:
     """Quantize the file ``src`` into ``dst`` (atomically); return one report row per
     tensor. ``selector`` (default: linear weights only) picks the tensors; ``method`` is
-    the INT4 quantizer (``QuantizedWeight.quantize``'s, docs/int4.md "Quantizers")."""
-    check_options(fmt, group_size, layout)
+    the INT4 quantizer (``QuantizedWeight.quantize``'s / ``Int4AsymWeight.quantize``'s,
+    docs/int4.md "Quantizers"; default ``rtn`` / ``search``); ``prepared``: what
+    calibration text gave (importance per tensor, or GPTQ's packed weights)."""
+    method = check_options(fmt, group_size, layout, method)
+    prepared = prepared or Prepared()
     selector = selector or Selector()
     src, dst = Path(src), Path(dst)
     if dst.exists() and src.exists() and dst.samefile(src):
@@ -137,11 +151,13 @@ def quantize_file(
                         writer.write(t.name, _copy_chunks(reader, t))
                         err = None
                     else:
-                        arrays, err = (
-                            int4_tensor(reader, t, j.meta, group_size, method)
-                            if j.kind == "int4"
-                            else fp8_tensor(reader, t)
-                        )
+                        got = prepared.of(t.name)
+                        if j.kind == "int4":
+                            arrays, err = int4_tensor(reader, t, j.meta, group_size, method, got)
+                        elif j.kind == "int4_asym":
+                            arrays, err = asym_tensor(reader, t, group_size, method, got)
+                        else:
+                            arrays, err = fp8_tensor(reader, t)
                         for o, a in zip(j.outs, arrays):
                             writer.write(o.name, a)
                         del arrays
@@ -153,13 +169,32 @@ def quantize_file(
     return rows
 
 
-def check_options(fmt: str, group_size: int, layout: str) -> None:
-    if fmt not in ("int4", "fp8"):
-        raise CliError(f"--format must be int4 or fp8, got {fmt!r}")
+FORMATS = ("int4", "int4_asym", "fp8")
+# each format's quantizers (the first is the default; "gptq" needs --calibration)
+METHODS = {
+    "int4": ("rtn", "full", "search", "gptq"),
+    "int4_asym": ("search", "rtn", "gptq"),
+    "fp8": ("absmax",),
+}
+
+
+def check_options(fmt: str, group_size: int, layout: str, method: str | None = None) -> str:
+    """Check the options; return the quantizer (``method`` or the format's default)."""
+    if fmt not in FORMATS:
+        raise CliError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     if group_size < 2 or group_size % 2:
         raise CliError(f"--group-size must be even and >= 2, got {group_size}")
+    if fmt == "int4_asym" and group_size % 32:
+        raise CliError(f"--group-size must be a multiple of 32 for int4_asym, got {group_size}")
     if layout not in LAYOUTS:
         raise CliError(f"--layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    method = method or METHODS[fmt][0]
+    if method not in METHODS[fmt]:
+        raise CliError(
+            f"--method {method!r} does not apply to --format {fmt} "
+            f"(expected one of {', '.join(METHODS[fmt])})"
+        )
+    return method
 
 
 def _row(j: Job, err) -> dict:

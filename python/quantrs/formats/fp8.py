@@ -104,51 +104,54 @@ def load_fp8(path: str | os.PathLike, prefix: str, requantize: bool = False):
     are read exactly; per-channel and 128x128 block scales raise :class:`FormatError`,
     or with ``requantize=True`` are dequantized and re-quantized per tensor (a
     :class:`RequantizedWarning` gives the error)."""
+    with Checkpoint(path) as ck:
+        return read_fp8(ck, prefix, requantize)
+
+
+def read_fp8(ck: Checkpoint, prefix: str, requantize: bool = False):
+    """:func:`load_fp8` on an open checkpoint."""
     from .. import PerTensorFP8Linear
     from .. import fp8 as codec
 
-    with Checkpoint(path) as ck:
-        weight = f"{prefix}.weight" if prefix else "weight"
-        t = ck.info(weight)
-        if t.dtype != "F8_E4M3":
-            raise CorruptCheckpointError(
-                f"tensor {weight!r}: expected dtype F8_E4M3, got {t.dtype}"
-            )
-        qm = str(ck.quant_settings().get("quant_method", "")) or None
-        layer = classify(weight, lambda n: ck.info(n) if n in ck else None, qm)
-        bias = ck.float32(layer.bias) if layer.bias else None
-        act = _scalar(ck, layer.act_scale) if layer.act_scale else None
-        codes = ck.array(weight)
-        if layer.dialect in PER_TENSOR:
-            return PerTensorFP8Linear(codes, _scalar(ck, layer.scale), act, bias)
-        if layer.dialect not in ("per-channel", "block-128"):
-            raise UnsupportedFormatError(f"FP8 layer {prefix!r}: {layer.dialect}")
-        reason = f"{layer.dialect} scales ({layer.scale!r})"
-        if not requantize:
-            raise UnsupportedFormatError(
-                f"FP8 layer {prefix!r}: {reason} are not per-tensor (pass requantize=True "
-                "to dequantize and re-quantize it per tensor)"
-            )
-        scales = ck.float32(layer.scale)
-        w = codec.decode(codes, "e4m3")
-        if layer.dialect == "per-channel":
-            w *= scales.reshape(-1, 1)
-        else:
-            rows, cols = w.shape
-            w *= np.repeat(np.repeat(scales, 128, 0), 128, 1)[:rows, :cols]
-        new = PerTensorFP8Linear.from_float(w, bias, act)
-        got = codec.decode(np.asarray(new.weight), "e4m3") * np.float32(new.weight_scale_inv)
-        d = (w - got).astype(np.float64)
-        den = float(np.sqrt(np.square(w, dtype=np.float64).sum()))
-        rel = float(np.sqrt(np.square(d).sum())) / den if den else 0.0
-        warnings.warn(
-            RequantizedWarning(
-                f"FP8 layer {prefix!r}: {reason} re-quantized per tensor: relative error "
-                f"{rel:.3e}, max |error| {float(np.abs(d).max(initial=0)):.3e}"
-            ),
-            stacklevel=2,
+    weight = f"{prefix}.weight" if prefix else "weight"
+    t = ck.info(weight)
+    if t.dtype != "F8_E4M3":
+        raise CorruptCheckpointError(f"tensor {weight!r}: expected dtype F8_E4M3, got {t.dtype}")
+    qm = str(ck.quant_settings().get("quant_method", "")) or None
+    layer = classify(weight, lambda n: ck.info(n) if n in ck else None, qm)
+    bias = ck.float32(layer.bias) if layer.bias else None
+    act = _scalar(ck, layer.act_scale) if layer.act_scale else None
+    codes = ck.array(weight)
+    if layer.dialect in PER_TENSOR:
+        return PerTensorFP8Linear(codes, _scalar(ck, layer.scale), act, bias)
+    if layer.dialect not in ("per-channel", "block-128"):
+        raise UnsupportedFormatError(f"FP8 layer {prefix!r}: {layer.dialect}")
+    reason = f"{layer.dialect} scales ({layer.scale!r})"
+    if not requantize:
+        raise UnsupportedFormatError(
+            f"FP8 layer {prefix!r}: {reason} are not per-tensor (pass requantize=True "
+            "to dequantize and re-quantize it per tensor)"
         )
-        return new
+    scales = ck.float32(layer.scale)
+    w = codec.decode(codes, "e4m3")
+    if layer.dialect == "per-channel":
+        w *= scales.reshape(-1, 1)
+    else:
+        rows, cols = w.shape
+        w *= np.repeat(np.repeat(scales, 128, 0), 128, 1)[:rows, :cols]
+    new = PerTensorFP8Linear.from_float(w, bias, act)
+    got = codec.decode(np.asarray(new.weight), "e4m3") * np.float32(new.weight_scale_inv)
+    d = (w - got).astype(np.float64)
+    den = float(np.sqrt(np.square(w, dtype=np.float64).sum()))
+    rel = float(np.sqrt(np.square(d).sum())) / den if den else 0.0
+    warnings.warn(
+        RequantizedWarning(
+            f"FP8 layer {prefix!r}: {reason} re-quantized per tensor: relative error "
+            f"{rel:.3e}, max |error| {float(np.abs(d).max(initial=0)):.3e}"
+        ),
+        stacklevel=3,
+    )
+    return new
 
 
 # --- what quantize writes ----------------------------------------------------------------

@@ -36,6 +36,7 @@ from ._errors import (
 )
 from ._int4 import from_offset8, requantize
 from ._mapped import MappedFile
+from .own_layout import unpack_runs
 
 MAGIC = b"GGUF"
 VERSION = 3
@@ -341,6 +342,34 @@ def q4_0_to_quantrs(g: GgufFile, t: GgufTensor):
         return from_offset8(np.ascontiguousarray(q.T), np.ascontiguousarray(d.T), 32, t.name)
     except QuantError as e:  # a non-finite scale, ...: the file's fault, not the caller's
         raise CorruptCheckpointError(f"{g.path}: tensor {t.name!r}: {e}") from None
+
+
+def q4_1_to_asym(g: GgufFile, t: GgufTensor):
+    """The ``Int4AsymWeight`` ``[out, in]`` of a 2-D ``Q4_1`` tensor, exactly: a ``Q4_1``
+    block (F16 ``d``, F16 ``m``, 16 bytes of codes, element ``j`` low and ``j + 16`` high)
+    is an ``int4_asym`` group of 32 with the same ``w = d * q + m`` (docs/int4.md)."""
+    from .. import Int4AsymWeight, QuantError
+
+    in_feat, out_feat = t.dims
+    blocks = g.raw(t).reshape(out_feat, in_feat // 32, 20)
+    dm = blocks[..., 0:4].copy().view("<f2").astype(np.float32)  # [out, groups, 2]
+    codes = unpack_runs(np.ascontiguousarray(blocks[..., 4:]).reshape(out_feat, in_feat // 2))
+    try:
+        return Int4AsymWeight.from_parts(codes, dm, group_size=32)
+    except QuantError as e:  # a non-finite half: the file's fault, not the caller's
+        raise CorruptCheckpointError(f"{g.path}: tensor {t.name!r}: {e}") from None
+
+
+def exact_packed(g: GgufFile, t: GgufTensor):
+    """The 2-D block tensor ``t`` in the quantrs type that holds it exactly with the
+    fewest changes: ``Q4_0`` a ``QuantizedWeight`` (INT4 group 32, ``[in, out]``),
+    ``Q4_1`` an ``Int4AsymWeight`` (group 32), every other :data:`PACKED_TYPES` type a
+    ``GgufWeight`` over the file's blocks."""
+    if t.type_id == Q4_0:
+        return q4_0_to_quantrs(g, t)
+    if t.type_name == "Q4_1":
+        return q4_1_to_asym(g, t)
+    return packed_weight(g, t)
 
 
 def read_gguf_weight(g: GgufFile, name: str, requantize_ok: bool = False):

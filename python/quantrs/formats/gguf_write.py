@@ -1,8 +1,12 @@
-"""GGUF ``Q4_0`` writer: ``QuantizedWeight`` (group 32) to a GGUF version 3 file, the
-layout described in :mod:`.gguf` (written from ggml's ``docs/gguf.md``).
+"""GGUF writer: quantrs packed weights to a GGUF version 3 file, the layout described
+in :mod:`.gguf` (written from ggml's ``docs/gguf.md``).
 
-Codes are kept as they are (``q = code + 8``); scales are rounded to F16, which is what
-``Q4_0`` stores, and the report says how much that changed them and the weight.
+- ``QuantizedWeight`` (group 32) as ``Q4_0``: codes kept (``q = code + 8``), scales
+  rounded to F16, which is what ``Q4_0`` stores; the report says how much that changed
+  them and the weight.
+- ``Int4AsymWeight`` (group 32) as ``Q4_1``: the same halves and codes, exactly (an
+  ``int4_asym`` group of 32 is a ``Q4_1`` block, docs/int4.md).
+- ``GgufWeight`` as its own block type, its bytes unchanged.
 """
 
 from __future__ import annotations
@@ -15,7 +19,40 @@ from pathlib import Path
 import numpy as np
 
 from ._errors import UnsupportedFormatError
-from .gguf import _STRING, DEFAULT_ALIGNMENT, MAGIC, Q4_0, VERSION
+from .gguf import _STRING, DEFAULT_ALIGNMENT, GGML_TYPES, MAGIC, VERSION
+from .own_layout import pack_runs
+
+_TYPE_IDS = {name: tid for tid, (name, _, _) in GGML_TYPES.items()}
+_EXACT = {"scales_changed": 0, "max_scale_rel_change": 0.0, "rel_err": 0.0, "max_abs_err": 0.0}
+
+
+def _blocks_of(name: str, w) -> tuple[str, np.ndarray, dict]:
+    """``(ggml type, bytes [out, row bytes], report)`` of one weight."""
+    from .. import GgufWeight, Int4AsymWeight, QuantizedWeight
+
+    if isinstance(w, GgufWeight):
+        return w.type.upper(), np.asarray(w.to_bytes()).reshape(w.shape[0], -1), dict(_EXACT)
+    if isinstance(w, Int4AsymWeight):
+        if w.group_size != 32:
+            raise UnsupportedFormatError(
+                f"tensor {name!r}: Q4_1 needs group size 32, got int4_asym group {w.group_size}"
+            )
+        out_feat, in_feat = w.shape
+        b = np.empty((out_feat, in_feat // 32, 20), np.uint8)
+        b[..., 0:4] = w.scales().astype("<f2").view(np.uint8).reshape(out_feat, -1, 4)
+        b[..., 4:] = pack_runs(w.codes()).reshape(out_feat, -1, 16)
+        return "Q4_1", b.reshape(out_feat, -1), dict(_EXACT)
+    if not isinstance(w, QuantizedWeight):
+        raise UnsupportedFormatError(
+            f"tensor {name!r}: expected a QuantizedWeight, Int4AsymWeight or GgufWeight, "
+            f"got {type(w).__name__}"
+        )
+    if w.group_size != 32 or w.in_feat % 32:
+        raise UnsupportedFormatError(
+            f"tensor {name!r}: Q4_0 needs group size 32 and in_feat a multiple of 32, "
+            f"got group {w.group_size}, in_feat {w.in_feat}"
+        )
+    return ("Q4_0", *_q4_0_blocks(w))
 
 
 def _q4_0_blocks(qw) -> tuple[np.ndarray, dict]:
@@ -67,24 +104,22 @@ def _kv_u32(key: str, value: int) -> bytes:
 
 
 def save_gguf(path: str | os.PathLike, tensors: dict, architecture: str = "quantrs") -> list[dict]:
-    """Write ``{name: QuantizedWeight}`` to a GGUF file as ``Q4_0`` tensors ``[out,
-    in]`` (``ne = [in, out]``). Each weight must have group size 32 and ``in_feat`` a
-    multiple of 32. Scales are rounded to F16 (what ``Q4_0`` stores); one report row
-    per tensor says how much that changed them and the weight. The file is written to
-    a temporary sibling and renamed: it appears complete or not at all."""
+    """Write ``{name: weight}`` to a GGUF file, tensors ``[out, in]`` (``ne = [in,
+    out]``): a ``QuantizedWeight`` (group 32, ``in_feat`` a multiple of 32) as ``Q4_0``
+    with its scales rounded to F16, an ``Int4AsymWeight`` of group 32 as ``Q4_1`` and a
+    ``GgufWeight`` as its own type, both exactly. One report row per tensor says how
+    much the F16 rounding changed the scales and the weight (0 for the exact ones). The
+    file is written to a temporary sibling and renamed: it appears complete or not at
+    all."""
     path = Path(path)
     blocks, rows = [], []
     for name, qw in tensors.items():
         if not isinstance(name, str) or not name:
             raise UnsupportedFormatError(f"tensor name {name!r}: expected a non-empty string")
-        if qw.group_size != 32 or qw.in_feat % 32:
-            raise UnsupportedFormatError(
-                f"tensor {name!r}: Q4_0 needs group size 32 and in_feat a multiple of 32, "
-                f"got group {qw.group_size}, in_feat {qw.in_feat}"
-            )
-        b, rep = _q4_0_blocks(qw)
-        blocks.append((name, qw, b))
-        rows.append({"name": name, "shape": [qw.out_feat, qw.in_feat], "type": "Q4_0", **rep})
+        gtype, b, rep = _blocks_of(name, qw)
+        out_feat, in_feat = (qw.out_feat, qw.in_feat) if gtype == "Q4_0" else qw.shape
+        blocks.append((name, (in_feat, out_feat, _TYPE_IDS[gtype]), b))
+        rows.append({"name": name, "shape": [out_feat, in_feat], "type": gtype, **rep})
     kv = [
         _kv_string("general.architecture", architecture),
         _kv_u32("general.quantization_version", 2),
@@ -92,13 +127,13 @@ def save_gguf(path: str | os.PathLike, tensors: dict, architecture: str = "quant
     head = MAGIC + struct.pack("<IQQ", VERSION, len(blocks), len(kv)) + b"".join(kv)
     offset = 0
     offsets = []
-    for name, qw, b in blocks:
+    for name, (in_feat, out_feat, type_id), b in blocks:
         offsets.append(offset)
         n = name.encode()
         head += (
             struct.pack("<Q", len(n))
             + n
-            + struct.pack("<IQQIQ", 2, qw.in_feat, qw.out_feat, Q4_0, offset)
+            + struct.pack("<IQQIQ", 2, in_feat, out_feat, type_id, offset)
         )
         offset += -(-b.nbytes // DEFAULT_ALIGNMENT) * DEFAULT_ALIGNMENT
     head += b"\0" * (-len(head) % DEFAULT_ALIGNMENT)

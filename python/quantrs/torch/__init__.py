@@ -17,7 +17,8 @@ tensors (4-bit optimizers and inference modules; docs/gpu.md) through DLPack, an
   ``nn.Linear``, with input gradients (:func:`peft_config`: peft LoRA on them);
   :func:`collect_importance`: each linear's mean input ``x^2`` (imatrix),
   :func:`collect_activation_ranges`: its largest input ``|x|`` (static W8A8 scales);
-- :class:`GgufLinear`, :func:`load_gguf_llama`: GGUF block weights served packed.
+- :class:`GgufLinear`, :func:`load_gguf_llama`: GGUF block weights served packed;
+  :func:`load_pretrained`: a whole GGUF / GPTQ / AWQ / FP8 / quantrs model in one call.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from ._importance import collect_activation_ranges, collect_importance
 from ._int8 import Int8Linear
 from ._modules import FP8Linear, Int4Linear, default_filter, head_filter, quantize_
 from ._peft import peft_config
+from ._pretrained import load_pretrained
 from ._qat import QatAdamW
 from ._qat_act import FP8ActivationFakeQuant, prepare_w8a8
 from ._zero import broadcast_views
@@ -49,6 +51,7 @@ __all__ = [
     "default_filter",
     "head_filter",
     "load_gguf_llama",
+    "load_pretrained",
     "peft_config",
     "prepare_w8a8",
     "quantize_",
