@@ -30,6 +30,8 @@
 
 #[cfg(target_arch = "x86_64")]
 mod amx;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod tiles;
 mod array_api;
 #[macro_use]
 mod common;
