@@ -30,9 +30,9 @@
 
 #[cfg(target_arch = "x86_64")]
 mod amx;
+mod array_api;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod tiles;
-mod array_api;
 #[macro_use]
 mod common;
 #[cfg(target_arch = "x86_64")]

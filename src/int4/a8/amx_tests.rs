@@ -82,4 +82,7 @@ fn the_driver_takes_the_tiles_from_min_batch_with_the_same_bits() {
     for gs in [4, 16, 40] {
         assert!(!amx::eligible(gs), "gs {gs}");
     }
+    for (gs, chosen) in [(32, false), (96, false), (64, true), (128, true)] {
+        assert_eq!(amx::chosen(gs), chosen, "gs {gs}");
+    }
 }

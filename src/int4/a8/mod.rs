@@ -40,12 +40,12 @@ use std::sync::{Mutex, MutexGuard};
 use super::matvec::{chunk_width, PAR_MIN_WEIGHTS};
 use super::{QuantizedWeight, QuantizedWeightRef};
 use crate::error::{QuantError, Result};
-use crate::par;
 #[cfg(target_arch = "x86_64")]
 use crate::linear::tiles::AmxInt8;
+use crate::par;
+use crate::simd::{self, SimdLevel};
 #[cfg(target_arch = "x86_64")]
 use crate::simd::{Avx2, Avx512};
-use crate::simd::{self, SimdLevel};
 #[cfg(target_arch = "x86_64")]
 use micro::Micro;
 use scalar::{cols_scalar, A8Args};
@@ -107,7 +107,7 @@ impl A8 {
     /// [`Self::for_weights`].
     fn for_call(level: SimdLevel, group_size: usize, batch: usize) -> A8 {
         #[cfg(target_arch = "x86_64")]
-        if batch >= amx::MIN_BATCH && amx::eligible(group_size) && Avx512::at(level).is_some() {
+        if batch >= amx::MIN_BATCH && amx::chosen(group_size) && Avx512::at(level).is_some() {
             if let Some(t) = AmxInt8::new() {
                 return A8::Amx(t);
             }
