@@ -67,15 +67,15 @@ def shape_rows(np, torch, quantrs, rng, k, n, batches, rounds) -> list[dict]:
         inner = max(2, min(7, int(2e9 / (2.0 * m * k * n))))
         with torch.inference_mode():
             base = {
-                "torch f32": lambda: F.linear(tx, tw),
-                "torch bf16": lambda: F.linear(tx16, tw16),
+                "torch f32": lambda tx=tx: F.linear(tx, tw),
+                "torch bf16": lambda tx16=tx16: F.linear(tx16, tw16),
             }
             times: dict[str, list[float]] = {name: [] for name in [*base, *ours]}
             for _ in range(rounds):
                 for name, fn in base.items():
                     times[name].append(median_ms(fn, inner))
                 for name, fn in ours.items():
-                    times[name].append(median_ms(lambda fn=fn: fn(x, out), inner))
+                    times[name].append(median_ms(lambda fn=fn, x=x, out=out: fn(x, out), inner))
         med = {name: statistics.median(t) for name, t in times.items()}
         f32, bf16 = med["torch f32"], med["torch bf16"]
         gflop = 2.0 * m * k * n / 1e9
