@@ -6,15 +6,11 @@
 
 use super::super::*;
 use super::amx;
-use super::scalar::cols_scalar;
+use super::gemm_tests::{assert_twin_bits, bits};
 use super::xq8::Xq8;
 use crate::linear::tiles::AmxInt8;
 use crate::simd::SimdLevel;
 use crate::testutil::rand_vec;
-
-fn bits(y: &[f32]) -> Vec<u32> {
-    y.iter().map(|v| v.to_bits()).collect()
-}
 
 /// (in_feat, out_feat, group_size): SmolLM2's 576 inputs at g32 and g128
 /// (padded to 640), a 64-deep step (g64), a 32-deep one that is not a
@@ -48,15 +44,9 @@ fn tiles_match_the_scalar_twin_bit_for_bit() {
         // 1 to 50 rows from row 3: one short tile, a pair, a pair and a
         // short tile; columns from 1 (no panel aligned to the matrix).
         for rows in [3..4, 3..19, 3..35, 3..53] {
-            let o0 = 1;
-            let width = n - o0;
-            let mut want = vec![f32::NAN; rows.len() * width];
-            let mut ys: Vec<&mut [f32]> = want.chunks_exact_mut(width).collect();
-            cols_scalar(&args, rows.clone(), o0, &mut ys);
-            let mut got = vec![f32::NAN; rows.len() * width];
-            let mut ys: Vec<&mut [f32]> = got.chunks_exact_mut(width).collect();
-            amx::cols(tok, &args, rows.clone(), o0, &mut ys);
-            assert_eq!(bits(&got), bits(&want), "[{k}x{n}] gs {gs} rows {rows:?}");
+            let run = |ys: &mut [&mut [f32]]| amx::cols(tok, &args, rows.clone(), 1, ys);
+            let what = format!("[{k}x{n}] gs {gs} rows {rows:?}");
+            assert_twin_bits(&args, rows.clone(), 1, run, &what);
         }
     }
 }
