@@ -27,12 +27,12 @@
 //! Each output element is summed by one task in a fixed order, so results do
 //! not depend on the thread count.
 
-use std::arch::asm;
 use std::arch::x86_64::*;
 
 use rayon::prelude::*;
 
 use super::common::{Epilogue, OutPtr};
+use super::tiles::{self, tile_dot_bf16, tile_load, tile_store, tile_zero, TileConfig, T};
 use crate::simd::{Amx, Avx512};
 
 /// Batch rows from which the FP8 forward takes this path: below it the
@@ -40,8 +40,6 @@ use crate::simd::{Amx, Avx512};
 /// this path decodes it (docs/benchmarks.md, "FP8 on AMX").
 pub(crate) const AMX_MIN_ROWS: usize = 8;
 
-/// Rows of a tile, and f32 (or bf16-pair) lanes of a 64-byte tile row.
-const T: usize = 16;
 /// Inputs (bf16) in a 64-byte A tile row: one k-step.
 const KSTEP: usize = 32;
 /// Inputs per decoded chunk: a task's weight buffer is 32 rows x 512 bf16
@@ -266,69 +264,16 @@ unsafe fn decode_bf16_avx512(_: Amx, codes: &[u8], out: &mut [u16]) {
     out[codes.len()..].fill(0);
 }
 
-/// The palette-1 tile configuration (Intel SDM, LDTILECFG): eight tiles of
-/// 16 rows by 64 bytes. Tiles 0-3 hold C, 4-5 A, 6-7 B.
-#[repr(C, align(64))]
-struct TileConfig([u8; 64]);
-
-impl TileConfig {
-    fn sixteen_by_64() -> Self {
-        let mut c = [0u8; 64];
-        c[0] = 1;
-        for t in 0..8 {
-            c[16 + 2 * t..18 + 2 * t].copy_from_slice(&64u16.to_le_bytes());
-            c[48 + t] = T as u8;
-        }
-        TileConfig(c)
-    }
-}
-
-macro_rules! tile_load {
-    ($t:literal, $ptr:expr, $stride:expr) => {
-        asm!(concat!("tileloadd tmm", $t, ", [{p} + {s}*1]"),
-            p = in(reg) $ptr, s = in(reg) $stride, options(nostack, readonly, preserves_flags))
-    };
-}
-macro_rules! tile_store {
-    ($t:literal, $ptr:expr) => {
-        asm!(concat!("tilestored [{p} + {s}*1], tmm", $t),
-            p = in(reg) $ptr, s = in(reg) 64usize, options(nostack, preserves_flags))
-    };
-}
-macro_rules! tile_zero {
-    ($t:literal) => {
-        asm!(
-            concat!("tilezero tmm", $t),
-            options(nostack, nomem, preserves_flags)
-        )
-    };
-}
-macro_rules! tile_dot {
-    ($c:literal, $a:literal, $b:literal) => {
-        asm!(
-            concat!("tdpbf16ps tmm", $c, ", tmm", $a, ", tmm", $b),
-            options(nostack, nomem, preserves_flags)
-        )
-    };
-}
-
-/// The tile configuration loaded on this thread, released on drop (so an
-/// idle worker does not carry 8 KiB of tile state through context switches).
+/// The tile configuration loaded on this thread for the FP8 forward: eight
+/// 16 x 64-byte tiles, 0-3 hold C, 4-5 A, 6-7 B.
 struct Tiles {
-    /// Not `Send`: the configuration belongs to the thread that loaded it.
-    _thread: std::marker::PhantomData<*const ()>,
+    _loaded: tiles::Tiles,
 }
 
 impl Tiles {
-    fn configure(_: Amx) -> Self {
-        let cfg = TileConfig::sixteen_by_64();
-        // SAFETY: the Amx token proves the CPU and OS allow the tile
-        // instructions; LDTILECFG reads the 64 bytes of `cfg`.
-        unsafe {
-            asm!("ldtilecfg [{0}]", in(reg) cfg.0.as_ptr(), options(nostack, readonly, preserves_flags))
-        };
+    fn configure(tok: Amx) -> Self {
         Tiles {
-            _thread: std::marker::PhantomData,
+            _loaded: tiles::Tiles::configure(tok, &TileConfig::sixteen_by_64()),
         }
     }
 
@@ -386,12 +331,12 @@ impl Tiles {
                 tile_load!(5, wbuf.as_ptr().add(T * KC + s), a_stride);
                 for part in 0..g.parts {
                     tile_load!(6, b_at(0, part, k0 + s), 64usize);
-                    tile_dot!(0, 4, 6);
-                    tile_dot!(2, 5, 6);
+                    tile_dot_bf16!(0, 4, 6);
+                    tile_dot_bf16!(2, 5, 6);
                     if two {
                         tile_load!(7, b_at(1, part, k0 + s), 64usize);
-                        tile_dot!(1, 4, 7);
-                        tile_dot!(3, 5, 7);
+                        tile_dot_bf16!(1, 4, 7);
+                        tile_dot_bf16!(3, 5, 7);
                     }
                 }
             }
@@ -402,14 +347,6 @@ impl Tiles {
                 tile_store!(3, c11);
             }
         }
-    }
-}
-
-impl Drop for Tiles {
-    fn drop(&mut self) {
-        // SAFETY: a configuration was loaded on this thread (`configure`);
-        // TILERELEASE returns the tile state to its initial state.
-        unsafe { asm!("tilerelease", options(nostack, nomem, preserves_flags)) }
     }
 }
 

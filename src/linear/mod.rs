@@ -31,6 +31,8 @@
 #[cfg(target_arch = "x86_64")]
 mod amx;
 mod array_api;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod tiles;
 #[macro_use]
 mod common;
 #[cfg(target_arch = "x86_64")]

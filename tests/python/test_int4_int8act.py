@@ -139,6 +139,17 @@ def test_large_batches_bit_exact_against_numpy_formula(batch, gs):
     assert_within_bound(qw, x, y)
 
 
+@pytest.mark.parametrize(("batch", "gs"), [(16, 128), (77, 128), (64, 64), (512, 128)])
+def test_prefill_batches_with_padded_groups_bit_exact(batch, gs):
+    """Prefill-sized batches on SmolLM2's 576 inputs (g128 pads them to 640;
+    on AMX-INT8 CPUs these calls run the tile GEMM) equal the formula bit
+    for bit."""
+    qw = QuantizedWeight.quantize(rand((576, 200), 21), group_size=gs)
+    x = rand((batch, 576), 22 + batch)
+    y = qw.matmul(x, activations="int8")
+    np.testing.assert_array_equal(y.view(np.uint32), formula_f32(qw, x).view(np.uint32))
+
+
 @pytest.mark.parametrize("batch", [1, 3, 4, 5, 17, 40, 128])
 def test_large_calls_against_formula_and_bound(batch):
     """Above the parallel threshold (split in blocks of groups up to 4 rows,

@@ -90,7 +90,13 @@ pub(super) fn cols(
 /// # Safety
 /// None beyond the token: it proves AVX2. Every size is checked.
 #[target_feature(enable = "avx2,fma")]
-unsafe fn pack(_: Avx2, args: &A8Args, groups: Range<usize>, col: usize, panel: &mut [u8]) {
+pub(super) unsafe fn pack(
+    _: Avx2,
+    args: &A8Args,
+    groups: Range<usize>,
+    col: usize,
+    panel: &mut [u8],
+) {
     let (n, half) = (args.out_feat, args.group_size / 2);
     let (p0, p_end) = (groups.start * half, groups.end * half);
     assert!(half.is_multiple_of(2) && col + PANEL <= n && p_end * n <= args.data.len());

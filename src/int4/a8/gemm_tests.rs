@@ -6,15 +6,34 @@
 use super::super::*;
 use super::gemm;
 use super::micro::{self, Micro};
-use super::scalar::cols_scalar;
+use super::scalar::{cols_scalar, A8Args};
 use super::tests::levels;
 use super::xq8::Xq8;
 use crate::simd::{Avx2, Avx512Vnni, SimdLevel};
 use crate::testutil::{on_one_thread, rand_vec};
 
 /// Bits of `y`, for equality that tells -0 from 0 and shows NaN.
-fn bits(y: &[f32]) -> Vec<u32> {
+pub(super) fn bits(y: &[f32]) -> Vec<u32> {
     y.iter().map(|v| v.to_bits()).collect()
+}
+
+/// Asserts that `run` writes the scalar twin's bits for the rows `rows`
+/// of `args`' `x` and its columns from `o0` (given as `cols` takes them).
+pub(super) fn assert_twin_bits(
+    args: &A8Args,
+    rows: std::ops::Range<usize>,
+    o0: usize,
+    run: impl FnOnce(&mut [&mut [f32]]),
+    what: &str,
+) {
+    let width = args.out_feat - o0;
+    let mut want = vec![f32::NAN; rows.len() * width];
+    let mut ys: Vec<&mut [f32]> = want.chunks_exact_mut(width).collect();
+    cols_scalar(args, rows.clone(), o0, &mut ys);
+    let mut got = vec![f32::NAN; rows.len() * width];
+    let mut ys: Vec<&mut [f32]> = got.chunks_exact_mut(width).collect();
+    run(&mut ys);
+    assert_eq!(bits(&got), bits(&want), "{what}");
 }
 
 /// Every micro-kernel this CPU may run.
@@ -59,15 +78,15 @@ fn micro_kernels_match_the_scalar_twin_bit_for_bit() {
         // Rows 3 .. 37 (34 rows: passes of 4 and a pass of 2), columns from
         // 1 (no panel is aligned to the matrix).
         let (rows, o0) = (3..batch, 1);
-        let width = n - o0;
-        let mut want = vec![f32::NAN; rows.len() * width];
-        let mut ys: Vec<&mut [f32]> = want.chunks_exact_mut(width).collect();
-        cols_scalar(&args, rows.clone(), o0, &mut ys);
         for &m in &ms {
-            let mut got = vec![f32::NAN; rows.len() * width];
-            let mut ys: Vec<&mut [f32]> = got.chunks_exact_mut(width).collect();
-            gemm::cols(m, &args, rows.clone(), o0, &mut ys);
-            assert_eq!(bits(&got), bits(&want), "{m:?} [{k}x{n}] gs {gs}");
+            let run = |ys: &mut [&mut [f32]]| gemm::cols(m, &args, rows.clone(), o0, ys);
+            assert_twin_bits(
+                &args,
+                rows.clone(),
+                o0,
+                run,
+                &format!("{m:?} [{k}x{n}] gs {gs}"),
+            );
         }
     }
 }
@@ -157,13 +176,7 @@ fn the_per_row_kernel_still_matches_on_many_rows() {
     let xq = Xq8::quantize(&x, batch, k, qw.in_padded(), gs, None).unwrap();
     let args = qw.a8_args(&xq);
     let (rows, o0) = (2..batch, 3);
-    let width = n - o0;
-    let mut want = vec![f32::NAN; rows.len() * width];
-    let mut ys: Vec<&mut [f32]> = want.chunks_exact_mut(width).collect();
-    cols_scalar(&args, rows.clone(), o0, &mut ys);
-    let mut got = vec![f32::NAN; rows.len() * width];
-    let mut ys: Vec<&mut [f32]> = got.chunks_exact_mut(width).collect();
     // SAFETY: the token proves AVX2; the kernel checks every size.
-    unsafe { super::avx2::cols(t, &args, rows, o0, &mut ys) };
-    assert_eq!(bits(&got), bits(&want));
+    let run = |ys: &mut [&mut [f32]]| unsafe { super::avx2::cols(t, &args, rows.clone(), o0, ys) };
+    assert_twin_bits(&args, rows.clone(), o0, run, "per-row kernel");
 }

@@ -17,6 +17,8 @@
 //! struct and the scalar twin every kernel matches) -> `xq8`.
 
 #[cfg(target_arch = "x86_64")]
+mod amx;
+#[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod gemm;
@@ -25,6 +27,8 @@ mod micro;
 mod scalar;
 mod xq8;
 
+#[cfg(all(test, target_arch = "x86_64"))]
+mod amx_tests;
 #[cfg(all(test, target_arch = "x86_64"))]
 mod gemm_tests;
 #[cfg(test)]
@@ -36,10 +40,12 @@ use std::sync::{Mutex, MutexGuard};
 use super::matvec::{chunk_width, PAR_MIN_WEIGHTS};
 use super::{QuantizedWeight, QuantizedWeightRef};
 use crate::error::{QuantError, Result};
-use crate::par;
 #[cfg(target_arch = "x86_64")]
-use crate::simd::Avx2;
+use crate::linear::tiles::AmxInt8;
+use crate::par;
 use crate::simd::{self, SimdLevel};
+#[cfg(target_arch = "x86_64")]
+use crate::simd::{Avx2, Avx512};
 #[cfg(target_arch = "x86_64")]
 use micro::Micro;
 use scalar::{cols_scalar, A8Args};
@@ -90,6 +96,9 @@ enum A8 {
     /// The blocked GEMM ([`gemm`]), for large batches.
     #[cfg(target_arch = "x86_64")]
     Gemm(Micro),
+    /// The GEMM on the AMX tile unit ([`amx`]), for prefill-sized batches.
+    #[cfg(target_arch = "x86_64")]
+    Amx(AmxInt8),
 }
 
 impl A8 {
@@ -97,6 +106,12 @@ impl A8 {
     /// `gemm::MIN_BATCH` rows where it may run, else
     /// [`Self::for_weights`].
     fn for_call(level: SimdLevel, group_size: usize, batch: usize) -> A8 {
+        #[cfg(target_arch = "x86_64")]
+        if batch >= amx::MIN_BATCH && amx::chosen(group_size) && Avx512::at(level).is_some() {
+            if let Some(t) = AmxInt8::new() {
+                return A8::Amx(t);
+            }
+        }
         #[cfg(target_arch = "x86_64")]
         if batch >= gemm::MIN_BATCH {
             if let Some(m) = Micro::at(level, group_size) {
@@ -112,6 +127,8 @@ impl A8 {
         match self {
             #[cfg(target_arch = "x86_64")]
             A8::Gemm(_) => gemm::ROW_BLOCK,
+            #[cfg(target_arch = "x86_64")]
+            A8::Amx(_) => amx::ROW_BLOCK,
             _ => ROW_BLOCK,
         }
     }
@@ -136,6 +153,8 @@ impl A8 {
             A8::Avx2(t) => unsafe { avx2::cols(t, args, rows, o0, ys) },
             #[cfg(target_arch = "x86_64")]
             A8::Gemm(m) => gemm::cols(m, args, rows, o0, ys),
+            #[cfg(target_arch = "x86_64")]
+            A8::Amx(t) => amx::cols(t, args, rows, o0, ys),
         }
     }
 }

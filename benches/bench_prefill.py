@@ -1,0 +1,137 @@
+"""Prefill-sized batches (M = 64-512 rows) through the INT4 and FP8 paths
+against PyTorch's ``torch.nn.functional.linear`` in float32 and bfloat16.
+
+Per layer shape (in -> out) and batch M: quantrs INT4 ``matmul`` (g32 and
+g128, float32 and ``activations="int8"``), FP8 ``PerTensorFP8Linear``
+W8A32 / W8A8 ``forward``, and torch's ``F.linear`` on the float32 weight
+and on a bfloat16 copy (bfloat16 input and weight: oneDNN's AMX path on
+CPUs that have it). The shapes are SmolLM2-135M's linears (576 -> 576,
+576 -> 192, 576 -> 1536, 1536 -> 576, 576 -> 49152) and a 4096-wide
+model's (4096 -> 4096, 4096 -> 11008). Each measurement is the median of
+``inner`` calls; the whole set of variants runs ``rounds`` times in
+alternation (torch first, then ours) and the medians are reported, so a
+machine whose speed drifts compares all of them under the same conditions.
+``ratio`` is torch float32's time over ours (> 1: quantrs faster),
+``vs_bf16`` the same against bfloat16. Both libraries run on 2 threads.
+
+The last row is the machine's 2-thread read bandwidth (benches/_bandwidth.py).
+
+    python benches/bench_prefill.py [--quick] [--json] [--batches 64,128,512]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+from _bandwidth import Bandwidth
+from _common import emit, machine_note, median_ms, reexec_without_openblas_overrides
+
+THREADS = 2
+SMOL = [(576, 576), (576, 192), (576, 1536), (1536, 576), (576, 49152)]
+WIDE = [(4096, 4096), (4096, 11008)]
+
+
+def variants(np, quantrs, w):
+    """Our callables for the float32 weight ``w`` ``[in, out]``: name ->
+    (x, out) -> result."""
+    act_scale = float(np.float32(4.0 / 448))
+    wt = np.ascontiguousarray(w.T)
+    q32 = quantrs.QuantizedWeight.quantize(w, group_size=32)
+    q128 = quantrs.QuantizedWeight.quantize(w, group_size=128)
+    f8 = quantrs.PerTensorFP8Linear.from_float(wt)
+    f8a = quantrs.PerTensorFP8Linear.from_float(wt, activation_scale=act_scale)
+    return {
+        "int4 g32": lambda x, o: q32.matmul(x, out=o),
+        "int4 g32 a8": lambda x, o: q32.matmul(x, out=o, activations="int8"),
+        "int4 g128": lambda x, o: q128.matmul(x, out=o),
+        "int4 g128 a8": lambda x, o: q128.matmul(x, out=o, activations="int8"),
+        "fp8 W8A32": lambda x, o: f8.forward(x),
+        "fp8 W8A8": lambda x, o: f8a.forward(x),
+    }
+
+
+def shape_rows(np, torch, quantrs, rng, k, n, batches, rounds) -> list[dict]:
+    import torch.nn.functional as F
+
+    w = (rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)
+    ours = variants(np, quantrs, w)
+    tw = torch.from_numpy(np.ascontiguousarray(w.T))
+    tw16 = tw.to(torch.bfloat16)
+    rows = []
+    for m in batches:
+        x = rng.standard_normal((m, k)).astype(np.float32)
+        out = np.empty((m, n), dtype=np.float32)
+        tx = torch.from_numpy(x)
+        tx16 = tx.to(torch.bfloat16)
+        inner = max(2, min(7, int(2e9 / (2.0 * m * k * n))))
+        with torch.inference_mode():
+            base = {
+                "torch f32": lambda tx=tx: F.linear(tx, tw),
+                "torch bf16": lambda tx16=tx16: F.linear(tx16, tw16),
+            }
+            times: dict[str, list[float]] = {name: [] for name in [*base, *ours]}
+            for _ in range(rounds):
+                for name, fn in base.items():
+                    times[name].append(median_ms(fn, inner))
+                for name, fn in ours.items():
+                    times[name].append(median_ms(lambda fn=fn, x=x, out=out: fn(x, out), inner))
+        med = {name: statistics.median(t) for name, t in times.items()}
+        f32, bf16 = med["torch f32"], med["torch bf16"]
+        gflop = 2.0 * m * k * n / 1e9
+        for name, t in med.items():
+            rows.append(
+                {
+                    "bench": f"{name} {k}->{n} M{m}",
+                    "ours_ms": t,
+                    "baseline": "torch f32 F.linear",
+                    "baseline_ms": f32,
+                    "ratio": f32 / t,
+                    "vs_bf16": bf16 / t,
+                    "GFLOP/s": gflop / (t * 1e-3),
+                }
+            )
+    return rows
+
+
+def run(quick: bool = False, batches: list[int] | None = None, rounds: int = 3) -> list[dict]:
+    import numpy as np
+    import torch
+
+    import quantrs
+
+    torch.set_num_threads(THREADS)
+    rng = np.random.default_rng(0)
+    batches = batches or ([128] if quick else [64, 128, 512])
+    shapes = SMOL[:4] + WIDE[:1] if quick else SMOL + WIDE
+    rows = []
+    for k, n in shapes:
+        rows += shape_rows(np, torch, quantrs, rng, k, n, batches, rounds)
+    probe = Bandwidth(np, (1 << 28) if quick else (1 << 30), threads=THREADS)
+    read = probe.read()
+    rows.append({"bench": f"machine read ({probe.kind}) {read:.1f} GB/s", "ours_ms": None})
+    return rows
+
+
+COLUMNS = ["bench", "ours_ms", "baseline_ms", "ratio", "vs_bf16", "GFLOP/s"]
+
+
+def main() -> None:
+    reexec_without_openblas_overrides()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer shapes, batch 128 only")
+    ap.add_argument("--json", action="store_true", help="print JSON rows")
+    ap.add_argument("--keep-env", action="store_true", help="keep OPENBLAS_* overrides")
+    ap.add_argument("--batches", help="comma-separated batch sizes (default 64,128,512)")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
+    args = ap.parse_args()
+    import quantrs
+
+    if not args.json:
+        print(f"quantrs {quantrs.build_info()}; {machine_note()}")
+    batches = [int(b) for b in args.batches.split(",")] if args.batches else None
+    emit(run(args.quick, batches, args.rounds), COLUMNS, args.json)
+
+
+if __name__ == "__main__":
+    main()
