@@ -4,7 +4,7 @@
     python benches/bench_e2e.py            # the table of docs/benchmarks.md
     python benches/bench_e2e.py --quick    # fewer tokens, one run each
     python benches/bench_e2e.py --compile  # also each variant under torch.compile
-    python benches/bench_e2e.py --only speed --variants "float32,g32"  # a subset
+    python benches/bench_e2e.py --only speed --variants "float32,INT4 g32"  # a subset
 
 Rows: decode tokens/s (``generate``, a 32-token prompt, 128 new tokens, greedy) and prefill
 tokens/s (one 512-token forward) for torch float32 / bfloat16 and ``quantrs.torch.quantize_``
@@ -96,12 +96,12 @@ def prefill_tps(model, ids: torch.Tensor) -> float:
 
 
 def _chosen(names, pattern: str | None) -> list[str]:
-    """The variant names containing one of ``pattern``'s comma-separated parts (all
+    """The variant names ending with one of ``pattern``'s comma-separated parts (all
     without a pattern)."""
     if not pattern:
         return list(names)
     parts = [p.strip() for p in pattern.split(",") if p.strip()]
-    return [n for n in names if any(p in n for p in parts)]
+    return [n for n in names if any(n.endswith(p) for p in parts)]
 
 
 def _compiled(model):
@@ -301,7 +301,7 @@ def decode_profile(quick: bool, pattern: str | None) -> list[dict]:
     layers' ``forward`` around them (checks, views, output wrapping), and the rest (the
     transformers model: attention, norms, rotary, sampling, a float32 ``lm_head``)."""
     rows = []
-    names = _chosen(VARIANTS, pattern or "INT4 g32,int4_asym")
+    names = _chosen(VARIANTS, pattern or "INT4 g32,int4_asym g32")
     tok, base = load()
     prompt = _ids(tok, PROMPT)
     new = 16 if quick else 64
