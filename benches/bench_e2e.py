@@ -11,7 +11,7 @@ tokens/s (one 512-token forward) for torch float32 / bfloat16 and ``quantrs.torc
 variants, medians of 3 runs alternated across the variants; with ``--compile`` each variant
 again with ``model.forward = torch.compile(model.forward)`` (what transformers documents:
 ``generate`` then calls the compiled forward); torchao INT4 rows where torchao is installed;
-llama.cpp (llama-cpp-python, same GGUF file and threads) where it is installed. Also: the
+with ``--llama-cpp``, llama.cpp (llama-cpp-python, same GGUF file and threads). Also: the
 2-thread read bandwidth (``_bandwidth.py``), the per-call overhead of a quantized linear
 from Python at batch 1 (kernel alone vs module call, alternated in one process), peak RSS
 of loading and quantizing the model next to the packed size (a fresh process per variant),
@@ -128,7 +128,7 @@ def speed(args) -> list[dict]:
             models[name + ", compiled"] = _compiled(variants[name](copy.deepcopy(base)).eval())
     del base
     runners = {n: (_torch_runs(m, prompt, long_ids, new)) for n, m in models.items()}
-    llama = _llama_cpp_runs(prompt, long_ids, new)
+    llama = _llama_cpp_runs(prompt, long_ids, new) if args.llama_cpp else None
     if llama is not None:
         runners["llama.cpp Q4_1 (llama-cpp-python)"] = llama
     dec = {n: [] for n in runners}
@@ -357,6 +357,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true")
     p.add_argument("--compile", action="store_true")
+    p.add_argument("--llama-cpp", action="store_true", help="add llama-cpp-python's row")
     p.add_argument("--variants", help="comma-separated parts of the variant names to run")
     p.add_argument("--quality", type=int, default=0, help="perplexity windows (0: skip)")
     p.add_argument("--only", choices=["overhead", "rss", "speed", "profile", "quality"])
