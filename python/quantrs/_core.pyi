@@ -209,6 +209,13 @@ def fp8_linear(
     activation_scale: npt.NDArray[np.float32] | None,
     bias: npt.NDArray[np.float32] | None,
 ) -> npt.NDArray[np.float32]: ...
+def gguf_linear(
+    x: npt.ArrayLike,
+    data: npt.NDArray[np.uint8],
+    type: str,
+    in_feat: int,
+    bias: npt.NDArray[np.float32] | None,
+) -> npt.NDArray[np.float32]: ...
 
 # ---- FP8 codecs (wrapped by quantrs.fp8) and the QuantMethod linear layers
 

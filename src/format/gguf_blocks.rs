@@ -36,14 +36,7 @@ impl<T: GgmlType> GgufWeight<T> {
     /// Validated: `in` a positive multiple of `T::ELEMS`, `out > 0`,
     /// `data` exactly `out * in / ELEMS` blocks, every half scale finite.
     pub fn new(data: Vec<u8>, out_feat: usize, in_feat: usize) -> Result<Self> {
-        let row = row_bytes::<T>(out_feat, in_feat)?;
-        if Some(data.len()) != row.checked_mul(out_feat) {
-            return Err(QuantError::dims(
-                format!("{} bytes of a [{out_feat}, {in_feat}] weight", T::NAME),
-                row * out_feat,
-                data.len(),
-            ));
-        }
+        let row = blocks_len::<T>(data.len(), out_feat, in_feat)?;
         let bad = data
             .par_chunks(row)
             .enumerate()
@@ -86,6 +79,56 @@ impl<T: GgmlType> GgufWeight<T> {
             .for_each(|(o, b)| T::dequantize_block(b, o));
         out
     }
+}
+
+/// `y = x . W^T + bias` for `x [rows, in]` over `W` `[out, in]` given as
+/// GGUF rows of `T` blocks that the caller owns (`data`, as
+/// [`GgufWeight::bytes`]): the forward of [`GgufWeight`] for bytes held
+/// elsewhere (a torch module's buffer), so a layer holds them once. Every
+/// length is checked in O(1); the scales are not (a non-finite half gives a
+/// non-finite output, never an out-of-bounds read).
+pub fn matmul_blocks<T: GgmlType>(
+    data: &[u8],
+    [out_feat, in_feat]: [usize; 2],
+    x: &[f32],
+    rows: usize,
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+) -> Result<()> {
+    let row = blocks_len::<T>(data.len(), out_feat, in_feat)?;
+    let rows_ok =
+        Some(x.len()) == rows.checked_mul(in_feat) && Some(y.len()) == rows.checked_mul(out_feat);
+    if !rows_ok {
+        return Err(QuantError::dims(
+            "x / y lengths",
+            format!("{rows} x {in_feat} / {rows} x {out_feat}"),
+            format!("{} / {}", x.len(), y.len()),
+        ));
+    }
+    if let Some(b) = bias.filter(|b| b.len() != out_feat) {
+        return Err(QuantError::dims("bias", format!("[{out_feat}]"), b.len()));
+    }
+    let src = BlockRows::<T> {
+        data,
+        row_bytes: row,
+        dots: Dots::current(),
+        kind: PhantomData,
+    };
+    forward_rows(&src, [out_feat, in_feat], &|_| 1.0, bias, x, rows, y)
+}
+
+/// Bytes per row, after checking the shape and that `len` bytes are exactly
+/// `out_feat` such rows.
+fn blocks_len<T: GgmlType>(len: usize, out_feat: usize, in_feat: usize) -> Result<usize> {
+    let row = row_bytes::<T>(out_feat, in_feat)?;
+    if Some(len) != row.checked_mul(out_feat) {
+        return Err(QuantError::dims(
+            format!("{} bytes of a [{out_feat}, {in_feat}] weight", T::NAME),
+            row * out_feat,
+            len,
+        ));
+    }
+    Ok(row)
 }
 
 /// Bytes per row of `in_feat` weights, after checking the shape.
@@ -204,13 +247,7 @@ impl<T: GgmlType> WeightFormat for GgufBlocks<T> {
         bias: Option<&[f32]>,
         y: &mut [f32],
     ) -> Result<()> {
-        let src = BlockRows::<T> {
-            data: &w.data,
-            row_bytes: w.in_feat / T::ELEMS * T::BYTES,
-            dots: Dots::current(),
-            kind: PhantomData,
-        };
-        forward_rows(&src, Self::shape(w), &|_| 1.0, bias, x, rows, y)
+        matmul_blocks::<T>(&w.data, Self::shape(w), x, rows, bias, y)
     }
 
     fn write_blob(w: &GgufWeight<T>, out: &mut Writer) {

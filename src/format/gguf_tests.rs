@@ -102,6 +102,24 @@ fn check_blob_and_errors<T: GgmlType>() {
     assert!(err.contains("row 2 block 0"), "{err}");
 }
 
+/// The borrowed forward is the owned one bit for bit, and refuses every
+/// wrong length (bytes, x / y, bias) with an error, never a panic.
+fn check_borrowed<T: GgmlType>() {
+    let (out, inf, rows) = (5usize, 256usize, 3usize);
+    let q = GgufBlocks::<T>::quantize(&rand_vec(out * inf, 21), out, inf, ()).unwrap();
+    let (x, bias) = (rand_vec(rows * inf, 22), rand_vec(out, 23));
+    let mut want = vec![0f32; rows * out];
+    GgufBlocks::<T>::matmul(&q, &x, rows, Some(&bias), &mut want).unwrap();
+    let mut y = vec![0f32; rows * out];
+    matmul_blocks::<T>(q.bytes(), [out, inf], &x, rows, Some(&bias), &mut y).unwrap();
+    assert_eq!(y, want);
+    let short = &q.bytes()[..q.bytes().len() - 1];
+    assert!(matmul_blocks::<T>(short, [out, inf], &x, rows, None, &mut y).is_err());
+    assert!(matmul_blocks::<T>(q.bytes(), [out, inf], &x[1..], rows, None, &mut y).is_err());
+    assert!(matmul_blocks::<T>(q.bytes(), [out, inf], &x, rows, Some(&bias[1..]), &mut y).is_err());
+    assert!(matmul_blocks::<T>(q.bytes(), [out, inf + 1], &x, rows, None, &mut y).is_err());
+}
+
 macro_rules! per_type {
     ($($t:ty),*) => {
         #[test]
@@ -111,6 +129,10 @@ macro_rules! per_type {
         #[test]
         fn blobs_round_trip_and_bad_blocks_are_refused() {
             $(check_blob_and_errors::<$t>();)*
+        }
+        #[test]
+        fn borrowed_forward_is_the_owned_one() {
+            $(check_borrowed::<$t>();)*
         }
     };
 }

@@ -24,7 +24,7 @@ pub(crate) use float32::check_float_weight;
 pub use float32::{Float32, FloatWeight};
 pub(crate) use fp8_e4m3::{check_codes, check_scale, dequantize_e4m3, quantize_e4m3, E4m3Rows};
 pub use fp8_e4m3::{Fp8E4M3, Fp8Weight};
-pub use gguf_blocks::{GgufBlocks, GgufWeight};
+pub use gguf_blocks::{matmul_blocks, GgufBlocks, GgufWeight};
 pub use int4::{quantize_weighted as quantize_int4_weighted, weighted_group_scale, Int4};
 pub use int4_asym::Int4Asym;
 pub(crate) use int8::Int8Rows;

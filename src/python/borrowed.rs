@@ -26,7 +26,7 @@ use crate::linear::borrowed::{fp8_forward, int8_forward};
 /// `arg` as the exact NumPy array the kernel will read: dtype `T`,
 /// C-contiguous, `len` elements where given (a converted copy would not
 /// share memory with the caller's buffer, so none is made).
-fn shared<'py, T: numpy::Element>(
+pub(super) fn shared<'py, T: numpy::Element>(
     obj: &Bound<'py, PyAny>,
     arg: &str,
     len: Option<usize>,
@@ -105,7 +105,7 @@ pub fn int4_linear<'py>(
 }
 
 /// The slice of an optional borrowed array.
-fn opt_slice<'a>(
+pub(super) fn opt_slice<'a>(
     a: &'a Option<numpy::PyReadonlyArrayDyn<'_, f32>>,
     arg: &str,
 ) -> PyResult<Option<&'a [f32]>> {

@@ -1,14 +1,20 @@
 //! `GgufWeight`: one GGUF block-quantized weight of any `crate::ggml`
 //! type, its packed blocks kept as the file stores them.
 
-use numpy::{PyArray2, PyArrayDyn};
+use numpy::{PyArray2, PyArrayDyn, PyArrayMethods};
 use pyo3::prelude::*;
 
+use super::borrowed::{opt_slice, shared};
 use super::errors::invalid;
 use super::fp8::u8_input;
 use super::int4_asym::{last_axis_matmul, rows_array};
-use crate::format::{GgufBlocks, GgufWeight as Packed, WeightFormat};
+use crate::error::QuantError;
+use crate::format::{matmul_blocks, GgufBlocks, GgufWeight as Packed, WeightFormat};
 use crate::ggml::{GgmlType, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8_0};
+
+/// `matmul_blocks` of one block type.
+type BorrowedForward =
+    fn(&[u8], [usize; 2], &[f32], usize, Option<&[f32]>, &mut [f32]) -> crate::error::Result<()>;
 
 /// Declares the weight of every type and the dispatch over them.
 macro_rules! types {
@@ -54,6 +60,16 @@ macro_rules! types {
                     $(AnyWeight::$v(w) => GgufBlocks::<$t>::matmul(w, x, rows, None, y),)*
                 }
             }
+        }
+
+        /// The forward over borrowed blocks of the type named `name`
+        /// (`matmul_blocks`) with its block's elements and bytes, or None
+        /// for a name outside `NAMES`.
+        fn borrowed_forward(name: &str) -> Option<(BorrowedForward, usize, usize)> {
+            $(if name == <$t as GgmlType>::NAME {
+                return Some((matmul_blocks::<$t>, <$t as GgmlType>::ELEMS, <$t as GgmlType>::BYTES));
+            })*
+            None
         }
     };
 }
@@ -146,6 +162,49 @@ impl PyGgufWeight {
     }
 }
 
+/// `x @ W.T + bias` for float32 `x [..., in_feat]` over `W` `[out, in_feat]`
+/// given as GGUF blocks of `type` read in place from the caller's array
+/// (`data`: uint8, C-contiguous, `out` rows of blocks exactly; `bias`
+/// float32 `[out]` or None): `quantrs.torch.GgufLinear`'s forward over its
+/// `qweight` buffer, so the module holds its packed bytes once and an
+/// in-place write is seen by the next call. `out` is `data`'s length over
+/// the bytes of one row.
+#[pyfunction]
+#[pyo3(signature = (x, data, r#type, in_feat, bias), text_signature = "(x, data, type, in_feat, bias)")]
+pub fn gguf_linear<'py>(
+    x: &Bound<'py, PyAny>,
+    data: &Bound<'py, PyAny>,
+    #[pyo3(from_py_with = crate::python::scalars::text::type_name)] r#type: String,
+    #[pyo3(from_py_with = crate::python::sizes::in_feat)] in_feat: usize,
+    bias: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
+    let name = r#type.to_ascii_lowercase();
+    let (forward, elems, block_bytes) = borrowed_forward(&name)
+        .ok_or_else(|| invalid("type", format!("expected one of {NAMES:?}, got {name:?}")))?;
+    if in_feat == 0 || !in_feat.is_multiple_of(elems) {
+        let want = format!("a positive multiple of {elems} ({name} blocks)");
+        return Err(QuantError::dims("in_feat", want, in_feat).into());
+    }
+    let d = shared::<u8>(data, "data", None)?;
+    let dv = d.try_readonly()?;
+    let bytes = dv.as_slice().map_err(|e| invalid("data", e))?;
+    let row = in_feat / elems * block_bytes;
+    if bytes.is_empty() || !bytes.len().is_multiple_of(row) {
+        let want = format!("whole rows of {row} bytes ({in_feat} inputs of {name})");
+        return Err(QuantError::dims("data", want, format!("{} bytes", bytes.len())).into());
+    }
+    let out = bytes.len() / row;
+    let b = bias
+        .map(|b| shared::<f32>(b, "bias", Some(out)))
+        .transpose()?;
+    let bv = b.as_ref().map(|b| b.try_readonly()).transpose()?;
+    let bias = opt_slice(&bv, "bias")?;
+    last_axis_matmul(x, out, in_feat, |xs, rows, y| {
+        forward(bytes, [out, in_feat], xs, rows, bias, y)
+    })
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<PyGgufWeight>()
+    m.add_class::<PyGgufWeight>()?;
+    m.add_function(pyo3::wrap_pyfunction!(gguf_linear, m)?)
 }

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from _compile_check import assert_compiles_like_eager, assert_model_compiles_like_eager
 from torch import nn
 
 import quantrs
@@ -125,22 +126,7 @@ class _Mlp(nn.Module):
 
 @pytest.mark.parametrize("method", ["int4", "int8", "fp8"])
 def test_compile_no_graph_break_bit_for_bit_and_export(method):
-    m = qt.quantize_(_Mlp(), method)
-    x = torch.randn(3, 96)
-    eager = m(x)
-    explain = torch._dynamo.explain(m)(x)
-    assert explain.graph_break_count == 0 and explain.graph_count == 1
-    compiled = torch.compile(m, backend="aot_eager", fullgraph=True)
-    assert torch.equal(compiled(x), eager)
-    xg = x.clone().requires_grad_(True)
-    compiled(xg).sum().backward()
-    xr = x.clone().requires_grad_(True)
-    m(xr).sum().backward()
-    assert torch.equal(xg.grad, xr.grad)
-    ep = torch.export.export(m, (x,))
-    assert torch.equal(ep.module()(x), eager)
-    names = {str(n.target) for n in ep.graph.nodes if n.op == "call_function"}
-    assert any("quantrs" in t for t in names)
+    assert_compiles_like_eager(qt.quantize_(_Mlp(), method), torch.randn(3, 96), "quantrs")
 
 
 def test_llama_block_has_no_graph_break_from_our_layers():
@@ -157,11 +143,4 @@ def test_llama_block_has_no_graph_break_from_our_layers():
     model = transformers.LlamaForCausalLM(cfg).eval()
     qt.quantize_(model, "int4")
     ids = torch.randint(0, 64, (1, 8))
-    with torch.no_grad():
-        eager = model(ids, use_cache=False).logits
-        explain = torch._dynamo.explain(model)(ids, use_cache=False)
-    reasons = [str(b.reason) for b in explain.break_reasons]
-    assert not any("quantrs" in r or "Int4Linear" in r for r in reasons), reasons
-    with torch.no_grad():
-        compiled = torch.compile(model, backend="aot_eager")(ids, use_cache=False).logits
-    assert torch.equal(compiled, eager)
+    assert_model_compiles_like_eager(model, ids, ("Int4Linear",))

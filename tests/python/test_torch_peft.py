@@ -107,11 +107,7 @@ def test_a_qlora_step_keeps_no_float_copy_of_the_frozen_weights(method):
     assert saved and not [s for s in saved if s[0].is_floating_point and s[1] in sizes]
     held = list(qlora.parameters()) + list(qlora.buffers())
     assert not [t for t in held if t.is_floating_point() and t.numel() in sizes]
-    if method == "int4_asym":  # GgufLinear keeps its packed weight in the Rust object
-        packed = [m.weight_packed for m in qlora.modules() if isinstance(m, qt.GgufLinear)]
-        assert len(packed) == 2 and all(p.nbytes < 64 * 96 for p in packed)
-    else:
-        assert any(not t.is_floating_point() and t.numel() >= 64 * 96 // 2 for t in held)
+    assert any(not t.is_floating_point() and t.numel() >= 64 * 96 // 2 for t in held)
 
 
 @pytest.mark.parametrize("method", ["int4", "int8", "fp8", "int4_asym"])

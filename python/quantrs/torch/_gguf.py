@@ -1,6 +1,6 @@
 """GGUF block weights inside PyTorch: :class:`GgufLinear` (an inference ``nn.Module``
-over a packed :class:`quantrs.GgufWeight`) and :func:`load_gguf_llama`, a transformers
-Llama model whose block-quantized linears run from the file's packed tensors
+over GGUF blocks held in its ``qweight`` buffer) and :func:`load_gguf_llama`, a
+transformers Llama model whose block-quantized linears run from the file's packed tensors
 (docs/formats.md, docs/torch.md)."""
 
 from __future__ import annotations
@@ -12,19 +12,18 @@ import numpy as np
 import torch
 from torch import nn
 
-from .. import GgufWeight, Int4AsymWeight, IntZpWeight
+from .. import GgufWeight, Int4AsymWeight, IntZpWeight, _core
 from ..formats.gguf import PACKED_TYPES, GgufFile, packed_weight
-from ._layer_io import check_features
+from . import _gguf_op
+from ._layer_io import _needs_graph, check_features, drop_views, serve
 
-# Floats per decoded tile of the input gradient (1 MiB): the packed weight is decoded a
-# band of rows at a time, never whole.
-_TILE_FLOATS = 1 << 18
+_BUFFERS = ("qweight", "bias")
 
 
 class _PackedMatmul(torch.autograd.Function):
-    """``x @ W.T`` for float32 CPU ``x [rows, in]`` over a packed weight; the backward
-    gives ``x`` its gradient ``grad @ W``, decoding ``W`` in bands of rows
-    (``dequantize_rows``) and accumulating each band's product in torch."""
+    """``x @ W.T`` for float32 CPU ``x [rows, in]`` over a packed weight object (the
+    weights without a GGUF block form); the backward gives ``x`` its gradient
+    ``grad @ W``, decoding ``W`` in bands of rows."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, packed) -> torch.Tensor:
@@ -33,30 +32,48 @@ class _PackedMatmul(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        return packed_grad_input(ctx.packed, grad.contiguous()), None
+        return _gguf_op.packed_grad_input(ctx.packed, grad.contiguous()), None
 
 
-def packed_grad_input(packed, grad: torch.Tensor) -> torch.Tensor:
-    """``grad @ W`` for float32 ``grad [rows, out]`` and a packed ``W [out, in]``."""
-    out_f, in_f = packed.shape
-    dx = torch.zeros(grad.shape[0], in_f, dtype=torch.float32)
-    band = max(1, _TILE_FLOATS // in_f)
-    for r0 in range(0, out_f, band):
-        r1 = min(out_f, r0 + band)
-        dx.addmm_(grad[:, r0:r1], torch.from_numpy(packed.dequantize_rows(r0, r1)))
-    return dx
+def q4_1_blocks(weight: Int4AsymWeight) -> np.ndarray:
+    """An ``int4_asym`` weight of group 32 as Q4_1 blocks ``[out, in / 32 * 20]`` uint8:
+    the same values bit for bit (``d * q + m`` with half ``d`` and ``m``, Q4_1's nibble
+    order; docs/int4.md "Asymmetric INT4") and the same bytes."""
+    codes = weight.codes()
+    out_f, in_f = codes.shape
+    runs = codes.reshape(out_f, in_f // 32, 2, 16)
+    nibbles = runs[:, :, 0, :] | (runs[:, :, 1, :] << 4)
+    halves = weight.scales().astype("<f2").view(np.uint8)
+    return np.concatenate([halves, nibbles], axis=2).reshape(out_f, -1)
+
+
+def _blocks_of(weight, out_index) -> tuple[str, np.ndarray] | None:
+    """``(ggml type, [out, bytes per row] uint8)`` for a weight with a GGUF block form
+    (rows already in ``out_index`` order), None for the others."""
+    if isinstance(weight, GgufWeight):
+        rows = weight.to_bytes().reshape(weight.shape[0], -1)
+        return weight.type, rows if out_index is None else np.ascontiguousarray(rows[out_index])
+    if isinstance(weight, Int4AsymWeight) and weight.group_size == 32 and out_index is None:
+        return "q4_1", q4_1_blocks(weight)
+    return None
 
 
 class GgufLinear(nn.Module):
-    """``y = x @ W.T + bias`` with ``W`` a packed :class:`quantrs.GgufWeight` (or a
-    :class:`quantrs.Int4AsymWeight`, what ``quantize_(model, "int4_asym")`` makes, or a
-    :class:`quantrs.IntZpWeight`, what ``read_gptq`` / ``read_awq`` give for zero points); the
-    kernel runs on float32 CPU activations, ``x``'s dtype is restored. The packed weight
-    and the bias are frozen; an input that requires grad gets ``grad_output @ W`` (the
-    weight decoded a band of rows at a time), so LoRA adapters train on top (QLoRA,
-    :func:`quantrs.torch.peft_config`). ``out_index`` reorders the output features
-    (``y[..., out_index]``): llama.cpp stores Llama's q / k projections with their rows
-    permuted."""
+    """``y = x @ W.T + bias`` with ``W`` packed: a :class:`quantrs.GgufWeight`, an
+    :class:`quantrs.Int4AsymWeight` (what ``quantize_(model, "int4_asym")`` makes) or an
+    :class:`quantrs.IntZpWeight` (what ``read_gptq`` / ``read_awq`` give for zero points).
+
+    GGUF blocks (and ``int4_asym`` of group 32, which is Q4_1 bit for bit) live in the
+    ``qweight`` buffer (uint8 ``[out, bytes per row]``, the ggml type in ``weight_type``):
+    the kernel reads it in place, ``state_dict`` holds the bytes and ``load_state_dict``
+    writes are seen, and the forward is the custom operator ``quantrs::gguf_linear``
+    (``torch.compile`` / ``torch.export`` see one node). Other weights stay in
+    ``weight_packed`` (``qweight`` is None) and run eagerly. ``x``'s dtype is kept
+    (float32, bfloat16, float16). The weight and the bias are frozen; an input that
+    requires grad gets ``grad_output @ W`` (the weight decoded a band of rows at a
+    time), so LoRA adapters train on top (QLoRA, :func:`quantrs.torch.peft_config`).
+    ``out_index`` reorders the output features (``y[..., out_index]``): llama.cpp stores
+    Llama's q / k projections with their rows permuted (block rows are reordered once)."""
 
     def __init__(
         self,
@@ -65,27 +82,55 @@ class GgufLinear(nn.Module):
         out_index: np.ndarray | None = None,
     ):
         super().__init__()
-        self.weight_packed = weight
         self.out_features, self.in_features = weight.shape
-        self.bias = (
-            None if bias is None else nn.Parameter(bias.detach().float(), requires_grad=False)
-        )
+        order = None if out_index is None else np.asarray(out_index, dtype=np.int64)
+        blocks = _blocks_of(weight, order)
+        self.weight_type = None if blocks is None else blocks[0]
+        self._packed = weight if blocks is None else None
+        self.register_buffer("qweight", None if blocks is None else torch.from_numpy(blocks[1]))
         self.register_buffer(
-            "out_index", None if out_index is None else torch.as_tensor(out_index, dtype=torch.long)
+            "bias", None if bias is None else bias.detach().to("cpu", torch.float32).clone()
         )
+        kept = None if blocks is not None or order is None else torch.from_numpy(order)
+        self.register_buffer("out_index", kept)
+
+    @property
+    def weight_packed(self) -> GgufWeight | Int4AsymWeight | IntZpWeight:
+        """The packed weight as a ``quantrs`` object (for the buffer-held blocks a
+        ``GgufWeight`` copied from ``qweight``)."""
+        if self.qweight is None:
+            return self._packed
+        return _gguf_op.gguf_weight(self.qweight, self.weight_type, self.in_features)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.qweight is None:
+            return self._object_forward(x)
+        y = serve(self, x, _BUFFERS, self._args_of, _core.gguf_linear)
+        if y is not None:
+            return y
+        check_features("GgufLinear", x, self.in_features)
+        if x.device.type != "cpu":  # the kernel runs on the CPU; the result goes back
+            return self.forward(x.cpu()).to(x.device)
+        args = (x, self.qweight, self.bias, self.weight_type, self.in_features)
+        if _needs_graph(x, self.bias):
+            return _gguf_op.gguf_linear(*args)
+        return _gguf_op.gguf_linear_impl(*args)
+
+    def _args_of(self, qweight, bias) -> tuple:
+        return _gguf_op.gguf_args(qweight, bias, self.weight_type, self.in_features)
+
+    def _object_forward(self, x: torch.Tensor) -> torch.Tensor:
         check_features("GgufLinear", x, self.in_features)
         x32 = x.to("cpu", torch.float32).reshape(-1, self.in_features).contiguous()
         if torch.is_grad_enabled() and x32.requires_grad:
-            y = _PackedMatmul.apply(x32, self.weight_packed)
+            y = _PackedMatmul.apply(x32, self._packed)
         else:
-            y = torch.from_numpy(self.weight_packed.matmul(x32.detach().numpy()))
+            y = torch.from_numpy(self._packed.matmul(x32.detach().numpy()))
         y = y.reshape(*x.shape[:-1], self.out_features)
         if self.out_index is not None:
             y = y[..., self.out_index]
         if self.bias is not None:
-            y = y + self.bias
+            y = y + self.bias.float()
         return y.to(x.device, x.dtype)
 
     @property
@@ -101,9 +146,13 @@ class GgufLinear(nn.Module):
         w = torch.from_numpy(self.weight_packed.dequantize())
         return w if self.out_index is None else w[self.out_index]
 
+    def __getstate__(self) -> dict:
+        return drop_views(self.__dict__)
+
     def extra_repr(self) -> str:
+        kind = self.weight_type if self.qweight is not None else self._packed.type
         return (
-            f"type={self.weight_packed.type}, in_features={self.in_features}, "
+            f"type={kind}, in_features={self.in_features}, "
             f"out_features={self.out_features}, bias={self.bias is not None}"
         )
 
