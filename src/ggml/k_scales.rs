@@ -2,7 +2,7 @@
 //! each with a 6-bit scale and a 6-bit min packed into 12 bytes, times the
 //! half `d` and `dmin` of the super-block: `w = (d * sc) * q - (dmin * m)`.
 
-use super::{f16_at, inverse, put_f16, Factors, MAX_SUBS};
+use super::{f16_at, inverse, put_f16, A8Ints, Factors, MAX_SUBS};
 
 /// Sub-block `j`'s 6-bit (scale, min) from the 12 packed bytes `s`
 /// (ggml's `get_scale_min_k4`): sub-blocks 0-3 in the low 6 bits of bytes
@@ -87,4 +87,24 @@ pub(crate) fn quantize_super_block(x: &[f32], levels: f32, b: &mut [u8]) -> [u8;
         *c = ((v + mj) * inverse(dj)).round().clamp(0.0, levels) as u8;
     }
     q
+}
+
+/// The int8-activation integers of a Q4_K / Q5_K block: the 6-bit scales
+/// `k_j = sc_j` and minimums `m_j` (`GgmlType::a8_ints`).
+#[inline(always)]
+pub(crate) fn k_a8_ints(b: &[u8]) -> A8Ints {
+    let (mut k, mut m) = ([0i16; MAX_SUBS], [0i16; MAX_SUBS]);
+    for j in 0..8 {
+        let (sc, mn) = scale_min(j, &b[4..16]);
+        (k[j], m[j]) = (i16::from(sc), i16::from(mn));
+    }
+    (k, m)
+}
+
+/// The int8-activation value of a Q4_K / Q5_K block (`GgmlType::a8_value`):
+/// `w = (d sc_j) q - (dmin m_j)` summed against `dx xq` is
+/// `(d dx) isum - (dmin dx) msum` (ggml's `vec_dot_q4_K_q8_K` formula).
+#[inline(always)]
+pub(crate) fn k_a8_value(b: &[u8], dx: f32, isum: i32, msum: i32) -> f32 {
+    (f16_at(b, 0) * dx) * isum as f32 - (f16_at(b, 2) * dx) * msum as f32
 }

@@ -19,6 +19,9 @@
 //! instructions for the AVX2 and AVX-512 bodies (`avx2.rs`, `avx512.rs`,
 //! one generic body in `body.rs`).
 
+mod a8;
+#[cfg(target_arch = "x86_64")]
+mod a8_x86;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
@@ -41,6 +44,7 @@ mod q8_0;
 
 use std::fmt::Debug;
 
+pub(crate) use a8::{dot_row_a8, A8Dots, Xq};
 pub(crate) use f16::{f16_at, f32_to_f16, put_f16};
 pub(crate) use fused::{decode_block, dot_row};
 pub use q4_0::Q4_0;
@@ -64,6 +68,10 @@ pub type Codes = [i8; MAX_BLOCK_ELEMS];
 /// A block's affine maps `(a_j, c_j)` per sub-block (`GgmlType::factors`):
 /// `MAX_SUBS` of each, the first `ELEMS / SUB` used.
 pub type Factors = ([f32; MAX_SUBS], [f32; MAX_SUBS]);
+
+/// A block's integer sub-block multipliers and minimums
+/// (`GgmlType::a8_ints`), `MAX_SUBS` of each, the first `ELEMS / SUB` used.
+pub type A8Ints = ([i16; MAX_SUBS], [i16; MAX_SUBS]);
 
 /// One ggml block type.
 pub trait GgmlType: Copy + Debug + Default + Send + Sync + 'static {
@@ -106,6 +114,35 @@ pub trait GgmlType: Copy + Debug + Default + Send + Sync + 'static {
     /// The signed codes `q_i` of block `b` (the scalar reference of the
     /// code extraction).
     fn codes(b: &[u8], q: &mut Codes);
+
+    /// The int8-activation path (`a8.rs`): the integer multiplier `k_j`
+    /// of each sub-block and, for the k-quants with a minimum, its integer
+    /// minimum `m_j` (`(w_j = (d k_j) q - (dmin m_j)`); by default `k_j = 1`
+    /// and no minimum (the legacy types, whose one sub-block is the block).
+    #[inline(always)]
+    fn a8_ints(b: &[u8]) -> A8Ints {
+        let _ = b;
+        ([1; MAX_SUBS], [0; MAX_SUBS])
+    }
+
+    /// The int8-activation value of block `b` against an activation block
+    /// of scale `dx`: `isum = sum_j k_j sum_{i in j} q_i xq_i` (signed
+    /// codes), `msum = sum_j m_j sum_{i in j} xq_i`, `xsum = sum_i xq_i`.
+    /// By default the legacy types': `(d dx) isum`, plus `(m dx) xsum` for
+    /// those with a minimum `m` (the half at byte 2: Q4_1, Q5_1). The SIMD
+    /// bodies evaluate this default on four blocks at a time with the same
+    /// roundings (`a8_x86.rs`), so a type with 32 weights per block must
+    /// not override it.
+    #[inline(always)]
+    fn a8_value(b: &[u8], dx: f32, isum: i32, msum: i32, xsum: i32) -> f32 {
+        let _ = msum;
+        let v = (f16_at(b, 0) * dx) * isum as f32;
+        if Self::AFFINE {
+            v + (f16_at(b, 2) * dx) * xsum as f32
+        } else {
+            v
+        }
+    }
 
     /// [`GgmlType::codes`] with AVX2 integer instructions: the codes of the
     /// block at `b` (`BYTES` readable bytes), either written to `q` (256

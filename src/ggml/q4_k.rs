@@ -3,8 +3,8 @@
 //! first 32 in their low nibbles and the next 32 in their high nibbles;
 //! `w = (d * sc) * q - (dmin * m)` (`k_scales`).
 
-use super::k_scales::{k_factors, multipliers, quantize_super_block};
-use super::{Codes, Factors, GgmlType};
+use super::k_scales::{k_a8_ints, k_a8_value, k_factors, multipliers, quantize_super_block};
+use super::{A8Ints, Codes, Factors, GgmlType};
 
 /// ggml's Q4_K.
 #[derive(Clone, Copy, Debug, Default)]
@@ -21,6 +21,16 @@ impl GgmlType for Q4K {
     #[inline(always)]
     fn factors(b: &[u8]) -> Factors {
         k_factors(b)
+    }
+
+    #[inline(always)]
+    fn a8_ints(b: &[u8]) -> A8Ints {
+        k_a8_ints(b)
+    }
+
+    #[inline(always)]
+    fn a8_value(b: &[u8], dx: f32, isum: i32, msum: i32, _xsum: i32) -> f32 {
+        k_a8_value(b, dx, isum, msum)
     }
 
     fn codes(b: &[u8], q: &mut Codes) {

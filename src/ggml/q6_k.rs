@@ -4,7 +4,7 @@
 //! `ql[64n + 32(g % 2) + l]`, top 2 bits at bit `2g` of `qh[32n + l]`,
 //! scale `scales[i / 16]`; `w = (d * scale) * (q - 32)`.
 
-use super::{f16_at, inverse, put_f16, signed_absmax, Codes, Factors, GgmlType, MAX_SUBS};
+use super::{f16_at, inverse, put_f16, signed_absmax, A8Ints, Codes, Factors, GgmlType, MAX_SUBS};
 
 /// ggml's Q6_K.
 #[derive(Clone, Copy, Debug, Default)]
@@ -37,6 +37,22 @@ impl GgmlType for Q6K {
             *o = d * f32::from(sc as i8);
         }
         (a, [0.0; MAX_SUBS])
+    }
+
+    /// The signed 8-bit scales `k_j = scales[j]`, no minimum.
+    #[inline(always)]
+    fn a8_ints(b: &[u8]) -> A8Ints {
+        let mut k = [0i16; MAX_SUBS];
+        for (o, &sc) in k.iter_mut().zip(&b[192..208]) {
+            *o = i16::from(sc as i8);
+        }
+        (k, [0; MAX_SUBS])
+    }
+
+    /// `w = (d k_j) q`: `(d dx) isum` (ggml's `vec_dot_q6_K_q8_K`).
+    #[inline(always)]
+    fn a8_value(b: &[u8], dx: f32, isum: i32, _msum: i32, _xsum: i32) -> f32 {
+        (f16_at(b, 208) * dx) * isum as f32
     }
 
     fn codes(b: &[u8], q: &mut Codes) {

@@ -1,0 +1,208 @@
+//! `activations = "int8"` for every block type: `x` quantized once per
+//! call to int8 blocks of the weight's block size ([`Xq`]: 32 inputs for
+//! the legacy types as ggml's Q8_0, 256 with sums per sub-block for the
+//! k-quants as ggml's Q8_K), then integer dot products per sub-block and
+//! one float expression per block (`GgmlType::a8_value`, ggml's
+//! `vec_dot_<type>_q8_<0|K>` formulas: the minimums fold into one integer
+//! multiply per sub-block against the activation sums).
+//!
+//! The scalar twin ([`dot_row_a8_scalar`]) defines the result bit for bit:
+//! the integer sums are exact, so the SIMD bodies (`a8_x86.rs`: AVX2
+//! `vpmaddubsw` / `vpmaddwd`, AVX-512 VNNI `vpdpbusd` / `vpdpwssd`) may
+//! add them in any order; the block values go into four float
+//! accumulators by block index mod 4, combined `(a0 + a1) + (a2 + a3)`.
+//!
+//! Error: with `|x_i - dx xq_i| <= dx / 2` per activation block, the dot
+//! is within `sum_blocks dx / 2 * sum_i |w_i|` of the float64 dot of the
+//! dequantized row, plus float32 rounding of the per-block products and
+//! the sums (`tests.rs` checks it).
+
+#[cfg(target_arch = "x86_64")]
+use super::a8_x86;
+use super::{Codes, GgmlType, MAX_BLOCK_ELEMS};
+use crate::error::{QuantError, Result};
+use crate::simd::{self, SimdLevel};
+#[cfg(target_arch = "x86_64")]
+use crate::simd::{Avx2, Avx2F16c, Avx512, Avx512Vnni};
+
+/// Largest |xq|: symmetric, so `|q| * |xq|` pairs stay within `vpmaddubsw`'s
+/// int16 (`2 * 128 * 127 < 32768`).
+const XQ_MAX: f32 = 127.0;
+
+/// The int8-activation kernels of one level, with their tokens.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum A8Dots {
+    Scalar,
+    /// AVX2 `vpmaddubsw` / `vpmaddwd` (F16C for the block scales).
+    #[cfg(target_arch = "x86_64")]
+    Avx2(Avx2F16c),
+    /// 256-bit AVX-512 VNNI `vpdpbusd` / `vpdpwssd`.
+    #[cfg(target_arch = "x86_64")]
+    Vnni(Avx512Vnni),
+}
+
+impl A8Dots {
+    /// The kernels of the level in force.
+    pub(crate) fn current() -> A8Dots {
+        Self::at(simd::level())
+    }
+
+    /// The best kernels allowed at `level` (never above the level in force).
+    pub(crate) fn at(level: SimdLevel) -> A8Dots {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if let Some(t) = Avx512::at(level).and_then(Avx512::vnni) {
+                return A8Dots::Vnni(t);
+            }
+            if let Some(t) = Avx2::at(level).and_then(Avx2::f16c) {
+                return A8Dots::Avx2(t);
+            }
+        }
+        let _ = level;
+        A8Dots::Scalar
+    }
+}
+
+/// Rows of `x` quantized per block of `elems` inputs.
+#[derive(Clone, Debug)]
+pub(crate) struct Xq {
+    /// Codes `[rows, in]`.
+    q: Vec<i8>,
+    /// Scales `[rows, in / elems]`.
+    d: Vec<f32>,
+    /// Code sums per `sub` inputs, `[rows, in / sub]`.
+    sums: Vec<i32>,
+    in_feat: usize,
+    elems: usize,
+    sub: usize,
+}
+
+/// One row of an [`Xq`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct XqRow<'a> {
+    pub(crate) q: &'a [i8],
+    pub(crate) d: &'a [f32],
+    pub(crate) sums: &'a [i32],
+}
+
+impl Xq {
+    /// `x` `[rows, in_feat]` (`in_feat` a multiple of `T::ELEMS`) quantized
+    /// per block of `T::ELEMS`: `d = absmax / 127` (f32 division),
+    /// `xq = clamp(round_half_even(x / d), -127, 127)` (true division, as
+    /// INT4's `activations="int8"`), a block with a subnormal `d` stored
+    /// as `d = 0`, `xq = 0`. A NaN or infinity is an error (it has no code).
+    pub(crate) fn quantize<T: GgmlType>(x: &[f32], rows: usize, in_feat: usize) -> Result<Xq> {
+        debug_assert!(x.len() == rows * in_feat && in_feat.is_multiple_of(T::ELEMS));
+        if let Some(i) = x.iter().position(|v| !v.is_finite()) {
+            return Err(QuantError::arg(format!(
+                "x: non-finite value {} at index [{}, {}] cannot be quantized to int8 \
+                 (activations='int8'; use activations='float32' to propagate it)",
+                x[i],
+                i / in_feat,
+                i % in_feat
+            )));
+        }
+        let mut q = vec![0i8; x.len()];
+        let mut d = vec![0f32; x.len() / T::ELEMS];
+        for ((xb, qb), db) in x
+            .chunks_exact(T::ELEMS)
+            .zip(q.chunks_exact_mut(T::ELEMS))
+            .zip(d.iter_mut())
+        {
+            let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let s = amax / XQ_MAX;
+            if s < f32::MIN_POSITIVE {
+                continue;
+            }
+            *db = s;
+            for (c, &v) in qb.iter_mut().zip(xb) {
+                *c = (v / s).round_ties_even().clamp(-XQ_MAX, XQ_MAX) as i8;
+            }
+        }
+        let sums = q
+            .chunks_exact(T::SUB)
+            .map(|c| c.iter().map(|&v| i32::from(v)).sum())
+            .collect();
+        Ok(Xq {
+            q,
+            d,
+            sums,
+            in_feat,
+            elems: T::ELEMS,
+            sub: T::SUB,
+        })
+    }
+
+    /// Batch row `b`.
+    pub(crate) fn row(&self, b: usize) -> XqRow<'_> {
+        let (nb, ns) = (self.in_feat / self.elems, self.in_feat / self.sub);
+        XqRow {
+            q: &self.q[b * self.in_feat..(b + 1) * self.in_feat],
+            d: &self.d[b * nb..(b + 1) * nb],
+            sums: &self.sums[b * ns..(b + 1) * ns],
+        }
+    }
+}
+
+/// `row . x` for `row` whole blocks of `T` and `x` its activations
+/// quantized by [`Xq::quantize`] for `T`.
+pub(crate) fn dot_row_a8<T: GgmlType>(dots: A8Dots, row: &[u8], x: XqRow<'_>) -> f32 {
+    let nb = row.len() / T::BYTES;
+    assert!(
+        row.len().is_multiple_of(T::BYTES)
+            && x.q.len() == nb * T::ELEMS
+            && x.d.len() == nb
+            && x.sums.len() == nb * (T::ELEMS / T::SUB)
+    );
+    match dots {
+        // SAFETY: the token proves AVX-512 VNNI (and AVX2, F16C); lengths
+        // checked above.
+        #[cfg(target_arch = "x86_64")]
+        A8Dots::Vnni(t) => unsafe { a8_x86::dot_row_vnni::<T>(t, row, x) },
+        // SAFETY: the token proves AVX2, FMA and F16C; lengths checked above.
+        #[cfg(target_arch = "x86_64")]
+        A8Dots::Avx2(t) => unsafe { a8_x86::dot_row_avx2::<T>(t, row, x) },
+        A8Dots::Scalar => dot_row_a8_scalar::<T>(row, x),
+    }
+}
+
+/// The block sums of block `bi` that are not the code dot: `(msum, xsum)`
+/// (`GgmlType::a8_value`), from the activation sums per sub-block.
+#[inline(always)]
+pub(super) fn block_sums<T: GgmlType>(m: &[i16], sums: &[i32]) -> (i32, i32) {
+    let (mut msum, mut xsum) = (0i32, 0i32);
+    for (&mj, &s) in m.iter().zip(sums) {
+        if T::AFFINE {
+            msum += i32::from(mj) * s;
+        }
+        xsum += s;
+    }
+    (msum, xsum)
+}
+
+/// The scalar twin of [`dot_row_a8`]: per block the exact integer sums,
+/// `T::a8_value`, four accumulators by block index mod 4.
+pub(crate) fn dot_row_a8_scalar<T: GgmlType>(row: &[u8], x: XqRow<'_>) -> f32 {
+    let subs = T::ELEMS / T::SUB;
+    let mut acc = [0f32; 4];
+    let mut codes: Codes = [0; MAX_BLOCK_ELEMS];
+    for (bi, b) in row.chunks_exact(T::BYTES).enumerate() {
+        T::codes(b, &mut codes);
+        let (k, m) = T::a8_ints(b);
+        let xq = &x.q[bi * T::ELEMS..(bi + 1) * T::ELEMS];
+        let isum: i32 = (0..subs)
+            .map(|j| {
+                let r = j * T::SUB..(j + 1) * T::SUB;
+                let s: i32 = codes[r.clone()]
+                    .iter()
+                    .zip(&xq[r])
+                    .map(|(&c, &v)| i32::from(c) * i32::from(v))
+                    .sum();
+                i32::from(k[j]) * s
+            })
+            .sum();
+        let (msum, xsum) = block_sums::<T>(&m[..subs], &x.sums[bi * subs..(bi + 1) * subs]);
+        acc[bi % 4] += T::a8_value(b, x.d[bi], isum, msum, xsum);
+    }
+    (acc[0] + acc[1]) + (acc[2] + acc[3])
+}
