@@ -166,10 +166,11 @@ pub(crate) fn dot_row_a8<T: GgmlType>(dots: A8Dots, row: &[u8], x: XqRow<'_>) ->
     }
 }
 
-/// The block sums of block `bi` that are not the code dot: `(msum, xsum)`
-/// (`GgmlType::a8_value`), from the activation sums per sub-block.
+/// The sums of a block that are not the code dot: `(msum, xsum)`
+/// (`GgmlType::a8_value`), from its minimums and activation sums per
+/// sub-block.
 #[inline(always)]
-pub(super) fn block_sums<T: GgmlType>(m: &[i16], sums: &[i32]) -> (i32, i32) {
+fn block_sums<T: GgmlType>(m: &[i16], sums: &[i32]) -> (i32, i32) {
     let (mut msum, mut xsum) = (0i32, 0i32);
     for (&mj, &s) in m.iter().zip(sums) {
         if T::AFFINE {

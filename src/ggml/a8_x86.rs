@@ -1,6 +1,6 @@
 //! The AVX2 and AVX-512 VNNI bodies of `a8::dot_row_a8`, written once over
-//! the integer dot ([`IntDot`]): the signed codes of a block come from
-//! `GgmlType::codes_x86`; per 32 of them, `|q|` times `xq` with the sign
+//! the integer dot ([`IntDot`]): the signed codes of a block come 32 at a
+//! time in a register (`GgmlType::codes32_x86`); per 32 of them, `|q|` times `xq` with the sign
 //! of `q` (`vpsignb`: exact, `|q| <= 128`, `|xq| <= 127`) gives int8 pair
 //! products that `vpmaddubsw` adds into int16 without saturating
 //! (`2 * 128 * 127 < 32768`), then into int32 lanes (`vpmaddwd` by ones,
@@ -18,8 +18,8 @@
 
 use std::arch::x86_64::*;
 
-use super::a8::{block_sums, XqRow};
-use super::{Codes, GgmlType, MAX_BLOCK_ELEMS};
+use super::a8::XqRow;
+use super::GgmlType;
 use crate::simd::{Avx2F16c, Avx512Vnni};
 
 /// The integer dot of one level.
@@ -28,7 +28,7 @@ trait IntDot {
     unsafe fn dot(acc: __m256i, q: __m256i, x: __m256i) -> __m256i;
     /// `acc` plus, per int32 lane `l`, `k[2l] * (q x)[4l..4l+2] + k[2l + 1]
     /// * (q x)[4l+2..4l+4]` (`k` int16 lanes).
-    unsafe fn dot_k(acc: __m256i, q: __m256i, x: __m256i, k: __m256i) -> __m256i;
+    unsafe fn dot_k<T: GgmlType>(acc: __m256i, q: __m256i, x: __m256i, k: __m256i) -> __m256i;
 }
 
 /// `(|q|, x * sign(q))`: the unsigned / signed operands of `vpmaddubsw`
@@ -37,6 +37,22 @@ trait IntDot {
 unsafe fn signed_pair(q: __m256i, x: __m256i) -> (__m256i, __m256i) {
     // SAFETY: the callers run with AVX2.
     unsafe { (_mm256_abs_epi8(q), _mm256_sign_epi8(x, q)) }
+}
+
+/// `vpmaddubsw`'s int16 pair sums of `q * x`: the codes as they are where
+/// they are never negative (`GgmlType::A8_UNSIGNED`), else through
+/// [`signed_pair`].
+#[inline(always)]
+unsafe fn pair_sums<T: GgmlType>(q: __m256i, x: __m256i) -> __m256i {
+    // SAFETY: the callers run with AVX2.
+    unsafe {
+        if T::A8_UNSIGNED {
+            _mm256_maddubs_epi16(q, x)
+        } else {
+            let (u, s) = signed_pair(q, x);
+            _mm256_maddubs_epi16(u, s)
+        }
+    }
 }
 
 struct Avx2Dot;
@@ -53,12 +69,9 @@ impl IntDot for Avx2Dot {
     }
 
     #[inline(always)]
-    unsafe fn dot_k(acc: __m256i, q: __m256i, x: __m256i, k: __m256i) -> __m256i {
+    unsafe fn dot_k<T: GgmlType>(acc: __m256i, q: __m256i, x: __m256i, k: __m256i) -> __m256i {
         // SAFETY: AVX2 (the caller).
-        unsafe {
-            let (u, s) = signed_pair(q, x);
-            _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), k))
-        }
+        unsafe { _mm256_add_epi32(acc, _mm256_madd_epi16(pair_sums::<T>(q, x), k)) }
     }
 }
 
@@ -75,12 +88,9 @@ impl IntDot for VnniDot {
     }
 
     #[inline(always)]
-    unsafe fn dot_k(acc: __m256i, q: __m256i, x: __m256i, k: __m256i) -> __m256i {
+    unsafe fn dot_k<T: GgmlType>(acc: __m256i, q: __m256i, x: __m256i, k: __m256i) -> __m256i {
         // SAFETY: AVX-512 VNNI + VL (the caller).
-        unsafe {
-            let (u, s) = signed_pair(q, x);
-            _mm256_dpwssd_epi32(acc, _mm256_maddubs_epi16(u, s), k)
-        }
+        unsafe { _mm256_dpwssd_epi32(acc, pair_sums::<T>(q, x), k) }
     }
 }
 
@@ -135,17 +145,73 @@ unsafe fn halves4<T: GgmlType>(p: *const u8, o: usize) -> __m128 {
     }
 }
 
-/// The integer scales of 32 codes starting at sub-block `32 c / SUB`, as
-/// int16 lanes in the order `vpmaddubsw` pairs them.
+/// The integer scales of codes `32c..32c + 32` as int16 lanes in the
+/// order `vpmaddubsw` pairs them, from `k_lo` / `k_hi` (sub-blocks 0-7 /
+/// 8-15 in both halves): one sub-block's `k_j` in all lanes (`SUB` 32), or
+/// `k_2c` in the low half and `k_2c+1` in the high half (`SUB` 16).
 #[inline(always)]
-unsafe fn k_lanes<T: GgmlType>(k: &[i16], c: usize) -> __m256i {
+unsafe fn k_lanes<T: GgmlType>(k_lo: __m256i, k_hi: __m256i, c: usize) -> __m256i {
+    // Shuffle control: int16 lane `e` of each half in every lane.
+    let pick = |e: usize| (((2 * e + 1) << 8) | 2 * e) as i16;
     // SAFETY: AVX2 (the caller).
     unsafe {
         if T::SUB == 32 {
-            _mm256_set1_epi16(k[c])
+            _mm256_shuffle_epi8(k_lo, _mm256_set1_epi16(pick(c)))
         } else {
-            _mm256_setr_m128i(_mm_set1_epi16(k[2 * c]), _mm_set1_epi16(k[2 * c + 1]))
+            let src = if c < 4 { k_lo } else { k_hi };
+            let ctl = _mm256_setr_m128i(
+                _mm_set1_epi16(pick((2 * c) % 8)),
+                _mm_set1_epi16(pick((2 * c + 1) % 8)),
+            );
+            _mm256_shuffle_epi8(src, ctl)
         }
+    }
+}
+
+/// The lane sums of `a` and `b`.
+#[inline(always)]
+unsafe fn hsum2_i32(a: __m256i, b: __m256i) -> (i32, i32) {
+    // SAFETY: AVX2 (the caller).
+    unsafe {
+        let t = _mm256_hadd_epi32(a, b);
+        let t = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256::<1>(t));
+        let t = _mm_hadd_epi32(t, t);
+        (_mm_cvtsi128_si32(t), _mm_extract_epi32::<1>(t))
+    }
+}
+
+/// Chunk `c` of a k-quant block at `b` against its activations at `xb`,
+/// added into `acc` with its sub-blocks' scales.
+///
+/// # Safety
+/// As [`dot_body`]; `c < ELEMS / 32`.
+#[inline(always)]
+unsafe fn k_step<T: GgmlType, D: IntDot>(
+    acc: __m256i,
+    b: *const u8,
+    xb: *const i8,
+    k_lo: __m256i,
+    k_hi: __m256i,
+    c: usize,
+) -> __m256i {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let qv = T::codes32_x86(b, c);
+        let xv = _mm256_loadu_si256(xb.add(32 * c).cast());
+        D::dot_k::<T>(acc, qv, xv, k_lanes::<T>(k_lo, k_hi, c))
+    }
+}
+
+/// The int32 lanes of a legacy block's code dot: `(block, activations)`.
+///
+/// # Safety
+/// As [`dot_body`].
+#[inline(always)]
+unsafe fn legacy_dot<T: GgmlType, D: IntDot>((b, xb): (*const u8, *const i8)) -> __m256i {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let qv = T::codes32_x86(b, 0);
+        D::dot(_mm256_setzero_si256(), qv, _mm256_loadu_si256(xb.cast()))
     }
 }
 
@@ -156,25 +222,26 @@ unsafe fn k_lanes<T: GgmlType>(k: &[i16], c: usize) -> __m256i {
 unsafe fn dot_body<T: GgmlType, D: IntDot>(row: &[u8], x: XqRow<'_>) -> f32 {
     let nb = row.len() / T::BYTES;
     let subs = T::ELEMS / T::SUB;
-    let mut buf: Codes = [0; MAX_BLOCK_ELEMS];
     let mut acc = [0f32; 4];
     let (rp, xp) = (row.as_ptr(), x.q.as_ptr());
     // SAFETY: block `bi < nb` reads `BYTES` bytes of `row` at `bi * BYTES`
     // and `ELEMS` codes of `x.q` at `bi * ELEMS`, its scale `x.d[bi]` and
-    // sums `x.sums[bi * subs..]`, all inside by the caller's checks; the
-    // codes buffer holds 256 bytes (32 per block of four legacy blocks).
+    // sums `x.sums[bi * subs..]`, all inside by the caller's checks.
     unsafe {
         let mut bi = 0;
         if T::ELEMS == 32 {
             let mut acc4 = _mm_setzero_ps();
             while bi + 4 <= nb {
                 let p = rp.add(bi * T::BYTES);
-                let s: [__m256i; 4] = std::array::from_fn(|t| {
-                    let q = T::codes_x86(p.add(t * T::BYTES), buf.as_mut_ptr().add(32 * t));
-                    let qv = _mm256_loadu_si256(q.cast());
-                    let xv = _mm256_loadu_si256(xp.add((bi + t) * 32).cast());
-                    D::dot(_mm256_setzero_si256(), qv, xv)
-                });
+                // No closure here: closures do not inherit the target
+                // features, and an intrinsic outside them is a call.
+                let one = |t: usize| (p.add(t * T::BYTES), xp.add((bi + t) * 32));
+                let s = [
+                    legacy_dot::<T, D>(one(0)),
+                    legacy_dot::<T, D>(one(1)),
+                    legacy_dot::<T, D>(one(2)),
+                    legacy_dot::<T, D>(one(3)),
+                ];
                 let isum = _mm_cvtepi32_ps(hsum4_i32(s[0], s[1], s[2], s[3]));
                 let dx = _mm_loadu_ps(x.d.as_ptr().add(bi));
                 let mut v = _mm_mul_ps(_mm_mul_ps(halves4::<T>(p, 0), dx), isum);
@@ -189,29 +256,35 @@ unsafe fn dot_body<T: GgmlType, D: IntDot>(row: &[u8], x: XqRow<'_>) -> f32 {
         }
         while bi < nb {
             let b = &row[bi * T::BYTES..(bi + 1) * T::BYTES];
-            let q = T::codes_x86(b.as_ptr(), buf.as_mut_ptr());
-            let (k, m) = T::a8_ints(b);
+            let (k, m) = T::a8_ints_x86(b.as_ptr());
+            // `k_j` of the low / high eight sub-blocks in both 128-bit
+            // halves, for the per-chunk byte shuffles.
+            let (k_lo, k_hi) = (
+                _mm256_permute2x128_si256::<0x00>(k, k),
+                _mm256_permute2x128_si256::<0x11>(k, k),
+            );
             let xb = xp.add(bi * T::ELEMS);
             // Two accumulators: two independent dependency chains.
             let (mut v0, mut v1) = (_mm256_setzero_si256(), _mm256_setzero_si256());
             let mut c = 0;
             while c < T::ELEMS / 32 {
-                let load = |c: usize| {
-                    (
-                        _mm256_loadu_si256(q.add(32 * c).cast()),
-                        _mm256_loadu_si256(xb.add(32 * c).cast()),
-                    )
-                };
-                let (qv, xv) = load(c);
-                v0 = D::dot_k(v0, qv, xv, k_lanes::<T>(&k, c));
+                v0 = k_step::<T, D>(v0, b.as_ptr(), xb, k_lo, k_hi, c);
                 if c + 1 < T::ELEMS / 32 {
-                    let (qv, xv) = load(c + 1);
-                    v1 = D::dot_k(v1, qv, xv, k_lanes::<T>(&k, c + 1));
+                    v1 = k_step::<T, D>(v1, b.as_ptr(), xb, k_lo, k_hi, c + 1);
                 }
                 c += 2;
             }
-            let isum = hsum_i32(_mm256_add_epi32(v0, v1));
-            let (msum, xsum) = block_sums::<T>(&m[..subs], &x.sums[bi * subs..(bi + 1) * subs]);
+            let (isum, msum) = if T::AFFINE && T::ELEMS == 256 {
+                // m_j times the activation sums of the eight sub-blocks
+                // (the k-quants with a minimum; the legacy types have
+                // none, `a8_value` adds theirs from `xsum`).
+                let xs = _mm256_loadu_si256(x.sums.as_ptr().add(bi * subs).cast());
+                let mx = _mm256_mullo_epi32(_mm256_cvtepi16_epi32(m), xs);
+                hsum2_i32(_mm256_add_epi32(v0, v1), mx)
+            } else {
+                (hsum_i32(_mm256_add_epi32(v0, v1)), 0)
+            };
+            let xsum = x.sums[bi * subs..(bi + 1) * subs].iter().sum();
             acc[bi % 4] += T::a8_value(b, x.d[bi], isum, msum, xsum);
             bi += 1;
         }

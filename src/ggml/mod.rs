@@ -125,6 +125,33 @@ pub trait GgmlType: Copy + Debug + Default + Send + Sync + 'static {
         ([1; MAX_SUBS], [0; MAX_SUBS])
     }
 
+    /// Whether every code is non-negative (Q4_K, Q5_K): the SIMD
+    /// int8-activation bodies then feed the codes to `vpmaddubsw` as they
+    /// are, without moving the sign of `q` onto `x`.
+    const A8_UNSIGNED: bool = false;
+
+    /// [`GgmlType::a8_ints`] as vectors: `k_j` as 16 int16 lanes and `m_j`
+    /// as 8 int16 lanes (the SIMD int8-activation bodies of the k-quants;
+    /// by default loaded from `a8_ints`).
+    ///
+    /// # Safety
+    /// AVX2 in force; `BYTES` readable bytes at `b`.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn a8_ints_x86(
+        b: *const u8,
+    ) -> (std::arch::x86_64::__m256i, std::arch::x86_64::__m128i) {
+        use std::arch::x86_64::*;
+        // SAFETY: the caller's contract; the arrays hold 16 int16 each.
+        unsafe {
+            let (k, m) = Self::a8_ints(std::slice::from_raw_parts(b, Self::BYTES));
+            (
+                _mm256_loadu_si256(k.as_ptr().cast()),
+                _mm_loadu_si128(m.as_ptr().cast()),
+            )
+        }
+    }
+
     /// The int8-activation value of block `b` against an activation block
     /// of scale `dx`: `isum = sum_j k_j sum_{i in j} q_i xq_i` (signed
     /// codes), `msum = sum_j m_j sum_{i in j} xq_i`, `xsum = sum_i xq_i`.
@@ -163,6 +190,15 @@ pub trait GgmlType: Copy + Debug + Default + Send + Sync + 'static {
         }
         q
     }
+
+    /// Codes `32c..32c + 32` of the block at `b` as one register (the
+    /// int8-activation bodies, `a8_x86.rs`), the same values as
+    /// [`GgmlType::codes_x86`] without the trip through memory.
+    ///
+    /// # Safety
+    /// As [`GgmlType::codes_x86`]; `c < ELEMS / 32`.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn codes32_x86(b: *const u8, c: usize) -> std::arch::x86_64::__m256i;
 }
 
 /// Largest |v| of `x` with its sign (ggml's "max" of the symmetric types).

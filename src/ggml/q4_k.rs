@@ -28,6 +28,17 @@ impl GgmlType for Q4K {
         k_a8_ints(b)
     }
 
+    const A8_UNSIGNED: bool = true;
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn a8_ints_x86(
+        b: *const u8,
+    ) -> (std::arch::x86_64::__m256i, std::arch::x86_64::__m128i) {
+        // SAFETY: the caller's contract (AVX2, the block's bytes).
+        unsafe { super::k_scales::k_a8_ints_x86(b) }
+    }
+
     #[inline(always)]
     fn a8_value(b: &[u8], dx: f32, isum: i32, msum: i32, _xsum: i32) -> f32 {
         k_a8_value(b, dx, isum, msum)
@@ -48,6 +59,13 @@ impl GgmlType for Q4K {
         // SAFETY: 144 bytes at `b`, 256 at `q`, AVX2 (the caller).
         unsafe { super::codes_x86::k_quant(b.add(16), None, q) };
         q
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn codes32_x86(b: *const u8, c: usize) -> std::arch::x86_64::__m256i {
+        // SAFETY: 144 bytes at `b`, AVX2 (the caller).
+        unsafe { super::codes_x86::k_quant_reg(b.add(16), None, c) }
     }
 
     fn dequantize_block(b: &[u8], out: &mut [f32]) {

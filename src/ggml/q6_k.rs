@@ -49,6 +49,19 @@ impl GgmlType for Q6K {
         (k, [0; MAX_SUBS])
     }
 
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn a8_ints_x86(
+        b: *const u8,
+    ) -> (std::arch::x86_64::__m256i, std::arch::x86_64::__m128i) {
+        use std::arch::x86_64::*;
+        // SAFETY: 210 bytes at `b`, AVX2 (the caller).
+        unsafe {
+            let k = _mm256_cvtepi8_epi16(_mm_loadu_si128(b.add(192).cast()));
+            (k, _mm_setzero_si128())
+        }
+    }
+
     /// `w = (d k_j) q`: `(d dx) isum` (ggml's `vec_dot_q6_K_q8_K`).
     #[inline(always)]
     fn a8_value(b: &[u8], dx: f32, isum: i32, _msum: i32, _xsum: i32) -> f32 {
@@ -68,6 +81,13 @@ impl GgmlType for Q6K {
         // SAFETY: 210 bytes at `b`, 256 at `q`, AVX2 (the caller).
         unsafe { super::codes_x86::q6_k(b, q) };
         q
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn codes32_x86(b: *const u8, c: usize) -> std::arch::x86_64::__m256i {
+        // SAFETY: 210 bytes at `b`, AVX2 (the caller).
+        unsafe { super::codes_x86::q6_k_reg(b, c) }
     }
 
     fn dequantize_block(b: &[u8], out: &mut [f32]) {
