@@ -242,11 +242,7 @@ impl<T: GgmlType> WeightFormat for GgufBlocks<T> {
         yt.par_chunks_mut(rows)
             .zip(w.data.par_chunks(row))
             .with_min_len(min_rows)
-            .for_each(|(yr, wr)| {
-                for (b, v) in yr.iter_mut().enumerate() {
-                    *v = dot_row_a8::<T>(dots, wr, xq.row(b));
-                }
-            });
+            .for_each(|(yr, wr)| dot_row_a8::<T>(dots, wr, &xq, yr));
         for (r, yr) in yt.chunks_exact(rows).enumerate() {
             for (b, &v) in yr.iter().enumerate() {
                 y[b * n + r] = v;

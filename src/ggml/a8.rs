@@ -144,25 +144,51 @@ impl Xq {
     }
 }
 
-/// `row . x` for `row` whole blocks of `T` and `x` its activations
-/// quantized by [`Xq::quantize`] for `T`.
-pub(crate) fn dot_row_a8<T: GgmlType>(dots: A8Dots, row: &[u8], x: XqRow<'_>) -> f32 {
+/// Rows of activations one pass over a weight row serves.
+const PASS_ROWS: usize = 4;
+
+/// `row . x` for every row of `x` into `out` (one per row): `row` whole
+/// blocks of `T`, `x` quantized for `T` by [`Xq::quantize`]. Rows go four
+/// at a time through one pass over `row`, each with the same operations
+/// as alone.
+pub(crate) fn dot_row_a8<T: GgmlType>(dots: A8Dots, row: &[u8], x: &Xq, out: &mut [f32]) {
     let nb = row.len() / T::BYTES;
     assert!(
         row.len().is_multiple_of(T::BYTES)
-            && x.q.len() == nb * T::ELEMS
-            && x.d.len() == nb
-            && x.sums.len() == nb * (T::ELEMS / T::SUB)
+            && x.elems == T::ELEMS
+            && x.sub == T::SUB
+            && x.in_feat == nb * T::ELEMS
+            && out.len() * x.in_feat == x.q.len()
     );
+    let mut b = 0;
+    while b + PASS_ROWS <= out.len() {
+        let xs: [XqRow<'_>; PASS_ROWS] = std::array::from_fn(|i| x.row(b + i));
+        out[b..b + PASS_ROWS].copy_from_slice(&dots_rows::<T, PASS_ROWS>(dots, row, &xs));
+        b += PASS_ROWS;
+    }
+    while b < out.len() {
+        out[b] = dots_rows::<T, 1>(dots, row, &[x.row(b)])[0];
+        b += 1;
+    }
+}
+
+/// `row . xs[r]` for `R` rows at the level `dots` (lengths checked by
+/// [`dot_row_a8`]: every `XqRow` of an `Xq` of `T` for `row`'s inputs).
+fn dots_rows<T: GgmlType, const R: usize>(
+    dots: A8Dots,
+    row: &[u8],
+    xs: &[XqRow<'_>; R],
+) -> [f32; R] {
     match dots {
         // SAFETY: the token proves AVX-512 VNNI (and AVX2, F16C); lengths
-        // checked above.
+        // checked by the caller.
         #[cfg(target_arch = "x86_64")]
-        A8Dots::Vnni(t) => unsafe { a8_x86::dot_row_vnni::<T>(t, row, x) },
-        // SAFETY: the token proves AVX2, FMA and F16C; lengths checked above.
+        A8Dots::Vnni(t) => unsafe { a8_x86::dot_rows_vnni::<T, R>(t, row, xs) },
+        // SAFETY: the token proves AVX2, FMA and F16C; lengths checked by
+        // the caller.
         #[cfg(target_arch = "x86_64")]
-        A8Dots::Avx2(t) => unsafe { a8_x86::dot_row_avx2::<T>(t, row, x) },
-        A8Dots::Scalar => dot_row_a8_scalar::<T>(row, x),
+        A8Dots::Avx2(t) => unsafe { a8_x86::dot_rows_avx2::<T, R>(t, row, xs) },
+        A8Dots::Scalar => xs.map(|x| dot_row_a8_scalar::<T>(row, x)),
     }
 }
 

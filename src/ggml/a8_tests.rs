@@ -35,17 +35,27 @@ fn row_and_x<T: GgmlType>(blocks: usize, seed: u64) -> (Vec<u8>, Vec<f32>) {
 fn check_levels<T: GgmlType>() {
     for blocks in 1..=9 {
         let (row, x) = row_and_x::<T>(blocks, blocks as u64);
-        let xq = Xq::quantize::<T>(&x, 1, x.len()).unwrap();
-        let want = dot_row_a8_scalar::<T>(&row, xq.row(0));
-        assert!(want.is_finite(), "{}: {want}", T::NAME);
+        // Six rows of activations: one pass of four, then two alone.
+        let n = x.len();
+        let x6: Vec<f32> = (0..6)
+            .flat_map(|r| x.iter().map(move |v| v * (1.0 - 0.3 * r as f32)))
+            .collect();
+        let xq = Xq::quantize::<T>(&x6, 6, n).unwrap();
+        let want: Vec<f32> = (0..6)
+            .map(|r| dot_row_a8_scalar::<T>(&row, xq.row(r)))
+            .collect();
+        assert!(want.iter().all(|v| v.is_finite()), "{}: {want:?}", T::NAME);
         for dots in a8_levels() {
-            let got = dot_row_a8::<T>(dots, &row, xq.row(0));
-            assert_eq!(
-                got.to_bits(),
-                want.to_bits(),
-                "{} {dots:?} {blocks} blocks: {got} vs {want}",
-                T::NAME
-            );
+            let mut got = vec![0f32; 6];
+            dot_row_a8::<T>(dots, &row, &xq, &mut got);
+            for (g, w) in got.iter().zip(&want) {
+                assert_eq!(
+                    g.to_bits(),
+                    w.to_bits(),
+                    "{} {dots:?} {blocks} blocks: {got:?} vs {want:?}",
+                    T::NAME
+                );
+            }
         }
     }
 }

@@ -14,7 +14,8 @@
 //! `GgmlType::a8_value`'s default with the same roundings on four lanes,
 //! which are the twin's four accumulators. The k-quants (256 weights) sum
 //! `k_j * dot_j` in int32 lanes, reduce once per block and call
-//! `a8_value`.
+//! `a8_value`. Up to four rows of activations go through one pass over
+//! the weight row: its codes are extracted once for all of them.
 
 use std::arch::x86_64::*;
 
@@ -98,18 +99,26 @@ impl IntDot for VnniDot {
 /// The token proves AVX2 and F16C; the caller (`a8::dot_row_a8`) checks
 /// the lengths.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn dot_row_avx2<T: GgmlType>(_: Avx2F16c, row: &[u8], x: XqRow<'_>) -> f32 {
+pub(super) unsafe fn dot_rows_avx2<T: GgmlType, const R: usize>(
+    _: Avx2F16c,
+    row: &[u8],
+    xs: &[XqRow<'_>; R],
+) -> [f32; R] {
     // SAFETY: this function's features; lengths checked by the caller.
-    unsafe { dot_body::<T, Avx2Dot>(row, x) }
+    unsafe { dot_body::<T, Avx2Dot, R>(row, xs) }
 }
 
 /// # Safety
 /// The token proves AVX-512 VNNI (with VL, AVX2 and F16C); the caller
 /// checks the lengths.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub(super) unsafe fn dot_row_vnni<T: GgmlType>(_: Avx512Vnni, row: &[u8], x: XqRow<'_>) -> f32 {
+pub(super) unsafe fn dot_rows_vnni<T: GgmlType, const R: usize>(
+    _: Avx512Vnni,
+    row: &[u8],
+    xs: &[XqRow<'_>; R],
+) -> [f32; R] {
     // SAFETY: this function's features; lengths checked by the caller.
-    unsafe { dot_body::<T, VnniDot>(row, x) }
+    unsafe { dot_body::<T, VnniDot, R>(row, xs) }
 }
 
 /// The sum of the eight int32 lanes of `v`.
@@ -180,79 +189,86 @@ unsafe fn hsum2_i32(a: __m256i, b: __m256i) -> (i32, i32) {
     }
 }
 
-/// Chunk `c` of a k-quant block at `b` against its activations at `xb`,
-/// added into `acc` with its sub-blocks' scales.
+/// Chunk `c` of the block at `b` (block `bi` of the row) against every
+/// row of `xs`, added into `acc` with its sub-blocks' scales: the codes
+/// extracted once for all rows.
 ///
 /// # Safety
 /// As [`dot_body`]; `c < ELEMS / 32`.
 #[inline(always)]
-unsafe fn k_step<T: GgmlType, D: IntDot>(
-    acc: __m256i,
+unsafe fn k_step<T: GgmlType, D: IntDot, const R: usize>(
+    acc: &mut [__m256i; R],
     b: *const u8,
-    xb: *const i8,
+    xs: &[XqRow<'_>; R],
+    bi: usize,
     k_lo: __m256i,
     k_hi: __m256i,
     c: usize,
-) -> __m256i {
+) {
     // SAFETY: the caller's contract.
     unsafe {
         let qv = T::codes32_x86(b, c);
-        let xv = _mm256_loadu_si256(xb.add(32 * c).cast());
-        D::dot_k::<T>(acc, qv, xv, k_lanes::<T>(k_lo, k_hi, c))
-    }
-}
-
-/// The int32 lanes of a legacy block's code dot: `(block, activations)`.
-///
-/// # Safety
-/// As [`dot_body`].
-#[inline(always)]
-unsafe fn legacy_dot<T: GgmlType, D: IntDot>((b, xb): (*const u8, *const i8)) -> __m256i {
-    // SAFETY: the caller's contract.
-    unsafe {
-        let qv = T::codes32_x86(b, 0);
-        D::dot(_mm256_setzero_si256(), qv, _mm256_loadu_si256(xb.cast()))
+        let k = k_lanes::<T>(k_lo, k_hi, c);
+        for (a, x) in acc.iter_mut().zip(xs) {
+            let xv = _mm256_loadu_si256(x.q.as_ptr().add(bi * T::ELEMS + 32 * c).cast());
+            *a = D::dot_k::<T>(*a, qv, xv, k);
+        }
     }
 }
 
 /// # Safety
 /// AVX2, F16C and `D`'s features in force; `a8::dot_row_a8`'s length
-/// checks hold.
+/// checks hold for every row of `xs`.
 #[inline(always)]
-unsafe fn dot_body<T: GgmlType, D: IntDot>(row: &[u8], x: XqRow<'_>) -> f32 {
+unsafe fn dot_body<T: GgmlType, D: IntDot, const R: usize>(
+    row: &[u8],
+    xs: &[XqRow<'_>; R],
+) -> [f32; R] {
     let nb = row.len() / T::BYTES;
     let subs = T::ELEMS / T::SUB;
-    let mut acc = [0f32; 4];
-    let (rp, xp) = (row.as_ptr(), x.q.as_ptr());
+    let mut acc = [[0f32; 4]; R];
+    let rp = row.as_ptr();
     // SAFETY: block `bi < nb` reads `BYTES` bytes of `row` at `bi * BYTES`
-    // and `ELEMS` codes of `x.q` at `bi * ELEMS`, its scale `x.d[bi]` and
-    // sums `x.sums[bi * subs..]`, all inside by the caller's checks.
+    // and, of every row of `xs`, `ELEMS` codes at `bi * ELEMS`, its scale
+    // `d[bi]` and sums `sums[bi * subs..]`, all inside by the caller's
+    // checks.
     unsafe {
+        let zero = _mm256_setzero_si256();
         let mut bi = 0;
         if T::ELEMS == 32 {
-            let mut acc4 = _mm_setzero_ps();
+            let mut acc4 = [_mm_setzero_ps(); R];
             while bi + 4 <= nb {
                 let p = rp.add(bi * T::BYTES);
-                // No closure here: closures do not inherit the target
-                // features, and an intrinsic outside them is a call.
-                let one = |t: usize| (p.add(t * T::BYTES), xp.add((bi + t) * 32));
-                let s = [
-                    legacy_dot::<T, D>(one(0)),
-                    legacy_dot::<T, D>(one(1)),
-                    legacy_dot::<T, D>(one(2)),
-                    legacy_dot::<T, D>(one(3)),
+                let q = [
+                    T::codes32_x86(p, 0),
+                    T::codes32_x86(p.add(T::BYTES), 0),
+                    T::codes32_x86(p.add(2 * T::BYTES), 0),
+                    T::codes32_x86(p.add(3 * T::BYTES), 0),
                 ];
-                let isum = _mm_cvtepi32_ps(hsum4_i32(s[0], s[1], s[2], s[3]));
-                let dx = _mm_loadu_ps(x.d.as_ptr().add(bi));
-                let mut v = _mm_mul_ps(_mm_mul_ps(halves4::<T>(p, 0), dx), isum);
-                if T::AFFINE {
-                    let xs = _mm_cvtepi32_ps(_mm_loadu_si128(x.sums.as_ptr().add(bi).cast()));
-                    v = _mm_add_ps(v, _mm_mul_ps(_mm_mul_ps(halves4::<T>(p, 2), dx), xs));
+                let d = halves4::<T>(p, 0);
+                let m = if T::AFFINE { halves4::<T>(p, 2) } else { d };
+                for (x, a) in xs.iter().zip(acc4.iter_mut()) {
+                    let xp = x.q.as_ptr().add(bi * 32);
+                    let xv = |t: usize| _mm256_loadu_si256(xp.add(32 * t).cast());
+                    let s0 = D::dot(zero, q[0], xv(0));
+                    let s1 = D::dot(zero, q[1], xv(1));
+                    let s2 = D::dot(zero, q[2], xv(2));
+                    let s3 = D::dot(zero, q[3], xv(3));
+                    let isum = _mm_cvtepi32_ps(hsum4_i32(s0, s1, s2, s3));
+                    let dx = _mm_loadu_ps(x.d.as_ptr().add(bi));
+                    let mut v = _mm_mul_ps(_mm_mul_ps(d, dx), isum);
+                    if T::AFFINE {
+                        let xsum = _mm_loadu_si128(x.sums.as_ptr().add(bi).cast());
+                        let xsum = _mm_cvtepi32_ps(xsum);
+                        v = _mm_add_ps(v, _mm_mul_ps(_mm_mul_ps(m, dx), xsum));
+                    }
+                    *a = _mm_add_ps(*a, v);
                 }
-                acc4 = _mm_add_ps(acc4, v);
                 bi += 4;
             }
-            _mm_storeu_ps(acc.as_mut_ptr(), acc4);
+            for (a, a4) in acc.iter_mut().zip(acc4) {
+                _mm_storeu_ps(a.as_mut_ptr(), a4);
+            }
         }
         while bi < nb {
             let b = &row[bi * T::BYTES..(bi + 1) * T::BYTES];
@@ -263,31 +279,33 @@ unsafe fn dot_body<T: GgmlType, D: IntDot>(row: &[u8], x: XqRow<'_>) -> f32 {
                 _mm256_permute2x128_si256::<0x00>(k, k),
                 _mm256_permute2x128_si256::<0x11>(k, k),
             );
-            let xb = xp.add(bi * T::ELEMS);
-            // Two accumulators: two independent dependency chains.
-            let (mut v0, mut v1) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+            // Two accumulators per row: independent dependency chains.
+            let (mut v0, mut v1) = ([zero; R], [zero; R]);
             let mut c = 0;
             while c < T::ELEMS / 32 {
-                v0 = k_step::<T, D>(v0, b.as_ptr(), xb, k_lo, k_hi, c);
+                k_step::<T, D, R>(&mut v0, b.as_ptr(), xs, bi, k_lo, k_hi, c);
                 if c + 1 < T::ELEMS / 32 {
-                    v1 = k_step::<T, D>(v1, b.as_ptr(), xb, k_lo, k_hi, c + 1);
+                    k_step::<T, D, R>(&mut v1, b.as_ptr(), xs, bi, k_lo, k_hi, c + 1);
                 }
                 c += 2;
             }
-            let (isum, msum) = if T::AFFINE && T::ELEMS == 256 {
-                // m_j times the activation sums of the eight sub-blocks
-                // (the k-quants with a minimum; the legacy types have
-                // none, `a8_value` adds theirs from `xsum`).
-                let xs = _mm256_loadu_si256(x.sums.as_ptr().add(bi * subs).cast());
-                let mx = _mm256_mullo_epi32(_mm256_cvtepi16_epi32(m), xs);
-                hsum2_i32(_mm256_add_epi32(v0, v1), mx)
-            } else {
-                (hsum_i32(_mm256_add_epi32(v0, v1)), 0)
-            };
-            let xsum = x.sums[bi * subs..(bi + 1) * subs].iter().sum();
-            acc[bi % 4] += T::a8_value(b, x.d[bi], isum, msum, xsum);
+            for r in 0..R {
+                let x = &xs[r];
+                let v = _mm256_add_epi32(v0[r], v1[r]);
+                let (isum, msum) = if T::AFFINE && T::ELEMS == 256 {
+                    // m_j times the activation sums of the eight
+                    // sub-blocks (the k-quants with a minimum; the legacy
+                    // types have none, `a8_value` adds theirs from `xsum`).
+                    let s = _mm256_loadu_si256(x.sums.as_ptr().add(bi * subs).cast());
+                    hsum2_i32(v, _mm256_mullo_epi32(_mm256_cvtepi16_epi32(m), s))
+                } else {
+                    (hsum_i32(v), 0)
+                };
+                let xsum = x.sums[bi * subs..(bi + 1) * subs].iter().sum();
+                acc[r][bi % 4] += T::a8_value(b, x.d[bi], isum, msum, xsum);
+            }
             bi += 1;
         }
     }
-    (acc[0] + acc[1]) + (acc[2] + acc[3])
+    acc.map(|a| (a[0] + a[1]) + (a[2] + a[3]))
 }
