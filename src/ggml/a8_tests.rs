@@ -131,7 +131,7 @@ fn activation_codes_round_half_even_per_block() {
 
 #[test]
 fn a8_matmul_rejects_non_finite_x_and_bad_lengths() {
-    let data: Vec<u8> = (0..2).flat_map(|s| random_block::<Q4K>(s)).collect();
+    let data: Vec<u8> = (0..2).flat_map(random_block::<Q4K>).collect();
     let w = GgufWeight::<Q4K>::new(data, 2, 256).unwrap();
     let mut y = vec![7f32; 2];
     let mut x = vec![0.5f32; 256];
@@ -144,7 +144,7 @@ fn a8_matmul_rejects_non_finite_x_and_bad_lengths() {
 
 #[test]
 fn a8_matmul_batches_equal_their_rows() {
-    let data: Vec<u8> = (0..12).flat_map(|s| random_block::<Q5_1>(s)).collect();
+    let data: Vec<u8> = (0..12).flat_map(random_block::<Q5_1>).collect();
     let w = GgufWeight::<Q5_1>::new(data, 3, 128).unwrap();
     let x: Vec<f32> = rand_vec(5 * 128, 3).iter().map(|v| v - 0.5).collect();
     let mut y = vec![0f32; 5 * 3];

@@ -161,7 +161,7 @@ unsafe fn halves4<T: GgmlType>(p: *const u8, o: usize) -> __m128 {
 #[inline(always)]
 unsafe fn k_lanes<T: GgmlType>(k_lo: __m256i, k_hi: __m256i, c: usize) -> __m256i {
     // Shuffle control: int16 lane `e` of each half in every lane.
-    let pick = |e: usize| (((2 * e + 1) << 8) | 2 * e) as i16;
+    let pick = |e: usize| (((2 * e + 1) << 8) | (2 * e)) as i16;
     // SAFETY: AVX2 (the caller).
     unsafe {
         if T::SUB == 32 {

@@ -93,7 +93,7 @@ pub(super) unsafe fn k_quant_reg(qs: *const u8, qh: Option<*const u8>, c: usize)
     // SAFETY: the caller's contract.
     unsafe {
         let b = _mm256_loadu_si256(qs.add(32 * (c / 2)).cast());
-        let b = if c % 2 == 0 {
+        let b = if c.is_multiple_of(2) {
             b
         } else {
             _mm256_srli_epi16::<4>(b)

@@ -141,3 +141,37 @@ pub(crate) unsafe fn k_a8_ints_x86(
         (wide, _mm256_extracti128_si256::<1>(wide))
     }
 }
+
+/// The `GgmlType` items Q4_K and Q5_K share (their 12 scale bytes and
+/// halves sit at the same offsets): the affine maps and the
+/// int8-activation integers, vectors and value of the super-block.
+macro_rules! k_super_block_maps {
+    () => {
+        #[inline(always)]
+        fn factors(b: &[u8]) -> super::Factors {
+            super::k_scales::k_factors(b)
+        }
+
+        #[inline(always)]
+        fn a8_ints(b: &[u8]) -> super::A8Ints {
+            super::k_scales::k_a8_ints(b)
+        }
+
+        const A8_UNSIGNED: bool = true;
+
+        #[cfg(target_arch = "x86_64")]
+        #[inline(always)]
+        unsafe fn a8_ints_x86(
+            b: *const u8,
+        ) -> (std::arch::x86_64::__m256i, std::arch::x86_64::__m128i) {
+            // SAFETY: the caller's contract (AVX2, the block's bytes).
+            unsafe { super::k_scales::k_a8_ints_x86(b) }
+        }
+
+        #[inline(always)]
+        fn a8_value(b: &[u8], dx: f32, isum: i32, msum: i32, _xsum: i32) -> f32 {
+            super::k_scales::k_a8_value(b, dx, isum, msum)
+        }
+    };
+}
+pub(crate) use k_super_block_maps;

@@ -3,8 +3,8 @@
 //! bit `2c` / `2c + 1` of `qh[l]` is the fifth bit of weight `64c + l` /
 //! `64c + 32 + l`; `w = (d * sc) * q - (dmin * m)` (`k_scales`).
 
-use super::k_scales::{k_a8_ints, k_a8_value, k_factors, multipliers, quantize_super_block};
-use super::{A8Ints, Codes, Factors, GgmlType};
+use super::k_scales::{multipliers, quantize_super_block};
+use super::{Codes, GgmlType};
 
 /// ggml's Q5_K.
 #[derive(Clone, Copy, Debug, Default)]
@@ -18,31 +18,7 @@ impl GgmlType for Q5K {
     const HALF_SCALES: &'static [usize] = &[0, 2];
     const AFFINE: bool = true;
 
-    #[inline(always)]
-    fn factors(b: &[u8]) -> Factors {
-        k_factors(b)
-    }
-
-    #[inline(always)]
-    fn a8_ints(b: &[u8]) -> A8Ints {
-        k_a8_ints(b)
-    }
-
-    const A8_UNSIGNED: bool = true;
-
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
-    unsafe fn a8_ints_x86(
-        b: *const u8,
-    ) -> (std::arch::x86_64::__m256i, std::arch::x86_64::__m128i) {
-        // SAFETY: the caller's contract (AVX2, the block's bytes).
-        unsafe { super::k_scales::k_a8_ints_x86(b) }
-    }
-
-    #[inline(always)]
-    fn a8_value(b: &[u8], dx: f32, isum: i32, msum: i32, _xsum: i32) -> f32 {
-        k_a8_value(b, dx, isum, msum)
-    }
+    super::k_scales::k_super_block_maps!();
 
     fn codes(b: &[u8], q: &mut Codes) {
         let qh = &b[16..48];
