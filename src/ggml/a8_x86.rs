@@ -19,7 +19,7 @@
 
 use std::arch::x86_64::*;
 
-use super::a8::XqRow;
+use super::xq::XqRow;
 use super::GgmlType;
 use crate::simd::{Avx2F16c, Avx512Vnni};
 

@@ -41,10 +41,11 @@ mod q5_1;
 mod q5_k;
 mod q6_k;
 mod q8_0;
+mod xq;
 
 use std::fmt::Debug;
 
-pub(crate) use a8::{dot_row_a8, A8Dots, Xq};
+pub(crate) use a8::{dot_row_a8, A8Dots};
 pub(crate) use f16::{f16_at, f32_to_f16, put_f16};
 pub(crate) use fused::{decode_block, dot_row};
 pub use q4_0::Q4_0;
@@ -55,6 +56,7 @@ pub use q5_1::Q5_1;
 pub use q5_k::Q5K;
 pub use q6_k::Q6K;
 pub use q8_0::Q8_0;
+pub(crate) use xq::Xq;
 
 /// The most weights one block holds (`QK_K`).
 pub const MAX_BLOCK_ELEMS: usize = 256;
