@@ -8,8 +8,10 @@ by the machine's read bandwidth on every CPU (benches/_bandwidth.py), probed nex
 each shape. The shapes are SmolLM2-135M's (``[576, 576]``, ``[1536, 576]``,
 ``[576, 1536]``; k-quants need inputs a multiple of 256, so they run only where the
 input is 1536) and one ``[4096, 4096]`` that comes from DRAM.
+With ``--activations int8`` ours run ``matmul(x, activations="int8")`` (int8 blocks of
+``x``, integer block dots) against the same INT4 g32 float32 baseline.
 Run: ``python benches/bench_gguf.py [--quick] [--json] [--types q4_k,q6_k]
-[--shapes 4096x4096,576x1536]``."""
+[--shapes 4096x4096,576x1536] [--activations int8]``."""
 
 from __future__ import annotations
 
@@ -49,7 +51,7 @@ def gguf_weight(name: str, out: int, inf: int, rng) -> object:
     return quantrs.GgufWeight.from_bytes(name, (out, inf), b.reshape(out, -1))
 
 
-def run(quick: bool, types: list[str], shapes=None) -> list[dict]:
+def run(quick: bool, types: list[str], shapes=None, activations="float32") -> list[dict]:
     bw = Bandwidth(np, (1 << 28) if quick else (1 << 30))
 
     def cases(w, rng):
@@ -59,19 +61,26 @@ def run(quick: bool, types: list[str], shapes=None) -> list[dict]:
         }
 
     shapes = shapes or (QUICK_SHAPES if quick else SHAPES)
-    return against_int4_g32(cases, quick, shapes, bw)
+    rows = against_int4_g32(
+        cases, quick, shapes, bw, ours=lambda q, x: q.matmul(x, activations=activations)
+    )
+    if activations != "float32":
+        for row in rows:
+            row["bench"] += f" ({activations} acts)"
+    return rows
 
 
-def against_int4_g32(make_cases, quick: bool, shapes=None, bw=None) -> list[dict]:
+def against_int4_g32(make_cases, quick: bool, shapes=None, bw=None, ours=None) -> list[dict]:
     """``make_cases(w, rng)``'s weights (a dict name -> weight of ``w``'s shape) against
     INT4 g32 of the same random float32 ``w`` ``[out, in]``, ``matmul`` at batch 1 and 16,
     paired and alternating; ``per_byte_ratio`` divides each time by its weight bytes
     first (bench_int4_asym.py uses it too). ``shapes`` (``[out, in]`` pairs) default to
     one ``[4096, 4096]`` (``[1024, 1024]`` quick); with a ``Bandwidth`` probe ``bw``,
     each row also gets its GB/s and the fraction of the read bandwidth probed for its
-    shape."""
+    shape. ``ours(q, x)`` runs a weight (default ``q.matmul(x)``)."""
     import quantrs
 
+    ours = ours or (lambda q, x: q.matmul(x))
     rng = np.random.default_rng(0)
     if shapes is None:
         shapes = [(1024, 1024)] if quick else [(4096, 4096)]
@@ -86,7 +95,7 @@ def against_int4_g32(make_cases, quick: bool, shapes=None, bw=None) -> list[dict
                 x = rng.standard_normal((batch, inf)).astype(np.float32)
                 base_ms, ours_ms, ratio = paired_ms(
                     lambda int4=int4, x=x: int4.matmul(x),
-                    lambda q=q, x=x: q.matmul(x),
+                    lambda q=q, x=x: ours(q, x),
                     pairs=3 if quick else 5,
                     inner=5,
                 )
@@ -119,5 +128,6 @@ if __name__ == "__main__":
         shapes = [tuple(int(v) for v in s.split("x")) for s in spec]
     cols = ["bench", "ours_ms", "baseline", "baseline_ms", "ratio", "per_byte_ratio"]
     cols += ["GB/s", "of_read_bw"]
-    emit(run("--quick" in args, types, shapes), cols, "--json" in args)
+    act = args[args.index("--activations") + 1] if "--activations" in args else "float32"
+    emit(run("--quick" in args, types, shapes, act), cols, "--json" in args)
     print(machine_note())

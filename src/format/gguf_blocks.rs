@@ -14,7 +14,9 @@ use rayon::prelude::*;
 use super::row_forward::forward_rows;
 use super::weight_format::{Block, FormatInfo, RowOrder, ScaleStorage, WeightFormat};
 use crate::error::{QuantError, Result};
-use crate::ggml::{bad_scale, decode_block, dot_row, GgmlType, MAX_BLOCK_ELEMS};
+use crate::ggml::{
+    bad_scale, decode_block, dot_row, dot_row_a8, A8Dots, GgmlType, Xq, MAX_BLOCK_ELEMS,
+};
 use crate::linear::dispatch::Dots;
 use crate::linear::kernels::RowSource;
 use crate::linear::serde::{DType, Reader, Writer};
@@ -197,7 +199,7 @@ impl<T: GgmlType> WeightFormat for GgufBlocks<T> {
         safetensors_format: None,
         order: RowOrder::OutputMajor,
         scales: ScaleStorage::None,
-        int8_activations: false,
+        int8_activations: true,
         gpu: None,
     };
     type Params = ();
@@ -248,6 +250,42 @@ impl<T: GgmlType> WeightFormat for GgufBlocks<T> {
         y: &mut [f32],
     ) -> Result<()> {
         matmul_blocks::<T>(&w.data, Self::shape(w), x, rows, bias, y)
+    }
+
+    /// `x` quantized once per call to int8 blocks of `T::ELEMS`
+    /// (`crate::ggml::Xq`), integer block dots (`crate::ggml::dot_row_a8`);
+    /// rayon over output rows, every batch row against a weight row while
+    /// it is in cache.
+    fn matmul_int8_activations(
+        w: &GgufWeight<T>,
+        x: &[f32],
+        rows: usize,
+        y: &mut [f32],
+    ) -> Result<()> {
+        let (n, k) = (w.out_feat, w.in_feat);
+        if rows.checked_mul(k) != Some(x.len()) || rows.checked_mul(n) != Some(y.len()) {
+            return Err(QuantError::dims(
+                "x / y",
+                format!("[{rows}, {k}] / [{rows}, {n}]"),
+                format!("{} / {} elements", x.len(), y.len()),
+            ));
+        }
+        let xq = Xq::quantize::<T>(x, rows, k)?;
+        let dots = A8Dots::current();
+        let row = k / T::ELEMS * T::BYTES;
+        // `[out, rows]`, so that each task writes one contiguous run.
+        let mut yt = vec![0f32; n * rows];
+        let min_rows = (1 << 15) / row + 1;
+        yt.par_chunks_mut(rows)
+            .zip(w.data.par_chunks(row))
+            .with_min_len(min_rows)
+            .for_each(|(yr, wr)| dot_row_a8::<T>(dots, wr, &xq, yr));
+        for (r, yr) in yt.chunks_exact(rows).enumerate() {
+            for (b, &v) in yr.iter().enumerate() {
+                y[b * n + r] = v;
+            }
+        }
+        Ok(())
     }
 
     fn write_blob(w: &GgufWeight<T>, out: &mut Writer) {

@@ -2,7 +2,7 @@
 //! each with a 6-bit scale and a 6-bit min packed into 12 bytes, times the
 //! half `d` and `dmin` of the super-block: `w = (d * sc) * q - (dmin * m)`.
 
-use super::{f16_at, inverse, put_f16, Factors, MAX_SUBS};
+use super::{f16_at, inverse, put_f16, A8Ints, Factors, MAX_SUBS};
 
 /// Sub-block `j`'s 6-bit (scale, min) from the 12 packed bytes `s`
 /// (ggml's `get_scale_min_k4`): sub-blocks 0-3 in the low 6 bits of bytes
@@ -88,3 +88,90 @@ pub(crate) fn quantize_super_block(x: &[f32], levels: f32, b: &mut [u8]) -> [u8;
     }
     q
 }
+
+/// The int8-activation integers of a Q4_K / Q5_K block: the 6-bit scales
+/// `k_j = sc_j` and minimums `m_j` (`GgmlType::a8_ints`).
+#[inline(always)]
+pub(crate) fn k_a8_ints(b: &[u8]) -> A8Ints {
+    let (mut k, mut m) = ([0i16; MAX_SUBS], [0i16; MAX_SUBS]);
+    for j in 0..8 {
+        let (sc, mn) = scale_min(j, &b[4..16]);
+        (k[j], m[j]) = (i16::from(sc), i16::from(mn));
+    }
+    (k, m)
+}
+
+/// The int8-activation value of a Q4_K / Q5_K block (`GgmlType::a8_value`):
+/// `w = (d sc_j) q - (dmin m_j)` summed against `dx xq` is
+/// `(d dx) isum - (dmin dx) msum` (ggml's `vec_dot_q4_K_q8_K` formula).
+#[inline(always)]
+pub(crate) fn k_a8_value(b: &[u8], dx: f32, isum: i32, msum: i32) -> f32 {
+    (f16_at(b, 0) * dx) * isum as f32 - (f16_at(b, 2) * dx) * msum as f32
+}
+
+/// [`k_a8_ints`] with AVX2: the 12 scale bytes as three little-endian
+/// words `u0, u1, u2` rearranged (ggml's `utmp` steps) into the 8 scales
+/// (`u0 & 0x3F3F3F3F`, then `(u2 & 0x0F0F0F0F) | ((u0 >> 6) & 0x03030303) << 4`)
+/// and the 8 minimums (`u1 & 0x3F3F3F3F`, then `((u2 >> 4) & 0x0F0F0F0F) |
+/// ((u1 >> 6) & 0x03030303) << 4`), widened to int16: the same integers as
+/// [`scale_min`].
+///
+/// # Safety
+/// AVX2 in force; 16 readable bytes at `b`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) unsafe fn k_a8_ints_x86(
+    b: *const u8,
+) -> (std::arch::x86_64::__m256i, std::arch::x86_64::__m128i) {
+    use std::arch::x86_64::*;
+    // SAFETY: the caller's contract.
+    unsafe {
+        let w = |i: usize| b.add(4 + 4 * i).cast::<u32>().read_unaligned();
+        let (u0, u1, u2) = (w(0), w(1), w(2));
+        let (low6, nib, top2) = (0x3F3F_3F3Fu32, 0x0F0F_0F0Fu32, 0x0303_0303u32);
+        let sc_hi = (u2 & nib) | (((u0 >> 6) & top2) << 4);
+        let m_hi = ((u2 >> 4) & nib) | (((u1 >> 6) & top2) << 4);
+        let v = _mm_setr_epi32(
+            (u0 & low6) as i32,
+            sc_hi as i32,
+            (u1 & low6) as i32,
+            m_hi as i32,
+        );
+        let wide = _mm256_cvtepu8_epi16(v);
+        (wide, _mm256_extracti128_si256::<1>(wide))
+    }
+}
+
+/// The `GgmlType` items Q4_K and Q5_K share (their 12 scale bytes and
+/// halves sit at the same offsets): the affine maps and the
+/// int8-activation integers, vectors and value of the super-block.
+macro_rules! k_super_block_maps {
+    () => {
+        #[inline(always)]
+        fn factors(b: &[u8]) -> super::Factors {
+            super::k_scales::k_factors(b)
+        }
+
+        #[inline(always)]
+        fn a8_ints(b: &[u8]) -> super::A8Ints {
+            super::k_scales::k_a8_ints(b)
+        }
+
+        const A8_UNSIGNED: bool = true;
+
+        #[cfg(target_arch = "x86_64")]
+        #[inline(always)]
+        unsafe fn a8_ints_x86(
+            b: *const u8,
+        ) -> (std::arch::x86_64::__m256i, std::arch::x86_64::__m128i) {
+            // SAFETY: the caller's contract (AVX2, the block's bytes).
+            unsafe { super::k_scales::k_a8_ints_x86(b) }
+        }
+
+        #[inline(always)]
+        fn a8_value(b: &[u8], dx: f32, isum: i32, msum: i32, _xsum: i32) -> f32 {
+            super::k_scales::k_a8_value(b, dx, isum, msum)
+        }
+    };
+}
+pub(crate) use k_super_block_maps;

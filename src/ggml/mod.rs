@@ -19,6 +19,9 @@
 //! instructions for the AVX2 and AVX-512 bodies (`avx2.rs`, `avx512.rs`,
 //! one generic body in `body.rs`).
 
+mod a8;
+#[cfg(target_arch = "x86_64")]
+mod a8_x86;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
@@ -38,9 +41,11 @@ mod q5_1;
 mod q5_k;
 mod q6_k;
 mod q8_0;
+mod xq;
 
 use std::fmt::Debug;
 
+pub(crate) use a8::{dot_row_a8, A8Dots};
 pub(crate) use f16::{f16_at, f32_to_f16, put_f16};
 pub(crate) use fused::{decode_block, dot_row};
 pub use q4_0::Q4_0;
@@ -51,6 +56,7 @@ pub use q5_1::Q5_1;
 pub use q5_k::Q5K;
 pub use q6_k::Q6K;
 pub use q8_0::Q8_0;
+pub(crate) use xq::Xq;
 
 /// The most weights one block holds (`QK_K`).
 pub const MAX_BLOCK_ELEMS: usize = 256;
@@ -64,6 +70,10 @@ pub type Codes = [i8; MAX_BLOCK_ELEMS];
 /// A block's affine maps `(a_j, c_j)` per sub-block (`GgmlType::factors`):
 /// `MAX_SUBS` of each, the first `ELEMS / SUB` used.
 pub type Factors = ([f32; MAX_SUBS], [f32; MAX_SUBS]);
+
+/// A block's integer sub-block multipliers and minimums
+/// (`GgmlType::a8_ints`), `MAX_SUBS` of each, the first `ELEMS / SUB` used.
+pub type A8Ints = ([i16; MAX_SUBS], [i16; MAX_SUBS]);
 
 /// One ggml block type.
 pub trait GgmlType: Copy + Debug + Default + Send + Sync + 'static {
@@ -107,6 +117,62 @@ pub trait GgmlType: Copy + Debug + Default + Send + Sync + 'static {
     /// code extraction).
     fn codes(b: &[u8], q: &mut Codes);
 
+    /// The int8-activation path (`a8.rs`): the integer multiplier `k_j`
+    /// of each sub-block and, for the k-quants with a minimum, its integer
+    /// minimum `m_j` (`(w_j = (d k_j) q - (dmin m_j)`); by default `k_j = 1`
+    /// and no minimum (the legacy types, whose one sub-block is the block).
+    #[inline(always)]
+    fn a8_ints(b: &[u8]) -> A8Ints {
+        let _ = b;
+        ([1; MAX_SUBS], [0; MAX_SUBS])
+    }
+
+    /// Whether every code is non-negative (Q4_K, Q5_K): the SIMD
+    /// int8-activation bodies then feed the codes to `vpmaddubsw` as they
+    /// are, without moving the sign of `q` onto `x`.
+    const A8_UNSIGNED: bool = false;
+
+    /// [`GgmlType::a8_ints`] as vectors: `k_j` as 16 int16 lanes and `m_j`
+    /// as 8 int16 lanes (the SIMD int8-activation bodies of the k-quants;
+    /// by default loaded from `a8_ints`).
+    ///
+    /// # Safety
+    /// AVX2 in force; `BYTES` readable bytes at `b`.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn a8_ints_x86(
+        b: *const u8,
+    ) -> (std::arch::x86_64::__m256i, std::arch::x86_64::__m128i) {
+        use std::arch::x86_64::*;
+        // SAFETY: the caller's contract; the arrays hold 16 int16 each.
+        unsafe {
+            let (k, m) = Self::a8_ints(std::slice::from_raw_parts(b, Self::BYTES));
+            (
+                _mm256_loadu_si256(k.as_ptr().cast()),
+                _mm_loadu_si128(m.as_ptr().cast()),
+            )
+        }
+    }
+
+    /// The int8-activation value of block `b` against an activation block
+    /// of scale `dx`: `isum = sum_j k_j sum_{i in j} q_i xq_i` (signed
+    /// codes), `msum = sum_j m_j sum_{i in j} xq_i`, `xsum = sum_i xq_i`.
+    /// By default the legacy types': `(d dx) isum`, plus `(m dx) xsum` for
+    /// those with a minimum `m` (the half at byte 2: Q4_1, Q5_1). The SIMD
+    /// bodies evaluate this default on four blocks at a time with the same
+    /// roundings (`a8_x86.rs`), so a type with 32 weights per block must
+    /// not override it.
+    #[inline(always)]
+    fn a8_value(b: &[u8], dx: f32, isum: i32, msum: i32, xsum: i32) -> f32 {
+        let _ = msum;
+        let v = (f16_at(b, 0) * dx) * isum as f32;
+        if Self::AFFINE {
+            v + (f16_at(b, 2) * dx) * xsum as f32
+        } else {
+            v
+        }
+    }
+
     /// [`GgmlType::codes`] with AVX2 integer instructions: the codes of the
     /// block at `b` (`BYTES` readable bytes), either written to `q` (256
     /// writable bytes) or, where the block stores them as they are (Q8_0),
@@ -126,6 +192,15 @@ pub trait GgmlType: Copy + Debug + Default + Send + Sync + 'static {
         }
         q
     }
+
+    /// Codes `32c..32c + 32` of the block at `b` as one register (the
+    /// int8-activation bodies, `a8_x86.rs`), the same values as
+    /// [`GgmlType::codes_x86`] without the trip through memory.
+    ///
+    /// # Safety
+    /// As [`GgmlType::codes_x86`]; `c < ELEMS / 32`.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn codes32_x86(b: *const u8, c: usize) -> std::arch::x86_64::__m256i;
 }
 
 /// Largest |v| of `x` with its sign (ggml's "max" of the symmetric types).

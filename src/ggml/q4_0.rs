@@ -29,6 +29,13 @@ impl GgmlType for Q4_0 {
         q
     }
 
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn codes32_x86(b: *const u8, _c: usize) -> std::arch::x86_64::__m256i {
+        // SAFETY: 18 bytes at `b`, AVX2 (the caller).
+        unsafe { super::codes_x86::nibbles32_reg(b.add(2), 8) }
+    }
+
     fn dequantize_block(b: &[u8], out: &mut [f32]) {
         let d = f16_at(b, 0);
         let (lo, hi) = out.split_at_mut(16);

@@ -3,8 +3,8 @@
 //! first 32 in their low nibbles and the next 32 in their high nibbles;
 //! `w = (d * sc) * q - (dmin * m)` (`k_scales`).
 
-use super::k_scales::{k_factors, multipliers, quantize_super_block};
-use super::{Codes, Factors, GgmlType};
+use super::k_scales::{multipliers, quantize_super_block};
+use super::{Codes, GgmlType};
 
 /// ggml's Q4_K.
 #[derive(Clone, Copy, Debug, Default)]
@@ -18,10 +18,7 @@ impl GgmlType for Q4K {
     const HALF_SCALES: &'static [usize] = &[0, 2];
     const AFFINE: bool = true;
 
-    #[inline(always)]
-    fn factors(b: &[u8]) -> Factors {
-        k_factors(b)
-    }
+    super::k_scales::k_super_block_maps!();
 
     fn codes(b: &[u8], q: &mut Codes) {
         for (c, qs) in b[16..144].chunks_exact(32).enumerate() {
@@ -38,6 +35,13 @@ impl GgmlType for Q4K {
         // SAFETY: 144 bytes at `b`, 256 at `q`, AVX2 (the caller).
         unsafe { super::codes_x86::k_quant(b.add(16), None, q) };
         q
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn codes32_x86(b: *const u8, c: usize) -> std::arch::x86_64::__m256i {
+        // SAFETY: 144 bytes at `b`, AVX2 (the caller).
+        unsafe { super::codes_x86::k_quant_reg(b.add(16), None, c) }
     }
 
     fn dequantize_block(b: &[u8], out: &mut [f32]) {

@@ -51,6 +51,13 @@ impl GgmlType for Q5_0 {
         q
     }
 
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn codes32_x86(b: *const u8, _c: usize) -> std::arch::x86_64::__m256i {
+        // SAFETY: 22 bytes at `b`, AVX2 (the caller).
+        unsafe { super::codes_x86::five32_reg(b.add(2), b.add(6), 16) }
+    }
+
     fn dequantize_block(b: &[u8], out: &mut [f32]) {
         let d = f16_at(b, 0);
         for (o, q) in out.iter_mut().zip(codes5(&b[2..6], &b[6..22])) {

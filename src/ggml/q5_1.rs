@@ -36,6 +36,13 @@ impl GgmlType for Q5_1 {
         q
     }
 
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn codes32_x86(b: *const u8, _c: usize) -> std::arch::x86_64::__m256i {
+        // SAFETY: 24 bytes at `b`, AVX2 (the caller).
+        unsafe { super::codes_x86::five32_reg(b.add(4), b.add(8), 0) }
+    }
+
     fn dequantize_block(b: &[u8], out: &mut [f32]) {
         let (d, m) = (f16_at(b, 0), f16_at(b, 2));
         for (o, q) in out.iter_mut().zip(codes5(&b[4..8], &b[8..24])) {

@@ -3,8 +3,8 @@
 //! bit `2c` / `2c + 1` of `qh[l]` is the fifth bit of weight `64c + l` /
 //! `64c + 32 + l`; `w = (d * sc) * q - (dmin * m)` (`k_scales`).
 
-use super::k_scales::{k_factors, multipliers, quantize_super_block};
-use super::{Codes, Factors, GgmlType};
+use super::k_scales::{multipliers, quantize_super_block};
+use super::{Codes, GgmlType};
 
 /// ggml's Q5_K.
 #[derive(Clone, Copy, Debug, Default)]
@@ -18,10 +18,7 @@ impl GgmlType for Q5K {
     const HALF_SCALES: &'static [usize] = &[0, 2];
     const AFFINE: bool = true;
 
-    #[inline(always)]
-    fn factors(b: &[u8]) -> Factors {
-        k_factors(b)
-    }
+    super::k_scales::k_super_block_maps!();
 
     fn codes(b: &[u8], q: &mut Codes) {
         let qh = &b[16..48];
@@ -40,6 +37,13 @@ impl GgmlType for Q5K {
         // SAFETY: 176 bytes at `b`, 256 at `q`, AVX2 (the caller).
         unsafe { super::codes_x86::k_quant(b.add(48), Some(b.add(16)), q) };
         q
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn codes32_x86(b: *const u8, c: usize) -> std::arch::x86_64::__m256i {
+        // SAFETY: 176 bytes at `b`, AVX2 (the caller).
+        unsafe { super::codes_x86::k_quant_reg(b.add(48), Some(b.add(16)), c) }
     }
 
     fn dequantize_block(b: &[u8], out: &mut [f32]) {

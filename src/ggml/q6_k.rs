@@ -4,7 +4,7 @@
 //! `ql[64n + 32(g % 2) + l]`, top 2 bits at bit `2g` of `qh[32n + l]`,
 //! scale `scales[i / 16]`; `w = (d * scale) * (q - 32)`.
 
-use super::{f16_at, inverse, put_f16, signed_absmax, Codes, Factors, GgmlType, MAX_SUBS};
+use super::{f16_at, inverse, put_f16, signed_absmax, A8Ints, Codes, Factors, GgmlType, MAX_SUBS};
 
 /// ggml's Q6_K.
 #[derive(Clone, Copy, Debug, Default)]
@@ -39,6 +39,35 @@ impl GgmlType for Q6K {
         (a, [0.0; MAX_SUBS])
     }
 
+    /// The signed 8-bit scales `k_j = scales[j]`, no minimum.
+    #[inline(always)]
+    fn a8_ints(b: &[u8]) -> A8Ints {
+        let mut k = [0i16; MAX_SUBS];
+        for (o, &sc) in k.iter_mut().zip(&b[192..208]) {
+            *o = i16::from(sc as i8);
+        }
+        (k, [0; MAX_SUBS])
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn a8_ints_x86(
+        b: *const u8,
+    ) -> (std::arch::x86_64::__m256i, std::arch::x86_64::__m128i) {
+        use std::arch::x86_64::*;
+        // SAFETY: 210 bytes at `b`, AVX2 (the caller).
+        unsafe {
+            let k = _mm256_cvtepi8_epi16(_mm_loadu_si128(b.add(192).cast()));
+            (k, _mm_setzero_si128())
+        }
+    }
+
+    /// `w = (d k_j) q`: `(d dx) isum` (ggml's `vec_dot_q6_K_q8_K`).
+    #[inline(always)]
+    fn a8_value(b: &[u8], dx: f32, isum: i32, _msum: i32, _xsum: i32) -> f32 {
+        (f16_at(b, 208) * dx) * isum as f32
+    }
+
     fn codes(b: &[u8], q: &mut Codes) {
         for (i, c) in q.iter_mut().enumerate() {
             let (lb, ls, hb, hs) = place(i);
@@ -52,6 +81,13 @@ impl GgmlType for Q6K {
         // SAFETY: 210 bytes at `b`, 256 at `q`, AVX2 (the caller).
         unsafe { super::codes_x86::q6_k(b, q) };
         q
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn codes32_x86(b: *const u8, c: usize) -> std::arch::x86_64::__m256i {
+        // SAFETY: 210 bytes at `b`, AVX2 (the caller).
+        unsafe { super::codes_x86::q6_k_reg(b, c) }
     }
 
     fn dequantize_block(b: &[u8], out: &mut [f32]) {

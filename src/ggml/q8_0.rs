@@ -27,6 +27,13 @@ impl GgmlType for Q8_0 {
         unsafe { b.add(2).cast() }
     }
 
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn codes32_x86(b: *const u8, _c: usize) -> std::arch::x86_64::__m256i {
+        // SAFETY: 34 bytes at `b`, AVX2 (the caller).
+        unsafe { std::arch::x86_64::_mm256_loadu_si256(b.add(2).cast()) }
+    }
+
     fn dequantize_block(b: &[u8], out: &mut [f32]) {
         let d = f16_at(b, 0);
         for (o, &q) in out.iter_mut().zip(&b[2..34]) {

@@ -262,3 +262,6 @@ fn f32_to_f16_rounds_to_nearest_even() {
     assert_eq!(f32_to_f16(2f32.powi(-25)), 0); // tie to even (0)
     assert_eq!(f32_to_f16(3.0 * 2f32.powi(-26)), 1);
 }
+
+#[path = "a8_tests.rs"]
+mod a8_tests;

@@ -11,6 +11,7 @@ use super::int4_asym::{last_axis_matmul, rows_array};
 use crate::error::QuantError;
 use crate::format::{matmul_blocks, GgufBlocks, GgufWeight as Packed, WeightFormat};
 use crate::ggml::{GgmlType, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8_0};
+use crate::int4::Activations;
 
 /// `matmul_blocks` of one block type.
 type BorrowedForward =
@@ -55,9 +56,18 @@ macro_rules! types {
                 match self { $(AnyWeight::$v(w) => w.dequantize_rows(rows),)* }
             }
 
-            fn matmul(&self, x: &[f32], rows: usize, y: &mut [f32]) -> crate::error::Result<()> {
-                match self {
-                    $(AnyWeight::$v(w) => GgufBlocks::<$t>::matmul(w, x, rows, None, y),)*
+            fn matmul(
+                &self,
+                x: &[f32],
+                rows: usize,
+                y: &mut [f32],
+                act: Activations,
+            ) -> crate::error::Result<()> {
+                match (self, act) {
+                    $((AnyWeight::$v(w), Activations::Float32) =>
+                        GgufBlocks::<$t>::matmul(w, x, rows, None, y),
+                    (AnyWeight::$v(w), Activations::Int8) =>
+                        GgufBlocks::<$t>::matmul_int8_activations(w, x, rows, y),)*
                 }
             }
         }
@@ -151,9 +161,17 @@ impl PyGgufWeight {
     }
 
     /// `x @ W.T` for float32 `x [..., in]` -> `[..., out]`.
-    fn matmul<'py>(&self, x: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
+    /// `activations="int8"` quantizes `x` per block to int8 (ggml's Q8_0 /
+    /// Q8_K) and runs integer block dots (docs/formats.md).
+    #[pyo3(signature = (x, *, activations = "float32"))]
+    fn matmul<'py>(
+        &self,
+        x: &Bound<'py, PyAny>,
+        activations: &str,
+    ) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
+        let act = Activations::parse(activations)?;
         let [o, i] = self.inner.shape();
-        last_axis_matmul(x, o, i, |xs, rows, y| self.inner.matmul(xs, rows, y))
+        last_axis_matmul(x, o, i, |xs, rows, y| self.inner.matmul(xs, rows, y, act))
     }
 
     fn __repr__(&self) -> String {

@@ -1,0 +1,150 @@
+//! `activations = "int8"` for every block type: `x` quantized once per
+//! call to int8 blocks of the weight's block size ([`Xq`]: 32 inputs for
+//! the legacy types as ggml's Q8_0, 256 with sums per sub-block for the
+//! k-quants as ggml's Q8_K), then integer dot products per sub-block and
+//! one float expression per block (`GgmlType::a8_value`, ggml's
+//! `vec_dot_<type>_q8_<0|K>` formulas: the minimums fold into one integer
+//! multiply per sub-block against the activation sums).
+//!
+//! The scalar twin ([`dot_row_a8_scalar`]) defines the result bit for bit:
+//! the integer sums are exact, so the SIMD bodies (`a8_x86.rs`: AVX2
+//! `vpmaddubsw` / `vpmaddwd`, AVX-512 VNNI `vpdpbusd` / `vpdpwssd`) may
+//! add them in any order; the block values go into four float
+//! accumulators by block index mod 4, combined `(a0 + a1) + (a2 + a3)`.
+//!
+//! Error: with `|x_i - dx xq_i| <= dx / 2` per activation block, the dot
+//! is within `sum_blocks dx / 2 * sum_i |w_i|` of the float64 dot of the
+//! dequantized row, plus float32 rounding of the per-block products and
+//! the sums (`tests.rs` checks it).
+
+#[cfg(target_arch = "x86_64")]
+use super::a8_x86;
+use super::xq::{Xq, XqRow};
+use super::{Codes, GgmlType, MAX_BLOCK_ELEMS};
+use crate::simd::{self, SimdLevel};
+#[cfg(target_arch = "x86_64")]
+use crate::simd::{Avx2, Avx2F16c, Avx512, Avx512Vnni};
+
+/// The int8-activation kernels of one level, with their tokens.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum A8Dots {
+    Scalar,
+    /// AVX2 `vpmaddubsw` / `vpmaddwd` (F16C for the block scales).
+    #[cfg(target_arch = "x86_64")]
+    Avx2(Avx2F16c),
+    /// 256-bit AVX-512 VNNI `vpdpbusd` / `vpdpwssd`.
+    #[cfg(target_arch = "x86_64")]
+    Vnni(Avx512Vnni),
+}
+
+impl A8Dots {
+    /// The kernels of the level in force.
+    pub(crate) fn current() -> A8Dots {
+        Self::at(simd::level())
+    }
+
+    /// The best kernels allowed at `level` (never above the level in force).
+    pub(crate) fn at(level: SimdLevel) -> A8Dots {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if let Some(t) = Avx512::at(level).and_then(Avx512::vnni) {
+                return A8Dots::Vnni(t);
+            }
+            if let Some(t) = Avx2::at(level).and_then(Avx2::f16c) {
+                return A8Dots::Avx2(t);
+            }
+        }
+        let _ = level;
+        A8Dots::Scalar
+    }
+}
+
+/// Rows of activations one pass over a weight row serves.
+const PASS_ROWS: usize = 4;
+
+/// `row . x` for every row of `x` into `out` (one per row): `row` whole
+/// blocks of `T`, `x` quantized for `T` by [`Xq::quantize`]. Rows go four
+/// at a time through one pass over `row`, each with the same operations
+/// as alone.
+pub(crate) fn dot_row_a8<T: GgmlType>(dots: A8Dots, row: &[u8], x: &Xq, out: &mut [f32]) {
+    let nb = row.len() / T::BYTES;
+    assert!(
+        row.len().is_multiple_of(T::BYTES)
+            && x.elems == T::ELEMS
+            && x.sub == T::SUB
+            && x.in_feat == nb * T::ELEMS
+            && out.len() * x.in_feat == x.q.len()
+    );
+    let mut b = 0;
+    while b + PASS_ROWS <= out.len() {
+        let xs: [XqRow<'_>; PASS_ROWS] = std::array::from_fn(|i| x.row(b + i));
+        out[b..b + PASS_ROWS].copy_from_slice(&dots_rows::<T, PASS_ROWS>(dots, row, &xs));
+        b += PASS_ROWS;
+    }
+    while b < out.len() {
+        out[b] = dots_rows::<T, 1>(dots, row, &[x.row(b)])[0];
+        b += 1;
+    }
+}
+
+/// `row . xs[r]` for `R` rows at the level `dots` (lengths checked by
+/// [`dot_row_a8`]: every `XqRow` of an `Xq` of `T` for `row`'s inputs).
+fn dots_rows<T: GgmlType, const R: usize>(
+    dots: A8Dots,
+    row: &[u8],
+    xs: &[XqRow<'_>; R],
+) -> [f32; R] {
+    match dots {
+        // SAFETY: the token proves AVX-512 VNNI (and AVX2, F16C); lengths
+        // checked by the caller.
+        #[cfg(target_arch = "x86_64")]
+        A8Dots::Vnni(t) => unsafe { a8_x86::dot_rows_vnni::<T, R>(t, row, xs) },
+        // SAFETY: the token proves AVX2, FMA and F16C; lengths checked by
+        // the caller.
+        #[cfg(target_arch = "x86_64")]
+        A8Dots::Avx2(t) => unsafe { a8_x86::dot_rows_avx2::<T, R>(t, row, xs) },
+        A8Dots::Scalar => xs.map(|x| dot_row_a8_scalar::<T>(row, x)),
+    }
+}
+
+/// The sums of a block that are not the code dot: `(msum, xsum)`
+/// (`GgmlType::a8_value`), from its minimums and activation sums per
+/// sub-block.
+#[inline(always)]
+fn block_sums<T: GgmlType>(m: &[i16], sums: &[i32]) -> (i32, i32) {
+    let (mut msum, mut xsum) = (0i32, 0i32);
+    for (&mj, &s) in m.iter().zip(sums) {
+        if T::AFFINE {
+            msum += i32::from(mj) * s;
+        }
+        xsum += s;
+    }
+    (msum, xsum)
+}
+
+/// The scalar twin of [`dot_row_a8`]: per block the exact integer sums,
+/// `T::a8_value`, four accumulators by block index mod 4.
+pub(crate) fn dot_row_a8_scalar<T: GgmlType>(row: &[u8], x: XqRow<'_>) -> f32 {
+    let subs = T::ELEMS / T::SUB;
+    let mut acc = [0f32; 4];
+    let mut codes: Codes = [0; MAX_BLOCK_ELEMS];
+    for (bi, b) in row.chunks_exact(T::BYTES).enumerate() {
+        T::codes(b, &mut codes);
+        let (k, m) = T::a8_ints(b);
+        let xq = &x.q[bi * T::ELEMS..(bi + 1) * T::ELEMS];
+        let isum: i32 = (0..subs)
+            .map(|j| {
+                let r = j * T::SUB..(j + 1) * T::SUB;
+                let s: i32 = codes[r.clone()]
+                    .iter()
+                    .zip(&xq[r])
+                    .map(|(&c, &v)| i32::from(c) * i32::from(v))
+                    .sum();
+                i32::from(k[j]) * s
+            })
+            .sum();
+        let (msum, xsum) = block_sums::<T>(&m[..subs], &x.sums[bi * subs..(bi + 1) * subs]);
+        acc[bi % 4] += T::a8_value(b, x.d[bi], isum, msum, xsum);
+    }
+    (acc[0] + acc[1]) + (acc[2] + acc[3])
+}

@@ -1,0 +1,158 @@
+//! The int8-activation path (`a8.rs`): every level bit for bit its scalar
+//! twin, the twin within the activation-rounding bound of the float64 dot
+//! of the dequantized row, the activation codes by their formula, and bad
+//! inputs.
+
+use super::*;
+use crate::format::{GgufBlocks, GgufWeight, WeightFormat};
+use crate::ggml::a8::dot_row_a8_scalar;
+
+/// Every kernel this machine can run (the scalar twin first).
+fn a8_levels() -> Vec<A8Dots> {
+    available_levels().into_iter().map(A8Dots::at).collect()
+}
+
+/// `blocks` random blocks of `T` and `x` for them: mixed magnitudes per
+/// block (one block all zero, one tiny, one large) so that the per-block
+/// scales differ.
+fn row_and_x<T: GgmlType>(blocks: usize, seed: u64) -> (Vec<u8>, Vec<f32>) {
+    let row: Vec<u8> = (0..blocks)
+        .flat_map(|b| random_block::<T>(seed * 100 + b as u64))
+        .collect();
+    let mut x: Vec<f32> = rand_vec(blocks * T::ELEMS, seed + 7)
+        .iter()
+        .map(|v| 2.0 * v - 1.0)
+        .collect();
+    for (b, xb) in x.chunks_exact_mut(T::ELEMS).enumerate() {
+        let f = [1.0, 0.0, 1e-3, 300.0][b % 4];
+        xb.iter_mut().for_each(|v| *v *= f);
+    }
+    (row, x)
+}
+
+/// Levels equal to the scalar twin bit for bit on 1..=9 blocks (the
+/// legacy bodies take four blocks per step, then a tail).
+fn check_levels<T: GgmlType>() {
+    for blocks in 1..=9 {
+        let (row, x) = row_and_x::<T>(blocks, blocks as u64);
+        // Six rows of activations: one pass of four, then two alone.
+        let n = x.len();
+        let x6: Vec<f32> = (0..6)
+            .flat_map(|r| x.iter().map(move |v| v * (1.0 - 0.3 * r as f32)))
+            .collect();
+        let xq = Xq::quantize::<T>(&x6, 6, n).unwrap();
+        let want: Vec<f32> = (0..6)
+            .map(|r| dot_row_a8_scalar::<T>(&row, xq.row(r)))
+            .collect();
+        assert!(want.iter().all(|v| v.is_finite()), "{}: {want:?}", T::NAME);
+        for dots in a8_levels() {
+            let mut got = vec![0f32; 6];
+            dot_row_a8::<T>(dots, &row, &xq, &mut got);
+            for (g, w) in got.iter().zip(&want) {
+                assert_eq!(
+                    g.to_bits(),
+                    w.to_bits(),
+                    "{} {dots:?} {blocks} blocks: {got:?} vs {want:?}",
+                    T::NAME
+                );
+            }
+        }
+    }
+}
+
+/// The twin against the float64 dot of the dequantized row:
+/// `|y - w . x| <= sum_blocks dx / 2 * sum_i |w_i|` (each activation is
+/// within half a step of its code) plus float32 rounding: per block at
+/// most four roundings of its terms (`d * dx`, int to float, the product,
+/// the sum with the minimum's term), the weight's own float32 rounding,
+/// and `blocks / 4 + 2` additions of the accumulators, each relative to
+/// `sum_i (|a_j q_i| + |c_j|) (|x_i| + dx / 2)`.
+fn check_bound<T: GgmlType>() {
+    let blocks = 9;
+    let (row, x) = row_and_x::<T>(blocks, 40);
+    let xq = Xq::quantize::<T>(&x, 1, x.len()).unwrap();
+    let got = f64::from(dot_row_a8_scalar::<T>(&row, xq.row(0)));
+    let (mut exact, mut quant, mut mag) = (0f64, 0f64, 0f64);
+    let mut w = vec![0f32; T::ELEMS];
+    let mut q: Codes = [0; MAX_BLOCK_ELEMS];
+    for (bi, (b, xb)) in row
+        .chunks_exact(T::BYTES)
+        .zip(x.chunks_exact(T::ELEMS))
+        .enumerate()
+    {
+        T::dequantize_block(b, &mut w);
+        T::codes(b, &mut q);
+        let (a, c) = T::factors(b);
+        let dx = f64::from(xq.row(0).d[bi]);
+        for i in 0..T::ELEMS {
+            let j = i / T::SUB;
+            exact += f64::from(w[i]) * f64::from(xb[i]);
+            quant += dx / 2.0 * f64::from(w[i]).abs();
+            mag += (f64::from(a[j] * f32::from(q[i])).abs() + f64::from(c[j]).abs())
+                * (f64::from(xb[i]).abs() + dx / 2.0);
+        }
+    }
+    let rounding = (blocks + 8) as f64 * f64::from(f32::EPSILON) * mag;
+    assert!(
+        (got - exact).abs() <= quant + rounding,
+        "{}: {got} vs {exact} (bound {quant} + {rounding})",
+        T::NAME
+    );
+    // The bound is not vacuous: the activation error is most of it.
+    assert!(quant > 10.0 * rounding, "{}", T::NAME);
+}
+
+#[test]
+fn a8_levels_equal_the_scalar_twin_bit_for_bit() {
+    each_type!(check_levels);
+}
+
+#[test]
+fn a8_dot_is_within_the_activation_rounding_bound() {
+    each_type!(check_bound);
+}
+
+#[test]
+fn activation_codes_round_half_even_per_block() {
+    // Block 0: absmax 127 -> d = 1, halves round to even; block 1 zero;
+    // block 2 subnormal scale -> stored as zero.
+    let mut x = vec![0f32; 96];
+    x[..5].copy_from_slice(&[127.0, 0.5, 1.5, -2.5, -127.0]);
+    x[64] = 1e-40;
+    let xq = Xq::quantize::<Q4_0>(&x, 1, 96).unwrap();
+    let r = xq.row(0);
+    assert_eq!(&r.q[..5], &[127, 0, 2, -2, -127]);
+    assert_eq!(r.d, &[1.0, 0.0, 0.0]);
+    assert!(r.q[32..].iter().all(|&v| v == 0));
+    assert_eq!(r.sums, &[0, 0, 0]);
+    let xq = Xq::quantize::<Q6K>(&[3.0; 256], 1, 256).unwrap();
+    assert_eq!(xq.row(0).sums, &[16 * 127; 16]);
+}
+
+#[test]
+fn a8_matmul_rejects_non_finite_x_and_bad_lengths() {
+    let data: Vec<u8> = (0..2).flat_map(random_block::<Q4K>).collect();
+    let w = GgufWeight::<Q4K>::new(data, 2, 256).unwrap();
+    let mut y = vec![7f32; 2];
+    let mut x = vec![0.5f32; 256];
+    x[3] = f32::NAN;
+    let e = GgufBlocks::<Q4K>::matmul_int8_activations(&w, &x, 1, &mut y).unwrap_err();
+    assert!(e.to_string().contains("x: non-finite"), "{e}");
+    assert!(GgufBlocks::<Q4K>::matmul_int8_activations(&w, &x[..255], 1, &mut y).is_err());
+    assert_eq!(y, [7.0, 7.0]);
+}
+
+#[test]
+fn a8_matmul_batches_equal_their_rows() {
+    let data: Vec<u8> = (0..12).flat_map(random_block::<Q5_1>).collect();
+    let w = GgufWeight::<Q5_1>::new(data, 3, 128).unwrap();
+    let x: Vec<f32> = rand_vec(5 * 128, 3).iter().map(|v| v - 0.5).collect();
+    let mut y = vec![0f32; 5 * 3];
+    GgufBlocks::<Q5_1>::matmul_int8_activations(&w, &x, 5, &mut y).unwrap();
+    for b in 0..5 {
+        let mut yb = vec![0f32; 3];
+        let xb = &x[b * 128..(b + 1) * 128];
+        GgufBlocks::<Q5_1>::matmul_int8_activations(&w, xb, 1, &mut yb).unwrap();
+        assert_eq!(&y[b * 3..(b + 1) * 3], &yb[..]);
+    }
+}
