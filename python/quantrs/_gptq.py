@@ -22,7 +22,8 @@ reference rounds to, so the result is an ordinary ``QuantizedWeight`` /
 
 ``refine``: after the sweep, the group parameters are refitted to the codes by least
 squares under the whole Hessian (``_gptq_refit``); from the second refit on, a sweep with
-the refitted parameters fixed re-chooses the codes before each refit.
+the refitted parameters fixed re-chooses the codes before each refit, and each row keeps
+the codes and parameters of lower error under the Hessian.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _core
-from ._gptq_refit import refit
+from ._gptq_refit import better_rows, refit
 
 # Most columns per lazy batch update (the paper uses B = 128).
 BLOCK = 32
@@ -103,10 +104,13 @@ def gptq_factored(
         # of the permuted matrix), as the reference code permutes H first.
         upper = inverse_cholesky(hd[np.ix_(order, order)])
     codes = _run(w, upper, order, groups, fixed=act_order)
-    for k in range(refine):
-        if k:
-            codes = _run(w, upper, order, groups, fixed=True)
+    if refine:
         groups.params = refit(w, hd, codes, groups.params, groups.size)
+    for _ in range(1, refine):
+        kept = (codes, groups.params)
+        codes = _run(w, upper, order, groups, fixed=True)
+        tried = (codes, refit(w, hd, codes, groups.params, groups.size))
+        codes, groups.params = better_rows(w, hd, groups.size, kept, tried)
     return groups.assemble(codes)
 
 

@@ -103,3 +103,19 @@ def refit(
         w, h, expand(params, codes, size, asym)
     )
     return np.where(better[:, None, None], new, params).astype(np.float32)
+
+
+def better_rows(
+    w: np.ndarray,
+    h: np.ndarray,
+    size: int,
+    a: tuple[np.ndarray, np.ndarray],
+    b: tuple[np.ndarray, np.ndarray],
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, the ``(codes, params)`` of ``a`` or ``b`` with the lower objective under
+    ``h`` (``a`` on ties)."""
+    asym = a[1].shape[2] == 2
+    err_a = objective(w, h, expand(a[1], a[0], size, asym))
+    take = objective(w, h, expand(b[1], b[0], size, asym)) < err_a
+    codes = np.where(take[:, None], b[0], a[0])
+    return codes, np.where(take[:, None, None], b[1], a[1]).astype(np.float32)

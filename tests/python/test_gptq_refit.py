@@ -60,6 +60,8 @@ def test_refit_never_raises_the_hessian_error(fmt):
     plain = quantrs.gptq(w, h, format=fmt, group_size=64, refine=0)
     fitted = quantrs.gptq(w, h, format=fmt, group_size=64, refine=1)
     assert (per_row(fitted) <= per_row(plain)).all()
+    again = quantrs.gptq(w, h, format=fmt, group_size=64, refine=3)  # sweeps in between
+    assert (per_row(again) <= per_row(fitted)).all()
     a, b = ((q.dequantize().T if fmt == "int4" else q.dequantize()) for q in (fitted, plain))
     assert output_error(x, w, a) < 0.98 * output_error(x, w, b)
     # the codes are the sweep's; only the parameters moved
