@@ -94,6 +94,7 @@ GPTQ_ROWS = {
     "gptq-g64-no-refit": ("int4", 64, {"refine": 0}),
     "asym-gptq-g128": ("int4_asym", 128, {}),
     "asym-gptq-g64-act-order": ("int4_asym", 64, {"act_order": True}),
+    "asym-gptq-g64-act-order-refine2": ("int4_asym", 64, {"act_order": True, "refine": 2}),
     "asym-gptq-g128-act-order": ("int4_asym", 128, {"act_order": True}),
     "asym-gptq-g64-one-pass": ("int4_asym", 64, {"sequential": False}),
     "asym-gptq-g128-rtn-grid": ("int4_asym", 128, {"grid": "rtn"}),

@@ -48,7 +48,7 @@ def gptq(
     grid: str = "search",
     damp: float = 0.01,
     act_order: bool = False,
-    refine: int = 0,
+    refine: int = 1,
 ) -> _core.QuantizedWeight | _core.Int4AsymWeight:
     """Quantize ``w`` (float ``[out, in]``, ``nn.Linear.weight``'s layout) by GPTQ with
     the Hessian ``hessian`` (``[in, in]``, ``2 X^T X`` or any positive multiple of
