@@ -92,6 +92,7 @@ GPTQ_ROWS = {
     "asym-gptq-g64": ("int4_asym", 64, {}),
     "asym-gptq-g64-no-refit": ("int4_asym", 64, {"refine": 0}),
     "asym-gptq-g64-refine2": ("int4_asym", 64, {"refine": 2}),
+    "asym-gptq-g64-damp5": ("int4_asym", 64, {"damp": 0.05}),
     "asym-gptq-g64-act-order-no-refit": ("int4_asym", 64, {"act_order": True, "refine": 0}),
     "gptq-g64-no-refit": ("int4", 64, {"refine": 0}),
     "asym-gptq-g128": ("int4_asym", 128, {}),

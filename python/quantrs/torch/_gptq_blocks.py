@@ -103,12 +103,14 @@ def gptq_weights(
     act_order: bool = False,
     sequential: bool = True,
     refine: int = REFINE,
+    damp: float = DAMP,
 ) -> dict[str, object]:
     """GPTQ-quantize each of ``linears`` (name -> module) into ``format`` with the
     Hessians of ``batches``, block by block; the quantized values stand in the linears'
     weights while later blocks calibrate, and the weights are restored at the end.
     ``sequential=False``: every Hessian from one pass of the float model; ``refine``:
-    least-squares refits of the group parameters (``quantrs.gptq``'s). Returns
+    least-squares refits of the group parameters and ``damp`` the dampening
+    (``quantrs.gptq``'s). Returns
     name -> the packed weight (``QuantizedWeight`` or ``Int4AsymWeight``)."""
     groups = blocks(linears) if sequential else {"": list(linears)}
     chain = _chain(model, list(groups)) if sequential else None
@@ -124,7 +126,8 @@ def gptq_weights(
                 with recording(picked, xtx=True) as stats:
                     for args, kw in inputs:
                         chain[k](*args, **kw)
-            _quantize_block(picked, stats, packed, (format, group_size, grid, act_order, refine))
+            how = (format, group_size, grid, act_order, refine)
+            _quantize_block(picked, stats, packed, how, damp)
             if inputs is not None and k + 1 < len(chain):
                 inputs = [_next_inputs(chain[k](*a, **kw), a, kw) for a, kw in inputs]
     finally:
@@ -142,7 +145,7 @@ def _next_inputs(out: object, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     return args, {**kwargs, "hidden_states": hidden}
 
 
-def _quantize_block(picked, stats, packed, how) -> None:
+def _quantize_block(picked, stats, packed, how, damp: float) -> None:
     """GPTQ on each linear of one block; linears with the same inputs (equal ``X^T X``)
     share the factor of ``H^-1``. The quantized values replace the weights."""
     factors: list[tuple[torch.Tensor, tuple[np.ndarray, np.ndarray]]] = []
@@ -150,7 +153,7 @@ def _quantize_block(picked, stats, packed, how) -> None:
         xtx = stats[n].xtx
         factor = next((f for x, f in factors if torch.equal(x, xtx)), None)
         if factor is None:
-            hd = damped(2 * xtx.numpy(), DAMP)
+            hd = damped(2 * xtx.numpy(), damp)
             factor = (inverse_cholesky(hd), hd)
             factors.append((xtx, factor))
         w = m.weight.detach().to("cpu", torch.float64).numpy()
