@@ -19,7 +19,9 @@
   f32 scales) * 8 / the number of weights, over the 210 linears.
 - GPTQ rows (``GPTQ_ROWS``): ``quantrs.gptq`` block by block over the same calibration
   windows (``quantrs.torch``'s calibration, each group's parameters by the format's
-  "search" weighted by ``diag(H)``); the row names the seconds the 210 layers took.
+  "search" weighted by ``diag(H)``, then ``refine`` least-squares refits of them under
+  the whole Hessian: 1 unless the row says otherwise, as ``quantize_`` does); the row
+  names the seconds the 210 layers took.
   ``-calib32`` rows calibrate on 32 windows: the 8 above and 24 after the evaluation
   windows (still no overlap).
 - FP8 W8A8 rows: the block linears served by ``FP8Linear`` with a static activation
@@ -88,13 +90,22 @@ GPTQ_ROWS = {
     "gptq-g128": ("int4", 128, {}),
     "asym-gptq-g32": ("int4_asym", 32, {}),
     "asym-gptq-g64": ("int4_asym", 64, {}),
+    "asym-gptq-g64-no-refit": ("int4_asym", 64, {"refine": 0}),
+    "asym-gptq-g64-refine2": ("int4_asym", 64, {"refine": 2}),
+    "asym-gptq-g64-damp5": ("int4_asym", 64, {"damp": 0.05}),
+    "asym-gptq-g64-act-order-no-refit": ("int4_asym", 64, {"act_order": True, "refine": 0}),
+    "gptq-g64-no-refit": ("int4", 64, {"refine": 0}),
     "asym-gptq-g128": ("int4_asym", 128, {}),
     "asym-gptq-g64-act-order": ("int4_asym", 64, {"act_order": True}),
+    "asym-gptq-g64-act-order-refine2": ("int4_asym", 64, {"act_order": True, "refine": 2}),
     "asym-gptq-g128-act-order": ("int4_asym", 128, {"act_order": True}),
     "asym-gptq-g64-one-pass": ("int4_asym", 64, {"sequential": False}),
     "asym-gptq-g128-rtn-grid": ("int4_asym", 128, {"grid": "rtn"}),
     "gptq-g64-act-order": ("int4", 64, {"act_order": True}),
     "asym-gptq-g64-calib32": ("int4_asym", 64, {"calib": 32}),
+    "asym-gptq-g64-calib32-no-refit": ("int4_asym", 64, {"calib": 32, "refine": 0}),
+    "asym-gptq-g128-no-refit": ("int4_asym", 128, {"refine": 0}),
+    "gptq-g128-no-refit": ("int4", 128, {"refine": 0}),
     "asym-gptq-g128-calib32": ("int4_asym", 128, {"calib": 32}),
 }
 

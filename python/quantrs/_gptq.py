@@ -19,6 +19,11 @@ index, every group's parameters are fixed from the original weights first (the
 "static groups" variant of the GPTQ reference code). The codes are those the format's
 reference rounds to, so the result is an ordinary ``QuantizedWeight`` /
 ``Int4AsymWeight`` (docs/int4.md "GPTQ").
+
+``refine``: after the sweep, the group parameters are refitted to the codes by least
+squares under the whole Hessian (``_gptq_refit``); from the second refit on, a sweep with
+the refitted parameters fixed re-chooses the codes before each refit, and each row keeps
+the codes and parameters of lower error under the Hessian.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _core
+from ._gptq_refit import better_rows, refit
 
 # Most columns per lazy batch update (the paper uses B = 128).
 BLOCK = 32
@@ -42,13 +48,15 @@ def gptq(
     grid: str = "search",
     damp: float = 0.01,
     act_order: bool = False,
+    refine: int = 1,
 ) -> _core.QuantizedWeight | _core.Int4AsymWeight:
     """Quantize ``w`` (float ``[out, in]``, ``nn.Linear.weight``'s layout) by GPTQ with
     the Hessian ``hessian`` (``[in, in]``, ``2 X^T X`` or any positive multiple of
     ``X^T X`` over calibration inputs ``X [n, in]``). Returns a ``QuantizedWeight``
     (``format="int4"``, its ``[in, out]`` layout) or an ``Int4AsymWeight``
     (``"int4_asym"``, ``[out, in]``) in groups of ``group_size`` inputs, each group's
-    parameters chosen by ``grid`` (the format's ``method``)."""
+    parameters chosen by ``grid`` (the format's ``method``); ``refine`` least-squares
+    refits of the parameters follow (docs/int4.md "GPTQ")."""
     if format not in _FORMATS:
         raise _core.InvalidArgument(f"format: expected 'int4' or 'int4_asym', got {format!r}")
     w64 = _matrix(w, "w")
@@ -61,25 +69,29 @@ def gptq(
         )
     if not (isinstance(damp, (int, float)) and 0.0 < damp < 1e6):
         raise _core.InvalidArgument(f"damp: expected a number > 0, got {damp!r}")
+    if not (isinstance(refine, int) and not isinstance(refine, bool) and 0 <= refine <= 100):
+        raise _core.InvalidArgument(f"refine: expected an integer in 0..100, got {refine!r}")
     diag = np.diag(h)
     if (diag < 0).any():
         raise _core.InvalidArgument(
             f"hessian: diagonal [{int(np.argmax(diag < 0))}] is negative, expected X^T X"
         )
-    return gptq_factored(w64, inverse_cholesky(h, damp), diag, format, group_size, grid, act_order)
+    hd = damped(h, damp)
+    how = (format, group_size, grid, act_order, refine)
+    return gptq_factored(w64, inverse_cholesky(hd), hd, diag, how)
 
 
 def gptq_factored(
     w: np.ndarray,
     upper: np.ndarray,
+    hd: np.ndarray,
     diag: np.ndarray,
-    format: str,
-    group_size: int,
-    grid: str,
-    act_order: bool,
+    how: tuple[str, int, str, bool, int],
 ) -> _core.QuantizedWeight | _core.Int4AsymWeight:
-    """:func:`gptq` on float64 ``w`` with the factor :func:`inverse_cholesky` gave and
-    ``diag(H)``: layers that share their inputs (q / k / v) share the factor."""
+    """:func:`gptq` on float64 ``w`` with the dampened Hessian ``hd`` (:func:`damped`),
+    its factor (:func:`inverse_cholesky`) and ``diag(H)``: layers that share their inputs
+    (q / k / v) share them. ``how``: format, group size, grid, act_order, refine."""
+    format, group_size, grid, act_order, refine = how
     grids = _SymGroups if format == "int4" else _AsymGroups
     # Validates w (finite, in range), group_size and grid; act_order's static groups
     # come from the search, natural order's from each group's start (the cheap "rtn"
@@ -87,7 +99,18 @@ def gptq_factored(
     groups = grids(w, group_size, grid if act_order else "rtn", diag)
     groups.grid = grid
     order = np.argsort(-diag, kind="stable") if act_order else np.arange(w.shape[1])
+    if act_order:
+        # The factor of H^-1 in the sweep's order (a permuted factor is not the factor
+        # of the permuted matrix), as the reference code permutes H first.
+        upper = inverse_cholesky(hd[np.ix_(order, order)])
     codes = _run(w, upper, order, groups, fixed=act_order)
+    if refine:
+        groups.params = refit(w, hd, codes, groups.params, groups.size)
+    for _ in range(1, refine):
+        kept = (codes, groups.params)
+        codes = _run(w, upper, order, groups, fixed=True)
+        tried = (codes, refit(w, hd, codes, groups.params, groups.size))
+        codes, groups.params = better_rows(w, hd, groups.size, kept, tried)
     return groups.assemble(codes)
 
 
@@ -105,15 +128,20 @@ def _matrix(a: object, arg: str) -> np.ndarray:
     return m
 
 
-def inverse_cholesky(h: np.ndarray, damp: float) -> np.ndarray:
-    """The upper Cholesky factor of ``(H + damp * mean(diag H) I)^-1``; inputs that never
-    carry a value (zero diagonal) get 1 there, as in the reference code."""
+def damped(h: np.ndarray, damp: float) -> np.ndarray:
+    """``H + damp * mean(diag H) I``, symmetrized; inputs that never carry a value (zero
+    diagonal) get 1 there, as in the reference code."""
     h = (h + h.T) / 2
     dead = np.diag(h) == 0
     h[dead, dead] = 1.0
     h[np.diag_indices_from(h)] += damp * float(np.mean(np.diag(h)))
+    return h
+
+
+def inverse_cholesky(hd: np.ndarray) -> np.ndarray:
+    """The upper Cholesky factor of ``hd^-1`` (``hd`` from :func:`damped`)."""
     try:
-        inv = np.linalg.inv(h)
+        inv = np.linalg.inv(hd)
         return np.linalg.cholesky((inv + inv.T) / 2).T
     except np.linalg.LinAlgError as e:
         raise _core.InvalidArgument(
@@ -123,9 +151,9 @@ def inverse_cholesky(h: np.ndarray, damp: float) -> np.ndarray:
 
 def _run(w: np.ndarray, u: np.ndarray, order: np.ndarray, groups, fixed: bool) -> np.ndarray:
     """The GPTQ sweep over the columns of ``w`` in ``order``; returns the codes
-    ``[out, in]`` (input order). ``u`` is the upper Cholesky factor of ``H^-1``."""
+    ``[out, in]`` (input order). ``u`` is the upper Cholesky factor of ``H^-1`` with
+    rows and columns in ``order``."""
     w = w[:, order].copy()
-    u = u[np.ix_(order, order)]
     out_feat, in_feat = w.shape
     codes = np.zeros((out_feat, in_feat), np.int8)
     gs = groups.size
@@ -170,6 +198,15 @@ class _SymGroups:
         self.size = min(group_size, self.in_feat + self.in_feat % 2)
         self.scales = np.array(static.scales).reshape(static.num_groups, self.out_feat)
 
+    @property
+    def params(self) -> np.ndarray:
+        """The scales as ``[out, groups, 1]`` (``_gptq_refit``'s layout)."""
+        return self.scales.T[:, :, None].copy()
+
+    @params.setter
+    def params(self, p: np.ndarray) -> None:
+        self.scales = np.ascontiguousarray(p[:, :, 0].T, np.float32)
+
     def choose(self, g: int, cols: np.ndarray) -> None:
         rows = slice(g * self.size, g * self.size + cols.shape[1])
         qw = _quantize_sym(cols.T, self.size, self.grid, self.imp[rows])
@@ -200,6 +237,15 @@ class _AsymGroups:
         self.grid, self.imp, self.size = grid, diag.astype(np.float32), group_size
         static = _quantize_asym(w, group_size, grid, self.imp)
         self.pairs = np.array(static.scales()).transpose(1, 0, 2).copy()  # [groups, out, 2]
+
+    @property
+    def params(self) -> np.ndarray:
+        """The ``(d, m)`` pairs as ``[out, groups, 2]`` (``_gptq_refit``'s layout)."""
+        return self.pairs.transpose(1, 0, 2).copy()
+
+    @params.setter
+    def params(self, p: np.ndarray) -> None:
+        self.pairs = np.ascontiguousarray(p.transpose(1, 0, 2), np.float32)
 
     def choose(self, g: int, cols: np.ndarray) -> None:
         rows = slice(g * self.size, g * self.size + cols.shape[1])

@@ -18,10 +18,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from .._gptq import gptq_factored, inverse_cholesky
+from .._gptq import damped, gptq_factored, inverse_cholesky
 from ._calibrate import record, recording, run
 
 DAMP = 0.01  # dampening: 1 % of the mean diagonal of H (the paper's default)
+# Least-squares refits of the group parameters after each layer's sweep (docs/int4.md
+# "GPTQ"): the best measured on the real model.
+REFINE = 1
 
 # A transformers decoder layer appends to the KV cache it is given: a block run twice on
 # the same inputs (recorded, then quantized) must get none.
@@ -99,11 +102,15 @@ def gptq_weights(
     grid: str,
     act_order: bool = False,
     sequential: bool = True,
+    refine: int = REFINE,
+    damp: float = DAMP,
 ) -> dict[str, object]:
     """GPTQ-quantize each of ``linears`` (name -> module) into ``format`` with the
     Hessians of ``batches``, block by block; the quantized values stand in the linears'
     weights while later blocks calibrate, and the weights are restored at the end.
-    ``sequential=False``: every Hessian from one pass of the float model. Returns
+    ``sequential=False``: every Hessian from one pass of the float model; ``refine``:
+    least-squares refits of the group parameters and ``damp`` the dampening
+    (``quantrs.gptq``'s). Returns
     name -> the packed weight (``QuantizedWeight`` or ``Int4AsymWeight``)."""
     groups = blocks(linears) if sequential else {"": list(linears)}
     chain = _chain(model, list(groups)) if sequential else None
@@ -119,7 +126,8 @@ def gptq_weights(
                 with recording(picked, xtx=True) as stats:
                     for args, kw in inputs:
                         chain[k](*args, **kw)
-            _quantize_block(picked, stats, packed, (format, group_size, grid, act_order))
+            how = (format, group_size, grid, act_order, refine)
+            _quantize_block(picked, stats, packed, how, damp)
             if inputs is not None and k + 1 < len(chain):
                 inputs = [_next_inputs(chain[k](*a, **kw), a, kw) for a, kw in inputs]
     finally:
@@ -137,21 +145,21 @@ def _next_inputs(out: object, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     return args, {**kwargs, "hidden_states": hidden}
 
 
-def _quantize_block(picked, stats, packed, how) -> None:
+def _quantize_block(picked, stats, packed, how, damp: float) -> None:
     """GPTQ on each linear of one block; linears with the same inputs (equal ``X^T X``)
     share the factor of ``H^-1``. The quantized values replace the weights."""
-    format, group_size, grid, act_order = how
-    factors: list[tuple[torch.Tensor, np.ndarray]] = []
+    factors: list[tuple[torch.Tensor, tuple[np.ndarray, np.ndarray]]] = []
     for n, m in picked.items():
         xtx = stats[n].xtx
-        upper = next((u for x, u in factors if torch.equal(x, xtx)), None)
-        if upper is None:
-            upper = inverse_cholesky(2 * xtx.numpy(), DAMP)
-            factors.append((xtx, upper))
+        factor = next((f for x, f in factors if torch.equal(x, xtx)), None)
+        if factor is None:
+            hd = damped(2 * xtx.numpy(), damp)
+            factor = (inverse_cholesky(hd), hd)
+            factors.append((xtx, factor))
         w = m.weight.detach().to("cpu", torch.float64).numpy()
-        q = gptq_factored(w, upper, 2 * np.diag(xtx.numpy()), format, group_size, grid, act_order)
+        q = gptq_factored(w, *factor, 2 * np.diag(xtx.numpy()), how)
         packed[n] = q
-        deq = q.dequantize().T if format == "int4" else q.dequantize()
+        deq = q.dequantize().T if how[0] == "int4" else q.dequantize()
         m.weight.data = torch.from_numpy(np.ascontiguousarray(deq)).to(
             m.weight.device, m.weight.dtype
         )
