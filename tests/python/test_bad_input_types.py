@@ -173,6 +173,19 @@ def valid_calls(tmp: Path):
                 ),
             )
         ],
+        "gguf_linear": [
+            (
+                "gguf_linear",
+                quantrs._core.gguf_linear,
+                dict(
+                    x=np.ones((1, 32), np.float32),
+                    data=np.zeros((2, 34), np.uint8),
+                    type="q8_0",
+                    in_feat=32,
+                    bias=None,
+                ),
+            )
+        ],
         "GgufWeight.from_bytes": [
             (
                 "from_bytes",

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from ..formats import Checkpoint
 from ._errors import CliError
 from ._prepared import Prepared
@@ -72,7 +74,7 @@ def prepare(
         import torch
         from transformers import AutoModelForCausalLM
 
-        from ..torch import Int4Linear, collect_importance, quantize_
+        from ..torch import collect_importance, quantize_
     except ImportError as e:
         raise CliError(f"--calibration needs PyTorch and transformers ({e})") from None
     with Checkpoint(src) as ck:
@@ -91,7 +93,20 @@ def prepare(
     packed = {}
     for fqn in fqns:
         m = model.get_submodule(fqn)
-        packed[f"{fqn}.weight"] = (
-            m.quantized_weight() if isinstance(m, Int4Linear) else m.weight_packed
-        )
+        packed[f"{fqn}.weight"] = _packed_of(m)
     return Prepared(packed=packed)
+
+
+def _packed_of(m):
+    """The quantrs weight a quantized layer holds, in the format the file is written in:
+    ``GgufLinear`` keeps ``int4_asym`` of group 32 as the identical ``Q4_1`` blocks."""
+    from .. import GgufWeight
+    from ..formats.gguf import q4_1_blocks_to_asym
+    from ..torch import Int4Linear
+
+    if isinstance(m, Int4Linear):
+        return m.quantized_weight()
+    w = m.weight_packed
+    if isinstance(w, GgufWeight) and w.type == "q4_1":
+        return q4_1_blocks_to_asym(np.frombuffer(w.to_bytes(), np.uint8), *w.shape)
+    return w

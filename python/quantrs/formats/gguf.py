@@ -345,19 +345,28 @@ def q4_0_to_quantrs(g: GgufFile, t: GgufTensor):
 
 
 def q4_1_to_asym(g: GgufFile, t: GgufTensor):
-    """The ``Int4AsymWeight`` ``[out, in]`` of a 2-D ``Q4_1`` tensor, exactly: a ``Q4_1``
-    block (F16 ``d``, F16 ``m``, 16 bytes of codes, element ``j`` low and ``j + 16`` high)
-    is an ``int4_asym`` group of 32 with the same ``w = d * q + m`` (docs/int4.md)."""
-    from .. import Int4AsymWeight, QuantError
+    """The ``Int4AsymWeight`` ``[out, in]`` of a 2-D ``Q4_1`` tensor, exactly (see
+    :func:`q4_1_blocks_to_asym`)."""
+    from .. import QuantError
 
     in_feat, out_feat = t.dims
-    blocks = g.raw(t).reshape(out_feat, in_feat // 32, 20)
-    dm = blocks[..., 0:4].copy().view("<f2").astype(np.float32)  # [out, groups, 2]
-    codes = unpack_runs(np.ascontiguousarray(blocks[..., 4:]).reshape(out_feat, in_feat // 2))
     try:
-        return Int4AsymWeight.from_parts(codes, dm, group_size=32)
+        return q4_1_blocks_to_asym(g.raw(t), out_feat, in_feat)
     except QuantError as e:  # a non-finite half: the file's fault, not the caller's
         raise CorruptCheckpointError(f"{g.path}: tensor {t.name!r}: {e}") from None
+
+
+def q4_1_blocks_to_asym(raw: np.ndarray, out_feat: int, in_feat: int):
+    """The ``Int4AsymWeight`` ``[out, in]`` of ``Q4_1`` blocks (uint8, ``out * in / 32 *
+    20`` bytes), exactly: a ``Q4_1`` block (F16 ``d``, F16 ``m``, 16 bytes of codes,
+    element ``j`` low and ``j + 16`` high) is an ``int4_asym`` group of 32 with the same
+    ``w = d * q + m`` (docs/int4.md)."""
+    from .. import Int4AsymWeight
+
+    blocks = np.asarray(raw, np.uint8).reshape(out_feat, in_feat // 32, 20)
+    dm = blocks[..., 0:4].copy().view("<f2").astype(np.float32)  # [out, groups, 2]
+    codes = unpack_runs(np.ascontiguousarray(blocks[..., 4:]).reshape(out_feat, in_feat // 2))
+    return Int4AsymWeight.from_parts(codes, dm, group_size=32)
 
 
 def exact_packed(g: GgufFile, t: GgufTensor):
