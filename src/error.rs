@@ -62,6 +62,20 @@ impl QuantError {
         QuantError::InvalidArgument(msg.into())
     }
 
+    /// The [`QuantError::InvalidArgument`] of an int8-activation kernel
+    /// given a NaN or infinity in `x` (rows of `in_feat`): it names the
+    /// first such value and its index.
+    pub(crate) fn non_finite_activation(x: &[f32], in_feat: usize) -> Self {
+        let i = x.iter().position(|v| !v.is_finite()).unwrap_or(0);
+        QuantError::arg(format!(
+            "x: non-finite value {} at index [{}, {}] cannot be quantized to int8 \
+             (activations='int8'; use activations='float32' to propagate it)",
+            x.get(i).copied().unwrap_or(f32::NAN),
+            i / in_feat.max(1),
+            i % in_feat.max(1)
+        ))
+    }
+
     /// Shorthand for a [`QuantError::Serialization`].
     pub fn ser(msg: impl Into<String>) -> Self {
         QuantError::Serialization(msg.into())

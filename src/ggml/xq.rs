@@ -40,14 +40,8 @@ impl Xq {
     /// as `d = 0`, `xq = 0`. A NaN or infinity is an error (it has no code).
     pub(crate) fn quantize<T: GgmlType>(x: &[f32], rows: usize, in_feat: usize) -> Result<Xq> {
         debug_assert!(x.len() == rows * in_feat && in_feat.is_multiple_of(T::ELEMS));
-        if let Some(i) = x.iter().position(|v| !v.is_finite()) {
-            return Err(QuantError::arg(format!(
-                "x: non-finite value {} at index [{}, {}] cannot be quantized to int8 \
-                 (activations='int8'; use activations='float32' to propagate it)",
-                x[i],
-                i / in_feat,
-                i % in_feat
-            )));
+        if x.iter().any(|v| !v.is_finite()) {
+            return Err(QuantError::non_finite_activation(x, in_feat));
         }
         let mut q = vec![0i8; x.len()];
         let mut d = vec![0f32; x.len() / T::ELEMS];

@@ -69,14 +69,7 @@ impl Xq8 {
         if x.iter()
             .fold(false, |bad, v| bad | (v.to_bits() & exp == exp))
         {
-            let i = x.iter().position(|v| !v.is_finite()).unwrap_or(0);
-            return Err(QuantError::arg(format!(
-                "x: non-finite value {} at index [{}, {}] cannot be quantized to int8 \
-                 (activations='int8'; use activations='float32' to propagate it)",
-                x[i],
-                i / in_feat,
-                i % in_feat
-            )));
+            return Err(QuantError::non_finite_activation(x, in_feat));
         }
         #[cfg(target_arch = "x86_64")]
         if let Some(t) = fast {
