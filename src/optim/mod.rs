@@ -38,6 +38,8 @@ mod codebook;
 pub(crate) mod config;
 mod dispatch;
 mod dither;
+#[cfg(target_arch = "x86_64")]
+mod dither_avx512;
 mod engine;
 mod format;
 #[cfg(target_arch = "x86_64")]
