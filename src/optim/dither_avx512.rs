@@ -48,8 +48,9 @@ unsafe fn pick_impl(orig: &[f32], t: &[f32; 256], codes: &mut [u8], dec: &mut [f
         } else {
             (1u16 << left) - 1
         };
-        // SAFETY (the block): masked to the lanes `i..n`, inside the three
-        // slices; gather indices are codes (0..=255) or `min(code + 1, 255)`.
+        // SAFETY: the loads and stores are masked to the lanes `i..n`, inside
+        // the three slices; gather indices are codes (0..=255) or
+        // `min(code + 1, 255)`, inside `t`; the features are enabled here.
         unsafe {
             let x = _mm512_maskz_loadu_ps(k, orig.as_ptr().add(i));
             let code =

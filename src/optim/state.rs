@@ -457,9 +457,6 @@ pub(crate) fn step_param(ctx: &StepCtx<'_>, st: &mut ParamState, w: &mut [f32], 
     // The row layout's groups are a row's few blocks: no 256-entry tables.
     let direct = rows_layout.is_some();
     let new_r1 = rank1.as_ref();
-    let exp = std::env::var("QX")
-        .map(|v| v.parse::<u32>().unwrap_or(0))
-        .unwrap_or(0); // XXX experiment
     jobs.into_par_iter().for_each(
         |((((((w, g), mc), vc), mut msc), mut vsc), (&base, &first_block))| {
             SCRATCH.with(|cell| {
@@ -468,11 +465,7 @@ pub(crate) fn step_param(ctx: &StepCtx<'_>, st: &mut ParamState, w: &mut [f32], 
                 s.ensure(ge);
                 let n = w.len();
                 let nb = n.div_ceil(bs);
-                let ahead = if exp & 1 != 0 {
-                    [std::ptr::null(); 2]
-                } else {
-                    [w.as_ptr().wrapping_add(n), g.as_ptr().wrapping_add(n)]
-                };
+                let ahead = [w.as_ptr().wrapping_add(n), g.as_ptr().wrapping_add(n)];
                 msc.decode(&ctx.kernels, &mut s.m_scale[..nb], direct);
                 let v_scale = match &vsc {
                     Some(chunk) => {
