@@ -89,6 +89,13 @@ impl Kernels {
         format::all_finite(x)
     }
 
+    /// AVX-512 with DQ, where this level has it (v's scale rounding,
+    /// `dither_avx512.rs`).
+    #[cfg(target_arch = "x86_64")]
+    pub(crate) fn avx512_dq(&self) -> Option<crate::simd::Avx512Dq> {
+        self.avx512.and_then(Avx512::dq)
+    }
+
     /// The block-scale codec of this level (`crate::scales`).
     pub(crate) fn scales(&self) -> ScaleCodec {
         ScaleCodec::new(self.avx512)
@@ -186,6 +193,7 @@ mod tests {
                             v_inv: VScale::Block(&inv),
                             m_codes: &mut mc,
                             v_codes: &mut vc,
+                            ahead: [std::ptr::null(); 2],
                         },
                     );
                     outs.push((mc, vc));

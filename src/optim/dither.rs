@@ -40,6 +40,11 @@ pub(crate) fn dq_encode_dithered(
     orig[..n].copy_from_slice(s);
     let mut t = [0f32; 256];
     let pair = kernels.scales().encode_table(s, codes, &mut t);
+    #[cfg(target_arch = "x86_64")]
+    if let Some(tok) = kernels.avx512_dq() {
+        super::dither_avx512::pick(tok, &orig[..n], &t, codes, s, d);
+        return pair;
+    }
     for (i, (&x, (c, dec))) in orig[..n]
         .iter()
         .zip(codes.iter_mut().zip(s.iter_mut()))

@@ -211,6 +211,12 @@ pub(crate) struct Pass2<'a> {
     pub(crate) v_inv: VScale<'a>,
     pub(crate) m_codes: &'a mut [u8],
     pub(crate) v_codes: &'a mut [u8],
+    /// Where the weight and the gradient continue past this group (the
+    /// next group's, usually taken by the same thread): the SIMD kernels
+    /// prefetch them while they encode, so the next pass 1 finds its
+    /// streams in L2 instead of waiting on DRAM. Hints only, never
+    /// dereferenced (a prefetch does not fault), null for none.
+    pub(crate) ahead: [*const f32; 2],
 }
 
 #[inline(always)]

@@ -10,7 +10,7 @@
 
 #![cfg(target_arch = "x86_64")]
 
-use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0, _MM_HINT_T1};
 
 use super::format::{
     m_decode, m_encode, pass1_elements, pass2_elements, Codecs, MCodec, Pass1, Pass2, StepConsts,
@@ -20,6 +20,9 @@ use crate::simd::F32Lanes as Lanes;
 
 /// Prefetch distance of pass 1, in elements.
 const PREFETCH: usize = 512;
+
+/// Bytes per prefetch hint (one cache line).
+const LINE: usize = 64;
 
 /// The m code book as the kernels see it: values and midpoints in
 /// registers, or the 256-entry int8 tables (gathers).
@@ -176,8 +179,15 @@ pub(super) unsafe fn pass2<V: Lanes>(c: &Codecs, bs: usize, mut p: Pass2<'_>) {
                 V::search16(mids_v, x)
             }
         };
+        let [next_w, next_g] = p.ahead.map(|a| a as *const i8);
         for (b, start) in (0..n).step_by(bs).enumerate() {
             let end = (start + bs).min(n);
+            // Pass 2 reads only L2 (the scratch): the next group's weight
+            // and gradient stream in under its arithmetic, block for block.
+            for off in (4 * start..4 * end).step_by(LINE) {
+                _mm_prefetch::<_MM_HINT_T1>(next_w.wrapping_add(off));
+                _mm_prefetch::<_MM_HINT_T1>(next_g.wrapping_add(off));
+            }
             let (im, iv) = (V::splat(p.m_inv[b]), V::splat(v_inv[b]));
             let sm = |e: usize| V::load(p.sm.as_ptr().add(e)).mul(im);
             let su = |e: usize| V::load(p.su.as_ptr().add(e)).mul(iv);

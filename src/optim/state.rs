@@ -465,6 +465,7 @@ pub(crate) fn step_param(ctx: &StepCtx<'_>, st: &mut ParamState, w: &mut [f32], 
                 s.ensure(ge);
                 let n = w.len();
                 let nb = n.div_ceil(bs);
+                let ahead = [w.as_ptr().wrapping_add(n), g.as_ptr().wrapping_add(n)];
                 msc.decode(&ctx.kernels, &mut s.m_scale[..nb], direct);
                 let v_scale = match &vsc {
                     Some(chunk) => {
@@ -526,6 +527,7 @@ pub(crate) fn step_param(ctx: &StepCtx<'_>, st: &mut ParamState, w: &mut [f32], 
                         v_inv,
                         m_codes: mc,
                         v_codes: vc,
+                        ahead,
                     },
                 );
             })

@@ -52,13 +52,14 @@ unsafe fn splitmix64(z: __m512i) -> __m512i {
 }
 
 /// The dither's uniform numbers of blocks `first + i .. first + i + 16`:
-/// `(splitmix64(key ^ block) >> 40) * 2^-24`, exact in float32.
+/// `(splitmix64(key ^ block) >> 40) * 2^-24`, exact in float32 (also the
+/// flat layout's, `optim::dither_avx512`).
 ///
 /// # Safety
 /// AVX-512 F and DQ.
 #[inline]
 #[target_feature(enable = "avx512f,avx512dq")]
-unsafe fn uniforms(d: Dither, i: usize) -> __m512 {
+pub(crate) unsafe fn uniforms(d: Dither, i: usize) -> __m512 {
     let lane = _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0);
     let base = _mm512_set1_epi64(d.first_block.wrapping_add(i as u64) as i64);
     let key = _mm512_set1_epi64(d.key as i64);

@@ -42,6 +42,9 @@ pub(crate) mod direct;
 mod direct_avx512;
 mod scalar;
 
+/// The dither's uniform numbers, 16 blocks a vector (AVX-512 DQ).
+#[cfg(target_arch = "x86_64")]
+pub(crate) use direct_avx512::uniforms as dither_uniforms_avx512;
 pub(crate) use scalar::ZERO_CODE;
 // The device step's test compares its log2 with this one.
 #[cfg(all(test, feature = "gpu"))]
