@@ -59,7 +59,7 @@ def bf16_variants(np, quantrs, w):
     out = {}
     for gs in (32, 128):
         q = quantrs.QuantizedWeight.quantize(w, group_size=gs)
-        args = (np.asarray(q.data), np.asarray(q.scales), None, k, n, q.num_groups())
+        args = (np.asarray(q.data), np.asarray(q.scales), None, k, n, q.num_groups)
         out[f"int4 g{gs} bf16"] = lambda xb, args=args: quantrs._core.int4_linear_bf16(xb, *args)
     return out
 

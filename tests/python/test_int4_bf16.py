@@ -34,7 +34,7 @@ def test_core_bf16_matches_float64(k, n, gs, m):
     xb = torch.from_numpy(rng.standard_normal((m, k)).astype(np.float32)).to(torch.bfloat16)
     bias = rng.standard_normal(n).astype(np.float32)
     bits = xb.view(torch.uint16).numpy()
-    args = (np.asarray(q.data), np.asarray(q.scales), bias, k, n, q.num_groups())
+    args = (np.asarray(q.data), np.asarray(q.scales), bias, k, n, q.num_groups)
     y = quantrs._core.int4_linear_bf16(bits, *args)
     assert y.dtype == np.uint16 and y.shape == (m, n)
     got = torch.from_numpy(y).view(torch.bfloat16).double().numpy()
