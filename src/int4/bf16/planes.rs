@@ -239,7 +239,8 @@ unsafe fn split_row_avx512(
     assert!(a.len() == x.len() && b.len() == x.len() && c.len() == x.len());
     let widen = |h: __m256bh| {
         // bf16 bits to the f32 they stand for: a 16-bit shift.
-        let w: __m256i = unsafe { std::mem::transmute(h) };
+        // SAFETY: both are 256-bit vectors, every bit pattern valid.
+        let w = unsafe { std::mem::transmute::<__m256bh, __m256i>(h) };
         _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(w)))
     };
     let exp = _mm512_set1_epi32(0x7F80_0000);
@@ -263,7 +264,8 @@ unsafe fn split_row_avx512(
             let h2 = _mm512_cvtneps_pbh(r);
             let r2 = _mm512_sub_ps(r, widen(h2));
             let h3 = _mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(_mm512_castps_si512(r2)));
-            let (h1, h2): (__m256i, __m256i) = (std::mem::transmute(h1), std::mem::transmute(h2));
+            let h1 = std::mem::transmute::<__m256bh, __m256i>(h1);
+            let h2 = std::mem::transmute::<__m256bh, __m256i>(h2);
             two |= _mm256_mask_test_epi16_mask(m, h2, h2);
             three |= _mm256_mask_test_epi16_mask(m, h3, h3);
             _mm256_mask_storeu_epi16(a.as_mut_ptr().add(i).cast(), m, h1);
@@ -279,10 +281,16 @@ unsafe fn split_row_avx512(
     }
 }
 
+/// A row splitter writing three planes (tests).
+#[cfg(test)]
+type Splitter<'a> = &'a dyn Fn(&mut [u16], &mut [u16], &mut [u16]) -> Flags;
+
+/// The scalar and the dispatched split of `x`: all three planes back to
+/// back, and the flags (tests).
 #[cfg(test)]
 pub(super) fn split_row_both(x: &[f32]) -> [(Vec<u16>, bool, bool, bool); 2] {
     let n = x.len();
-    let run = |f: &dyn Fn(&mut [u16], &mut [u16], &mut [u16]) -> Flags| {
+    let run = |f: Splitter| {
         let (mut a, mut b, mut c) = (vec![0; n], vec![0; n], vec![0; n]);
         let fl = f(&mut a, &mut b, &mut c);
         a.extend(b);
