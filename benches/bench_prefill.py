@@ -5,7 +5,8 @@ Per layer shape (in -> out) and batch M: quantrs INT4 ``matmul`` (g32 and
 g128, float32 and ``activations="int8"``), FP8 ``PerTensorFP8Linear``
 W8A32 / W8A8 ``forward``, and torch's ``F.linear`` on the float32 weight
 and on a bfloat16 copy (bfloat16 input and weight: oneDNN's AMX path on
-CPUs that have it). The shapes are SmolLM2-135M's linears (576 -> 576,
+CPUs that have it), and quantrs INT4 on the bfloat16 input (``int4 g32 bf16``: the
+bf16 tile GEMM, bfloat16 out). The shapes are SmolLM2-135M's linears (576 -> 576,
 576 -> 192, 576 -> 1536, 1536 -> 576, 576 -> 49152) and a 4096-wide
 model's (4096 -> 4096, 4096 -> 11008). Each measurement is the median of
 ``inner`` calls; the whole set of variants runs ``rounds`` times in
@@ -51,11 +52,24 @@ def variants(np, quantrs, w):
     }
 
 
+def bf16_variants(np, quantrs, w):
+    """Ours on a bfloat16 input (its bits, a uint16 array) with a bfloat16 result: the
+    torch layers' forward for a bf16 model (``_core.int4_linear_bf16``)."""
+    k, n = w.shape
+    out = {}
+    for gs in (32, 128):
+        q = quantrs.QuantizedWeight.quantize(w, group_size=gs)
+        args = (np.asarray(q.data), np.asarray(q.scales), None, k, n, q.num_groups)
+        out[f"int4 g{gs} bf16"] = lambda xb, args=args: quantrs._core.int4_linear_bf16(xb, *args)
+    return out
+
+
 def shape_rows(np, torch, quantrs, rng, k, n, batches, rounds) -> list[dict]:
     import torch.nn.functional as F
 
     w = (rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)
     ours = variants(np, quantrs, w)
+    ours16 = bf16_variants(np, quantrs, w)
     tw = torch.from_numpy(np.ascontiguousarray(w.T))
     tw16 = tw.to(torch.bfloat16)
     rows = []
@@ -64,18 +78,21 @@ def shape_rows(np, torch, quantrs, rng, k, n, batches, rounds) -> list[dict]:
         out = np.empty((m, n), dtype=np.float32)
         tx = torch.from_numpy(x)
         tx16 = tx.to(torch.bfloat16)
+        xb = tx16.view(torch.uint16).numpy()
         inner = max(2, min(7, int(2e9 / (2.0 * m * k * n))))
         with torch.inference_mode():
             base = {
                 "torch f32": lambda tx=tx: F.linear(tx, tw),
                 "torch bf16": lambda tx16=tx16: F.linear(tx16, tw16),
             }
-            times: dict[str, list[float]] = {name: [] for name in [*base, *ours]}
+            times: dict[str, list[float]] = {name: [] for name in [*base, *ours, *ours16]}
             for _ in range(rounds):
                 for name, fn in base.items():
                     times[name].append(median_ms(fn, inner))
                 for name, fn in ours.items():
                     times[name].append(median_ms(lambda fn=fn, x=x, out=out: fn(x, out), inner))
+                for name, fn in ours16.items():
+                    times[name].append(median_ms(lambda fn=fn, xb=xb: fn(xb), inner))
         med = {name: statistics.median(t) for name, t in times.items()}
         f32, bf16 = med["torch f32"], med["torch bf16"]
         gflop = 2.0 * m * k * n / 1e9

@@ -198,6 +198,15 @@ def int4_linear(
     *,
     activations: str = "float32",
 ) -> npt.NDArray[np.float32]: ...
+def int4_linear_bf16(
+    x: npt.NDArray[np.uint16],
+    data: npt.NDArray[np.uint8],
+    scales: npt.NDArray[np.float32],
+    bias: npt.NDArray[np.float32] | None,
+    in_feat: int,
+    out_feat: int,
+    num_groups: int,
+) -> npt.NDArray[np.uint16]: ...
 def int8_linear(
     x: npt.ArrayLike,
     weight: npt.NDArray[np.int8],

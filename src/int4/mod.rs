@@ -28,6 +28,7 @@ mod array_api;
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+mod bf16;
 mod dispatch;
 mod format;
 mod gemm;
@@ -535,6 +536,9 @@ impl QuantizedWeight {
 #[derive(Clone, Copy)]
 enum Kernels {
     Gemm(Gemm),
+    /// The bf16 tile GEMM on AMX (`bf16`), `x` split into exact bf16 parts.
+    #[cfg(target_arch = "x86_64")]
+    Tiles(crate::simd::Amx),
     /// The multi-row matvec (a kernel with [`Matvec::has_rows`]).
     Rows(Matvec),
     Matvec(Matvec),

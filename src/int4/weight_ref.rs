@@ -7,7 +7,7 @@
 
 use super::dispatch::{Gemm, Matvec};
 use super::{
-    check_parts, checked_len, gemm, matvec, rows, Kernels, MatvecKernel, GEMM_MIN_BATCH,
+    bf16, check_parts, checked_len, gemm, matvec, rows, Kernels, MatvecKernel, GEMM_MIN_BATCH,
     ROWS_MAX_BATCH,
 };
 use crate::error::{QuantError, Result};
@@ -93,11 +93,25 @@ impl<'a> QuantizedWeightRef<'a> {
         let kernels = if (2..=ROWS_MAX_BATCH).contains(&batch) && mv.has_rows() {
             Kernels::Rows(mv)
         } else if batch >= GEMM_MIN_BATCH {
-            Kernels::Gemm(Gemm::new(level)?)
+            Self::gemm_kernels(level, self.group_size(), batch)?
         } else {
             Kernels::Matvec(mv)
         };
         self.run(x, batch, y, kernels)
+    }
+
+    /// The GEMM of a `batch`-row call at `level`: the bf16 tile GEMM from
+    /// `bf16::MIN_BATCH` rows where AMX-BF16 runs and the group size allows
+    /// (docs/int4.md, "How matmul works"), else the blocked FMA GEMM.
+    fn gemm_kernels(level: simd::SimdLevel, group_size: usize, batch: usize) -> Result<Kernels> {
+        #[cfg(target_arch = "x86_64")]
+        if batch >= bf16::MIN_BATCH && level == simd::SimdLevel::Avx512 {
+            if let Some(t) = bf16::tiles_for(group_size) {
+                return Ok(Kernels::Tiles(t));
+            }
+        }
+        let _ = (group_size, batch);
+        Ok(Kernels::Gemm(Gemm::new(level)?))
     }
 
     /// Run checked `x` `[batch, in_feat]` and `y` `[batch, out_feat]`.
@@ -124,6 +138,20 @@ impl<'a> QuantizedWeightRef<'a> {
     fn run_kernels(&self, x: &[f32], batch: usize, y: &mut [f32], kernels: Kernels) {
         match kernels {
             Kernels::Gemm(g) => gemm::matmul(self, x, batch, y, g),
+            #[cfg(target_arch = "x86_64")]
+            Kernels::Tiles(t) => {
+                match bf16::Planes::split_f32(x, batch, self.in_feat, self.in_padded()) {
+                    Some(p) => bf16::matmul_tiles(t, self, &p, bf16::Out::F32(y)),
+                    // Not finite: the FMA GEMM gives IEEE's inf / NaN.
+                    None => gemm::matmul(
+                        self,
+                        x,
+                        batch,
+                        y,
+                        Gemm::new(simd::level()).unwrap_or(Gemm::Scalar),
+                    ),
+                }
+            }
             Kernels::Rows(k) => rows::matmul_rows(self, x, batch, y, k),
             Kernels::Matvec(k) => {
                 for (xr, yr) in x

@@ -104,6 +104,57 @@ pub fn int4_linear<'py>(
     })
 }
 
+/// `y = x @ W + bias` for bfloat16 `x` `[..., in_feat]`, given as its bits
+/// (a uint16 array: NumPy has no bfloat16; torch's `x.view(torch.uint16)`),
+/// into bfloat16 bits `[..., out_feat]`: the weight arguments of
+/// [`int4_linear`], the float32 bias added before the one rounding of each
+/// output. Prefill-sized batches run the bf16 tile GEMM on `x` as it is
+/// (docs/int4.md, "How matmul works").
+#[pyfunction]
+#[pyo3(signature = (x, data, scales, bias, in_feat, out_feat, num_groups))]
+#[allow(clippy::too_many_arguments)]
+pub fn int4_linear_bf16<'py>(
+    x: &Bound<'py, PyAny>,
+    data: &Bound<'py, PyAny>,
+    scales: &Bound<'py, PyAny>,
+    bias: Option<&Bound<'py, PyAny>>,
+    #[pyo3(from_py_with = crate::python::sizes::in_feat)] in_feat: usize,
+    #[pyo3(from_py_with = crate::python::sizes::out_feat)] out_feat: usize,
+    #[pyo3(from_py_with = crate::python::sizes::num_groups)] num_groups: usize,
+) -> PyResult<Bound<'py, PyArrayDyn<u16>>> {
+    let py = x.py();
+    let xa = shared::<u16>(x, "x", None)?;
+    let d = shared::<u8>(data, "data", None)?;
+    let s = shared::<f32>(scales, "scales", None)?;
+    let b = bias
+        .map(|b| shared::<f32>(b, "bias", Some(out_feat)))
+        .transpose()?;
+    let shape = xa.shape().to_vec();
+    if shape.last() != Some(&in_feat) {
+        return Err(
+            QuantError::dims("x", format!("[..., {in_feat}]"), format!("{shape:?}")).into(),
+        );
+    }
+    let rows = shape[..shape.len() - 1].iter().product::<usize>();
+    let (xv, dv, sv) = (xa.try_readonly()?, d.try_readonly()?, s.try_readonly()?);
+    let bv = b.as_ref().map(|b| b.try_readonly()).transpose()?;
+    let w = QuantizedWeightRef::new(
+        dv.as_slice().map_err(|e| invalid("data", e))?,
+        sv.as_slice().map_err(|e| invalid("scales", e))?,
+        in_feat,
+        out_feat,
+        num_groups,
+    )?;
+    let bias = opt_slice(&bv, "bias")?;
+    let xs = xv.as_slice().map_err(|e| invalid("x", e))?;
+    let mut y = vec![0u16; rows * out_feat];
+    py.detach(|| w.matmul_bf16(xs, rows, bias, &mut y))?;
+    let mut out_shape = shape;
+    *out_shape.last_mut().unwrap_or(&mut 0) = out_feat;
+    let arr = numpy::ndarray::ArrayD::from_shape_vec(out_shape, y).map_err(|e| invalid("x", e))?;
+    Ok(PyArrayDyn::from_owned_array(py, arr))
+}
+
 /// The slice of an optional borrowed array.
 pub(super) fn opt_slice<'a>(
     a: &'a Option<numpy::PyReadonlyArrayDyn<'_, f32>>,
@@ -195,6 +246,7 @@ pub fn fp8_linear<'py>(
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(pyo3::wrap_pyfunction!(int4_linear, m)?)?;
+    m.add_function(pyo3::wrap_pyfunction!(int4_linear_bf16, m)?)?;
     m.add_function(pyo3::wrap_pyfunction!(int8_linear, m)?)?;
     m.add_function(pyo3::wrap_pyfunction!(fp8_linear, m)?)
 }

@@ -173,6 +173,21 @@ def valid_calls(tmp: Path):
                 ),
             )
         ],
+        "int4_linear_bf16": [
+            (
+                "int4_linear_bf16",
+                quantrs._core.int4_linear_bf16,
+                dict(
+                    x=np.ones((1, 64), np.uint16),
+                    data=np.asarray(QW.data),
+                    scales=np.asarray(QW.scales),
+                    bias=None,
+                    in_feat=64,
+                    out_feat=4,
+                    num_groups=2,
+                ),
+            )
+        ],
         "gguf_linear": [
             (
                 "gguf_linear",

@@ -130,3 +130,16 @@ def _weight_of(owner: str, linear: nn.Module) -> tuple[torch.Tensor, torch.Tenso
     # Quantized on the CPU; from_linear moves the module to the weight's device after.
     w = w.detach().cpu().to(_F32)
     return w, (None if b is None else b.detach().cpu().to(_F32).contiguous())
+
+
+def int4_bf16(x: torch.Tensor, args: tuple) -> torch.Tensor | None:
+    """``x @ W + bias`` for a bfloat16 CPU ``x``, in bfloat16, through
+    ``_core.int4_linear_bf16``, which reads ``x``'s bits in place (no float32 copy of
+    the input; the bias, float32, is added before the one rounding). ``args`` are the
+    weight arguments of ``_core.int4_linear``. None for any other input."""
+    if x.dtype is not torch.bfloat16 or not x.is_cpu:
+        return None
+    n = args[4]
+    bits = x.detach().reshape(-1, args[3]).contiguous().view(torch.uint16).numpy()
+    y = _core.int4_linear_bf16(bits, *args)
+    return torch.from_numpy(y).view(torch.bfloat16).reshape(*x.shape[:-1], n)

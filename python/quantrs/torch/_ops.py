@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from .. import _core
+from . import _layer_io
 
 _F32 = torch.float32
 
@@ -86,6 +87,8 @@ def int4_linear_impl(
     x, qweight, scales, bias, in_f: int, out_f: int, activations: str = "float32"
 ) -> torch.Tensor:
     args = int4_args(qweight, scales, bias, in_f, out_f)
+    if activations == "float32" and (yb := _layer_io.int4_bf16(x, args)) is not None:
+        return yb
     y = _core.int4_linear(_as_f32_rows(x, in_f), *args, activations=activations)
     return _finish(y, x, None, out_f)
 
