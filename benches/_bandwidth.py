@@ -48,7 +48,10 @@ class Bandwidth:
         self.threads = threads or default_threads()
         self.read_values: list[float] = []
         self.triad_values: list[float] = []
-        self._buf = np.ones(nbytes // 8, dtype=np.uint64)
+        # Each word holds two float32 1.0s: the triad reads the words as float32, and
+        # integer ones would be subnormals, which Intel cores add in microcode (the
+        # triad then measures the microcode, ~3 GB/s, not the memory).
+        self._buf = np.full(nbytes // 8, 0x3F800000_3F800000, dtype=np.uint64)
 
     @property
     def kind(self) -> str:
