@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from .. import IntZpWeight, PerTensorFP8Linear, QuantizedWeight
-from ..formats import Checkpoint, CorruptCheckpointError, GgufFile, UnsupportedFormatError
+from ..formats import Checkpoint, CorruptCheckpointError, UnsupportedFormatError
 from ..formats.awq import read_awq
 from ..formats.fp8 import read_fp8
 from ..formats.gptq import read_gptq
@@ -47,14 +47,7 @@ def load_pretrained(
     transformers class built from the config (default ``AutoModelForCausalLM``)."""
     p = Path(path)
     if p.suffix.lower() == ".gguf":
-        with GgufFile(p) as g:
-            arch = g.metadata.get("general.architecture")
-        if arch != "llama":
-            raise UnsupportedFormatError(
-                f"{p}: GGUF architecture {arch!r}; the one-call GGUF loader reads 'llama' "
-                "(transformers' Llama tensor names)"
-            )
-        return load_gguf_llama(p)
+        return load_gguf_llama(p).eval()
     if not p.is_dir():
         if not p.exists():
             raise FileNotFoundError(2, "no such file or folder", str(p))
