@@ -20,10 +20,10 @@ file, on the same token windows.
 - Rows per file: llama.cpp (llama_cpp_python, the logits of every position) and
   ``quantrs.torch.load_pretrained`` on the file (its block linears as ``GgufLinear``
   over the file's blocks, the quantrs kernels with float32 activations). ``--extra``
-  adds, for the shipped file, its ``Q4_1`` linears moved into ``Int4AsymWeight`` (what
-  ``quantrs convert`` writes; the same values) and transformers' float32 model (the file
-  dequantized). The ``vs llama.cpp`` column is the bar of issue 27: every exact load
-  within 0.5 %.
+  adds, for the shipped file, the model folder ``quantrs convert FILE.gguf FOLDER``
+  writes loaded by ``load_pretrained`` (``Q4_1`` as ``Int4AsymWeight``; the same
+  values) and transformers' float32 model (the file dequantized). The ``vs llama.cpp``
+  column is the bar of issue 27: every exact load within 0.5 %.
 - llama.cpp runs with 2 threads and ``use_extra_bufts = False``: its AMX weight
   repacking (an "extra buffer type") dies with SIGILL on ``tilezero`` on the 2-core test
   machine, whose AMX tile state does not survive there; without it llama.cpp takes its
@@ -127,9 +127,7 @@ def llama_cpp_perplexity(path: str, windows: torch.Tensor) -> float:
     """Perplexity of llama.cpp on ``path``: the logits of every position of each window."""
     from llama_cpp import Llama
 
-    llm = Llama(
-        path, n_ctx=WINDOW, n_batch=WINDOW, logits_all=True, verbose=False, n_threads=2
-    )
+    llm = Llama(path, n_ctx=WINDOW, n_batch=WINDOW, logits_all=True, verbose=False, n_threads=2)
     nll, count = 0.0, 0
     for w in windows:
         llm.reset()
@@ -141,28 +139,13 @@ def llama_cpp_perplexity(path: str, windows: torch.Tensor) -> float:
     return math.exp(nll / count)
 
 
-def _as_int4_asym(model) -> int:
-    """Move every ``GgufLinear`` over a ``q4_1`` weight onto an ``Int4AsymWeight`` with
-    the same codes and halves (group 32); returns how many moved."""
-    from quantrs import Int4AsymWeight
-    from quantrs.torch import GgufLinear
+def converted_folder(path: str, folder: str) -> str:
+    """``quantrs convert FILE.gguf FOLDER --from gguf`` of ``path`` into ``folder``."""
+    from quantrs.cli._import_gguf_folder import convert_gguf_folder
 
-    moved = 0
-    for name, m in list(model.named_modules()):
-        if isinstance(m, GgufLinear) and m.weight_packed.type == "q4_1":
-            w = m.weight_packed
-            out_f, in_f = w.shape
-            raw = w.to_bytes().reshape(out_f, in_f // 32, 20)
-            dm = raw[..., 0:4].copy().view("<f2").astype("float32")
-            qs = raw[..., 4:]
-            codes = torch.cat(
-                [torch.from_numpy(qs & 0x0F), torch.from_numpy(qs >> 4)], dim=-1
-            ).reshape(out_f, in_f)
-            asym = Int4AsymWeight.from_parts(codes.numpy(), dm, group_size=32)
-            index = None if m.out_index is None else m.out_index.numpy()
-            model.set_submodule(name, GgufLinear(asym, m.bias, index))
-            moved += 1
-    return moved
+    out = os.path.join(folder, os.path.basename(path).removesuffix(".gguf") + ".quantrs")
+    convert_gguf_folder(path, out, progress=False)
+    return out
 
 
 def main() -> None:
@@ -170,7 +153,7 @@ def main() -> None:
     ap.add_argument("--windows", type=int, default=44, help="evaluation windows of 512 tokens")
     ap.add_argument("--types", default=",".join(FILES), help="comma-separated rows of FILES")
     ap.add_argument("--dir", default="target/gguf_ppl", help="where the made files go")
-    ap.add_argument("--extra", action="store_true", help="Int4AsymWeight and float32 rows")
+    ap.add_argument("--extra", action="store_true", help="converted-folder and float32 rows")
     args = ap.parse_args()
     from transformers import AutoTokenizer
 
@@ -199,8 +182,10 @@ def main() -> None:
         print(f"{kind}: quantrs {ppl:.4f} ({time.time() - t:.0f}s)", flush=True)
         table.append((kind, types, bpw, ref, ppl, "load_pretrained"))
         if args.extra and FILES[kind] is None:
-            moved = _as_int4_asym(model)
-            table.append((kind, types, bpw, ref, perplexity(model, evals), f"{moved} Int4Asym"))
+            del model
+            model = load_pretrained(converted_folder(path, args.dir))
+            how = "`quantrs convert` folder, load_pretrained"
+            table.append((kind, types, bpw, ref, perplexity(model, evals), how))
         del model
         if args.extra and FILES[kind] is None:
             from bench_quality import load_model

@@ -38,7 +38,8 @@ def test_gguf_architecture_loads_exactly(tmp_path, arch, tie):
     )
     ref_mods = dict(ref.named_modules())
     for name, m in packed.items():  # same values, q / k rows in transformers' order
-        np.testing.assert_array_equal(m.dequantize().numpy(), ref_mods[name].weight.detach().numpy())
+        want = ref_mods[name].weight.detach().numpy()
+        np.testing.assert_array_equal(m.dequantize().numpy(), want)
     ids = torch.tensor([[1, 5, 9, 17, 33, 64, 95, 2, 40, 41, 42, 7]])
     with torch.no_grad():
         got, want = model(ids).logits, ref(ids).logits

@@ -15,7 +15,13 @@ from torch import nn
 from .. import GgufWeight, Int4AsymWeight, IntZpWeight, _core
 from ..formats.gguf import PACKED_TYPES, GgufFile, packed_weight
 from . import _gguf_op
-from ._gguf_model import GGUF_ARCHITECTURES, gguf_architecture, llama_row_order, row_order, tensor_map
+from ._gguf_model import (
+    GGUF_ARCHITECTURES,
+    gguf_architecture,
+    llama_row_order,
+    row_order,
+    tensor_map,
+)
 from ._layer_io import _needs_graph, check_features, drop_views, serve
 
 __all__ = ["GgufLinear", "load_gguf_llama", "llama_row_order", "GGUF_ARCHITECTURES"]
