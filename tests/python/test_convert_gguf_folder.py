@@ -5,6 +5,7 @@ logits as loading the GGUF file itself (files written by the ``gguf`` package)."
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -15,6 +16,12 @@ from _tiny_gguf import write_tiny_gguf  # noqa: E402
 
 from quantrs.cli import main  # noqa: E402
 from quantrs.torch import GgufLinear, Int4Linear, load_pretrained  # noqa: E402
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _weights(model) -> dict[str, np.ndarray]:
@@ -34,6 +41,7 @@ def test_converted_folder_loads_like_the_gguf_file(tmp_path, capsys, arch, tie):
     report = json.loads(capsys.readouterr().out)
     assert report["architecture"] == arch
     assert all(r["kind"].endswith("exact") or r["kind"] == "copy" for r in report["tensors"])
+    assert (out.stat().st_mode & 0o777) == 0o777 & ~_umask()  # not mkdtemp's 0700
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["quantization_config"]["quant_method"] == "quantrs"
     from_gguf, from_folder = load_pretrained(path), load_pretrained(out)

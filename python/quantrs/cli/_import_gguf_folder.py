@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -109,6 +110,9 @@ def convert_gguf_folder(src, dst, requantize: bool = False, progress: bool = Tru
                 }
                 (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
                 tokenizer = _tokenizer(src, tmp, has_vocab)
+                umask = os.umask(0)
+                os.umask(umask)
+                os.chmod(tmp, 0o777 & ~umask)  # mkdtemp's folder is private (0700)
                 _install(tmp, dst)
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)
