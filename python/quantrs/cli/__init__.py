@@ -133,10 +133,14 @@ def _parser() -> argparse.ArgumentParser:
         "8-bit, act-order). Other tensors (norms, biases, float tensors) are copied. A "
         "tensor no quantrs type holds (GGUF IQ types, GPTQ 2-bit, ...) stops the "
         "conversion naming it, unless --requantize re-quantizes it to int4 (error in the "
-        "report). OUT is written atomically. See docs/checkpoints.md.",
+        "report). OUT is written atomically. A GGUF IN with an OUT not ending in "
+        ".safetensors gives a model folder (PyTorch tensor names, config.json, tokenizer) "
+        "that quantrs.torch.load_pretrained loads. See docs/checkpoints.md.",
     )
     c.add_argument("input", metavar="IN", help="input file or model folder")
-    c.add_argument("output", metavar="OUT", help="output .safetensors file")
+    c.add_argument(
+        "output", metavar="OUT", help="output .safetensors file (or model folder, GGUF IN)"
+    )
     c.add_argument("--from", dest="source", required=True, choices=["gptq", "awq", "gguf"])
     c.add_argument(
         "--requantize",
@@ -231,9 +235,20 @@ def _cmd_convert(args) -> int:
     from ._import import convert
     from ._quantize import format_report
 
-    rows = convert(
-        args.input, args.output, args.source, args.requantize, progress=not args.no_progress
-    )
+    progress = not args.no_progress
+    if args.source == "gguf" and not args.output.lower().endswith(".safetensors"):
+        from ._import_gguf_folder import convert_gguf_folder
+
+        rows, summary = convert_gguf_folder(args.input, args.output, args.requantize, progress)
+        if args.json:
+            print(json.dumps({**summary, "tensors": rows}, indent=1))
+        else:
+            print(format_report(rows))
+            left = ", ".join(summary["left_out"]) or "none"
+            print(f"wrote {summary['output']} ({summary['architecture']}): model.safetensors, "
+                  f"config.json; tokenizer {summary['tokenizer']}; left out: {left}")  # fmt: skip
+        return 0
+    rows = convert(args.input, args.output, args.source, args.requantize, progress=progress)
     print(json.dumps(rows, indent=1) if args.json else format_report(rows))
     return 0
 

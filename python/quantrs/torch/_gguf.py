@@ -15,7 +15,16 @@ from torch import nn
 from .. import GgufWeight, Int4AsymWeight, IntZpWeight, _core
 from ..formats.gguf import PACKED_TYPES, GgufFile, packed_weight
 from . import _gguf_op
+from ._gguf_model import (
+    GGUF_ARCHITECTURES,
+    gguf_architecture,
+    llama_row_order,
+    row_order,
+    tensor_map,
+)
 from ._layer_io import _needs_graph, check_features, drop_views, serve
+
+__all__ = ["GgufLinear", "load_gguf_llama", "llama_row_order", "GGUF_ARCHITECTURES"]
 
 _BUFFERS = ("qweight", "bias")
 
@@ -157,51 +166,34 @@ class GgufLinear(nn.Module):
         )
 
 
-# transformers' Llama module -> llama.cpp's tensor name (transformers' GGUF mapping).
-_LLAMA_LINEARS = {
-    "self_attn.q_proj": "attn_q",
-    "self_attn.k_proj": "attn_k",
-    "self_attn.v_proj": "attn_v",
-    "self_attn.o_proj": "attn_output",
-    "mlp.gate_proj": "ffn_gate",
-    "mlp.up_proj": "ffn_up",
-    "mlp.down_proj": "ffn_down",
-}
-
-
-def llama_row_order(out_features: int, n_head: int) -> np.ndarray:
-    """Indices ``p`` with ``W_hf = W_file[p]`` for a q / k projection: the inverse of
-    llama.cpp's per-head interleave of the rotary halves, as transformers undoes it."""
-    dim = out_features // n_head // 2
-    return np.arange(out_features).reshape(n_head, dim, 2).swapaxes(2, 1).reshape(-1)
-
-
 def load_gguf_llama(path: str | os.PathLike, **kwargs) -> nn.Module:
-    """A transformers Llama causal LM from a GGUF file, its linears with a block type
+    """A transformers causal LM from a GGUF file (architectures
+    :data:`GGUF_ARCHITECTURES`: llama, which llama.cpp also writes for Mistral, qwen2,
+    qwen3), each linear whose tensor has a block type
     (:data:`quantrs.formats.gguf.PACKED_TYPES`) replaced by :class:`GgufLinear` over the
-    file's packed tensors (read from the memory-mapped file, no float copy kept); the
-    rest (embeddings, norms) as transformers loads it. ``kwargs`` go to
-    ``from_pretrained``."""
+    file's packed tensor (read from the memory-mapped file, no float copy kept; q / k
+    rows in transformers' order); the rest (embeddings, norms, float linears) as
+    transformers loads it. The tensor names are transformers' GGUF mapping.
+    ``kwargs`` go to ``from_pretrained``."""
     from transformers import AutoModelForCausalLM
 
     p = Path(path)
-    model = AutoModelForCausalLM.from_pretrained(p.parent, gguf_file=p.name, **kwargs)
-    cfg = model.config
-    heads = {"attn_q": cfg.num_attention_heads, "attn_k": cfg.num_key_value_heads}
     with GgufFile(p) as g:
-        for i, layer in enumerate(model.model.layers):
-            for hf, short in _LLAMA_LINEARS.items():
-                name = f"blk.{i}.{short}.weight"
-                t = g.tensors.get(name)
-                if t is None or t.type_name not in PACKED_TYPES:
-                    continue
-                parent_name, attr = hf.split(".")
-                parent = getattr(layer, parent_name)
-                old = getattr(parent, attr)
-                w = packed_weight(g, t)
-                order = llama_row_order(w.shape[0], heads[short]) if short in heads else None
-                setattr(parent, attr, GgufLinear(w, old.bias, order))
-        out = g.tensors.get("output.weight")
-        if out is not None and out.type_name in PACKED_TYPES and not cfg.tie_word_embeddings:
-            model.lm_head = GgufLinear(packed_weight(g, out), model.lm_head.bias)
+        arch = gguf_architecture(g)
+    model = AutoModelForCausalLM.from_pretrained(p.parent, gguf_file=p.name, **kwargs)
+    tied = getattr(model.config, "tie_word_embeddings", False)
+    names = tensor_map(model, arch)
+    with GgufFile(p) as g:
+        for t in g.tensors.values():
+            if t.type_name not in PACKED_TYPES or len(t.dims) != 2 or t.name not in names:
+                continue
+            hf_name, heads = names[t.name]
+            fqn = hf_name.removesuffix(".weight")
+            if fqn == hf_name or (tied and fqn == "lm_head"):
+                continue
+            old = model.get_submodule(fqn)
+            if not isinstance(old, nn.Linear):  # the embedding: transformers' float table
+                continue
+            w = packed_weight(g, t)
+            model.set_submodule(fqn, GgufLinear(w, old.bias, row_order(w.shape[0], heads)))
     return model

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from .. import IntZpWeight, PerTensorFP8Linear, QuantizedWeight
-from ..formats import Checkpoint, CorruptCheckpointError, GgufFile, UnsupportedFormatError
+from ..formats import Checkpoint, CorruptCheckpointError, UnsupportedFormatError
 from ..formats.awq import read_awq
 from ..formats.fp8 import read_fp8
 from ..formats.gptq import read_gptq
@@ -47,14 +47,7 @@ def load_pretrained(
     transformers class built from the config (default ``AutoModelForCausalLM``)."""
     p = Path(path)
     if p.suffix.lower() == ".gguf":
-        with GgufFile(p) as g:
-            arch = g.metadata.get("general.architecture")
-        if arch != "llama":
-            raise UnsupportedFormatError(
-                f"{p}: GGUF architecture {arch!r}; the one-call GGUF loader reads 'llama' "
-                "(transformers' Llama tensor names)"
-            )
-        return load_gguf_llama(p)
+        return load_gguf_llama(p).eval()
     if not p.is_dir():
         if not p.exists():
             raise FileNotFoundError(2, "no such file or folder", str(p))
@@ -168,6 +161,14 @@ def _module_for(fqn: str, weight, bias: np.ndarray | None) -> nn.Module:
     raise UnsupportedFormatError(f"layer {fqn!r}: no module for {type(weight).__name__}")
 
 
+def _dequantized(ck: Checkpoint, name: str) -> torch.Tensor:
+    """The float32 ``[out, in]`` values of packed weight ``name`` (exact decoding)."""
+    w = read_own(ck, name, ALL_FORMATS)
+    if isinstance(w, QuantizedWeight):  # stored [in, out]
+        return torch.from_numpy(np.ascontiguousarray(np.asarray(w.dequantize()).T))
+    return torch.from_numpy(np.asarray(w.dequantize()))
+
+
 def _assign_rest(model: nn.Module, ck: Checkpoint, used: set[str]) -> None:
     """Every checkpoint tensor not consumed by a packed layer becomes the model's
     parameter or buffer of that name (float tensors as the model's dtype); the tied
@@ -179,7 +180,13 @@ def _assign_rest(model: nn.Module, ck: Checkpoint, used: set[str]) -> None:
     ]
     state, unknown = {}, []
     for name in ck.names():
-        if name in used:
+        base = name.rsplit(".", 1)[0]
+        if name not in used and base in own and own_entry(ck, base) is not None:
+            # a packed tensor that is no linear (a GGUF embedding table): its float values
+            state[base] = _dequantized(ck, base).to(own[base].dtype)
+            used.update(n for n in ck.names() if n.startswith(base + "."))
+    for name in ck.names():
+        if name in used or name in state:
             continue
         if name not in own:
             if not any(r.search(name) for r in ignore):
