@@ -80,6 +80,15 @@ ASYM_ROWS = {
     "asym-search-g128": ("search", 128, False),
 }
 
+# k-quant-style INT4 (quantrs.Int4KWeight, format int4_k: groups of 32, 6-bit step and
+# minimum codes, a half pair per super-block of 256 inputs or per row): name ->
+# (method, use the importance matrix).
+K_ROWS = {
+    "k-search-imatrix": ("search", True),
+    "k-search": ("search", False),
+    "k-rtn": ("rtn", False),
+}
+
 
 # GPTQ (quantrs.gptq through quantrs.torch's calibration, block by block; the group
 # parameters by the format's "search" weighted by diag(H)): name -> (format, group_size,
@@ -270,6 +279,19 @@ def main() -> None:
             return qw.dequantize().T.copy(), qw.nbytes
 
         bpw = swap_weights(linears, originals, quantize_asym)
+        report(f"quantrs INT4 {name}", bpw, perplexity(model, evals), base)
+    for name, (method, use_imat) in K_ROWS.items():
+        if not pick(name):
+            continue
+        imp_of = importance() if use_imat else None
+
+        def quantize_k(lname, w, method=method, imp_of=imp_of):
+            qw = quantrs.Int4KWeight.quantize(
+                np.ascontiguousarray(w.T), method=method, importance=imp_of and imp_of[lname]
+            )
+            return qw.dequantize().T.copy(), qw.nbytes
+
+        bpw = swap_weights(linears, originals, quantize_k)
         report(f"quantrs INT4 {name}", bpw, perplexity(model, evals), base)
     for name, (fmt, gs, opts) in GPTQ_ROWS.items():
         if not pick(name):
