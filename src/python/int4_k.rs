@@ -113,7 +113,10 @@ impl PyInt4KWeight {
                     Ok(h)
                 } else {
                     let at = format!("[{}, {}, {}]", k / (2 * nsb), (k / 2) % nsb, k % 2);
-                    Err(invalid("supers", format!("{at} is {v}, expected a half value")))
+                    Err(invalid(
+                        "supers",
+                        format!("{at} is {v}, expected a half value"),
+                    ))
                 }
             })
             .collect::<PyResult<Vec<u16>>>()?;
