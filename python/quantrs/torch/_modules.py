@@ -243,9 +243,9 @@ def quantize_(
     :func:`default_filter`). Returns ``model``; a module shared by several parents is quantized
     once. ``quantizer`` picks the INT4 scales ("rtn", the default of "int4", "full", "search";
     "int4_asym" and "int4_k": "rtn" or "search", their default; docs/int4.md "Quantizers";
-    "gptq" for either, with ``calibration``: docs/int4.md "GPTQ"); ``calibration`` batches, run
-    through ``model`` first, give "search" each input's importance (mean ``x^2``), "gptq" its
-    Hessians and "fp8" one activation scale per layer (docs/torch.md "Calibration").
+    "gptq" for "int4" / "int4_asym", with ``calibration``: docs/int4.md "GPTQ"); ``calibration``
+    batches, run through ``model`` first, give "search" each input's importance (mean ``x^2``),
+    "gptq" its Hessians and "fp8" one activation scale per layer (docs/torch.md "Calibration").
     ``include_head`` quantizes the ``lm_head`` too (when no ``filter_fn`` is given);
     ``activations="int8"`` gives ``"int4"`` layers int8 activations (docs/int4.md "Int8
     activations")."""
