@@ -87,7 +87,7 @@ pub fn groups_of(out_feat: usize, in_feat: usize) -> Result<usize> {
 #[inline]
 pub(crate) fn scale_code(row: &[u8], g: usize) -> (u8, u8) {
     let b = &row[3 * (g / 2)..];
-    let v = if g % 2 == 0 {
+    let v = if g.is_multiple_of(2) {
         u16::from(b[0]) | (u16::from(b[1] & 0x0F) << 8)
     } else {
         u16::from(b[1] >> 4) | (u16::from(b[2]) << 4)
@@ -101,7 +101,7 @@ pub(crate) fn pack_scale_codes(sc: &[u8], mn: &[u8], out: &mut [u8]) {
     for (g, (&s, &m)) in sc.iter().zip(mn).enumerate() {
         let v = u16::from(s) | (u16::from(m) << 6);
         let o = 3 * (g / 2);
-        if g % 2 == 0 {
+        if g.is_multiple_of(2) {
             out[o] = v as u8;
             out[o + 1] |= (v >> 8) as u8;
         } else {
