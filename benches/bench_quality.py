@@ -17,6 +17,8 @@
   so the float32 matmuls of torch give the quantized model's perplexity quickly.
 - Bits per weight: the bytes the format stores (``nbytes``: nibbles, padding rows and
   f32 scales) * 8 / the number of weights, over the 210 linears.
+- ``int4_k`` rows (``K_ROWS``): ``quantrs.Int4KWeight.quantize`` (k-quant-style INT4,
+  groups of 32 with 6-bit step and minimum codes under a half pair per super-block).
 - GPTQ rows (``GPTQ_ROWS``): ``quantrs.gptq`` block by block over the same calibration
   windows (``quantrs.torch``'s calibration, each group's parameters by the format's
   "search" weighted by ``diag(H)``, then ``refine`` least-squares refits of them under
