@@ -17,6 +17,8 @@
   so the float32 matmuls of torch give the quantized model's perplexity quickly.
 - Bits per weight: the bytes the format stores (``nbytes``: nibbles, padding rows and
   f32 scales) * 8 / the number of weights, over the 210 linears.
+- ``int4_k`` rows (``K_ROWS``): ``quantrs.Int4KWeight.quantize`` (k-quant-style INT4,
+  groups of 32 with 6-bit step and minimum codes under a half pair per super-block).
 - GPTQ rows (``GPTQ_ROWS``): ``quantrs.gptq`` block by block over the same calibration
   windows (``quantrs.torch``'s calibration, each group's parameters by the format's
   "search" weighted by ``diag(H)``, then ``refine`` least-squares refits of them under
@@ -78,6 +80,15 @@ ASYM_ROWS = {
     "asym-search-g64": ("search", 64, False),
     "asym-rtn-g128": ("rtn", 128, False),
     "asym-search-g128": ("search", 128, False),
+}
+
+# k-quant-style INT4 (quantrs.Int4KWeight, format int4_k: groups of 32, 6-bit step and
+# minimum codes, a half pair per super-block of 256 inputs or per row): name ->
+# (method, use the importance matrix).
+K_ROWS = {
+    "k-search-imatrix": ("search", True),
+    "k-search": ("search", False),
+    "k-rtn": ("rtn", False),
 }
 
 
@@ -270,6 +281,19 @@ def main() -> None:
             return qw.dequantize().T.copy(), qw.nbytes
 
         bpw = swap_weights(linears, originals, quantize_asym)
+        report(f"quantrs INT4 {name}", bpw, perplexity(model, evals), base)
+    for name, (method, use_imat) in K_ROWS.items():
+        if not pick(name):
+            continue
+        imp_of = importance() if use_imat else None
+
+        def quantize_k(lname, w, method=method, imp_of=imp_of):
+            qw = quantrs.Int4KWeight.quantize(
+                np.ascontiguousarray(w.T), method=method, importance=imp_of and imp_of[lname]
+            )
+            return qw.dequantize().T.copy(), qw.nbytes
+
+        bpw = swap_weights(linears, originals, quantize_k)
         report(f"quantrs INT4 {name}", bpw, perplexity(model, evals), base)
     for name, (fmt, gs, opts) in GPTQ_ROWS.items():
         if not pick(name):

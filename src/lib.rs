@@ -56,6 +56,7 @@ pub mod ggml;
 pub mod gpu;
 pub mod int4;
 pub mod int4_asym;
+pub mod int4_k;
 pub mod int_zp;
 pub mod linear;
 pub mod optim;

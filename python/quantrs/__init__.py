@@ -17,6 +17,7 @@ from ._core import (
     GgufWeight,
     GpuError,
     Int4AsymWeight,
+    Int4KWeight,
     Int4Linear,
     Int8Linear,
     IntZpWeight,
@@ -54,6 +55,7 @@ __all__ = [
     # INT4 weights and the QuantMethod layers
     "GgufWeight",
     "Int4AsymWeight",
+    "Int4KWeight",
     "Int4Linear",
     "Int8Linear",
     "IntZpWeight",

@@ -13,6 +13,7 @@ mod fp8_e4m3;
 mod gguf_blocks;
 mod int4;
 mod int4_asym;
+mod int4_k;
 mod int8;
 mod int_zp;
 mod row_forward;
@@ -27,6 +28,7 @@ pub use fp8_e4m3::{Fp8E4M3, Fp8Weight};
 pub use gguf_blocks::{matmul_blocks, GgufBlocks, GgufWeight};
 pub use int4::{quantize_weighted as quantize_int4_weighted, weighted_group_scale, Int4};
 pub use int4_asym::Int4Asym;
+pub use int4_k::Int4K;
 pub(crate) use int8::Int8Rows;
 pub use int8::{Int8, Int8Weight};
 pub use int_zp::IntZp;
@@ -132,6 +134,9 @@ registry! {
     Q5_K => GgufQ5K,
     /// GGUF Q6_K super-blocks ([`crate::ggml::Q6K`]).
     Q6_K => GgufQ6K,
+    /// k-quant-style INT4: 6-bit step / minimum codes per group of 32
+    /// under a half pair per super-block ([`Int4K`]).
+    Int4K => Int4K,
     /// A scalar-only format that exists to test the registry mechanism
     /// (`sign8_test_format`): its module and this line are all it adds.
     #[cfg(test)]

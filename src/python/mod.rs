@@ -29,6 +29,7 @@ mod gguf;
 mod gpu;
 mod int4;
 mod int4_asym;
+mod int4_k;
 mod int_zp;
 mod linear;
 mod optim;
@@ -116,6 +117,7 @@ mod core_module {
         #[cfg(feature = "gpu")]
         super::cuda_bench::register(m)?;
         super::atomic::register(m)?;
+        super::int4_k::register(m)?;
         super::threads::register(m)?;
         Ok(())
     }

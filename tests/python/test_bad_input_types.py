@@ -238,6 +238,16 @@ def valid_calls(tmp: Path):
                 dict(codes=asym.codes(), scales=asym.scales(), group_size=32),
             )
         ],
+        "Int4KWeight.dequantize_rows": [
+            (
+                "dequantize_rows",
+                quantrs.Int4KWeight.quantize(W.reshape(4, 64)).dequantize_rows,
+                dict(start=0, stop=4),
+            )
+        ],
+        "Int4KWeight.quantize": [
+            ("quantize", quantrs.Int4KWeight.quantize, dict(w=W.reshape(4, 64), method="rtn"))
+        ],
         "IntZpWeight.dequantize_rows": [
             (
                 "dequantize_rows",

@@ -236,21 +236,23 @@ def quantize_(
 ) -> nn.Module:
     """Replace ``nn.Linear`` modules of ``model`` in place by ``Int4Linear`` (``"int4"``,
     ``group_size`` inputs per scale), ``GgufLinear`` over an ``Int4AsymWeight``
-    (``"int4_asym"``: asymmetric INT4, frozen weight), ``Int8Linear`` (``"int8"``, one
-    scale per output channel; CPU) or ``FP8Linear`` (``"fp8"``, E4M3, W8A8 when an
-    ``activation_scale`` is given). ``filter_fn(module, fqn)`` picks the modules
-    (default: :func:`default_filter`). Returns ``model``; a module shared by several
-    parents is quantized once. ``quantizer`` picks the INT4 scales ("rtn", the default
-    of "int4", "full", "search"; "int4_asym": "rtn" or "search", its default;
-    docs/int4.md "Quantizers"; "gptq" for either, with ``calibration``: docs/int4.md
-    "GPTQ"); ``calibration`` batches, run through ``model`` first, give "search" each
-    input's importance (mean ``x^2``), "gptq" its Hessians and "fp8" one activation
-    scale per layer (docs/torch.md "Calibration"). ``include_head`` quantizes the
-    ``lm_head`` too (when no ``filter_fn`` is given); ``activations="int8"`` gives
-    ``"int4"`` layers int8 activations (docs/int4.md "Int8 activations")."""
-    if method not in ("int4", "int4_asym", "int8", "fp8"):
+    (``"int4_asym"``: asymmetric INT4, frozen weight) or an ``Int4KWeight`` (``"int4_k"``:
+    k-quant-style INT4, groups of 32, frozen weight; ``group_size`` ignored), ``Int8Linear``
+    (``"int8"``, one scale per output channel; CPU) or ``FP8Linear`` (``"fp8"``, E4M3, W8A8 when
+    an ``activation_scale`` is given). ``filter_fn(module, fqn)`` picks the modules (default:
+    :func:`default_filter`). Returns ``model``; a module shared by several parents is quantized
+    once. ``quantizer`` picks the INT4 scales ("rtn", the default of "int4", "full", "search";
+    "int4_asym" and "int4_k": "rtn" or "search", their default; docs/int4.md "Quantizers";
+    "gptq" for "int4" / "int4_asym", with ``calibration``: docs/int4.md "GPTQ"); ``calibration``
+    batches, run through ``model`` first, give "search" each input's importance (mean ``x^2``),
+    "gptq" its Hessians and "fp8" one activation scale per layer (docs/torch.md "Calibration").
+    ``include_head`` quantizes the ``lm_head`` too (when no ``filter_fn`` is given);
+    ``activations="int8"`` gives ``"int4"`` layers int8 activations (docs/int4.md "Int8
+    activations")."""
+    if method not in ("int4", "int4_asym", "int4_k", "int8", "fp8"):
         raise _core.InvalidArgument(
-            f"quantize_: method: expected 'int4', 'int4_asym', 'int8' or 'fp8', got {method!r}"
+            "quantize_: method: expected 'int4', 'int4_asym', 'int4_k', 'int8' or 'fp8', "
+            f"got {method!r}"
         )
     if method != "fp8" and activation_scale is not None:
         raise _core.InvalidArgument("quantize_: activation_scale applies to 'fp8' only")
@@ -308,6 +310,8 @@ def quantize_(
                 done[id(child)] = GgufLinear(packed, child.bias)
             elif method == "int4_asym":
                 done[id(child)] = _asym_linear(child, group_size, quantizer or "search", importance)
+            elif method == "int4_k":
+                done[id(child)] = _k_linear(child, quantizer or "search", importance)
             elif method == "int8":
                 done[id(child)] = Int8Linear.from_linear(child)
             else:
@@ -325,4 +329,11 @@ def _asym_linear(
     packed = _core.Int4AsymWeight.quantize(
         w, group_size=group_size, method=quantizer, importance=importance
     )
+    return GgufLinear(packed, child.bias)
+
+
+def _k_linear(child: nn.Linear, quantizer: str, importance: np.ndarray | None) -> nn.Module:
+    """``child`` as a :class:`GgufLinear` over its weight quantized to ``int4_k``."""
+    w = child.weight.detach().to("cpu", torch.float32).contiguous().numpy()
+    packed = _core.Int4KWeight.quantize(w, method=quantizer, importance=importance)
     return GgufLinear(packed, child.bias)

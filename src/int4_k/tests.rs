@@ -1,0 +1,166 @@
+use super::*;
+use crate::linear::fp8_dialect::f16_to_f32;
+use crate::testutil::Xorshift;
+
+fn random(n: usize, seed: u64) -> Vec<f32> {
+    let mut rng = Xorshift::new(seed);
+    (0..n)
+        .map(|i| {
+            // Groups of both signs of min: shift every third 32-run.
+            let shift = if (i / 32) % 3 == 0 { 0.7 } else { -0.2 };
+            rng.next_f32() + shift
+        })
+        .collect()
+}
+
+/// Random valid parts: every code, every 6-bit pattern, halves of both signs.
+fn random_parts(out_feat: usize, in_feat: usize, seed: u64) -> KWeight {
+    let mut rng = Xorshift::new(seed);
+    let groups = in_feat / GROUP;
+    let nsb = in_feat / super_block(in_feat);
+    let codes: Vec<u8> = (0..out_feat * in_feat).map(|i| (i % 16) as u8).collect();
+    let sc: Vec<u8> = (0..out_feat * groups).map(|i| (i * 7 % 64) as u8).collect();
+    let mn: Vec<u8> = (0..out_feat * groups)
+        .map(|i| (i * 13 % 64) as u8)
+        .collect();
+    let supers = (0..out_feat * nsb * 2)
+        .map(|_| crate::ggml::f32_to_f16(2.0 * rng.next_f32() - 1.0))
+        .collect();
+    KWeight::from_codes(&codes, &sc, &mn, supers, out_feat, in_feat).unwrap()
+}
+
+#[test]
+fn decode_is_q4_k_arithmetic_written_out() {
+    for (o, i) in [(3, 96), (2, 512), (1, 32)] {
+        let w = random_parts(o, i, 5);
+        let deq = w.dequantize();
+        let sb = super_block(i);
+        for r in 0..o {
+            let q = w.unpacked_row(r);
+            let (sc, mn) = w.unpacked_scale_codes(r);
+            for k in 0..i {
+                let (g, s) = (k / 32, k / sb);
+                let big_d = f16_to_f32(w.supers()[r * 2 * (i / sb) + 2 * s]);
+                let big_m = f16_to_f32(w.supers()[r * 2 * (i / sb) + 2 * s + 1]);
+                let want = (big_d * sc[g] as f32) * q[k] as f32 - big_m * mn[g] as f32;
+                assert_eq!(deq[r * i + k].to_bits(), want.to_bits(), "[{r}, {k}]");
+            }
+        }
+        // The packed scale codes read back as written.
+        let groups = i / 32;
+        let (sc, mn) = w.unpacked_scale_codes(o - 1);
+        let base = (o - 1) * groups;
+        assert!((0..groups).all(|g| sc[g] as usize == (base + g) * 7 % 64));
+        assert!((0..groups).all(|g| mn[g] as usize == (base + g) * 13 % 64));
+    }
+}
+
+#[test]
+fn the_fused_dot_matches_float64_at_every_level() {
+    use crate::linear::dispatch::Dots;
+    for (o, i) in [(3, 96), (2, 512), (2, 576)] {
+        let w = random_parts(o, i, 11);
+        let x = random(i, 12);
+        let deq = w.dequantize();
+        for level in crate::simd::available_levels() {
+            let dots = Dots::at(level).unwrap();
+            for r in 0..o {
+                let (sc, mn) = w.unpacked_scale_codes(r);
+                let q = w.unpacked_row(r);
+                let sb = super_block(i);
+                let (mut exact, mut mag) = (0f64, 0f64);
+                for k in 0..i {
+                    let s = r * 2 * (i / sb) + 2 * (k / sb);
+                    let d = f16_to_f32(w.supers()[s]) as f64 * sc[k / 32] as f64;
+                    let m = f16_to_f32(w.supers()[s + 1]) as f64 * mn[k / 32] as f64;
+                    exact += deq[r * i + k] as f64 * x[k] as f64;
+                    mag += ((d * q[k] as f64).abs() + m.abs()) * (x[k] as f64).abs();
+                }
+                let bound = (i + 3) as f64 * f32::EPSILON as f64 * mag;
+                let got = w.dot_row(dots, r, &x) as f64;
+                assert!(
+                    (got - exact).abs() <= bound,
+                    "{level:?} {i} row {r}: {got} vs {exact}"
+                );
+                let scalar = w.dot_row(Dots::Scalar, r, &x) as f64;
+                assert!((got - scalar).abs() <= 2.0 * bound, "{level:?} vs scalar");
+            }
+        }
+    }
+}
+
+#[test]
+fn search_is_never_worse_than_rtn_per_row() {
+    let mut rng = Xorshift::new(3);
+    for (o, i) in [(8, 96), (4, 512), (4, 576)] {
+        let w = random(o * i, 40 + i as u64);
+        let imp: Vec<f32> = (0..i).map(|_| 2.0 * rng.next_f32().abs() + 0.01).collect();
+        for imp in [None, Some(&imp[..])] {
+            let a = KWeight::quantize(&w, o, i, KMethod::Rtn, imp).unwrap();
+            let b = KWeight::quantize(&w, o, i, KMethod::Search, imp).unwrap();
+            let (mut ta, mut tb) = (0.0, 0.0);
+            for r in 0..o {
+                let x = &w[r * i..(r + 1) * i];
+                let (ea, eb) = (row_error(&a, r, x, imp), row_error(&b, r, x, imp));
+                assert!(eb <= ea, "{i} row {r}: search {eb} > rtn {ea}");
+                ta += ea;
+                tb += eb;
+            }
+            assert!(tb < 0.9 * ta, "search {tb} vs rtn {ta}");
+        }
+    }
+}
+
+#[test]
+fn quantize_error_is_within_half_a_step_plus_code_rounding() {
+    let (o, i) = (4, 512);
+    let w = random(o * i, 77);
+    let a = KWeight::quantize(&w, o, i, KMethod::Rtn, None).unwrap();
+    let deq = a.dequantize();
+    // Ranges ~1, 15 steps, and a 6-bit step code off by up to half a unit
+    // of D over 15 codes: well under 0.1.
+    let err = w
+        .iter()
+        .zip(&deq)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f32::max);
+    assert!(err < 0.1, "{err}");
+    assert_eq!(a.nbytes(), o * (i / 2 + 3 * 16 / 2 + 2 * 2 * 2));
+}
+
+#[test]
+fn constant_rows_and_zero_rows() {
+    let mut w = vec![0f32; 2 * 64];
+    w[64..].fill(-0.5);
+    let a = KWeight::quantize(&w, 2, 64, KMethod::Search, None).unwrap();
+    let deq = a.dequantize();
+    assert!(deq[..64].iter().all(|&v| v == 0.0));
+    assert!(
+        deq[64..].iter().all(|&v| (v + 0.5).abs() < 1e-3),
+        "{:?}",
+        &deq[64..68]
+    );
+}
+
+#[test]
+fn bad_inputs_are_errors() {
+    let w = vec![0.5f32; 64];
+    let e = KWeight::quantize(&w[..48], 1, 48, KMethod::Rtn, None).unwrap_err();
+    assert!(e.to_string().contains("multiple of 32"), "{e}");
+    let mut big = w.clone();
+    big[3] = 1e9;
+    let e = KWeight::quantize(&big, 1, 64, KMethod::Rtn, None).unwrap_err();
+    assert!(e.to_string().contains("finite half"), "{e}");
+    let mut nan = w.clone();
+    nan[5] = f32::NAN;
+    let e = KWeight::quantize(&nan, 1, 64, KMethod::Rtn, None).unwrap_err();
+    assert!(e.to_string().contains("weight[0, 5]"), "{e}");
+    let e = KWeight::quantize(&w, 1, 64, KMethod::Search, Some(&[1.0; 3])).unwrap_err();
+    assert!(e.to_string().contains("importance"), "{e}");
+    let e = KWeight::new(vec![0; 32], vec![0; 3], vec![0, 0x7C00], 1, 64).unwrap_err();
+    assert!(e.to_string().contains("row 0 super-block 0 Dmin"), "{e}");
+    let e = KWeight::new(vec![0; 48], vec![0, 0, 0, 0, 0x10], vec![0, 0], 1, 96).unwrap_err();
+    assert!(e.to_string().contains("padding nibble"), "{e}");
+    let e = KWeight::from_codes(&[0; 64], &[64, 0], &[0, 0], vec![0, 0], 1, 64).unwrap_err();
+    assert!(e.to_string().contains("sc[0, 0] is 64"), "{e}");
+}
