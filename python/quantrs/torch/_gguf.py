@@ -103,7 +103,7 @@ class GgufLinear(nn.Module):
         return _gguf_op.gguf_weight(self.qweight, self.weight_type, self.in_features)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.qweight is None:
+        if self._packed is not None:  # an instance attribute: no nn.Module lookup
             return self._object_forward(x)
         y = serve(self, x, _BUFFERS, self._args_of, _core.gguf_linear)
         if y is not None:
