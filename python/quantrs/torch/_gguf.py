@@ -100,7 +100,7 @@ class GgufLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self._packed is not None:  # an instance attribute: no nn.Module lookup
             return self._object_forward(x)
-        y = serve(self, x, _BUFFERS, self._args_of, _core.gguf_linear)
+        y = serve(self, x)
         if y is not None:
             return y
         check_features("GgufLinear", x, self.in_features)
@@ -110,6 +110,9 @@ class GgufLinear(nn.Module):
         if _needs_graph(x, self.bias):
             return _gguf_op.gguf_linear(*args)
         return _gguf_op.gguf_linear_impl(*args)
+
+    def _serving(self) -> tuple:
+        return _BUFFERS, self._args_of, _core.gguf_linear, None
 
     def _args_of(self, qweight, bias) -> tuple:
         return _gguf_op.gguf_args(qweight, bias, self.weight_type, self.in_features)
