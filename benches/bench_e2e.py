@@ -10,7 +10,10 @@ Rows: decode tokens/s (``generate``, a 32-token prompt, 128 new tokens, greedy) 
 tokens/s (one 512-token forward) for torch float32 / bfloat16 and ``quantrs.torch.quantize_``
 variants, medians of 3 runs alternated across the variants; with ``--compile`` each variant
 again with ``model.forward = torch.compile(model.forward)`` (what transformers documents:
-``generate`` then calls the compiled forward); torchao INT4 rows where torchao is installed;
+``generate`` then calls the compiled forward); FP8 W8A32 and W8A8 (activation scales
+calibrated on 128 tokens); torch's ``aten._weight_int4pack_mm_for_cpu`` INT4 g32 on a
+bfloat16 model as the stand-in for torchao's INT4 (the kernel torchao's CPU layout calls;
+torchao 0.18 has no CPU INT4 path without its ``mslk`` extension or CUDA: ``_aten_int4.py``);
 with ``--llama-cpp``, llama.cpp (llama-cpp-python, same GGUF file and threads). Also: the
 2-thread read bandwidth (``_bandwidth.py``), the per-call overhead of a quantized linear
 from Python at batch 1 (kernel alone vs module call, alternated in one process), peak RSS
@@ -170,10 +173,11 @@ def _llama_cpp_runs(prompt: torch.Tensor, long_ids: torch.Tensor, new: int):
         return None
     from bench_quality import model_file
 
-    # llama.cpp repacks Q4 weights into an AMX layout where the CPU reports AMX; that
-    # path dies with SIGILL on hosts whose kernel does not grant AMX. The high-level
-    # ``Llama`` has no argument for it: its model parameters come from
-    # ``llama_model_default_params``, whose ``use_extra_bufts`` is turned off here.
+    # llama.cpp's extra CPU buffer types repack the weights (into an AMX layout on a CPU
+    # that reports AMX, as the bench machine's Sapphire Rapids does); with them on, the
+    # first evaluation died with SIGILL there. The high-level ``Llama`` has no argument
+    # for it: its model parameters come from ``llama_model_default_params``, whose
+    # ``use_extra_bufts`` is turned off here.
     default = low.llama_model_default_params
 
     def no_repack():
