@@ -369,6 +369,7 @@ def decode_profile(quick: bool, pattern: str | None) -> list[dict]:
             setattr(quantrs._core, k, _timed(kern, fn))
         for c, fn in saved_f.items():
             c.forward = _timed(layer, fn)
+        _forget_calls(model)  # the layers' cached calls hold the unwrapped kernels
         try:
             tps = decode_tps(model, prompt, new)
         finally:
@@ -376,6 +377,7 @@ def decode_profile(quick: bool, pattern: str | None) -> list[dict]:
                 setattr(quantrs._core, k, fn)
             for c, fn in saved_f.items():
                 c.forward = fn
+            _forget_calls(model)
         step_ms = 1e3 / tps
         kern_ms, layer_ms = 1e3 * kern[0] / new, 1e3 * layer[0] / new
         rows.append(
@@ -389,6 +391,11 @@ def decode_profile(quick: bool, pattern: str | None) -> list[dict]:
             }
         )
     return rows
+
+
+def _forget_calls(model) -> None:
+    for mod in model.modules():
+        mod.__dict__.pop("_views", None)
 
 
 def quality(windows: int) -> list[dict]:
