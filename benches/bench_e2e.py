@@ -10,7 +10,10 @@ Rows: decode tokens/s (``generate``, a 32-token prompt, 128 new tokens, greedy) 
 tokens/s (one 512-token forward) for torch float32 / bfloat16 and ``quantrs.torch.quantize_``
 variants, medians of 3 runs alternated across the variants; with ``--compile`` each variant
 again with ``model.forward = torch.compile(model.forward)`` (what transformers documents:
-``generate`` then calls the compiled forward); torchao INT4 rows where torchao is installed;
+``generate`` then calls the compiled forward); FP8 W8A32 and W8A8 (activation scales
+calibrated on 128 tokens); torch's ``aten._weight_int4pack_mm_for_cpu`` INT4 g32 on a
+bfloat16 model as the stand-in for torchao's INT4 (the kernel torchao's CPU layout calls;
+torchao 0.18 has no CPU INT4 path without its ``mslk`` extension or CUDA: ``_aten_int4.py``);
 with ``--llama-cpp``, llama.cpp (llama-cpp-python, same GGUF file and threads). Also: the
 2-thread read bandwidth (``_bandwidth.py``), the per-call overhead of a quantized linear
 from Python at batch 1 (kernel alone vs module call, alternated in one process), peak RSS
@@ -28,11 +31,13 @@ import statistics
 import subprocess
 import sys
 import time
+from functools import partial
 
 sys.path.insert(0, os.path.dirname(__file__))
 
 import torch  # noqa: E402
-from _common import machine_note, paired_ms, print_table  # noqa: E402
+from _aten_int4 import quantize_aten_int4  # noqa: E402
+from _common import machine_note, print_table  # noqa: E402
 
 import quantrs  # noqa: E402
 import quantrs.torch as qt  # noqa: E402
@@ -49,27 +54,23 @@ VARIANTS = {
     "quantrs INT4 g32 + lm_head": lambda m: qt.quantize_(m, "int4", 32, include_head=True),
     "quantrs INT4 g32 int8 act.": lambda m: qt.quantize_(m, "int4", 32, activations="int8"),
     "quantrs int4_asym g32": lambda m: qt.quantize_(m, "int4_asym", 32),
+    "quantrs FP8 W8A32": lambda m: qt.quantize_(m, "fp8"),
+    "quantrs FP8 W8A8": lambda m: qt.quantize_(m, "fp8", calibration=[_CALIBRATION[0]]),
+    "aten INT4 g32 (torchao's CPU kernel, bfloat16)": lambda m: quantize_aten_int4(m, 32),
 }
 
-
-def _torchao_variant():
-    try:
-        from torchao.quantization import Int4WeightOnlyConfig, quantize_
-    except ImportError:
-        return None
-
-    def make(m):
-        m = m.to(torch.bfloat16)
-        quantize_(m, Int4WeightOnlyConfig(group_size=32))
-        return m
-
-    return make
+# Token ids for the W8A8 activation scales (set by ``load``: the first 128 tokens of the
+# text the prefill reads).
+_CALIBRATION: list[torch.Tensor] = []
 
 
 def load():
     from bench_quality import load_model
 
-    return load_model()
+    tok, model = load_model()
+    if not _CALIBRATION:
+        _CALIBRATION.append(_ids(tok, 128))
+    return tok, model
 
 
 def _ids(tok, n: int) -> torch.Tensor:
@@ -116,9 +117,6 @@ def speed(args) -> list[dict]:
     new, prefill, runs = (16, 128, 1) if args.quick else (NEW, PREFILL, 3)
     prompt, long_ids = _ids(tok, PROMPT), _ids(tok, prefill)
     variants = dict(VARIANTS)
-    ao = _torchao_variant()
-    if ao is not None:
-        variants["torchao INT4 g32 (bfloat16)"] = ao
     import copy
 
     models = {}
@@ -130,7 +128,7 @@ def speed(args) -> list[dict]:
     runners = {n: (_torch_runs(m, prompt, long_ids, new)) for n, m in models.items()}
     llama = _llama_cpp_runs(prompt, long_ids, new) if args.llama_cpp else None
     if llama is not None:
-        runners["llama.cpp Q4_1 (llama-cpp-python)"] = llama
+        runners["llama.cpp, the file's Q4_1 (llama-cpp-python 0.3.36)"] = llama
     dec = {n: [] for n in runners}
     pre = {n: [] for n in runners}
     for n, (dec_run, pre_run) in runners.items():  # warm-up (compilation included)
@@ -170,10 +168,24 @@ def _llama_cpp_runs(prompt: torch.Tensor, long_ids: torch.Tensor, new: int):
     llama-cpp-python."""
     try:
         import llama_cpp
+        import llama_cpp.llama_cpp as low
     except ImportError:
         return None
     from bench_quality import model_file
 
+    # llama.cpp's extra CPU buffer types repack the weights (into an AMX layout on a CPU
+    # that reports AMX, as the bench machine's Sapphire Rapids does); with them on, the
+    # first evaluation died with SIGILL there. The high-level ``Llama`` has no argument
+    # for it: its model parameters come from ``llama_model_default_params``, whose
+    # ``use_extra_bufts`` is turned off here.
+    default = low.llama_model_default_params
+
+    def no_repack():
+        params = default()
+        params.use_extra_bufts = False
+        return params
+
+    low.llama_model_default_params = no_repack
     llm = llama_cpp.Llama(
         model_path=os.path.join(*model_file()),
         n_ctx=1024,
@@ -204,28 +216,68 @@ def _llama_cpp_runs(prompt: torch.Tensor, long_ids: torch.Tensor, new: int):
 
 
 def overhead(quick: bool) -> list[dict]:
-    """Batch-1 Int4Linear call vs its kernel alone (``QuantizedWeight.matmul`` on the same
-    weight), alternated; nn.Linear float32 for scale."""
-    return [_overhead_row(k, n, quick) for k, n in ((576, 576), (576, 1536), (1536, 576))]
-
-
-def _overhead_row(k: int, n: int, quick: bool) -> dict:
-    lin = torch.nn.Linear(k, n, bias=False)
-    m = qt.Int4Linear.from_linear(lin)
-    qw = m.quantized_weight()
-    x = torch.randn(1, 1, k)
-    xn = x.reshape(1, k).numpy()
-    pairs, inner = (3, 200) if quick else (7, 2000)
-    with torch.no_grad():
-        kern_ms, mod_ms, _ = paired_ms(lambda: qw.matmul(xn), lambda: m(x), pairs, inner)
-        lin_ms, _, _ = paired_ms(lambda: lin(x), lambda: m(x), 3, inner)
-    return {
-        "shape": f"{k}->{n}",
-        "kernel us": 1e3 * kern_ms,
-        "module us": 1e3 * mod_ms,
-        "overhead us": 1e3 * (mod_ms - kern_ms),
-        "nn.Linear f32 us": 1e3 * lin_ms,
+    """The per-call cost of a quantized layer from Python at batch 1 above its kernel: a
+    32x32 layer (the kernel itself ~1 us) called as a module vs the direct ``_core``
+    forward on the same buffers' views and the same input array, over 10^5 calls (10^4
+    with ``--quick``), the two alternated, 7 repeats, medians. Timed twice: wall clock
+    (``perf_counter_ns``) and this thread's CPU time (``thread_time_ns``), which leaves
+    out the time the thread waits for a core on a loaded machine."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(32, 32)
+    layers = {
+        "Int4Linear g32": (qt.Int4Linear.from_linear(lin), quantrs._core.int4_linear),
+        "Int4Linear g32 int8 act.": (
+            qt.Int4Linear.from_linear(lin, activations="int8"),
+            quantrs._core.int4_linear,
+        ),
+        "Int8Linear": (qt.Int8Linear.from_linear(lin), quantrs._core.int8_linear),
+        "FP8Linear": (qt.FP8Linear.from_linear(lin), quantrs._core.fp8_linear),
+        "GgufLinear q4_1": (
+            qt.quantize_(torch.nn.Sequential(lin), "int4_asym", 32)[0],
+            quantrs._core.gguf_linear,
+        ),
     }
+    calls, repeats = (10**4, 3) if quick else (10**5, 7)
+    x = torch.randn(1, 32)
+    xn = x.numpy()
+    rows = []
+    with torch.inference_mode():
+        for name, (m, kernel) in layers.items():
+            m(x)  # builds the cached views
+            args = m.__dict__["_views"][2]
+            kw = {"activations": m.activations} if isinstance(m, qt.Int4Linear) else {}
+            # the same call wrapper on both sides: its cost cancels in the difference
+            call_module, call_kernel = partial(m, x), partial(kernel, xn, *args, **kw)
+            mod, kern = [], []
+            for _ in range(repeats):
+                mod.append(_ns_per_call(call_module, calls))
+                kern.append(_ns_per_call(call_kernel, calls))
+            (mw, mc), (kw_, kc) = _medians(mod), _medians(kern)
+            rows.append(
+                {
+                    "layer 32x32, batch 1": name,
+                    "module us": mw / 1e3,
+                    "kernel us": kw_ / 1e3,
+                    "overhead us": (mw - kw_) / 1e3,
+                    "module CPU us": mc / 1e3,
+                    "kernel CPU us": kc / 1e3,
+                    "overhead CPU us": (mc - kc) / 1e3,
+                }
+            )
+    print("load average after the overhead runs:", os.getloadavg())
+    return rows
+
+
+def _ns_per_call(fn, calls: int) -> tuple[float, float]:
+    """(wall, thread CPU) nanoseconds per call of ``fn``."""
+    t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter_ns() - t0) / calls, (time.thread_time_ns() - c0) / calls
+
+
+def _medians(pairs: list[tuple[float, float]]) -> tuple[float, float]:
+    return statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)
 
 
 def _rss_child(name: str) -> None:
@@ -317,6 +369,7 @@ def decode_profile(quick: bool, pattern: str | None) -> list[dict]:
             setattr(quantrs._core, k, _timed(kern, fn))
         for c, fn in saved_f.items():
             c.forward = _timed(layer, fn)
+        _forget_calls(model)  # the layers' cached calls hold the unwrapped kernels
         try:
             tps = decode_tps(model, prompt, new)
         finally:
@@ -324,6 +377,7 @@ def decode_profile(quick: bool, pattern: str | None) -> list[dict]:
                 setattr(quantrs._core, k, fn)
             for c, fn in saved_f.items():
                 c.forward = fn
+            _forget_calls(model)
         step_ms = 1e3 / tps
         kern_ms, layer_ms = 1e3 * kern[0] / new, 1e3 * layer[0] / new
         rows.append(
@@ -337,6 +391,11 @@ def decode_profile(quick: bool, pattern: str | None) -> list[dict]:
             }
         )
     return rows
+
+
+def _forget_calls(model) -> None:
+    for mod in model.modules():
+        mod.__dict__.pop("_views", None)
 
 
 def quality(windows: int) -> list[dict]:

@@ -6,6 +6,7 @@ transformers Llama model whose block-quantized linears run from the file's packe
 from __future__ import annotations
 
 import os
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -27,21 +28,6 @@ from ._layer_io import _needs_graph, check_features, drop_views, serve
 __all__ = ["GgufLinear", "load_gguf_llama", "llama_row_order", "GGUF_ARCHITECTURES"]
 
 _BUFFERS = ("qweight", "bias")
-
-
-class _PackedMatmul(torch.autograd.Function):
-    """``x @ W.T`` for float32 CPU ``x [rows, in]`` over a packed weight object (the
-    weights without a GGUF block form); the backward gives ``x`` its gradient
-    ``grad @ W``, decoding ``W`` in bands of rows."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, packed) -> torch.Tensor:
-        ctx.packed = packed
-        return torch.from_numpy(packed.matmul(x.numpy()))
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        return _gguf_op.packed_grad_input(ctx.packed, grad.contiguous()), None
 
 
 def q4_1_blocks(weight: Int4AsymWeight) -> np.ndarray:
@@ -102,6 +88,15 @@ class GgufLinear(nn.Module):
         )
         kept = None if blocks is not None or order is None else torch.from_numpy(order)
         self.register_buffer("out_index", kept)
+        self._register()
+
+    def _register(self) -> None:
+        """A key of the packed-weight table for ``quantrs::packed_linear`` (weights
+        without a GGUF block form), dropped when the module goes."""
+        self._key = None
+        if self._packed is not None:
+            self._key = _gguf_op.register_packed(self._packed)
+            weakref.finalize(self, _gguf_op.release_packed, self._key)
 
     @property
     def weight_packed(self) -> GgufWeight | Int4AsymWeight | IntZpWeight:
@@ -112,9 +107,9 @@ class GgufLinear(nn.Module):
         return _gguf_op.gguf_weight(self.qweight, self.weight_type, self.in_features)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.qweight is None:
+        if self._packed is not None:  # an instance attribute: no nn.Module lookup
             return self._object_forward(x)
-        y = serve(self, x, _BUFFERS, self._args_of, _core.gguf_linear)
+        y = serve(self, x)
         if y is not None:
             return y
         check_features("GgufLinear", x, self.in_features)
@@ -125,22 +120,20 @@ class GgufLinear(nn.Module):
             return _gguf_op.gguf_linear(*args)
         return _gguf_op.gguf_linear_impl(*args)
 
+    def _serving(self) -> tuple:
+        return _BUFFERS, self._args_of, _core.gguf_linear, None
+
     def _args_of(self, qweight, bias) -> tuple:
         return _gguf_op.gguf_args(qweight, bias, self.weight_type, self.in_features)
 
     def _object_forward(self, x: torch.Tensor) -> torch.Tensor:
         check_features("GgufLinear", x, self.in_features)
-        x32 = x.to("cpu", torch.float32).reshape(-1, self.in_features).contiguous()
-        if torch.is_grad_enabled() and x32.requires_grad:
-            y = _PackedMatmul.apply(x32, self._packed)
-        else:
-            y = torch.from_numpy(self._packed.matmul(x32.detach().numpy()))
-        y = y.reshape(*x.shape[:-1], self.out_features)
-        if self.out_index is not None:
-            y = y[..., self.out_index]
-        if self.bias is not None:
-            y = y + self.bias.float()
-        return y.to(x.device, x.dtype)
+        if x.device.type != "cpu":  # the kernel runs on the CPU; the result goes back
+            return self._object_forward(x.cpu()).to(x.device)
+        args = (x, self.bias, self.out_index, self._key, self.out_features)
+        if _needs_graph(x, self.bias):
+            return _gguf_op.packed_linear(*args)
+        return _gguf_op.packed_linear_impl(*args)
 
     @property
     def weight(self) -> torch.Tensor:
@@ -156,7 +149,14 @@ class GgufLinear(nn.Module):
         return w if self.out_index is None else w[self.out_index]
 
     def __getstate__(self) -> dict:
-        return drop_views(self.__dict__)
+        state = drop_views(self.__dict__)
+        state.pop("_key", None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        # Unpickled and deep-copied modules get their own key (the original's goes with it).
+        super().__setstate__(state)
+        self._register()
 
     def extra_repr(self) -> str:
         kind = self.weight_type if self.qweight is not None else self._packed.type

@@ -8,6 +8,8 @@ own dtype, the kernel running in float32 and the result rounded once."""
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 
 from .. import _core
@@ -91,3 +93,84 @@ def _backward(ctx, grad):
 
 
 torch.library.register_autograd("quantrs::gguf_linear", _backward, setup_context=_setup)
+
+
+# ``quantrs::packed_linear``: the weights without a GGUF block form (``int4_asym`` of a
+# group other than 32, ``IntZpWeight``) are Rust objects, which a custom operator cannot
+# take as an argument; the op takes an int key into this table instead. ``GgufLinear``
+# registers its weight on construction (and again on unpickling or deepcopy, which give
+# a fresh key) and a ``weakref.finalize`` on the module drops the entry with it.
+_PACKED: dict[int, object] = {}
+_KEYS = itertools.count()
+
+
+def register_packed(packed) -> int:
+    """A new key for ``packed`` in the table the op reads."""
+    key = next(_KEYS)
+    _PACKED[key] = packed
+    return key
+
+
+def release_packed(key: int) -> None:
+    _PACKED.pop(key, None)
+
+
+def packed_linear_impl(x, bias, out_index, key: int, out_features: int) -> torch.Tensor:
+    """``x @ W.T`` over the table's weight ``key``, the output features reordered by
+    ``out_index`` (when given) before the bias is added (in float32, as the block path)."""
+    packed = _PACKED[key]
+    y = packed.matmul(_as_f32_rows(x, packed.shape[1]))
+    if out_index is not None:
+        y = y[:, out_index.numpy()]
+    return _finish(y, x, bias, out_features)
+
+
+@torch.library.custom_op("quantrs::packed_linear", mutates_args=(), device_types="cpu")
+def packed_linear(
+    x: torch.Tensor,
+    bias: torch.Tensor | None,
+    out_index: torch.Tensor | None,
+    key: int,
+    out_features: int,
+) -> torch.Tensor:
+    return packed_linear_impl(x, bias, out_index, key, out_features)
+
+
+@torch.library.custom_op("quantrs::packed_linear_grad_input", mutates_args=(), device_types="cpu")
+def packed_linear_grad_input(
+    grad: torch.Tensor, out_index: torch.Tensor | None, key: int, in_features: int
+) -> torch.Tensor:
+    packed = _PACKED[key]
+    rows = torch.from_numpy(_as_f32_rows(grad, packed.shape[0]))
+    if out_index is not None:  # y = (x W.T)[:, p]: the gradient goes back to rows p
+        rows = torch.zeros_like(rows).index_copy_(1, out_index, rows)
+    return _finish(packed_grad_input(packed, rows).numpy(), grad, None, in_features)
+
+
+@packed_linear.register_fake
+def _(x, bias, out_index, key, out_features):
+    return _out_like(x, out_features)
+
+
+@packed_linear_grad_input.register_fake
+def _(grad, out_index, key, in_features):
+    return _out_like(grad, in_features)
+
+
+def _setup_packed(ctx, inputs, output) -> None:
+    x, bias, out_index, key, _ = inputs
+    _keep(ctx, bias, *(() if out_index is None else (out_index,)))
+    ctx.dims = (key, x.shape[-1])
+
+
+def _backward_packed(ctx, grad):
+    if not ctx.needs_input_grad[0]:
+        return None, _bias_grad(ctx, grad), None, None, None
+    order = ctx.saved_tensors[0] if ctx.saved_tensors else None
+    dx = packed_linear_grad_input(grad.contiguous(), order, *ctx.dims)
+    return dx, _bias_grad(ctx, grad), None, None, None
+
+
+torch.library.register_autograd(
+    "quantrs::packed_linear", _backward_packed, setup_context=_setup_packed
+)

@@ -59,7 +59,7 @@ class Int8Linear(nn.Module):
         return torch.from_numpy(np.asarray(self.layer().dequantize_w(), np.float32))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = serve(self, x, _BUFFERS, _ops.int8_args, _core.int8_linear)
+        y = serve(self, x)
         if y is not None:
             return y
         x2 = _route("Int8Linear", x, self.in_features)
@@ -71,6 +71,9 @@ class Int8Linear(nn.Module):
         if _needs_graph(x, self.bias):
             return _ops.int8_linear(*args)
         return _ops.int8_linear_impl(*args)
+
+    def _serving(self) -> tuple:
+        return _BUFFERS, _ops.int8_args, _core.int8_linear, None
 
     def __getstate__(self) -> dict:
         return drop_views(self.__dict__)

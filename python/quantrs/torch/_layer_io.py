@@ -4,6 +4,9 @@ graph node (shared by ``_modules`` and ``_int8``)."""
 
 from __future__ import annotations
 
+import functools
+import operator
+
 import torch
 from torch import nn
 
@@ -65,48 +68,92 @@ def eager_f32(x: object) -> bool:
     """Whether ``x`` takes the serving fast path: a plain float32 CPU tensor outside
     compilation with nothing for autograd to record on its side."""
     return (
-        type(x) is torch.Tensor
+        type(x) is _Tensor
         and x.dtype is _F32
         and x.is_cpu
         and not x.requires_grad
-        and not torch.compiler.is_compiling()
+        and not _compiling()
     )
 
 
-def kernel_args(module: nn.Module, names: tuple[str, ...], make) -> tuple | None:
-    """``make(*buffers)`` (the NumPy views a ``_core.*_linear`` call reads in place),
-    cached on ``module`` and made again only when one of the ``names`` buffers is
-    replaced or its storage moves (``load_state_dict`` copies into the buffers: the views
-    see it). None where the fast path does not apply: a buffer off the CPU, or one that
-    requires grad (autograd then goes through the custom op)."""
+_Tensor = torch.Tensor
+_compiling = torch.compiler.is_compiling
+_data_ptr = torch.Tensor.data_ptr
+
+
+def kernel_args(module: nn.Module) -> tuple | None:
+    """The cached serving state of ``module``: ``(getter, buffers, views, live, ptrs,
+    call)`` with ``views`` the NumPy views a ``_core.*_linear`` call reads in place and
+    ``call(x, *views)`` that call. ``module._serving()`` says what to build: ``(names,
+    make, kernel, kw)``, the buffer names, ``make(*buffers) -> views``, the kernel and its
+    keyword arguments. Made again only when one of the buffers is replaced or its storage
+    moves (``load_state_dict`` copies into the buffers: the views see it). None where the
+    fast path does not apply: a buffer off the CPU, or one that requires grad (autograd
+    then goes through the custom op)."""
+    hit = module.__dict__.get("_views")
+    if hit is not None and _fresh(hit, module._buffers):
+        return hit
+    names, make, kernel, kw = module._serving()
     buf = module._buffers
     ts = tuple([buf[n] for n in names])
-    key = tuple([None if t is None else (id(t), t.data_ptr()) for t in ts])
-    hit = module.__dict__.get("_views")
-    if hit is not None and hit[0] == key:
-        return hit[2]
     if any(t is not None and (not t.is_cpu or t.requires_grad) for t in ts):
         return None
-    args = make(*ts)
-    # The tensors are kept with their ids, so that no id in ``key`` is reused.
-    module.__dict__["_views"] = (key, ts, args)
-    return args
+    live = tuple([t for t in ts if t is not None])
+    # Holding the tensors keeps their ids from being reused; the storage pointers catch a
+    # tensor whose storage is swapped under it (``.data =``, ``set_``), which would leave
+    # the views pointing at freed memory.
+    hit = (
+        operator.itemgetter(*names),
+        ts,
+        make(*ts),
+        live,
+        tuple(map(_data_ptr, live)),
+        functools.partial(kernel, **kw) if kw else kernel,
+    )
+    module.__dict__["_views"] = hit
+    return hit
 
 
-def serve(module: nn.Module, x: torch.Tensor, names: tuple[str, ...], make, kernel, **kw):
-    """The serving fast path: ``kernel(x, *views, **kw)`` as a tensor for an
-    :func:`eager_f32` input, in one Rust call over the buffers' cached views; None where
-    it does not apply or the input is wrong (the caller's checked route then raises,
-    naming the layer)."""
-    if not eager_f32(x):
+def _fresh(hit: tuple, buffers: dict) -> bool:
+    """Whether the cached views still read the module's buffers: the same tensor objects
+    (``map`` / ``all`` run in C: the check costs well under a microsecond) over the same
+    storage. Every layer has at least two buffer names, so ``getter`` gives a tuple."""
+    return all(map(operator.is_, hit[0](buffers), hit[1])) and (
+        tuple(map(_data_ptr, hit[3])) == hit[4]
+    )
+
+
+def serve(module: nn.Module, x: torch.Tensor) -> torch.Tensor | None:
+    """The serving fast path: the layer's kernel over its buffers' cached views
+    (:func:`kernel_args`) in one Rust call, as a tensor, for an :func:`eager_f32` input;
+    None where it does not apply or the input is wrong (the caller's checked route then
+    raises, naming the layer). The checks are inlined and nothing is built per call: this
+    runs once per layer per token."""
+    if (
+        type(x) is not _Tensor
+        or x.dtype is not _F32
+        or not x.is_cpu
+        or x.requires_grad
+        or _compiling()
+    ):
         return None
-    args = kernel_args(module, names, make)
-    if args is None:
-        return None
+    hit = module.__dict__.get("_views")
+    if hit is None or not _fresh(hit, module._buffers):
+        hit = kernel_args(module)
+        if hit is None:
+            return None
     try:
-        return torch.from_numpy(kernel(x.numpy(), *args, **kw))
+        return _from_numpy(hit[5](x.numpy(), *hit[2]))
     except _core.QuantError:
         return None
+
+
+def forget_views(module: nn.Module) -> None:
+    """Drops the cached serving state (a setting the kernel call reads has changed)."""
+    module.__dict__.pop("_views", None)
+
+
+_from_numpy = torch.from_numpy
 
 
 def drop_views(state: dict) -> dict:

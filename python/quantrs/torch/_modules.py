@@ -23,7 +23,7 @@ from .. import _core
 from . import _cuda, _ops, _quantize_plan
 from ._gguf import GgufLinear
 from ._int8 import Int8Linear
-from ._layer_io import _needs_graph, _route, _weight_of, drop_views, serve
+from ._layer_io import _needs_graph, _route, _weight_of, drop_views, forget_views, serve
 
 _F32 = torch.float32
 _INT4_BUFFERS = ("qweight", "scales", "bias")
@@ -95,9 +95,7 @@ class Int4Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # Eager float32 CPU inference, the serving case: one Rust call over NumPy views of
         # the buffers, made once; everything else takes the route below.
-        y = serve(
-            self, x, _INT4_BUFFERS, self._args_of, _core.int4_linear, activations=self.activations
-        )
+        y = serve(self, x)
         if y is not None:
             return y
         x2 = _route("Int4Linear", x, self.in_features)
@@ -110,6 +108,20 @@ class Int4Linear(nn.Module):
 
     def _args_of(self, qweight, scales, bias) -> tuple:
         return _ops.int4_args(qweight, scales, bias, self.in_features, self.out_features)
+
+    def _serving(self) -> tuple:
+        kw = {"activations": self.activations}
+        return _INT4_BUFFERS, self._args_of, _core.int4_linear, kw
+
+    @property
+    def activations(self) -> str:
+        return self._act
+
+    @activations.setter
+    def activations(self, value: str) -> None:
+        # The serving fast path binds the setting into its cached kernel call.
+        self.__dict__["_act"] = _activations(value)
+        forget_views(self)
 
     def __getstate__(self) -> dict:
         return drop_views(self.__dict__)
@@ -182,7 +194,7 @@ class FP8Linear(nn.Module):
         return torch.from_numpy(np.asarray(self.layer().dequantize_w(), np.float32))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = serve(self, x, _FP8_BUFFERS, _ops.fp8_args, _core.fp8_linear)
+        y = serve(self, x)
         if y is not None:
             return y
         x2 = _route("FP8Linear", x, self.in_features)
@@ -192,6 +204,9 @@ class FP8Linear(nn.Module):
         if _needs_graph(x, self.bias):
             return _ops.fp8_linear(*args)
         return _ops.fp8_linear_impl(*args)
+
+    def _serving(self) -> tuple:
+        return _FP8_BUFFERS, _ops.fp8_args, _core.fp8_linear, None
 
     def __getstate__(self) -> dict:
         return drop_views(self.__dict__)
