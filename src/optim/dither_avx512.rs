@@ -9,7 +9,7 @@
 
 use std::arch::x86_64::*;
 
-use super::dither::Dither;
+use crate::scales::coin::Dither;
 use crate::scales::dither_uniforms_avx512;
 use crate::simd::Avx512Dq;
 
