@@ -146,7 +146,7 @@ const TAME_EXPONENT: u16 = 127 + 100;
 impl QuantizedWeightRef<'_> {
     /// `y = x @ W + bias` for bfloat16 `x` `[batch, in_feat]` (as bits)
     /// into bfloat16 `y` `[batch, out_feat]`, the bias (float32) added
-    /// before the one rounding of each output. From [`MIN_BATCH`] rows on
+    /// before the one rounding of each output. From 16 rows on
     /// CPUs with AMX-BF16 the tile GEMM reads `x` as it is (see the module
     /// docs); elsewhere, and for inputs beyond 2^100 in magnitude, `x` is
     /// widened to float32 and runs the float32 kernels. A slice of the
