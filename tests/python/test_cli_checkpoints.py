@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 
 import numpy as np
 import pytest
@@ -196,6 +197,10 @@ def test_folder_atomic_and_errors(tmp_path, capsys):
     assert main(["quantize", str(src), str(out), "--format", "int4", "--no-progress"]) == 0
     assert not (out / "precious").exists() and (out / "config.json").exists()
     assert [p for p in os.listdir(tmp_path) if p.startswith(".")] == []
+    # the installed folder has mkdir's permissions under the umask, not mkdtemp's 0700
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(os.stat(out).st_mode) == 0o777 & ~umask
     # an already-quantized folder is refused; OUT inside IN is refused
     assert main(["quantize", str(out), str(tmp_path / "x"), "--format", "fp8"]) == 1
     assert "already quantized" in capsys.readouterr().err

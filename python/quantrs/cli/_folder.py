@@ -123,7 +123,7 @@ def quantize_folder(
         prepared = prepare(
             str(src), calibration, fmt, group_size, method, selector, windows, length
         )
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent))
+    tmp = staging_folder(dst)
     try:
         rows, weight_map = [], {}
         for shard in shards:
@@ -170,6 +170,17 @@ def quantize_folder(
         "total_size": total,
     }
     return rows, summary
+
+
+def staging_folder(dst: Path) -> Path:
+    """A new folder beside ``dst`` to write into before it is renamed to ``dst``, with the
+    permissions an ordinary ``mkdir`` would give under the process's umask: ``mkdtemp``
+    makes it private (0700), which would carry over to the installed model folder."""
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)
+    return tmp
 
 
 def _install(tmp: Path, dst: Path) -> None:

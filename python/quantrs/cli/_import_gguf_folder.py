@@ -17,16 +17,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from ..formats import FormatError, GgufFile
 from ._errors import CliError
-from ._folder import _install
+from ._folder import _install, staging_folder
 from ._import import _Job, _plan_gguf, _write
 
 
@@ -95,7 +93,7 @@ def convert_gguf_folder(src, dst, requantize: bool = False, progress: bool = Tru
                     skipped.append(j.name)
                     continue
                 jobs.append(_renamed(j, hf_name, heads))
-            tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent))
+            tmp = staging_folder(dst)
             try:
                 rows = _write(jobs, tmp / "model.safetensors", "gguf", progress)
                 cfg.save_pretrained(tmp)
@@ -110,9 +108,6 @@ def convert_gguf_folder(src, dst, requantize: bool = False, progress: bool = Tru
                 }
                 (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
                 tokenizer = _tokenizer(src, tmp, has_vocab)
-                umask = os.umask(0)
-                os.umask(umask)
-                os.chmod(tmp, 0o777 & ~umask)  # mkdtemp's folder is private (0700)
                 _install(tmp, dst)
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)
