@@ -192,15 +192,7 @@ impl PyInt4AsymWeight {
     /// `(d, m)` per group as float32 `[out, groups, 2]` (exact halves).
     fn scales<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray3<f32>>> {
         let [o, _] = self.inner.shape();
-        let v = self
-            .inner
-            .scales()
-            .iter()
-            .map(|&h| crate::linear::fp8_dialect::f16_to_f32(h))
-            .collect();
-        let arr = Array3::from_shape_vec((o, self.inner.groups(), 2), v)
-            .map_err(|e| invalid("scales", e))?;
-        Ok(PyArray3::from_owned_array(py, arr))
+        half_pairs_array(py, self.inner.scales(), o, self.inner.groups(), "scales")
     }
 
     /// The float32 weight `[out, in]`, `d * q + m` in float32.
@@ -251,8 +243,6 @@ impl PyInt4AsymWeight {
     }
 }
 
-/// `y [..., out] = f(x [..., in])` for a float32 array `x`: the shape
-/// checks and the GIL release of every packed weight's `matmul`.
 /// `w` (`rows * in_feat` floats) as a float32 array `[rows, in_feat]`.
 pub(crate) fn rows_array<'py>(
     py: Python<'py>,
@@ -264,6 +254,26 @@ pub(crate) fn rows_array<'py>(
     Ok(PyArray2::from_owned_array(py, arr))
 }
 
+/// IEEE halves stored in pairs, `[rows, per_row, 2]`, as an exact float32
+/// array (the `(d, m)` of `int4_asym`'s groups, the `(D, Dmin)` of
+/// `int4_k`'s super-blocks); `name` names the field in an error.
+pub(crate) fn half_pairs_array<'py>(
+    py: Python<'py>,
+    halves: &[u16],
+    rows: usize,
+    per_row: usize,
+    name: &str,
+) -> PyResult<Bound<'py, PyArray3<f32>>> {
+    let v = halves
+        .iter()
+        .map(|&h| crate::linear::fp8_dialect::f16_to_f32(h))
+        .collect();
+    let arr = Array3::from_shape_vec((rows, per_row, 2), v).map_err(|e| invalid(name, e))?;
+    Ok(PyArray3::from_owned_array(py, arr))
+}
+
+/// `y [..., out] = f(x [..., in])` for a float32 array `x`: the shape
+/// checks and the GIL release of every packed weight's `matmul`.
 pub(crate) fn last_axis_matmul<'py>(
     x: &Bound<'py, PyAny>,
     out_feat: usize,

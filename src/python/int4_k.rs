@@ -10,7 +10,7 @@ use pyo3::prelude::*;
 
 use super::arrays::input;
 use super::errors::invalid;
-use super::int4_asym::{contiguous, last_axis_matmul, layer_bias, rows_array};
+use super::int4_asym::{contiguous, half_pairs_array, last_axis_matmul, layer_bias, rows_array};
 use crate::error::QuantError;
 use crate::format::{Int4K, WeightFormat};
 use crate::int4_k::{KMethod, KWeight};
@@ -183,15 +183,13 @@ impl PyInt4KWeight {
     /// `(D, Dmin)` per super-block as float32 `[out, supers, 2]` (exact halves).
     fn supers<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray3<f32>>> {
         let [o, _] = self.inner.shape();
-        let v = self
-            .inner
-            .supers()
-            .iter()
-            .map(|&h| crate::linear::fp8_dialect::f16_to_f32(h))
-            .collect();
-        let arr = Array3::from_shape_vec((o, self.inner.supers_per_row(), 2), v)
-            .map_err(|e| invalid("supers", e))?;
-        Ok(PyArray3::from_owned_array(py, arr))
+        half_pairs_array(
+            py,
+            self.inner.supers(),
+            o,
+            self.inner.supers_per_row(),
+            "supers",
+        )
     }
 
     /// The float32 weight `[out, in]`, `(D sc) q - Dmin mn` in float32.
