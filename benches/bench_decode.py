@@ -40,6 +40,13 @@ second in the linears over the read rate of the same round (the median of the
 per-round fractions), so batch-1 rows show how close a kernel is to the
 memory limit under the step's real conditions.
 
+``--foreign-threads N`` runs the quantrs variants' steps under
+``quantrs.foreign_threads(N)`` (NumPy's BLAS and torch's OpenMP pool capped at N
+threads; the baseline keeps the defaults), and ``--settle`` runs an untimed step of
+the same variant before each timed one, so that the timed step follows its own
+kind as in a loop that runs one model (without it, it follows the previous
+variant's step and whatever that left spinning).
+
 ``--openblas-threads N`` sets ``OPENBLAS_NUM_THREADS`` before NumPy loads and
 ``--openblas-timeout T`` OpenBLAS's ``OPENBLAS_THREAD_TIMEOUT`` (log2 of the
 cycles a pool thread spins after a call before sleeping, 4..30); see
@@ -269,9 +276,17 @@ def step_torch(torch, lin, kv, norms, x):
 
 
 def run(
-    layers: int, rounds: int, batches: list[int], variants: list[str], torch_loop: bool = False
+    layers: int,
+    rounds: int,
+    batches: list[int],
+    variants: list[str],
+    torch_loop: bool = False,
+    foreign: int | None = None,
+    settle: bool = False,
 ) -> list[dict]:
     import numpy as np
+
+    import quantrs
 
     rng = np.random.default_rng(0)
     if torch_loop:
@@ -298,10 +313,15 @@ def run(
         read_bw: list[float] = []
         for r in range(rounds + 1):
             for v, lin in linears.items():
+                cap = quantrs.foreign_threads(foreign) if foreign and v != base else None
+                if settle:  # the step before the timed one is the same variant's, as in a loop
+                    step_fn(np, lin, kv, norms, x)
                 lin.spent = 0.0
                 t0 = time.perf_counter()
                 step_fn(np, lin, kv, norms, x)
                 dt = time.perf_counter() - t0
+                if cap is not None:
+                    cap.restore()
                 if r > 0:  # round 0 warms every path
                     step_t[v].append(dt)
                     lin_t[v].append(lin.spent)
@@ -361,6 +381,16 @@ def main() -> None:
     ap.add_argument("--openblas-timeout", type=int, help="set OPENBLAS_THREAD_TIMEOUT (4..30)")
     ap.add_argument("--threads", type=int, help="quantrs.threads(N) for the whole run")
     ap.add_argument("--torch", action="store_true", help="the step in torch tensors")
+    ap.add_argument(
+        "--foreign-threads",
+        type=int,
+        help="quantrs.foreign_threads(N) around the quantrs variants' steps",
+    )
+    ap.add_argument(
+        "--settle",
+        action="store_true",
+        help="an untimed step of the same variant before each timed one",
+    )
     ap.add_argument("--json", action="store_true", help="print JSON rows")
     ap.add_argument("--keep-env", action="store_true", help="keep OPENBLAS_* overrides")
     args = ap.parse_args()
@@ -387,9 +417,19 @@ def main() -> None:
         print(
             f"quantrs {quantrs.build_info()}; numpy {np.__version__}; "
             f"{blas or 'OpenBLAS defaults'}; quantrs threads {quantrs.num_threads()}; "
-            f"{'torch' if args.torch else 'numpy'} loop; {args.layers} layers; {machine_note()}"
+            f"{'torch' if args.torch else 'numpy'} loop; {args.layers} layers; "
+            f"foreign_threads {args.foreign_threads}; settle {args.settle}; {machine_note()}"
         )
-    emit(run(args.layers, args.rounds, batches, variants, args.torch), COLUMNS, args.json)
+    rows = run(
+        args.layers,
+        args.rounds,
+        batches,
+        variants,
+        args.torch,
+        args.foreign_threads,
+        args.settle,
+    )
+    emit(rows, COLUMNS, args.json)
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ from ._core import (
     num_threads,
     threads,
 )
+from ._foreign_threads import foreign_threads
 from ._gptq import gptq
 from .qat import *  # noqa: F403 (the QAT API, listed in qat.__all__)
 
@@ -82,6 +83,8 @@ __all__ = [
     # the small-batch kernels' thread cap (docs/int4.md, "Threads")
     "num_threads",
     "threads",
+    # other libraries' BLAS / OpenMP pools around a decode loop (docs/int4.md, "Threads")
+    "foreign_threads",
     "qat",
     "reference",
 ]
