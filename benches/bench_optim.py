@@ -2,11 +2,12 @@
 2^24 elements against a vectorized NumPy float32 AdamW measured in the same run (and PyTorch's
 fused AdamW and quantrs.torch's step when torch happens to be installed), state bytes per
 parameter, the step's effective bandwidth against the machine's read and triad bandwidth
-(benches/_bandwidth.py), and the convergence table of the v maps and m methods against the
+(benches/_bandwidth.py), the step over GPT-2 small's 148 parameters (quantrs.torch against
+torch's fused AdamW, alternating), and the convergence table of the v maps and m methods against the
 float32 oracle.
 
 Run: python benches/bench_optim.py [--quick] [--json] [--log2n 24] [--repeats 7] [--threads N]
-     [--no-step] [--no-convergence] [--all-maps]
+     [--no-step] [--no-list] [--no-convergence] [--all-maps]
 (--threads sets RAYON_NUM_THREADS for quantrs; NumPy's element-wise ops are single-threaded.)
 --quick: 2^22 elements, 3 repeats, convergence of the default nf4 state only. --json: print only
 a JSON list of rows (benchmark convention, docs/cli.md).
@@ -65,8 +66,32 @@ def median_ms(fn, repeats, pause=0.0):
     return statistics.median(times), min(times)
 
 
+def alternate(fns: dict, repeats: int, pause: float = 0.05) -> dict:
+    """``{name: (median, min)}`` in ms, the callables timed in turn, ``repeats`` rounds: on a
+    machine shared with other jobs each round sees the same load for every implementation,
+    so ratios of the medians (and of the mins) compare like with like. ``pause`` lets the
+    OpenMP / OpenBLAS threads of the previous call go idle (a spinning torch pool slows the
+    next kernel on the same cores, docs/optim.md)."""
+    times = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            time.sleep(pause)
+            t0 = time.perf_counter()
+            fn()
+            times[name].append((time.perf_counter() - t0) * 1e3)
+    return {name: (statistics.median(t), min(t)) for name, t in times.items()}
+
+
+def _torch():
+    try:
+        import torch  # only if already installed; never installed for this
+    except ImportError:
+        return None
+    return torch
+
+
 def measure_step(log2n: int, repeats: int) -> dict:
-    """Time one step of each implementation; returns the raw measurements."""
+    """Time one step of each implementation, alternating; returns the raw measurements."""
     import numpy as np
 
     import quantrs
@@ -75,9 +100,7 @@ def measure_step(log2n: int, repeats: int) -> dict:
     rng = np.random.default_rng(0)
     w = rng.standard_normal(n, dtype=np.float32)
     g = (rng.standard_normal(n, dtype=np.float32) * 0.01).astype(np.float32)
-    baselines = []  # (name for the table, name for rows, (median, min), bytes / param)
-    ours = []  # (name for the table, method, (median, min), bytes / param)
-
+    fns, names = {}, {}  # name for rows -> callable, name for the table
     m, v, tmp = (np.zeros(n, np.float32) for _ in range(3))
     wn = w.copy()
     state = {"t": 0}
@@ -86,32 +109,16 @@ def measure_step(log2n: int, repeats: int) -> dict:
         state["t"] += 1
         numpy_adamw_step(wn, g, m, v, tmp, state["t"])
 
-    np_step()
-    np_ms = median_ms(np_step, repeats)
-    baselines.append(("NumPy float32 AdamW (in-place ops)", BASELINE, np_ms, 8.0))
-
-    try:
-        import torch  # only if already installed; never installed for this
-    except ImportError:
-        torch = None
+    fns[BASELINE], names[BASELINE] = np_step, "NumPy float32 AdamW (in-place ops)"
+    torch = _torch()
     if torch is not None:
         torch.set_num_threads(quantrs.build_info()["threads"])  # the same thread count
         tw = torch.from_numpy(w.copy()).requires_grad_(True)
         tw.grad = torch.from_numpy(g.copy())
         topt = torch.optim.AdamW([tw], lr=1e-3, weight_decay=0.01, fused=True)
-        topt.step()
-        t_ms = median_ms(topt.step, repeats)
         nt = torch.get_num_threads()
-        baselines.append(
-            (
-                f"torch AdamW(fused=True), {nt} threads",
-                f"torch AdamW fused, {nt} threads",
-                t_ms,
-                8.0,
-            )
-        )
-
-    time.sleep(0.25)  # let OpenBLAS/NumPy threads go idle
+        key = f"torch AdamW fused, {nt} threads"
+        fns[key], names[key] = topt.step, f"torch AdamW(fused=True), {nt} threads"
     opt = quantrs.AdamW4bit(1e-3, 0.9, 0.999, 1e-8, 0.01)
     wq = w.copy()
 
@@ -119,22 +126,24 @@ def measure_step(log2n: int, repeats: int) -> dict:
         opt.update(wq, g)
         opt.step()
 
-    q_step()
-    q_ms = median_ms(q_step, repeats)
-    mu = opt.memory_usage()
-    bpp = mu.total_bytes / mu.num_parameters
-    ours.append(("quantrs AdamW4bit (defaults)", "defaults", q_ms, bpp))
-
+    fns["defaults"], names["defaults"] = q_step, "quantrs AdamW4bit (defaults)"
     if torch is not None:
         import quantrs.torch as qt
 
         pw = torch.from_numpy(w.copy()).requires_grad_(True)
         pw.grad = torch.from_numpy(g.copy())
         qopt = qt.AdamW4bit([pw], lr=1e-3, weight_decay=0.01)
-        qopt.step()
-        time.sleep(0.25)  # torch's OpenMP threads spin a while after its last kernel
-        qt_ms = median_ms(qopt.step, repeats)
-        ours.append(("quantrs.torch.AdamW4bit", "quantrs.torch", qt_ms, bpp))
+        fns["quantrs.torch"], names["quantrs.torch"] = qopt.step, "quantrs.torch.AdamW4bit"
+    for fn in fns.values():
+        fn()  # state allocation
+    bw = bandwidth(quantrs.build_info()["threads"])
+    times = alternate(fns, repeats)
+    mu = opt.memory_usage()
+    bpp = mu.total_bytes / mu.num_parameters
+    baselines = [
+        (names[k], k, times[k], 8.0) for k in fns if k not in ("defaults", "quantrs.torch")
+    ]
+    ours = [(names[k], k, times[k], bpp) for k in fns if k in ("defaults", "quantrs.torch")]
 
     for method in ("int8",):
         o2 = quantrs.AdamW4bit.with_quantization_config(
@@ -160,13 +169,111 @@ def measure_step(log2n: int, repeats: int) -> dict:
         )
 
     return {
-        "bandwidth": bandwidth(quantrs.build_info()["threads"]),
+        "bandwidth": bw,
         "log2n": log2n,
         "repeats": repeats,
         "info": quantrs.build_info(),
         "baselines": baselines,
         "ours": ours,
     }
+
+
+def gpt2_small_shapes(width: int = 768, layers: int = 12, vocab: int = 50257, ctx: int = 1024):
+    """The 148 parameter shapes of GPT-2 small (124.4 M parameters; weights as
+    ``nn.Linear`` stores them): wte, wpe, per block ln_1 (weight, bias), attn c_attn
+    (weight, bias), attn c_proj (weight, bias), ln_2, mlp c_fc, mlp c_proj, then ln_f."""
+    w = width
+    shapes = [(vocab, w), (ctx, w)]
+    for _ in range(layers):
+        shapes += [(w,), (w,), (3 * w, w), (3 * w,), (w, w), (w,)]
+        shapes += [(w,), (w,), (4 * w, w), (4 * w,), (w, 4 * w), (w,)]
+    return shapes + [(w,), (w,)]
+
+
+def measure_list(repeats: int, quick: bool = False) -> dict | None:
+    """One step over the GPT-2-small parameter list: ``quantrs.torch.AdamW4bit`` (one Rust
+    call for the group) against ``torch.optim.AdamW(fused=True)``, alternating; None
+    without torch."""
+    torch = _torch()
+    if torch is None:
+        return None
+    import quantrs
+    import quantrs.torch as qt
+
+    shapes = gpt2_small_shapes(256, 4, 8192, 128) if quick else gpt2_small_shapes()
+    torch.set_num_threads(quantrs.build_info()["threads"])
+    gen = torch.Generator().manual_seed(0)
+
+    def params():
+        ps = [(torch.randn(s, generator=gen) * 0.02).requires_grad_(True) for s in shapes]
+        for p in ps:
+            p.grad = torch.randn(p.shape, generator=gen) * 0.01
+        return ps
+
+    p_torch, p_ours = params(), params()
+    topt = torch.optim.AdamW(p_torch, lr=1e-4, weight_decay=0.01, fused=True)
+    qopt = qt.AdamW4bit(p_ours, lr=1e-4, weight_decay=0.01)
+    fns = {"torch AdamW fused": topt.step, "quantrs.torch.AdamW4bit": qopt.step}
+    for fn in fns.values():
+        fn()
+    bw = bandwidth(quantrs.build_info()["threads"])
+    n = sum(p.numel() for p in p_ours)
+    return {
+        "times": alternate(fns, repeats),
+        "tensors": len(shapes),
+        "numel": n,
+        "bandwidth": bw,
+        "bytes_per_param": qopt.state_bytes() / n,
+        "info": quantrs.build_info(),
+        "repeats": repeats,
+    }
+
+
+def list_rows(meas: dict) -> list[dict]:
+    """The list step's row in the benchmark convention."""
+    (med, best), (bmed, bbest) = (
+        meas["times"]["quantrs.torch.AdamW4bit"],
+        meas["times"]["torch AdamW fused"],
+    )
+    n, bpp = meas["numel"], meas["bytes_per_param"]
+    return [
+        {
+            "bench": f"AdamW4bit step, GPT-2-small list ({meas['tensors']} tensors, "
+            f"{n / 1e6:.1f} M) quantrs.torch",
+            "ours_ms": med,
+            "baseline": "torch AdamW fused",
+            "baseline_ms": bmed,
+            "ratio": bmed / med,
+            "ratio_min": bbest / best,
+            "bytes_per_param": bpp,
+            "baseline_bytes_per_param": 8.0,
+            "threads": meas["info"]["threads"],
+            "step_GBps": (12 + 2 * bpp) * n / (med * 1e-3) / 1e9,
+            "read_GBps": meas["bandwidth"]["read_GBps"],
+            "triad_GBps": meas["bandwidth"]["triad_GBps"],
+        }
+    ]
+
+
+def print_list(meas: dict) -> None:
+    n, bw = meas["numel"], meas["bandwidth"]
+    print(
+        f"\n## Optimizer step, GPT-2-small parameter list ({meas['tensors']} tensors, "
+        f"{n / 1e6:.1f} M parameters; median of {meas['repeats']}, alternating; "
+        f"load={os.getloadavg()[0]:.1f})\n"
+    )
+    print(f"Memory bandwidth: read {bw['read_GBps']:.1f} GB/s, triad {bw['triad_GBps']:.1f} GB/s\n")
+    print("| implementation | median ms | min ms | bytes / param | step GB/s |")
+    print("|---|---|---|---|---|")
+    for name, (med, best) in meas["times"].items():
+        bpp = 8.0 if name.startswith("torch") else meas["bytes_per_param"]
+        gbps = (12 + 2 * bpp) * n / (med * 1e-3) / 1e9
+        print(f"| {name} | {med:.1f} | {best:.1f} | {bpp:.3f} | {gbps:.1f} |")
+    (med, best), (bmed, bbest) = (
+        meas["times"]["quantrs.torch.AdamW4bit"],
+        meas["times"]["torch AdamW fused"],
+    )
+    print(f"\nquantrs.torch vs torch fused: {bmed / med:.2f}x (median), {bbest / best:.2f}x (min)")
 
 
 def step_gbps(log2n: int, state_bytes_per_param: float, ms: float) -> float:
@@ -304,6 +411,7 @@ def run(
     repeats: int | None = None,
     step: bool = True,
     convergence: bool = True,
+    step_list: bool = True,
     all_maps: bool = False,
     verbose: bool = False,
 ) -> list[dict]:
@@ -316,6 +424,12 @@ def run(
         if verbose:
             print_step(meas)
         rows += step_rows(meas)
+    if step_list:
+        lm = measure_list(repeats, quick)
+        if lm is not None:
+            if verbose:
+                print_list(lm)
+            rows += list_rows(lm)
     if convergence:
         for methods, vmaps in convergence_suites(quick, all_maps):
             rows += bench_convergence(methods, vmaps, verbose=verbose)
@@ -334,6 +448,9 @@ def main():
     ap.add_argument("--repeats", type=int, default=None, help="default 7 (--quick: 3)")
     ap.add_argument("--no-step", action="store_true")
     ap.add_argument("--no-convergence", action="store_true")
+    ap.add_argument(
+        "--no-list", action="store_true", help="skip the GPT-2-small list step (needs torch)"
+    )
     ap.add_argument("--all-maps", action="store_true", help="every method x every v map")
     ap.add_argument("--threads", type=int, default=None, help="rayon threads for quantrs")
     a = ap.parse_args()
@@ -345,6 +462,7 @@ def main():
         repeats=a.repeats,
         step=not a.no_step,
         convergence=not a.no_convergence,
+        step_list=not a.no_list,
         all_maps=a.all_maps,
         verbose=not a.json,
     )

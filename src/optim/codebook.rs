@@ -227,6 +227,15 @@ mod tests {
             assert!(t.windows(2).all(|w| w[0] <= w[1]));
             assert!(t.contains(&0.0));
         }
+        // The SIMD searches count the midpoints below a value, which is the
+        // binary search's code only for sorted midpoints.
+        for t in [NF4, INT4, DYNAMIC4]
+            .into_iter()
+            .chain(VarianceMap::ALL.map(|m| m.table()))
+        {
+            let mids = Codebook16::new(t).mids;
+            assert!(mids.windows(2).all(|w| w[0] <= w[1]), "{t:?}");
+        }
         for map in VarianceMap::ALL {
             let t = map.table();
             assert!(t.windows(2).all(|w| w[0] < w[1]), "{map:?}");

@@ -76,6 +76,36 @@ impl Kernels {
         format::pass2(c, bs, p)
     }
 
+    /// Whether [`Self::pass2_then_1`] interleaves its two passes (AVX2
+    /// without AVX-512); otherwise the step runs each group's passes back to
+    /// back.
+    pub(crate) fn interleaves(&self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        return self.avx512.is_none() && self.avx2.is_some();
+        #[cfg(not(target_arch = "x86_64"))]
+        false
+    }
+
+    /// Pass 2 of one group, then pass 1 of the next (different buffers),
+    /// interleaved on AVX2: the same bits as the two calls in turn.
+    pub(crate) fn pass2_then_1(
+        &self,
+        k: &StepConsts,
+        c: &Codecs,
+        bs: usize,
+        p2: Pass2<'_>,
+        p1: Pass1<'_>,
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        if let (None, Some(t), format::VScale::Block(_), format::VScale::Block(_)) =
+            (self.avx512, self.avx2, &p2.v_inv, &p1.v_scale)
+        {
+            return avx2::pass2_then_1(t, k, c, bs, p2, p1);
+        }
+        self.pass2(c, bs, p2);
+        self.pass1(k, c, bs, p1);
+    }
+
     /// True when every value of `x` is finite.
     pub(crate) fn all_finite(&self, x: &[f32]) -> bool {
         #[cfg(target_arch = "x86_64")]
@@ -98,7 +128,7 @@ impl Kernels {
 
     /// The block-scale codec of this level (`crate::scales`).
     pub(crate) fn scales(&self) -> ScaleCodec {
-        ScaleCodec::new(self.avx512)
+        ScaleCodec::new(self.avx512, self.avx2)
     }
 }
 
@@ -106,7 +136,7 @@ impl Kernels {
 mod tests {
     //! Every available ISA token against the scalar twin.
     use super::*;
-    use crate::optim::codebook::{Codebook16, NF4};
+    use crate::optim::codebook::{Codebook16, DYNAMIC4, INT4, NF4};
     use crate::optim::format::{MCodec, VScale};
     use crate::optim::VarianceMap;
     use crate::testutil::xorshift_f32;
@@ -157,20 +187,25 @@ mod tests {
     fn pass2_codes_match_scalar_at_midpoints_and_extremes() {
         for k in simd_kernels() {
             // Every midpoint, its f32 neighbours, the code values, 0, -0, huge, subnormal.
-            for map in VarianceMap::ALL {
+            let m_books = [NF4, INT4, DYNAMIC4];
+            for (map, m_book) in VarianceMap::ALL
+                .into_iter()
+                .zip(m_books.into_iter().cycle())
+            {
                 let c = Codecs {
-                    m: MCodec::Four(Codebook16::new(NF4)),
+                    m: MCodec::Four(Codebook16::new(m_book)),
                     v: Codebook16::new(map.table()),
                     sqrt_domain: map.sqrt_domain(),
                 };
                 let mut xs = vec![0.0f32, -0.0, 1e-45, 1e-38, 1.0, 2.0, 1e30, f32::MAX];
-                for i in 0..16 {
-                    for base in [c.v.mids[i], c.v.values[i], c.v.mids[i] * 16.0] {
+                let m_cb = Codebook16::new(m_book);
+                for (i, cb) in (0..16).flat_map(|i| [(i, &c.v), (i, &m_cb)]) {
+                    for base in [cb.mids[i], cb.values[i], cb.mids[i] * 16.0] {
                         if base.is_finite() {
                             xs.extend([
                                 base,
-                                f32::from_bits(base.to_bits() + 1),
-                                f32::from_bits(base.to_bits() - 1),
+                                f32::from_bits(base.to_bits().wrapping_add(1)),
+                                f32::from_bits(base.to_bits().wrapping_sub(1)),
                             ]);
                         }
                     }

@@ -76,12 +76,128 @@ impl<V: Lanes> MLut<'_, V> {
     }
 }
 
-/// Pass 1 (see `format::pass1`) for per-block v scales.
+/// Pass 1's registers: the code books and the step constants.
+#[derive(Clone, Copy)]
+struct Update<'a, V: Lanes> {
+    lut_m: MLut<'a, V>,
+    lut_v: V::Table,
+    sqrt_domain: bool,
+    b1: V,
+    b2: V,
+    omb1: V,
+    omb2: V,
+    isb2: V,
+    eps: V,
+    step: V,
+    lr_wd: V,
+    l2: V,
+}
+
+impl<'a, V: Lanes> Update<'a, V> {
+    /// # Safety
+    /// The CPU must support `V`'s features.
+    #[inline(always)]
+    unsafe fn new(k: &StepConsts, c: &'a Codecs) -> Self {
+        // SAFETY: `V`'s features per this function's contract.
+        unsafe {
+            Update {
+                lut_m: MLut::new(&c.m),
+                lut_v: V::table(&c.v.values),
+                sqrt_domain: c.sqrt_domain,
+                b1: V::splat(k.b1),
+                b2: V::splat(k.b2),
+                omb1: V::splat(k.omb1),
+                omb2: V::splat(k.omb2),
+                isb2: V::splat(k.inv_sqrt_bc2),
+                eps: V::splat(k.eps),
+                step: V::splat(k.step_size),
+                lr_wd: V::splat(k.lr_wd),
+                l2: V::splat(k.l2),
+            }
+        }
+    }
+
+    /// Elements `e..e + N` of `p`: decode m and v (block scales `sm`, `sv`),
+    /// update the weight, write the new m and u to the scratch, fold their
+    /// maxima into `am`, `au`.
+    ///
+    /// # Safety
+    /// `V`'s features, and `e + N` within every slice of `p` (the nibble
+    /// slices hold `(e + N) / 2` bytes; `e` even).
+    #[inline(always)]
+    unsafe fn vector(&self, p: &mut Pass1<'_>, e: usize, s: (V, V), acc: &mut (V, V)) {
+        let (sm, sv) = s;
+        // SAFETY: per this function's contract.
+        unsafe {
+            let m_hat = self.lut_m.decode(p.m_codes, e).mul(sm);
+            let mut v_hat = V::lookup(self.lut_v, V::load_nibbles(p.v_codes.as_ptr().add(e / 2)));
+            v_hat = v_hat.mul(sv);
+            if self.sqrt_domain {
+                v_hat = v_hat.mul(v_hat);
+            }
+            // Two streams from DRAM: a hint 2 KiB ahead (the address may
+            // lie past the slice, so it is formed with wrapping_add).
+            _mm_prefetch::<_MM_HINT_T0>(p.w.as_ptr().wrapping_add(e + PREFETCH) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(p.g.as_ptr().wrapping_add(e + PREFETCH) as *const i8);
+            let w = V::load(p.w.as_ptr().add(e));
+            let g = V::load(p.g.as_ptr().add(e));
+            let gp = g.add(self.l2.mul(w));
+            let m = self.b1.mul(m_hat).add(self.omb1.mul(gp));
+            let v = self.b2.mul(v_hat).add(self.omb2.mul(gp.mul(gp)));
+            let r = v.sqrt();
+            let denom = r.mul(self.isb2).add(self.eps);
+            let wn = w.sub(self.lr_wd.mul(w)).sub(self.step.mul(m).div(denom));
+            let u = if self.sqrt_domain { r } else { v };
+            wn.store(p.w.as_mut_ptr().add(e));
+            m.store(p.sm.as_mut_ptr().add(e));
+            u.store(p.su.as_mut_ptr().add(e));
+            acc.0 = acc.0.max(m.abs());
+            acc.1 = acc.1.max(u);
+        }
+    }
+}
+
+/// Pass 1 of block `b` (elements `start..end`) from its first vector.
 ///
 /// # Safety
-/// The CPU must support `V`'s features. Slice lengths are checked here.
+/// `V`'s features, and the slice lengths `pass1` asserts.
 #[inline(always)]
-pub(super) unsafe fn pass1<V: Lanes>(k: &StepConsts, c: &Codecs, bs: usize, mut p: Pass1<'_>) {
+unsafe fn pass1_block<V: Lanes>(
+    k: &StepConsts,
+    c: &Codecs,
+    u: &Update<'_, V>,
+    p: &mut Pass1<'_>,
+    v_scale: &[f32],
+    b: usize,
+    (start, end): (usize, usize),
+) {
+    // SAFETY: per this function's contract; `e + N <= end`.
+    unsafe {
+        let s = (V::splat(p.m_scale[b]), V::splat(v_scale[b]));
+        let mut acc = (V::zero(), V::zero());
+        let mut e = start;
+        while e + V::LANES <= end {
+            u.vector(p, e, s, &mut acc);
+            e += V::LANES;
+        }
+        let acc = (acc.0.hmax(), acc.1.hmax());
+        let (am_s, au_s) = pass1_elements(
+            k,
+            c,
+            p,
+            b,
+            e..end,
+            |m, e| m_decode(&c.m, m, e),
+            |b, _| v_scale[b],
+            acc,
+        );
+        p.m_absmax[b] = am_s;
+        p.u_max[b] = au_s;
+    }
+}
+
+/// Checks pass 1's slice lengths; returns the block scales of v.
+fn pass1_checked<'a>(c: &Codecs, p: &Pass1<'a>) -> &'a [f32] {
     let VScale::Block(v_scale) = p.v_scale else {
         unreachable!("SIMD pass1: block scales only")
     };
@@ -93,62 +209,155 @@ pub(super) unsafe fn pass1<V: Lanes>(k: &StepConsts, c: &Codecs, bs: usize, mut 
     };
     assert!(p.g.len() == n && p.sm.len() >= n && p.su.len() >= n);
     assert!(p.m_codes.len() >= m_bytes && p.v_codes.len() * 2 >= n);
+    v_scale
+}
+
+/// Pass 1 (see `format::pass1`) for per-block v scales.
+///
+/// # Safety
+/// The CPU must support `V`'s features. Slice lengths are checked here.
+#[inline(always)]
+pub(super) unsafe fn pass1<V: Lanes>(k: &StepConsts, c: &Codecs, bs: usize, mut p: Pass1<'_>) {
+    let v_scale = pass1_checked(c, &p);
+    let n = p.w.len();
     // SAFETY: `V`'s features per this function's contract; every load and
-    // store below is bounded by `e + N <= end <= n` and the lengths asserted
-    // above (the nibble slices hold n / 2 bytes, e is even: blocks are even).
+    // store is bounded by `e + N <= end <= n` and the lengths checked above
+    // (the nibble slices hold n / 2 bytes, e is even: blocks are even).
     unsafe {
-        let (lut_m, lut_v) = (MLut::<V>::new(&c.m), V::table(&c.v.values));
-        let (b1, b2) = (V::splat(k.b1), V::splat(k.b2));
-        let (omb1, omb2) = (V::splat(k.omb1), V::splat(k.omb2));
-        let (isb2, eps) = (V::splat(k.inv_sqrt_bc2), V::splat(k.eps));
-        let (step, lr_wd, l2) = (V::splat(k.step_size), V::splat(k.lr_wd), V::splat(k.l2));
+        let u = Update::<V>::new(k, c);
         for (b, start) in (0..n).step_by(bs).enumerate() {
-            let end = (start + bs).min(n);
-            let (sm, sv) = (V::splat(p.m_scale[b]), V::splat(v_scale[b]));
-            let (mut am, mut au) = (V::zero(), V::zero());
-            let mut e = start;
-            while e + V::LANES <= end {
-                let m_hat = lut_m.decode(p.m_codes, e).mul(sm);
-                let mut v_hat = V::lookup(lut_v, V::load_nibbles(p.v_codes.as_ptr().add(e / 2)));
-                v_hat = v_hat.mul(sv);
-                if c.sqrt_domain {
-                    v_hat = v_hat.mul(v_hat);
-                }
-                // Two streams from DRAM: a hint 2 KiB ahead (the address may
-                // lie past the slice, so it is formed with wrapping_add).
-                _mm_prefetch::<_MM_HINT_T0>(p.w.as_ptr().wrapping_add(e + PREFETCH) as *const i8);
-                _mm_prefetch::<_MM_HINT_T0>(p.g.as_ptr().wrapping_add(e + PREFETCH) as *const i8);
-                let w = V::load(p.w.as_ptr().add(e));
-                let g = V::load(p.g.as_ptr().add(e));
-                let gp = g.add(l2.mul(w));
-                let m = b1.mul(m_hat).add(omb1.mul(gp));
-                let v = b2.mul(v_hat).add(omb2.mul(gp.mul(gp)));
-                let r = v.sqrt();
-                let denom = r.mul(isb2).add(eps);
-                let wn = w.sub(lr_wd.mul(w)).sub(step.mul(m).div(denom));
-                let u = if c.sqrt_domain { r } else { v };
-                wn.store(p.w.as_mut_ptr().add(e));
-                m.store(p.sm.as_mut_ptr().add(e));
-                u.store(p.su.as_mut_ptr().add(e));
-                am = am.max(m.abs());
-                au = au.max(u);
-                e += V::LANES;
-            }
-            let acc = (am.hmax(), au.hmax());
-            let (am_s, au_s) = pass1_elements(
-                k,
-                c,
-                &mut p,
-                b,
-                e..end,
-                |m, e| m_decode(&c.m, m, e),
-                |b, _| v_scale[b],
-                acc,
-            );
-            p.m_absmax[b] = am_s;
-            p.u_max[b] = au_s;
+            pass1_block(k, c, &u, &mut p, v_scale, b, (start, (start + bs).min(n)));
         }
     }
+}
+
+/// Pass 2's registers: the code books' midpoints.
+#[derive(Clone, Copy)]
+struct Encode<'a, V: Lanes> {
+    mlut: MLut<'a, V>,
+    mids_v: V::Mids,
+    /// v's map is `{k/16}`: the arithmetic search.
+    uniform: bool,
+    eight: bool,
+}
+
+impl<'a, V: Lanes> Encode<'a, V> {
+    /// # Safety
+    /// The CPU must support `V`'s features.
+    #[inline(always)]
+    unsafe fn new(c: &'a Codecs) -> Self {
+        // SAFETY: `V`'s features per this function's contract.
+        unsafe {
+            Encode {
+                mlut: MLut::new(&c.m),
+                mids_v: V::mids(&c.v.mids),
+                uniform: (0..16).all(|k| c.v.values[k] == (k + 1) as f32 / 16.0),
+                eight: matches!(c.m, MCodec::Eight(_)),
+            }
+        }
+    }
+
+    /// # Safety
+    /// `V`'s features.
+    #[inline(always)]
+    unsafe fn v(&self, x: V) -> V::Idx {
+        // SAFETY: `V`'s features per this function's contract.
+        unsafe {
+            if self.uniform {
+                V::search_uniform(x)
+            } else {
+                V::search16(self.mids_v, x)
+            }
+        }
+    }
+
+    /// Encode 4-bit m and v of elements `e..e + 2N` (inverse block scales
+    /// `im`, `iv`).
+    ///
+    /// # Safety
+    /// `V`'s features; 4-bit m; `e + 2N` within the scratch and the codes
+    /// (`(e + 2N) / 2` bytes), `e` even.
+    #[inline(always)]
+    unsafe fn pair(&self, p: &mut Pass2<'_>, e: usize, im: V, iv: V) {
+        // SAFETY: per this function's contract.
+        unsafe {
+            let sm = |e: usize| V::load(p.sm.as_ptr().add(e)).mul(im);
+            let su = |e: usize| V::load(p.su.as_ptr().add(e)).mul(iv);
+            let (m0, m1) = (self.mlut.encode(sm(e)), self.mlut.encode(sm(e + V::LANES)));
+            V::store_nibbles2(m0, m1, p.m_codes.as_mut_ptr().add(e / 2));
+            let (v0, v1) = (self.v(su(e)), self.v(su(e + V::LANES)));
+            V::store_nibbles2(v0, v1, p.v_codes.as_mut_ptr().add(e / 2));
+        }
+    }
+}
+
+/// Pass 2 of block `b` (elements `start..end`).
+///
+/// # Safety
+/// `V`'s features, and the slice lengths `pass2` asserts.
+#[inline(always)]
+unsafe fn pass2_block<V: Lanes>(
+    c: &Codecs,
+    x: &Encode<'_, V>,
+    p: &mut Pass2<'_>,
+    v_inv: &[f32],
+    b: usize,
+    (start, end): (usize, usize),
+) {
+    // SAFETY: per this function's contract; every load is bounded by
+    // `e + N <= end` (or `e + 2N`) and every store by the code lengths.
+    unsafe {
+        let [next_w, next_g] = p.ahead.map(|a| a as *const i8);
+        // Pass 2 reads only L2 (the scratch): the next group's weight
+        // and gradient stream in under its arithmetic, block for block.
+        if !next_w.is_null() {
+            for off in (4 * start..4 * end).step_by(LINE) {
+                _mm_prefetch::<_MM_HINT_T1>(next_w.wrapping_add(off));
+                _mm_prefetch::<_MM_HINT_T1>(next_g.wrapping_add(off));
+            }
+        }
+        let (im, iv) = (V::splat(p.m_inv[b]), V::splat(v_inv[b]));
+        let sm = |e: usize| V::load(p.sm.as_ptr().add(e)).mul(im);
+        let su = |e: usize| V::load(p.su.as_ptr().add(e)).mul(iv);
+        let mut e = start;
+        while x.eight && e + V::LANES <= end {
+            V::store_bytes(x.mlut.encode(sm(e)), p.m_codes.as_mut_ptr().add(e));
+            V::store_nibbles(x.v(su(e)), p.v_codes.as_mut_ptr().add(e / 2));
+            e += V::LANES;
+        }
+        while !x.eight && e + 2 * V::LANES <= end {
+            x.pair(p, e, im, iv);
+            e += 2 * V::LANES;
+        }
+        while !x.eight && e + V::LANES <= end {
+            V::store_nibbles(x.mlut.encode(sm(e)), p.m_codes.as_mut_ptr().add(e / 2));
+            V::store_nibbles(x.v(su(e)), p.v_codes.as_mut_ptr().add(e / 2));
+            e += V::LANES;
+        }
+        pass2_elements(
+            c,
+            p,
+            b,
+            e..end,
+            |m, e, x| m_encode(&c.m, m, e, x),
+            |b, _| v_inv[b],
+        );
+    }
+}
+
+/// Checks pass 2's slice lengths; returns the inverse block scales of v.
+fn pass2_checked<'a>(c: &Codecs, p: &Pass2<'a>) -> &'a [f32] {
+    let VScale::Block(v_inv) = p.v_inv else {
+        unreachable!("SIMD pass2: block scales only")
+    };
+    let n = p.sm.len();
+    let m_bytes = if matches!(c.m, MCodec::Eight(_)) {
+        n
+    } else {
+        n.div_ceil(2)
+    };
+    assert!(p.su.len() == n && p.m_codes.len() >= m_bytes && p.v_codes.len() * 2 >= n);
+    v_inv
 }
 
 /// Pass 2 (see `format::pass2`) for per-block v scales.
@@ -157,66 +366,65 @@ pub(super) unsafe fn pass1<V: Lanes>(k: &StepConsts, c: &Codecs, bs: usize, mut 
 /// The CPU must support `V`'s features. Slice lengths are checked here.
 #[inline(always)]
 pub(super) unsafe fn pass2<V: Lanes>(c: &Codecs, bs: usize, mut p: Pass2<'_>) {
-    let VScale::Block(v_inv) = p.v_inv else {
-        unreachable!("SIMD pass2: block scales only")
-    };
+    let v_inv = pass2_checked(c, &p);
     let n = p.sm.len();
-    let eight = matches!(c.m, MCodec::Eight(_));
-    let m_bytes = if eight { n } else { n.div_ceil(2) };
-    assert!(p.su.len() == n && p.m_codes.len() >= m_bytes && p.v_codes.len() * 2 >= n);
-    let uniform = (0..16).all(|k| c.v.values[k] == (k + 1) as f32 / 16.0);
-    // SAFETY: `V`'s features per this function's contract; the loops bound
-    // every load by `e + N <= end <= n` (or `e + 2N`) and every store by the
-    // code lengths asserted above (int8: bytes e..e + N; nibbles: bytes
-    // e/2..e/2 + N/2, or + N in the two-register loop; e is even as blocks
-    // are even).
+    // SAFETY: `V`'s features per this function's contract; the block
+    // bodies stay within the lengths checked above.
     unsafe {
-        let (mlut, mids_v) = (MLut::<V>::new(&c.m), V::mids(&c.v.mids));
-        let enc_v = |x: V| {
-            if uniform {
-                V::search_uniform(x)
-            } else {
-                V::search16(mids_v, x)
-            }
-        };
-        let [next_w, next_g] = p.ahead.map(|a| a as *const i8);
+        let x = Encode::<V>::new(c);
         for (b, start) in (0..n).step_by(bs).enumerate() {
-            let end = (start + bs).min(n);
-            // Pass 2 reads only L2 (the scratch): the next group's weight
-            // and gradient stream in under its arithmetic, block for block.
-            for off in (4 * start..4 * end).step_by(LINE) {
-                _mm_prefetch::<_MM_HINT_T1>(next_w.wrapping_add(off));
-                _mm_prefetch::<_MM_HINT_T1>(next_g.wrapping_add(off));
+            pass2_block(c, &x, &mut p, v_inv, b, (start, (start + bs).min(n)));
+        }
+    }
+}
+
+/// Pass 2 of one group and pass 1 of the next, interleaved two vectors at a
+/// time: pass 1 waits on the divider (a square root and a division per
+/// element), pass 2 on shuffles and compares, so the core overlaps them.
+/// The same operations per element as [`pass2`] then [`pass1`] (the two
+/// touch disjoint buffers), so the same bits.
+///
+/// # Safety
+/// The CPU must support `V`'s features. Slice lengths are checked here.
+#[inline(always)]
+pub(super) unsafe fn pass2_then_1<V: Lanes>(
+    k: &StepConsts,
+    c: &Codecs,
+    bs: usize,
+    mut p2: Pass2<'_>,
+    mut p1: Pass1<'_>,
+) {
+    let (v_inv, v_scale) = (pass2_checked(c, &p2), pass1_checked(c, &p1));
+    let (n2, n1) = (p2.sm.len(), p1.w.len());
+    // SAFETY: `V`'s features per this function's contract; the block
+    // bodies stay within the lengths checked above, and the fused loop
+    // runs only over blocks that are whole in both groups (`e + 2N <= end`
+    // for both).
+    unsafe {
+        let (u, x) = (Update::<V>::new(k, c), Encode::<V>::new(c));
+        let fuse = !x.eight && bs.is_multiple_of(2 * V::LANES);
+        for b in 0..n1.max(n2).div_ceil(bs) {
+            let start = b * bs;
+            let (end2, end1) = ((start + bs).min(n2), (start + bs).min(n1));
+            if fuse && end2 == start + bs && end1 == start + bs {
+                let (im, iv) = (V::splat(p2.m_inv[b]), V::splat(v_inv[b]));
+                let s = (V::splat(p1.m_scale[b]), V::splat(v_scale[b]));
+                let mut acc = (V::zero(), V::zero());
+                for e in (start..end1).step_by(2 * V::LANES) {
+                    x.pair(&mut p2, e, im, iv);
+                    u.vector(&mut p1, e, s, &mut acc);
+                    u.vector(&mut p1, e + V::LANES, s, &mut acc);
+                }
+                p1.m_absmax[b] = acc.0.hmax();
+                p1.u_max[b] = acc.1.hmax();
+                continue;
             }
-            let (im, iv) = (V::splat(p.m_inv[b]), V::splat(v_inv[b]));
-            let sm = |e: usize| V::load(p.sm.as_ptr().add(e)).mul(im);
-            let su = |e: usize| V::load(p.su.as_ptr().add(e)).mul(iv);
-            let mut e = start;
-            while eight && e + V::LANES <= end {
-                V::store_bytes(mlut.encode(sm(e)), p.m_codes.as_mut_ptr().add(e));
-                V::store_nibbles(enc_v(su(e)), p.v_codes.as_mut_ptr().add(e / 2));
-                e += V::LANES;
+            if start < n2 {
+                pass2_block(c, &x, &mut p2, v_inv, b, (start, end2));
             }
-            while !eight && e + 2 * V::LANES <= end {
-                let (m0, m1) = (mlut.encode(sm(e)), mlut.encode(sm(e + V::LANES)));
-                V::store_nibbles2(m0, m1, p.m_codes.as_mut_ptr().add(e / 2));
-                let (v0, v1) = (enc_v(su(e)), enc_v(su(e + V::LANES)));
-                V::store_nibbles2(v0, v1, p.v_codes.as_mut_ptr().add(e / 2));
-                e += 2 * V::LANES;
+            if start < n1 {
+                pass1_block(k, c, &u, &mut p1, v_scale, b, (start, end1));
             }
-            while !eight && e + V::LANES <= end {
-                V::store_nibbles(mlut.encode(sm(e)), p.m_codes.as_mut_ptr().add(e / 2));
-                V::store_nibbles(enc_v(su(e)), p.v_codes.as_mut_ptr().add(e / 2));
-                e += V::LANES;
-            }
-            pass2_elements(
-                c,
-                &mut p,
-                b,
-                e..end,
-                |m, e, x| m_encode(&c.m, m, e, x),
-                |b, _| v_inv[b],
-            );
         }
     }
 }
@@ -282,4 +490,29 @@ macro_rules! entry_points {
         }
     };
 }
-pub(super) use entry_points;
+
+/// The interleaved `pass2_then_1` over `$token` (AVX2 only: the AVX-512
+/// step keeps its two passes).
+macro_rules! interleaved_entry_point {
+    ($token:ty, $lanes:ty, $features:literal) => {
+        /// Pass 2 of one group and pass 1 of the next, interleaved.
+        pub(super) fn pass2_then_1(
+            _proof: $token,
+            k: &StepConsts,
+            c: &Codecs,
+            bs: usize,
+            p2: Pass2<'_>,
+            p1: Pass1<'_>,
+        ) {
+            #[target_feature(enable = $features)]
+            unsafe fn imp(k: &StepConsts, c: &Codecs, bs: usize, p2: Pass2<'_>, p1: Pass1<'_>) {
+                // SAFETY: the features are enabled here.
+                unsafe { super::kernel::pass2_then_1::<$lanes>(k, c, bs, p2, p1) }
+            }
+            // SAFETY: the token proves the features; the body checks every
+            // slice length it relies on.
+            unsafe { imp(k, c, bs, p2, p1) }
+        }
+    };
+}
+pub(super) use {entry_points, interleaved_entry_point};

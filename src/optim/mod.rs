@@ -14,8 +14,10 @@
 //!   update, encode, with SIMD kernels written once over a vector trait
 //!   (`kernel.rs` over `crate::simd::F32Lanes`, instantiated for AVX-512 in `avx512.rs`
 //!   and AVX2 in `avx2.rs`) for the look-up and the nearest-code search and
-//!   rayon over groups (`state.rs`); each group's
-//!   arithmetic is independent of the thread count, so results are too.
+//!   rayon over groups (`state.rs`; on AVX2, runs of groups with each
+//!   group's pass 1 interleaved with the previous group's pass 2); each
+//!   group's arithmetic is independent of the thread count, so results are
+//!   too.
 //!
 //! Modules import one way: `adam` (public types) -> `array_api` (the
 //! ndarray views of [`Optimizer`], checked for layout) -> `engine`

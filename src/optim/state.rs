@@ -344,7 +344,144 @@ impl Scratch {
 }
 
 thread_local! {
-    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
+    /// Two working sets: the interleaved step (`run_interleaved`) encodes
+    /// one group from one while it updates the next into the other.
+    static SCRATCH: std::cell::RefCell<[Scratch; 2]> = std::cell::RefCell::new(Default::default());
+}
+
+/// Consecutive groups per rayon job of the interleaved step: long enough
+/// that most groups overlap their pass 1 with the previous group's pass 2,
+/// short enough to spread a parameter over the threads.
+const RUN_GROUPS: usize = 8;
+
+/// One group's work item: its weight, gradient, codes, scale chunks, first
+/// element and first block (the dither's key).
+type Job<'a> = (
+    (
+        (
+            (((&'a mut [f32], &'a [f32]), &'a mut [u8]), &'a mut [u8]),
+            ScalesChunk<'a>,
+        ),
+        Option<ScalesChunk<'a>>,
+    ),
+    (&'a usize, &'a u64),
+);
+
+/// Clamp the block maxima of m in `s.m_absmax[..nb]`, store them as the
+/// group's m scales and leave their inverses (pass 2's factors) in place.
+fn encode_m_scales(
+    ctx: &StepCtx<'_>,
+    s: &mut Scratch,
+    nb: usize,
+    msc: &mut ScalesChunk<'_>,
+    direct: bool,
+) {
+    for x in &mut s.m_absmax[..nb] {
+        *x = ctx.m_clamp.apply(*x);
+    }
+    msc.encode(&ctx.kernels, &mut s.m_absmax[..nb], None, direct);
+    for x in &mut s.m_absmax[..nb] {
+        *x = inv(*x);
+    }
+}
+
+/// The same for v's block scales in `s.u_max[..nb]`, rounded without bias
+/// (`dither.rs`).
+fn encode_v_scales(
+    ctx: &StepCtx<'_>,
+    s: &mut Scratch,
+    nb: usize,
+    vsc: &mut ScalesChunk<'_>,
+    d: Dither,
+    direct: bool,
+) {
+    for x in &mut s.u_max[..nb] {
+        *x = ctx.u_clamp.apply(*x);
+    }
+    vsc.encode(&ctx.kernels, &mut s.u_max[..nb], Some(d), direct);
+    for x in &mut s.u_max[..nb] {
+        *x = inv(*x);
+    }
+}
+
+/// The interleaved step of consecutive groups with block scales (AVX2,
+/// `Kernels::interleaves`): group `j`'s pass 1 runs inside group `j - 1`'s
+/// pass 2, one scratch set each. Every group's operations are those of
+/// the plain step, so the bits are too.
+fn run_interleaved(ctx: &StepCtx<'_>, jobs: Vec<Job<'_>>, key_numel: u64, direct: bool) {
+    let bs = ctx.block_size;
+    SCRATCH.with(|cell| {
+        let mut guard = cell.borrow_mut();
+        for half in guard.iter_mut() {
+            half.ensure(GROUP_BLOCKS * bs);
+        }
+        let (a, b) = guard.split_at_mut(1);
+        let mut halves = [&mut a[0], &mut b[0]];
+        // The previous group's element count and codes, waiting for pass 2.
+        let mut prev: Option<(usize, &mut [u8], &mut [u8])> = None;
+        let mut last_half = 0;
+        for (j, job) in jobs.into_iter().enumerate() {
+            last_half = j % 2;
+            let ((((((w, g), mc), vc), mut msc), vsc), (_, &first_block)) = job;
+            let mut vsc = vsc.expect("interleaved step: block scales only");
+            let [h0, h1] = &mut halves;
+            let (cur, old) = if j % 2 == 0 {
+                (&mut **h0, &mut **h1)
+            } else {
+                (&mut **h1, &mut **h0)
+            };
+            let n = w.len();
+            let nb = n.div_ceil(bs);
+            msc.decode(&ctx.kernels, &mut cur.m_scale[..nb], direct);
+            vsc.decode(&ctx.kernels, &mut cur.v_scale[..nb], direct);
+            let p1 = Pass1 {
+                w,
+                g,
+                m_codes: mc,
+                v_codes: vc,
+                m_scale: &cur.m_scale[..nb],
+                v_scale: VScale::Block(&cur.v_scale[..nb]),
+                sm: &mut cur.sm[..n],
+                su: &mut cur.su[..n],
+                m_absmax: &mut cur.m_absmax[..nb],
+                u_max: &mut cur.u_max[..nb],
+            };
+            match prev.take() {
+                Some((pn, pmc, pvc)) => {
+                    let pnb = pn.div_ceil(bs);
+                    let p2 = Pass2 {
+                        sm: &old.sm[..pn],
+                        su: &old.su[..pn],
+                        m_inv: &old.m_absmax[..pnb],
+                        v_inv: VScale::Block(&old.u_max[..pnb]),
+                        m_codes: pmc,
+                        v_codes: pvc,
+                        ahead: [std::ptr::null(); 2],
+                    };
+                    ctx.kernels.pass2_then_1(&ctx.k, ctx.codecs, bs, p2, p1);
+                }
+                None => ctx.kernels.pass1(&ctx.k, ctx.codecs, bs, p1),
+            }
+            encode_m_scales(ctx, cur, nb, &mut msc, direct);
+            let d = Dither::new(ctx.t, key_numel, first_block);
+            encode_v_scales(ctx, cur, nb, &mut vsc, d, direct);
+            prev = Some((n, mc, vc));
+        }
+        if let Some((pn, pmc, pvc)) = prev {
+            let old = &*halves[last_half];
+            let pnb = pn.div_ceil(bs);
+            let p2 = Pass2 {
+                sm: &old.sm[..pn],
+                su: &old.su[..pn],
+                m_inv: &old.m_absmax[..pnb],
+                v_inv: VScale::Block(&old.u_max[..pnb]),
+                m_codes: pmc,
+                v_codes: pvc,
+                ahead: [std::ptr::null(); 2],
+            };
+            ctx.kernels.pass2(ctx.codecs, bs, p2);
+        }
+    });
 }
 
 /// New rank-1 statistics: row and column maxima of the new v (map domain),
@@ -445,7 +582,7 @@ pub(crate) fn step_param(ctx: &StepCtx<'_>, st: &mut ParamState, w: &mut [f32], 
         *rest = tail;
         Some(head)
     });
-    let jobs: Vec<_> = split_lens(w, &plan.elems)
+    let jobs: Vec<Job<'_>> = split_lens(w, &plan.elems)
         .zip(g_chunks)
         .zip(split_lens(&mut st.m_codes, &m_bytes))
         .zip(split_lens(&mut st.v_codes, &v_bytes))
@@ -457,11 +594,23 @@ pub(crate) fn step_param(ctx: &StepCtx<'_>, st: &mut ParamState, w: &mut [f32], 
     // The row layout's groups are a row's few blocks: no 256-entry tables.
     let direct = rows_layout.is_some();
     let new_r1 = rank1.as_ref();
+    if rank1.is_none() && ctx.kernels.interleaves() {
+        let mut runs: Vec<Vec<Job<'_>>> = Vec::with_capacity(jobs.len().div_ceil(RUN_GROUPS));
+        for job in jobs {
+            match runs.last_mut() {
+                Some(run) if run.len() < RUN_GROUPS => run.push(job),
+                _ => runs.push(vec![job]),
+            }
+        }
+        runs.into_par_iter()
+            .for_each(|run| run_interleaved(ctx, run, key_numel, direct));
+        return;
+    }
     jobs.into_par_iter().for_each(
         |((((((w, g), mc), vc), mut msc), mut vsc), (&base, &first_block))| {
             SCRATCH.with(|cell| {
                 let mut guard = cell.borrow_mut();
-                let s = &mut *guard;
+                let s = &mut guard[0];
                 s.ensure(ge);
                 let n = w.len();
                 let nb = n.div_ceil(bs);
@@ -495,23 +644,11 @@ pub(crate) fn step_param(ctx: &StepCtx<'_>, st: &mut ParamState, w: &mut [f32], 
                         u_max: &mut s.u_max[..nb],
                     },
                 );
-                for x in &mut s.m_absmax[..nb] {
-                    *x = ctx.m_clamp.apply(*x);
-                }
-                msc.encode(&ctx.kernels, &mut s.m_absmax[..nb], None, direct);
-                for x in &mut s.m_absmax[..nb] {
-                    *x = inv(*x);
-                }
+                encode_m_scales(ctx, s, nb, &mut msc, direct);
                 let v_inv = match (&mut vsc, new_r1) {
                     (Some(chunk), _) => {
-                        for x in &mut s.u_max[..nb] {
-                            *x = ctx.u_clamp.apply(*x);
-                        }
                         let d = Dither::new(ctx.t, key_numel, first_block);
-                        chunk.encode(&ctx.kernels, &mut s.u_max[..nb], Some(d), direct);
-                        for x in &mut s.u_max[..nb] {
-                            *x = inv(*x);
-                        }
+                        encode_v_scales(ctx, s, nb, chunk, d, direct);
                         VScale::Block(&s.u_max[..nb])
                     }
                     (None, Some((rows, cols))) => VScale::Rank1 { rows, cols, base },

@@ -35,6 +35,8 @@
 //! is the reference every SIMD twin is tested against.
 
 #[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
 mod avx512;
 pub(crate) mod coin;
 pub(crate) mod direct;
@@ -50,26 +52,31 @@ pub(crate) use scalar::ZERO_CODE;
 #[cfg(all(test, feature = "gpu"))]
 pub(crate) use scalar::log2_det;
 
-use crate::simd::{Avx512, Avx512Dq};
+use crate::simd::{Avx2, Avx512, Avx512Dq};
 use coin::Dither;
 
 /// The codec's kernels for one SIMD level: AVX-512 for the table and the
-/// code search when the token is given, else the scalar twin. Both give
-/// bit-identical codes, tables and decoded scales.
+/// code search when the token is given, else the scalar twin compiled for
+/// AVX2 (`avx2.rs`) when that token is given, else the scalar twin. All
+/// give bit-identical codes, tables and decoded scales.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ScaleCodec {
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     avx512: Option<Avx512>,
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    avx2: Option<Avx2>,
     /// AVX-512 with DQ: the row layout's encoder (its dither multiplies 64-bit lanes).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     avx512_dq: Option<Avx512Dq>,
 }
 
 impl ScaleCodec {
-    /// The kernels `avx512` proves (`None`: the scalar twin).
-    pub(crate) fn new(avx512: Option<Avx512>) -> ScaleCodec {
+    /// The kernels `avx512`, else `avx2`, proves (`None` for both: the
+    /// scalar twin).
+    pub(crate) fn new(avx512: Option<Avx512>, avx2: Option<Avx2>) -> ScaleCodec {
         ScaleCodec {
             avx512,
+            avx2,
             avx512_dq: avx512.and_then(Avx512::dq),
         }
     }
@@ -109,7 +116,11 @@ impl ScaleCodec {
     /// Decode the scales of one group (`codes.len()` of them) into `out`.
     pub(crate) fn decode(&self, codes: &[u8], max: f32, step: f32, out: &mut [f32]) {
         let mut t = [0f32; 256];
-        scalar::table_with(max, step, &mut t, |m, s, t| self.fill_table(m, s, t));
+        match self.avx2 {
+            #[cfg(target_arch = "x86_64")]
+            Some(tok) if self.avx512.is_none() => avx2::table(tok, max, step, &mut t),
+            _ => scalar::table_with(max, step, &mut t, |m, s, t| self.fill_table(m, s, t)),
+        }
         scalar::decode_with_table(codes, &t, out);
     }
 
@@ -141,6 +152,10 @@ impl ScaleCodec {
                 t,
             );
         }
+        #[cfg(target_arch = "x86_64")]
+        if let Some(tok) = self.avx2 {
+            return avx2::encode_table(tok, s, codes, t);
+        }
         scalar::encode_with_table(s, codes, scalar::fill_table, None, t)
     }
 }
@@ -157,16 +172,24 @@ pub(crate) fn scalar_table(max: f32, step: f32) -> [f32; 256] {
 
 #[cfg(test)]
 mod tests {
-    //! The AVX-512 twin against the scalar one, where the CPU has it.
+    //! The AVX-512 and AVX2 twins against the scalar one, where the CPU has them.
     use super::*;
 
     #[test]
     fn codes_and_tables_match_scalar() {
-        let Some(tok) = Avx512::new() else {
-            eprintln!("skipped: AVX-512 not in force, only the scalar twin would run");
-            return;
-        };
-        let k = ScaleCodec::new(Some(tok));
+        let codecs = [
+            Avx512::new().map(|t| ScaleCodec::new(Some(t), None)),
+            Avx2::new().map(|t| ScaleCodec::new(None, Some(t))),
+        ];
+        if codecs.iter().all(Option::is_none) {
+            eprintln!("skipped: no SIMD level in force, only the scalar twin would run");
+        }
+        for k in codecs.into_iter().flatten() {
+            codes_and_tables_match_scalar_with(k);
+        }
+    }
+
+    fn codes_and_tables_match_scalar_with(k: ScaleCodec) {
         for spread in [1.0001f32, 1.3, 2.0, 1e3, 1e20] {
             let base: Vec<f32> = (0..256)
                 .map(|i| {
@@ -193,6 +216,12 @@ mod tests {
             let mut t1 = [0f32; 256];
             scalar::table_with(max, step, &mut t1, |m, s, t| k.fill_table(m, s, t));
             assert_eq!(scalar_table(max, step), t1, "{max} {step}");
+            let mut t2 = [0f32; 256];
+            let mut d = [0f32; 256];
+            let codes: Vec<u8> = (0..=255).collect();
+            k.decode(&codes, max, step, &mut d);
+            t2.copy_from_slice(&d);
+            assert_eq!(scalar_table(max, step), t2, "{max} {step}");
         }
     }
     #[test]
@@ -201,7 +230,7 @@ mod tests {
             eprintln!("skipped: AVX-512 not in force, only the scalar twin would run");
             return;
         };
-        let k = ScaleCodec::new(Some(tok));
+        let k = ScaleCodec::new(Some(tok), None);
         assert!(k.avx512_dq.is_some(), "every AVX-512 CPU we run on has DQ");
         for spread in [1.0001f32, 1.3, 2.0, 1e3, 1e12, 1e20] {
             let base: Vec<f32> = (0..256)

@@ -10,7 +10,7 @@ pub(crate) const STEPS: f32 = 254.0;
 /// atanh series of the mantissa. Only a starting guess for the code search
 /// (the result is fixed up against the table), so its accuracy affects the
 /// speed, never the codes.
-#[inline]
+#[inline(always)]
 pub(crate) fn log2_approx(r: f32) -> f32 {
     let bits = r.to_bits();
     let e = ((bits >> 23) & 0xff) as i32 - 127;
@@ -74,7 +74,7 @@ pub(crate) fn log2_det(r: f32) -> f32 {
 /// `2^y` for `y` in `[-126, 0]`: exponent bits times a degree-6 Taylor
 /// polynomial of `2^f`, `f` in `[-0.5, 0.5]` (relative error < 1e-6;
 /// exactness is not needed, determinism is: plain f32 operations, no libm).
-#[inline]
+#[inline(always)]
 pub(crate) fn exp2_neg(y: f32) -> f32 {
     // Round to the nearest integer without libm (`as` truncates; -y >= 0).
     let t = ((0.5 - y) as i32).min(126);
@@ -96,7 +96,9 @@ pub(crate) const EXP2_C: [f32; 6] = [
 ];
 
 /// Fill `t[..255]` with `max * 2^(c * step)`: the scalar twin of the
-/// AVX-512 table (the same operations in the same order).
+/// AVX-512 table (the same operations in the same order). Inlined, so the
+/// AVX2 instantiation (`avx2.rs`) vectorizes it.
+#[inline(always)]
 pub(crate) fn fill_table(max: f32, step: f32, t: &mut [f32; 256]) {
     for (c, x) in t.iter_mut().enumerate().take(255) {
         *x = max * exp2_neg(c as f32 * step);
@@ -107,7 +109,7 @@ pub(crate) fn fill_table(max: f32, step: f32, t: &mut [f32; 256]) {
 /// step)` made non-increasing (a running minimum, so the search below is
 /// exact whatever the polynomial's rounding), `t[255] = 0`. `fill` writes
 /// the raw values ([`fill_table`] or a SIMD twin of it).
-#[inline]
+#[inline(always)]
 pub(crate) fn table_with(
     max: f32,
     step: f32,
@@ -185,6 +187,7 @@ pub(crate) type PrefixSearch<'a> = &'a dyn Fn(&mut [f32], &mut [u8], &GroupTable
 /// The group's decoded table is left in `t` (all zeros for an all-zero
 /// group): the unbiased rounding of v's scales (`dither.rs`) needs each
 /// code's neighbour.
+#[inline(always)]
 pub(crate) fn encode_with_table(
     s: &mut [f32],
     codes: &mut [u8],
@@ -213,18 +216,27 @@ pub(crate) fn encode_with_table(
         Some(search) if fast => search(s, codes, &GroupTable { max, inv_step, t }),
         _ => 0,
     };
-    for (x, c) in s[done..].iter_mut().zip(codes[done..].iter_mut()) {
-        let guess = if step == 0.0 || *x == 0.0 {
-            254
-        } else {
+    // The guesses first, a chunk at a time, in a loop without branches (the
+    // AVX2 instantiation vectorizes it), then the walks; a guess only
+    // shortens a walk, the code is the table's.
+    const CHUNK: usize = 64;
+    for (xs, cs) in s[done..]
+        .chunks_mut(CHUNK)
+        .zip(codes[done..].chunks_mut(CHUNK))
+    {
+        let mut guesses = [254i32; CHUNK];
+        for (g, &x) in guesses.iter_mut().zip(xs.iter()) {
             let l = if fast {
-                log2_approx(*x / max)
+                log2_approx(x / max)
             } else {
-                (*x / max).log2()
+                (x / max).log2()
             };
-            (l * inv_step).clamp(0.0, STEPS) as usize
-        };
-        encode_one(x, c, guess, t);
+            let at = (l * inv_step).clamp(0.0, STEPS) as i32;
+            *g = if step == 0.0 || x == 0.0 { 254 } else { at };
+        }
+        for ((x, c), &g) in xs.iter_mut().zip(cs.iter_mut()).zip(&guesses) {
+            encode_one(x, c, g as usize, t);
+        }
     }
     (max, step)
 }

@@ -63,9 +63,10 @@ pub(crate) trait F32Lanes: Copy {
     unsafe fn lookup(t: Self::Table, idx: Self::Idx) -> Self;
     /// The midpoints `t` (+inf padded) for [`F32Lanes::search16`].
     unsafe fn mids(t: &[f32; 16]) -> Self::Mids;
-    /// Lane-wise nearest code given the 16 midpoints (+inf padded): the
-    /// branch-free four-step search of `Codebook16::encode`, the same
-    /// compares.
+    /// Lane-wise nearest code given the 16 midpoints (+inf padded, sorted):
+    /// the code of `Codebook16::encode`'s branch-free four-step search, the
+    /// number of midpoints strictly below `x` (the AVX-512 body runs the
+    /// same compares, the AVX2 one counts in two levels).
     unsafe fn search16(mids: Self::Mids, x: Self) -> Self::Idx;
     /// Nearest codes on the uniform `{k/16 : k = 1..16}` map:
     /// `clamp(ceil(16x - 1.5), 0, 15)`. Equal to the midpoint search: the

@@ -1,9 +1,11 @@
 //! [`F32Lanes`] for AVX2 + FMA (`__m256`, 8 lanes).
 //!
 //! A 16-entry code book takes two 8-lane registers: a look-up is two
-//! `vpermps` (which read the index's low 3 bits) and a blend on bit 3; the
-//! nearest-code search is the four-step binary search over the midpoints,
-//! lane-wise. The int8 m code book (256 entries) is read with gathers.
+//! `vpermps` (which read the index's low 3 bits) and a blend on bit 3. The
+//! nearest-code search counts the midpoints below `x` in two levels of three
+//! compares ([`Mids16`]): the same code as the binary search over the sorted
+//! midpoints, without its chain of dependent blends. The int8 m code book
+//! (256 entries) is read with gathers.
 
 #![cfg(target_arch = "x86_64")]
 
@@ -34,11 +36,27 @@ impl Lut16 {
     }
 }
 
+/// The 15 midpoints of a sorted 16-entry code book laid out for a two-level
+/// count: `x`'s quarter `q` (0..4) is the number of the midpoints 3, 7 and
+/// 11 below it, and its code `4q` plus the number of the midpoints `4q`,
+/// `4q + 1`, `4q + 2` below it. For non-decreasing midpoints that count is
+/// what `Codebook16::encode`'s binary search returns (both are the number
+/// of midpoints strictly below `x`; 0 for NaN, whose compares are false).
+#[derive(Clone, Copy)]
+pub(crate) struct Mids16 {
+    /// Midpoints 3, 7 and 11, broadcast.
+    quarters: [__m256; 3],
+    /// Lanes 0..4: midpoint `4q` of quarter `q`; lanes 4..8: midpoint `4q + 1`.
+    first: __m256,
+    /// Lanes 0..4: midpoint `4q + 2`.
+    third: __m256,
+}
+
 impl F32Lanes for __m256 {
     const LANES: usize = 8;
     type Idx = __m256i;
     type Table = Lut16;
-    type Mids = Lut16;
+    type Mids = Mids16;
     type Bad = __m256;
 
     #[inline(always)]
@@ -126,26 +144,31 @@ impl F32Lanes for __m256 {
         unsafe { t.get(idx, _mm256_castsi256_ps(_mm256_slli_epi32::<28>(idx))) }
     }
     #[inline(always)]
-    unsafe fn mids(t: &[f32; 16]) -> Lut16 {
-        // SAFETY: AVX2 (the trait's contract).
-        unsafe { Self::table(t) }
-    }
-    #[inline(always)]
-    unsafe fn search16(mids: Lut16, x: Self) -> __m256i {
+    unsafe fn mids(t: &[f32; 16]) -> Mids16 {
         // SAFETY: AVX2 (the trait's contract).
         unsafe {
-            // Step 8: mids[7]; its mask also selects the half for the rest.
-            let gt8 = _mm256_cmp_ps::<_CMP_GT_OQ>(
-                x,
-                _mm256_permutevar8x32_ps(mids.lo, _mm256_set1_epi32(7)),
-            );
-            let mut idx = _mm256_and_si256(_mm256_castps_si256(gt8), _mm256_set1_epi32(8));
-            for (step, off) in [(4, 3), (2, 1), (1, 0)] {
-                let mid = mids.get(_mm256_add_epi32(idx, _mm256_set1_epi32(off)), gt8);
-                let gt = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_GT_OQ>(x, mid));
-                idx = _mm256_add_epi32(idx, _mm256_and_si256(gt, _mm256_set1_epi32(step)));
+            Mids16 {
+                quarters: [t[3], t[7], t[11]].map(|m| _mm256_set1_ps(m)),
+                first: _mm256_setr_ps(t[0], t[4], t[8], t[12], t[1], t[5], t[9], t[13]),
+                third: _mm256_setr_ps(t[2], t[6], t[10], t[14], 0.0, 0.0, 0.0, 0.0),
             }
-            idx
+        }
+    }
+    #[inline(always)]
+    unsafe fn search16(m: Mids16, x: Self) -> __m256i {
+        // A true compare is -1 in every bit: subtracting it counts it.
+        // SAFETY: AVX2 (the trait's contract).
+        unsafe {
+            let below = |mid: __m256| _mm256_castps_si256(_mm256_cmp_ps::<_CMP_GT_OQ>(x, mid));
+            let mut q = _mm256_setzero_si256();
+            for mid in m.quarters {
+                q = _mm256_sub_epi32(q, below(mid));
+            }
+            let second = _mm256_add_epi32(q, _mm256_set1_epi32(4));
+            let mut idx = _mm256_slli_epi32::<2>(q);
+            idx = _mm256_sub_epi32(idx, below(_mm256_permutevar8x32_ps(m.first, q)));
+            idx = _mm256_sub_epi32(idx, below(_mm256_permutevar8x32_ps(m.first, second)));
+            _mm256_sub_epi32(idx, below(_mm256_permutevar8x32_ps(m.third, q)))
         }
     }
     #[inline(always)]
