@@ -119,18 +119,30 @@ pub(crate) fn pack_runs(q: &[u8], out: &mut [u8]) {
 }
 
 /// Every group's `(d, -m)` of a row (`dm[2g]`, `dm[2g + 1]`), as
-/// [`group_dm`] computes them, the super-block halves converted once.
+/// [`group_dm`] computes them (`-(Dmin * mn)` is `(-Dmin) * mn` exactly),
+/// with the super-block halves converted once and the scale codes read two
+/// groups (three bytes) at a time: this runs for every row of every call.
 pub(crate) fn row_dm(sc_row: &[u8], supers: &[u16], groups_per_super: usize, dm: &mut [f32]) {
-    for (s, (h, dms)) in supers
-        .chunks_exact(2)
-        .zip(dm.chunks_mut(2 * groups_per_super))
-        .enumerate()
-    {
-        let (big_d, big_m) = (half(h[0]), half(h[1]));
-        for (j, p) in dms.chunks_exact_mut(2).enumerate() {
-            let (sc, mn) = scale_code(sc_row, s * groups_per_super + j);
-            p[0] = big_d * f32::from(sc);
-            p[1] = -(big_m * f32::from(mn));
+    let groups = dm.len() / 2;
+    for (s, h) in supers.chunks_exact(2).enumerate() {
+        let (big_d, neg_m) = (half(h[0]), -half(h[1]));
+        // A super-block starts on an even group: `groups_per_super` is 8,
+        // or the whole row.
+        let end = ((s + 1) * groups_per_super).min(groups);
+        let mut g = s * groups_per_super;
+        while g < end {
+            let b = &sc_row[3 * (g / 2)..];
+            let two = g + 1 < end;
+            let v = u32::from(b[0])
+                | (u32::from(b[1]) << 8)
+                | if two { u32::from(b[2]) << 16 } else { 0 };
+            dm[2 * g] = big_d * (v & 0x3F) as f32;
+            dm[2 * g + 1] = neg_m * ((v >> 6) & 0x3F) as f32;
+            if two {
+                dm[2 * g + 2] = big_d * ((v >> 12) & 0x3F) as f32;
+                dm[2 * g + 3] = neg_m * ((v >> 18) & 0x3F) as f32;
+            }
+            g += 2;
         }
     }
 }
