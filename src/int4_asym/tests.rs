@@ -128,7 +128,7 @@ fn the_fused_dot_matches_float64_at_every_level() {
     for level in crate::simd::available_levels() {
         let dots = Dots::at(level).unwrap();
         let mut want = vec![(0f64, 0f64); out_feat];
-        for r in 0..out_feat {
+        for (r, wr) in want.iter_mut().enumerate() {
             let q = a.unpacked_row(r);
             let sc = &a.scales()[r * 2 * a.groups()..(r + 1) * 2 * a.groups()];
             let (mut exact, mut mag) = (0f64, 0f64);
@@ -139,7 +139,7 @@ fn the_fused_dot_matches_float64_at_every_level() {
             }
             let got = a.dot_row(dots, r, &x) as f64;
             let bound = (in_feat + 3) as f64 * f32::EPSILON as f64 * mag;
-            want[r] = (exact, bound);
+            *wr = (exact, bound);
             assert!(
                 (got - exact).abs() <= bound,
                 "{level:?} row {r}: {got} vs {exact}"

@@ -67,7 +67,7 @@ fn the_fused_dot_matches_float64_at_every_level() {
         for level in crate::simd::available_levels() {
             let dots = Dots::at(level).unwrap();
             let mut want = vec![(0f64, 0f64); o];
-            for r in 0..o {
+            for (r, wr) in want.iter_mut().enumerate() {
                 let (sc, mn) = w.unpacked_scale_codes(r);
                 let q = w.unpacked_row(r);
                 let sb = super_block(i);
@@ -80,7 +80,7 @@ fn the_fused_dot_matches_float64_at_every_level() {
                     mag += ((d * q[k] as f64).abs() + m.abs()) * (x[k] as f64).abs();
                 }
                 let bound = (i + 3) as f64 * f32::EPSILON as f64 * mag;
-                want[r] = (exact, bound);
+                *wr = (exact, bound);
                 let got = w.dot_row(dots, r, &x) as f64;
                 assert!(
                     (got - exact).abs() <= bound,
