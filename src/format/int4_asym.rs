@@ -32,6 +32,10 @@ impl RowSource for AsymWeight {
     fn dot(&self, dots: Dots, r: usize, x: &[f32]) -> f32 {
         self.dot_row(dots, r, x)
     }
+
+    fn dot_rows(&self, dots: Dots, r0: usize, x: &[f32], out: &mut [f32]) {
+        AsymWeight::dot_rows(self, dots, r0, x, out);
+    }
 }
 
 impl WeightFormat for Int4Asym {

@@ -29,6 +29,10 @@ impl RowSource for KWeight {
     fn dot(&self, dots: Dots, r: usize, x: &[f32]) -> f32 {
         self.dot_row(dots, r, x)
     }
+
+    fn dot_rows(&self, dots: Dots, r0: usize, x: &[f32], out: &mut [f32]) {
+        KWeight::dot_rows(self, dots, r0, x, out);
+    }
 }
 
 impl WeightFormat for Int4K {

@@ -1,11 +1,11 @@
-//! The group loop of the x86 bodies of `dot::dot_row` (`avx2.rs`,
-//! `avx512.rs`), generic over the f32 register type; each ISA file brings
-//! only its nibble widening.
+//! The group loop of the AVX-512 body of `dot::dot_row` (`avx512.rs`),
+//! generic over the f32 register type (the AVX2 level runs the multi-row
+//! kernel of `rows_avx2.rs` instead).
 
 use super::{half, RUN};
 use crate::simd::F32Lanes;
 
-/// The group loop both x86 bodies share, over any f32 register type `L`:
+/// The group loop of the AVX-512 body, over any f32 register type `L`:
 /// `widen(p)` turns the 16 bytes at `p` (one run of 32 codes) into `V`
 /// vectors of f32 codes, vector `j` covering inputs `8j..` (AVX2) or
 /// `16j..` (AVX-512) of the run; vector `j` multiply-adds into accumulator

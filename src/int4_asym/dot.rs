@@ -3,18 +3,19 @@
 //! decoded to a float weight: each 16-byte run gives 32 codes (low nibbles:
 //! inputs 0..16, high nibbles: 16..32) that are widened to f32 and
 //! multiply-added with `x`, while `x` is summed alongside (the minimum's
-//! term). One scalar reference ([`dot_row_scalar`]) and one body per ISA
-//! (`avx2.rs`, `avx512.rs`: the nibble widening of each ISA around the one
-//! generic group loop (`body.rs`): vector accumulators per group, scaled
-//! into a row accumulator, one horizontal sum per row), picked from the proof
-//! tokens of `crate::linear::dispatch::Dots`.
+//! term). One scalar reference ([`dot_row_scalar`]) and one body per ISA,
+//! picked from the proof tokens of `crate::linear::dispatch::Dots`: AVX2 is
+//! the multi-row kernel `rows_avx2.rs` (shared with `int4_k`) on one row;
+//! AVX-512 is `avx512.rs`, its nibble widening around the generic group
+//! loop of `body.rs` (vector accumulators per group, scaled into a row
+//! accumulator, one horizontal sum per row).
 //!
 //! Rounding: the result is within `(in + 3) * eps_f32 * sum_i (|d q_i| +
 //! |m|) |x_i|` of the exact value (the sums reassociate; each group adds two
 //! products and one sum).
 
 #[cfg(target_arch = "x86_64")]
-use super::{avx2, avx512};
+use super::avx512;
 use super::{half, RUN};
 use crate::linear::dispatch::Dots;
 
@@ -34,9 +35,13 @@ pub(crate) fn dot_row(
         // SAFETY: the token proves AVX-512 F/BW/VL; lengths checked above.
         #[cfg(target_arch = "x86_64")]
         Dots::Avx512(t) => unsafe { avx512::dot_row(t, codes, scales, group_size, x) },
-        // SAFETY: the token proves AVX2 and FMA; lengths checked above.
         #[cfg(target_arch = "x86_64")]
-        Dots::Avx2(t, _) => unsafe { avx2::dot_row(t, codes, scales, group_size, x) },
+        Dots::Avx2(t, _) => {
+            let mut out = [0f32];
+            let s = OneRow { scales, group_size };
+            super::rows_avx2::dot_rows(t, dots, &s, codes, 0, x, &mut out);
+            out[0]
+        }
         Dots::Scalar => dot_row_scalar(codes, scales, group_size, x),
     }
 }
@@ -58,4 +63,22 @@ pub(crate) fn dot_row_scalar(codes: &[u8], scales: &[u16], group_size: usize, x:
             half(s[0]) * qx + half(s[1]) * sx
         })
         .sum()
+}
+
+/// One row's `(d, m)` halves, for the AVX2 kernel on a lone row.
+#[cfg(target_arch = "x86_64")]
+struct OneRow<'a> {
+    scales: &'a [u16],
+    group_size: usize,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl super::rows_avx2::GroupScales for OneRow<'_> {
+    fn group_runs(&self) -> usize {
+        self.group_size / RUN
+    }
+
+    fn group_scales(&self, dots: Dots, _: usize, dm: &mut [f32]) {
+        super::rows_avx2::halves_to_f32(dots, self.scales, dm);
+    }
 }

@@ -18,12 +18,12 @@
 //! the nearest grid points, which is optimal for the chosen `(d, m)`.
 
 #[cfg(target_arch = "x86_64")]
-mod avx2;
-#[cfg(target_arch = "x86_64")]
 mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod body;
 mod dot;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod rows_avx2;
 mod search;
 
 use std::ops::Range;
@@ -277,6 +277,20 @@ impl AsymWeight {
         )
     }
 
+    /// `out[i]` = row `r0 + i` dotted with `x`: the AVX2 level runs
+    /// several rows per pass (`rows_avx2.rs`), the others row by row.
+    pub(crate) fn dot_rows(&self, dots: Dots, r0: usize, x: &[f32], out: &mut [f32]) {
+        assert!(r0 + out.len() <= self.out_feat && x.len() == self.in_feat);
+        #[cfg(target_arch = "x86_64")]
+        if let Dots::Avx2(t, _) = dots {
+            rows_avx2::dot_rows(t, dots, self, &self.codes, r0, x, out);
+            return;
+        }
+        for (i, o) in out.iter_mut().enumerate() {
+            *o = self.dot_row(dots, r0 + i, x);
+        }
+    }
+
     /// The dequantized weight `[out, in]`.
     pub fn dequantize(&self) -> Vec<f32> {
         self.decode_rows(0..self.out_feat)
@@ -295,6 +309,19 @@ impl AsymWeight {
             .zip(rows)
             .for_each(|(o, r)| self.decode(r, 0, o));
         out
+    }
+}
+
+/// `(d, m)` per group, converted from the stored halves.
+#[cfg(target_arch = "x86_64")]
+impl rows_avx2::GroupScales for AsymWeight {
+    fn group_runs(&self) -> usize {
+        self.group_size / RUN
+    }
+
+    fn group_scales(&self, dots: Dots, r: usize, dm: &mut [f32]) {
+        let n = 2 * self.groups();
+        rows_avx2::halves_to_f32(dots, &self.scales[r * n..(r + 1) * n], dm);
     }
 }
 

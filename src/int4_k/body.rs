@@ -1,11 +1,11 @@
-//! The group loop of the x86 bodies of `dot::dot_row` (`avx2.rs`,
-//! `avx512.rs`), generic over the f32 register type; each ISA file brings
-//! only its nibble widening.
+//! The group loop of the AVX-512 body of `dot::dot_row` (`avx512.rs`),
+//! generic over the f32 register type (the AVX2 level runs the multi-row
+//! kernel `crate::int4_asym::rows_avx2` instead).
 
 use super::{group_dm, GROUP};
 use crate::simd::F32Lanes;
 
-/// The group loop both x86 bodies share, over any f32 register type `L`:
+/// The group loop of the AVX-512 body, over any f32 register type `L`:
 /// `widen(p)` turns the 16 bytes at `p` (one group of 32 codes) into `V`
 /// vectors of f32 codes, vector `j` covering inputs `j * L::LANES..` of
 /// the group; vector `j` multiply-adds into accumulator `j % 2`, and `x` is

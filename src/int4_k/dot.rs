@@ -2,17 +2,18 @@
 //! `d_g * sum(q x) - m_g * sum(x)` with `d_g = D * sc_g` and
 //! `m_g = Dmin * mn_g` computed from the packed 6-bit codes as the loop
 //! reaches the group; the codes are never decoded to a float weight. One
-//! scalar reference ([`dot_row_scalar`]) and one body per ISA (`avx2.rs`,
-//! `avx512.rs`: the nibble widening of each ISA around the one generic
-//! group loop, `body.rs`), picked from the proof tokens of
-//! `crate::linear::dispatch::Dots`.
+//! scalar reference ([`dot_row_scalar`]) and one body per ISA, picked from
+//! the proof tokens of `crate::linear::dispatch::Dots`: AVX2 is the
+//! multi-row kernel `crate::int4_asym::rows_avx2` (shared with `int4_asym`)
+//! on one row; AVX-512 is `avx512.rs`, its nibble widening around the
+//! generic group loop of `body.rs`.
 //!
 //! Rounding: the result is within `(in + 3) * eps_f32 * sum_i (|d q_i| +
 //! |m|) |x_i|` of the exact value (the sums reassociate; each group adds two
 //! products and one sum), as for `int4_asym`.
 
 #[cfg(target_arch = "x86_64")]
-use super::{avx2, avx512};
+use super::avx512;
 use super::{group_dm, scale_code_bytes, GROUP};
 use crate::linear::dispatch::Dots;
 
@@ -37,9 +38,17 @@ pub(crate) fn dot_row(
         // SAFETY: the token proves AVX-512 F/BW/VL; lengths checked above.
         #[cfg(target_arch = "x86_64")]
         Dots::Avx512(t) => unsafe { avx512::dot_row(t, codes, sc_row, supers, gps, x) },
-        // SAFETY: the token proves AVX2 and FMA; lengths checked above.
         #[cfg(target_arch = "x86_64")]
-        Dots::Avx2(t, _) => unsafe { avx2::dot_row(t, codes, sc_row, supers, gps, x) },
+        Dots::Avx2(t, _) => {
+            let mut out = [0f32];
+            let s = OneRow {
+                sc_row,
+                supers,
+                gps,
+            };
+            crate::int4_asym::rows_avx2::dot_rows(t, dots, &s, codes, 0, x, &mut out);
+            out[0]
+        }
         Dots::Scalar => dot_row_scalar(codes, sc_row, supers, gps, x),
     }
 }
@@ -66,4 +75,23 @@ pub(crate) fn dot_row_scalar(
             d * qx - m * sx
         })
         .sum()
+}
+
+/// One row's scale codes and halves, for the AVX2 kernel on a lone row.
+#[cfg(target_arch = "x86_64")]
+struct OneRow<'a> {
+    sc_row: &'a [u8],
+    supers: &'a [u16],
+    gps: usize,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl crate::int4_asym::rows_avx2::GroupScales for OneRow<'_> {
+    fn group_runs(&self) -> usize {
+        1
+    }
+
+    fn group_scales(&self, _: Dots, _: usize, dm: &mut [f32]) {
+        super::row_dm(self.sc_row, self.supers, self.gps, dm);
+    }
 }

@@ -23,8 +23,6 @@
 //! row of 576 inputs (one super-block).
 
 #[cfg(target_arch = "x86_64")]
-mod avx2;
-#[cfg(target_arch = "x86_64")]
 mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod body;
@@ -116,6 +114,35 @@ pub(crate) fn pack_runs(q: &[u8], out: &mut [u8]) {
     for (qr, br) in q.chunks_exact(GROUP).zip(out.chunks_exact_mut(GROUP / 2)) {
         for (j, b) in br.iter_mut().enumerate() {
             *b = qr[j] | (qr[j + GROUP / 2] << 4);
+        }
+    }
+}
+
+/// Every group's `(d, -m)` of a row (`dm[2g]`, `dm[2g + 1]`), as
+/// [`group_dm`] computes them (`-(Dmin * mn)` is `(-Dmin) * mn` exactly),
+/// with the super-block halves converted once and the scale codes read two
+/// groups (three bytes) at a time: this runs for every row of every call.
+pub(crate) fn row_dm(sc_row: &[u8], supers: &[u16], groups_per_super: usize, dm: &mut [f32]) {
+    let groups = dm.len() / 2;
+    for (s, h) in supers.chunks_exact(2).enumerate() {
+        let (big_d, neg_m) = (half(h[0]), -half(h[1]));
+        // A super-block starts on an even group: `groups_per_super` is 8,
+        // or the whole row.
+        let end = ((s + 1) * groups_per_super).min(groups);
+        let mut g = s * groups_per_super;
+        while g < end {
+            let b = &sc_row[3 * (g / 2)..];
+            let two = g + 1 < end;
+            let v = u32::from(b[0])
+                | (u32::from(b[1]) << 8)
+                | if two { u32::from(b[2]) << 16 } else { 0 };
+            dm[2 * g] = big_d * (v & 0x3F) as f32;
+            dm[2 * g + 1] = neg_m * ((v >> 6) & 0x3F) as f32;
+            if two {
+                dm[2 * g + 2] = big_d * ((v >> 12) & 0x3F) as f32;
+                dm[2 * g + 3] = neg_m * ((v >> 18) & 0x3F) as f32;
+            }
+            g += 2;
         }
     }
 }
@@ -415,6 +442,21 @@ impl KWeight {
         dot::dot_row(dots, codes, sr, hr, self.super_block(), x)
     }
 
+    /// `out[i]` = row `r0 + i` dotted with `x`: the AVX2 level runs
+    /// several rows per pass (`crate::int4_asym::rows_avx2`, shared with
+    /// `int4_asym`), the others row by row.
+    pub(crate) fn dot_rows(&self, dots: Dots, r0: usize, x: &[f32], out: &mut [f32]) {
+        assert!(r0 + out.len() <= self.out_feat && x.len() == self.in_feat);
+        #[cfg(target_arch = "x86_64")]
+        if let Dots::Avx2(t, _) = dots {
+            crate::int4_asym::rows_avx2::dot_rows(t, dots, self, &self.codes, r0, x, out);
+            return;
+        }
+        for (i, o) in out.iter_mut().enumerate() {
+            *o = self.dot_row(dots, r0 + i, x);
+        }
+    }
+
     /// The dequantized weight `[out, in]`.
     pub fn dequantize(&self) -> Vec<f32> {
         self.decode_rows(0..self.out_feat)
@@ -432,6 +474,19 @@ impl KWeight {
             .zip(rows)
             .for_each(|(o, r)| self.decode(r, 0, o));
         out
+    }
+}
+
+/// `(d, -m)` per group of 32 from the packed codes and the halves.
+#[cfg(target_arch = "x86_64")]
+impl crate::int4_asym::rows_avx2::GroupScales for KWeight {
+    fn group_runs(&self) -> usize {
+        1
+    }
+
+    fn group_scales(&self, _: Dots, r: usize, dm: &mut [f32]) {
+        let (_, sr, hr) = self.row_parts(r);
+        row_dm(sr, hr, self.super_block() / GROUP, dm);
     }
 }
 

@@ -58,13 +58,16 @@ fn decode_is_q4_k_arithmetic_written_out() {
 #[test]
 fn the_fused_dot_matches_float64_at_every_level() {
     use crate::linear::dispatch::Dots;
-    for (o, i) in [(3, 96), (2, 512), (2, 576)] {
+    // Five and six rows: the AVX2 multi-row kernel's passes of four and
+    // its shorter last passes.
+    for (o, i) in [(5, 96), (6, 512), (2, 576)] {
         let w = random_parts(o, i, 11);
         let x = random(i, 12);
         let deq = w.dequantize();
         for level in crate::simd::available_levels() {
             let dots = Dots::at(level).unwrap();
-            for r in 0..o {
+            let mut want = vec![(0f64, 0f64); o];
+            for (r, wr) in want.iter_mut().enumerate() {
                 let (sc, mn) = w.unpacked_scale_codes(r);
                 let q = w.unpacked_row(r);
                 let sb = super_block(i);
@@ -77,6 +80,7 @@ fn the_fused_dot_matches_float64_at_every_level() {
                     mag += ((d * q[k] as f64).abs() + m.abs()) * (x[k] as f64).abs();
                 }
                 let bound = (i + 3) as f64 * f32::EPSILON as f64 * mag;
+                *wr = (exact, bound);
                 let got = w.dot_row(dots, r, &x) as f64;
                 assert!(
                     (got - exact).abs() <= bound,
@@ -84,6 +88,15 @@ fn the_fused_dot_matches_float64_at_every_level() {
                 );
                 let scalar = w.dot_row(Dots::Scalar, r, &x) as f64;
                 assert!((got - scalar).abs() <= 2.0 * bound, "{level:?} vs scalar");
+            }
+            for r0 in [0, 1] {
+                let mut out = vec![0f32; o - r0];
+                w.dot_rows(dots, r0, &x, &mut out);
+                for (r, &got) in (r0..).zip(&out) {
+                    let (exact, bound) = want[r];
+                    let err = (got as f64 - exact).abs();
+                    assert!(err <= bound, "{level:?} {i} dot_rows from {r0}, row {r}");
+                }
             }
         }
     }

@@ -37,6 +37,14 @@ pub(crate) trait RowSource: Sync {
     /// Dot product of the whole row `r` with `x` (`x.len()` = in), with the
     /// kernels `dots`.
     fn dot(&self, dots: Dots, r: usize, x: &[f32]) -> f32;
+    /// `out[i]` = the dot of row `r0 + i` with `x`: one [`RowSource::dot`]
+    /// per row, unless the format has a kernel that serves several rows per
+    /// pass over `x`.
+    fn dot_rows(&self, dots: Dots, r0: usize, x: &[f32], out: &mut [f32]) {
+        for (i, o) in out.iter_mut().enumerate() {
+            *o = self.dot(dots, r0 + i, x);
+        }
+    }
     /// The rows as E4M3 codes `[n, k]`, when that is what they are (the
     /// AMX path, `amx.rs`, decodes them itself).
     fn e4m3_codes(&self) -> Option<&[u8]> {
@@ -44,6 +52,8 @@ pub(crate) trait RowSource: Sync {
     }
 }
 
+/// Output rows per `RowSource::dot_rows` call (one rayon task at most).
+const DOT_ROWS: usize = 64;
 /// Batch rows from which the tiled path is used.
 const TILE_MIN_ROWS: usize = 4;
 /// Output rows per tile (one rayon task).
@@ -106,24 +116,26 @@ pub(crate) fn matmul_rows<S: RowSource>(
     let out = OutPtr(y.as_mut_ptr());
     let b_at = |r: usize| bias.map_or(0.0, |b| b[r]);
     if m < TILE_MIN_ROWS || k == 0 {
-        let rows_per_task = (1 << 16) / k.max(1) + 1;
-        (0..n)
-            .into_par_iter()
-            .with_min_len(rows_per_task)
-            .for_each(|r| {
-                let s = scale(r);
-                for b in 0..m {
-                    let v = if k == 0 {
-                        0.0
-                    } else {
-                        src.dot(dots, r, &x[b * k..(b + 1) * k])
-                    };
+        // Tasks of about 64 Ki weights, in calls of at most DOT_ROWS rows
+        // (a multiple of 4, the rows per pass of the multi-row kernels).
+        let rows_per_task = ((1 << 16) / k.max(1) + 1).next_multiple_of(4);
+        let chunk = rows_per_task.min(DOT_ROWS);
+        (0..n.div_ceil(chunk)).into_par_iter().for_each(|c| {
+            let rows = c * chunk..((c + 1) * chunk).min(n);
+            let mut v = [0f32; DOT_ROWS];
+            let v = &mut v[..rows.len()];
+            for b in 0..m {
+                if k > 0 {
+                    src.dot_rows(dots, rows.start, &x[b * k..(b + 1) * k], v);
+                }
+                for (r, &vr) in rows.clone().zip(v.iter()) {
                     let o = out;
                     // SAFETY: element (b, r) is written by the task owning r only,
                     // and b * n + r < m * n = y.len().
-                    unsafe { *o.0.add(b * n + r) = v * s + b_at(r) };
+                    unsafe { *o.0.add(b * n + r) = vr * scale(r) + b_at(r) };
                 }
-            });
+            }
+        });
         return;
     }
     if m >= GEMM_MIN_ROWS {
