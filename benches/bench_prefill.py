@@ -17,13 +17,20 @@ machine whose speed drifts compares all of them under the same conditions.
 
 The last row is the machine's 2-thread read bandwidth (benches/_bandwidth.py).
 
-    python benches/bench_prefill.py [--quick] [--json] [--batches 64,128,512]
+    python benches/bench_prefill.py [--quick] [--json] [--batches 64,128,512] [--shapes smol]
+
+``--shapes smol`` runs SmolLM2's four block shapes only (576 -> 576, 576 -> 192, 576 -> 1536,
+1536 -> 576): the quick rerun of the prefill table. On a host that other jobs load, wall
+times of 2-thread calls measure the scheduler; the kernels' own speed is then
+``RAYON_NUM_THREADS=1 python benches/bench_prefill.py --threads 1 --cpu-time``: one thread
+each, the process's CPU time per call (time spent preempted does not count).
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import time
 
 from _bandwidth import Bandwidth
 from _common import emit, machine_note, median_ms, reexec_without_openblas_overrides
@@ -42,11 +49,13 @@ def variants(np, quantrs, w):
     q128 = quantrs.QuantizedWeight.quantize(w, group_size=128)
     f8 = quantrs.PerTensorFP8Linear.from_float(wt)
     f8a = quantrs.PerTensorFP8Linear.from_float(wt, activation_scale=act_scale)
+    # A fresh result each call, as F.linear returns one (``out=`` costs more per call from
+    # Python than the allocation it saves).
     return {
-        "int4 g32": lambda x, o: q32.matmul(x, out=o),
-        "int4 g32 a8": lambda x, o: q32.matmul(x, out=o, activations="int8"),
-        "int4 g128": lambda x, o: q128.matmul(x, out=o),
-        "int4 g128 a8": lambda x, o: q128.matmul(x, out=o, activations="int8"),
+        "int4 g32": lambda x, o: q32.matmul(x),
+        "int4 g32 a8": lambda x, o: q32.matmul(x, activations="int8"),
+        "int4 g128": lambda x, o: q128.matmul(x),
+        "int4 g128 a8": lambda x, o: q128.matmul(x, activations="int8"),
         "fp8 W8A32": lambda x, o: f8.forward(x),
         "fp8 W8A8": lambda x, o: f8a.forward(x),
     }
@@ -64,7 +73,20 @@ def bf16_variants(np, quantrs, w):
     return out
 
 
-def shape_rows(np, torch, quantrs, rng, k, n, batches, rounds) -> list[dict]:
+def cpu_ms(fn, repeat: int, warmup: int = 1) -> float:
+    """CPU time of the whole process per call of ``fn``, the median of ``repeat`` calls (all
+    threads count, including a thread pool's spinning: meaningful on one thread each)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.process_time()
+        fn()
+        times.append(time.process_time() - t0)
+    return 1e3 * statistics.median(times)
+
+
+def shape_rows(np, torch, quantrs, rng, k, n, batches, rounds, timer=median_ms) -> list[dict]:
     import torch.nn.functional as F
 
     w = (rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)
@@ -88,11 +110,11 @@ def shape_rows(np, torch, quantrs, rng, k, n, batches, rounds) -> list[dict]:
             times: dict[str, list[float]] = {name: [] for name in [*base, *ours, *ours16]}
             for _ in range(rounds):
                 for name, fn in base.items():
-                    times[name].append(median_ms(fn, inner))
+                    times[name].append(timer(fn, inner))
                 for name, fn in ours.items():
-                    times[name].append(median_ms(lambda fn=fn, x=x, out=out: fn(x, out), inner))
+                    times[name].append(timer(lambda fn=fn, x=x, out=out: fn(x, out), inner))
                 for name, fn in ours16.items():
-                    times[name].append(median_ms(lambda fn=fn, xb=xb: fn(xb), inner))
+                    times[name].append(timer(lambda fn=fn, xb=xb: fn(xb), inner))
         med = {name: statistics.median(t) for name, t in times.items()}
         f32, bf16 = med["torch f32"], med["torch bf16"]
         gflop = 2.0 * m * k * n / 1e9
@@ -111,19 +133,30 @@ def shape_rows(np, torch, quantrs, rng, k, n, batches, rounds) -> list[dict]:
     return rows
 
 
-def run(quick: bool = False, batches: list[int] | None = None, rounds: int = 3) -> list[dict]:
+def run(
+    quick: bool = False,
+    batches: list[int] | None = None,
+    rounds: int = 3,
+    shapes: str = "all",
+    threads: int = THREADS,
+    cpu_time: bool = False,
+) -> list[dict]:
     import numpy as np
     import torch
 
     import quantrs
 
-    torch.set_num_threads(THREADS)
+    torch.set_num_threads(threads)
+    timer = cpu_ms if cpu_time else median_ms
     rng = np.random.default_rng(0)
     batches = batches or ([128] if quick else [64, 128, 512])
-    shapes = SMOL[:4] + WIDE[:1] if quick else SMOL + WIDE
+    if shapes == "smol":
+        chosen = SMOL[:4]
+    else:
+        chosen = SMOL[:4] + WIDE[:1] if quick else SMOL + WIDE
     rows = []
-    for k, n in shapes:
-        rows += shape_rows(np, torch, quantrs, rng, k, n, batches, rounds)
+    for k, n in chosen:
+        rows += shape_rows(np, torch, quantrs, rng, k, n, batches, rounds, timer)
     probe = Bandwidth(np, (1 << 28) if quick else (1 << 30), threads=THREADS)
     read = probe.read()
     rows.append({"bench": f"machine read ({probe.kind}) {read:.1f} GB/s", "ours_ms": None})
@@ -141,13 +174,22 @@ def main() -> None:
     ap.add_argument("--keep-env", action="store_true", help="keep OPENBLAS_* overrides")
     ap.add_argument("--batches", help="comma-separated batch sizes (default 64,128,512)")
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
+    ap.add_argument(
+        "--shapes",
+        choices=["all", "smol"],
+        default="all",
+        help="smol: SmolLM2's four block shapes only",
+    )
+    ap.add_argument("--threads", type=int, default=THREADS, help="torch threads (default 2)")
+    ap.add_argument("--cpu-time", action="store_true", help="process CPU time, not wall time")
     args = ap.parse_args()
     import quantrs
 
     if not args.json:
         print(f"quantrs {quantrs.build_info()}; {machine_note()}")
     batches = [int(b) for b in args.batches.split(",")] if args.batches else None
-    emit(run(args.quick, batches, args.rounds), COLUMNS, args.json)
+    rows = run(args.quick, batches, args.rounds, args.shapes, args.threads, args.cpu_time)
+    emit(rows, COLUMNS, args.json)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,9 @@
 
 use std::arch::x86_64::*;
 
-use super::format::{dequant_tile_scalar, scalar_group, MatvecArgs, RowsArgs, TileArgs, NR};
+use super::format::{
+    dequant_tile_scalar, panel_stride, scalar_group, MatvecArgs, RowsArgs, TileArgs, NR,
+};
 use super::strips::{matvec_kernels, Ahead, StripLanes};
 use crate::simd::Avx2;
 
@@ -245,11 +247,108 @@ pub(super) unsafe fn gemm_micro<const M: usize>(
     }
 }
 
-/// The scalar tile dequantizer compiled with AVX2 enabled.
+/// [`gemm_micro`] straight on the output: `y[m][0..NR] = sum_k a[m * lda
+/// + k] * b[k * NR ..]` for the `M` rows of `y` (stride `ldy`), or `+=`
+/// with `accumulate` (the depth blocks after the first). The accumulators
+/// start from `y`, so no staging buffer and no second pass over it.
+///
+/// # Safety
+/// The token proves AVX2 + FMA; the caller guarantees that `a` holds `M`
+/// rows of at least `kc` floats at stride `lda`, `b` holds `kc * NR`, and
+/// `y` points to `M` rows of `NR` floats at stride `ldy` that no other
+/// thread accesses during the call.
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn gemm_micro_into<const M: usize>(
+    _: Avx2,
+    a: &[f32],
+    lda: usize,
+    b: &[f32],
+    kc: usize,
+    y: *mut f32,
+    ldy: usize,
+    accumulate: bool,
+) {
+    debug_assert!(b.len() >= kc * NR && a.len() >= (M - 1) * lda + kc);
+    let mut c = [[_mm256_setzero_ps(); 4]; M];
+    if accumulate {
+        for (m, cm) in c.iter_mut().enumerate() {
+            for (j, cv) in cm.iter_mut().enumerate() {
+                // SAFETY: row m of y holds NR = 32 floats (the contract).
+                *cv = unsafe { _mm256_loadu_ps(y.add(m * ldy + 8 * j)) };
+            }
+        }
+    }
+    let (ap, bp) = (a.as_ptr(), b.as_ptr());
+    for k in 0..kc {
+        // SAFETY: k < kc, so b[k*NR .. k*NR + 32] and a[m*lda + k] are in
+        // bounds per the contract. Register use as in `gemm_micro`.
+        unsafe {
+            let bk = bp.add(k * NR);
+            let av: [__m256; M] = std::array::from_fn(|m| _mm256_set1_ps(*ap.add(m * lda + k)));
+            for j in 0..4 {
+                let bv = _mm256_loadu_ps(bk.add(8 * j));
+                for (cm, a) in c.iter_mut().zip(av.iter()) {
+                    cm[j] = _mm256_fmadd_ps(*a, bv, cm[j]);
+                }
+            }
+        }
+    }
+    for (m, cm) in c.iter().enumerate() {
+        for (j, cv) in cm.iter().enumerate() {
+            // SAFETY: row m of y holds NR = 32 floats (the contract).
+            unsafe { _mm256_storeu_ps(y.add(m * ldy + 8 * j), *cv) };
+        }
+    }
+}
+
+/// The tile dequantizer: full panels (`NR` columns) of an even depth from
+/// an even first row decode one packed byte row (rows `2p` and `2p + 1` of
+/// W, one group) per step, 8 columns per vector: the byte sign-extended to
+/// i32, shifted left and arithmetically right by 28 for the low nibble and
+/// right by 4 for the high one, converted and multiplied by the scale,
+/// the same single f32 rounding as `dequant_tile_scalar`, so the panels
+/// are bit for bit the scalar ones. Other panels run the scalar code.
 ///
 /// # Safety
 /// None beyond the token: it proves AVX2 and FMA.
 #[target_feature(enable = "avx2,fma")]
 pub(super) unsafe fn dequant_tile(_: Avx2, t: &TileArgs, packed: &mut [f32]) {
-    dequant_tile_scalar(t, packed)
+    if !t.k0.is_multiple_of(2) || !t.kc.is_multiple_of(2) {
+        return dequant_tile_scalar(t, packed);
+    }
+    let n = t.out_feat;
+    let (p0, pairs) = (t.k0 / 2, t.kc / 2);
+    for j in 0..t.nc.div_ceil(NR) {
+        let cj = t.c0 + j * NR;
+        let panel = &mut packed[j * panel_stride(t.kc)..][..t.kc * NR];
+        if NR.min(t.c0 + t.nc - cj) < NR {
+            let part = TileArgs {
+                c0: cj,
+                nc: t.c0 + t.nc - cj,
+                ..*t
+            };
+            dequant_tile_scalar(&part, panel);
+            continue;
+        }
+        for (p, dst) in (p0..p0 + pairs).zip(panel.chunks_exact_mut(2 * NR)) {
+            let g = 2 * p / t.group_size;
+            let src = &t.data[p * n + cj..p * n + cj + NR];
+            let sc = &t.scales[g * n + cj..g * n + cj + NR];
+            for v in 0..NR / 8 {
+                // SAFETY: src holds NR bytes, sc NR floats and dst 2 NR
+                // floats (the slices above), and v * 8 + 8 <= NR.
+                unsafe {
+                    let bytes = _mm_loadl_epi64(src.as_ptr().add(8 * v) as *const __m128i);
+                    let wide = _mm256_cvtepi8_epi32(bytes);
+                    let lo = _mm256_srai_epi32::<28>(_mm256_slli_epi32::<28>(wide));
+                    let hi = _mm256_srai_epi32::<4>(wide);
+                    let s = _mm256_loadu_ps(sc.as_ptr().add(8 * v));
+                    let d = dst.as_mut_ptr().add(8 * v);
+                    _mm256_storeu_ps(d, _mm256_mul_ps(_mm256_cvtepi32_ps(lo), s));
+                    _mm256_storeu_ps(d.add(NR), _mm256_mul_ps(_mm256_cvtepi32_ps(hi), s));
+                }
+            }
+        }
+    }
 }

@@ -2,12 +2,17 @@
 //!
 //! The classic three-level blocking (Goto & van de Geijn, "Anatomy of
 //! high-performance matrix multiplication", 2008), with the packing step
-//! replaced by dequantization: each rayon task owns a tile of `NC` output
-//! columns (and a block of batch rows), dequantizes `KC` rows of that tile
-//! into a panel-major f32 buffer that stays in L2 (`KC * NC * 4` = 256 KiB),
-//! and runs an `MR x NR` FMA micro-kernel over every row of the batch. Each
-//! weight is dequantized once per call, not once per batch row, and the full
-//! f32 weight never exists.
+//! replaced by dequantization: each rayon task owns a tile of output
+//! columns (and a block of batch rows), dequantizes a block of rows of that
+//! tile into a panel-major f32 buffer that stays in L2, and runs an
+//! `MR x NR` FMA micro-kernel over every row of the batch. Each weight is
+//! dequantized once per call (per batch block), not once per batch row, and
+//! the full f32 weight never exists.
+//!
+//! The block sizes depend on the shape only (never on the thread count), so
+//! every output is summed in the same order on any number of threads.
+
+use std::cell::RefCell;
 
 use rayon::prelude::*;
 
@@ -15,14 +20,26 @@ use super::dispatch::Gemm;
 use super::format::{panel_stride, TileArgs, NR};
 use super::QuantizedWeightRef;
 
-/// Depth of a dequantized tile (rows of W).
+/// Largest depth of a dequantized tile (rows of W).
 const KC: usize = 256;
-/// Output columns per task tile (a multiple of NR).
+/// Largest AVX2 depth: a panel of `192 x NR` f32 is 24 KiB, which leaves
+/// room in a 32 KiB L1d for the three rows of `x` the micro-kernel reads,
+/// so the panel stays in L1 across the batch (at 256 rows it is the whole
+/// L1 and is refetched from L2 by every micro-kernel call).
+const KC_AVX2: usize = 192;
+/// Most output columns per task tile (a multiple of NR).
 const NC: usize = 256;
 /// Size of a task's dequantized tile buffer.
 const PACKED_LEN: usize = (NC / NR) * panel_stride(KC);
 /// Largest micro-kernel height across levels.
 const MR_MAX: usize = 12;
+
+thread_local! {
+    /// Each thread's tile buffer, kept across calls (rayon's workers live
+    /// as long as the pool): a fresh zeroed 264 KiB per task and call
+    /// showed in profiles of small prefill calls.
+    static PACKED: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
 
 /// A raw pointer that may cross threads; tasks write disjoint blocks of `y`.
 #[derive(Clone, Copy)]
@@ -40,6 +57,37 @@ impl SendPtr {
     }
 }
 
+/// How the `len` rows or columns of one dimension are cut into blocks of at
+/// most `max`, all of one size (a multiple of `unit`, the last one
+/// shorter): `len = 576, max = 256` gives three blocks of 192, not
+/// 256 + 256 + 64, which balances the tasks and the micro-kernel calls.
+fn balanced(len: usize, max: usize, unit: usize) -> usize {
+    let blocks = len.div_ceil(max).max(1);
+    len.div_ceil(blocks).next_multiple_of(unit).min(max)
+}
+
+/// The tile depth and width for `kernels` (AVX-512 keeps the fixed 256 x
+/// 256 tiles it was tuned with).
+fn tile_shape(kernels: Gemm, k: usize, n: usize) -> (usize, usize) {
+    match kernels {
+        #[cfg(target_arch = "x86_64")]
+        Gemm::Avx512(_) => (KC, NC),
+        #[cfg(target_arch = "x86_64")]
+        Gemm::Avx2(_) => (balanced(k, KC_AVX2, 16), balanced(n, NC, NR)),
+        Gemm::Scalar => (balanced(k, KC, 16), balanced(n, NC, NR)),
+    }
+}
+
+/// Whether `kernels` are AVX-512's.
+fn is_avx512(kernels: Gemm) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if let Gemm::Avx512(_) = kernels {
+        return true;
+    }
+    let _ = kernels;
+    false
+}
+
 /// `y [batch, out_feat] = x [batch, in_feat] @ W`, sizes already checked.
 pub(super) fn matmul(
     qw: &QuantizedWeightRef,
@@ -51,11 +99,18 @@ pub(super) fn matmul(
     let (k, n) = (qw.in_feat, qw.out_feat);
     debug_assert_eq!(x.len(), batch * k);
     debug_assert_eq!(y.len(), batch * n);
-    let tiles_n = n.div_ceil(NC);
-    // Enough tasks to keep every thread busy: split the batch when there are
-    // few column tiles (each task then dequantizes its tile again, which is
-    // cheap next to the FMAs it feeds).
+    let (kc_max, mut nc_max) = tile_shape(kernels, k, n);
+    // Enough tasks to keep every thread busy. First narrower column tiles,
+    // down to one panel each (outside AVX-512, whose tiles stay as tuned):
+    // every weight is still dequantized once, and no output's sum changes
+    // order (only the depth blocks set it). Then split the batch when there
+    // are still few tiles (each task then dequantizes its tile again, which
+    // is cheap next to the FMAs it feeds).
     let want = 2 * rayon::current_num_threads().max(1);
+    if n.div_ceil(nc_max) < want && !is_avx512(kernels) {
+        nc_max = NR;
+    }
+    let tiles_n = n.div_ceil(nc_max);
     let b_blocks = if tiles_n >= want {
         1
     } else {
@@ -67,12 +122,15 @@ pub(super) fn matmul(
     let b_blocks = batch.div_ceil(bb);
     let yp = SendPtr(y.as_mut_ptr());
     let task = |packed: &mut Vec<f32>, t: usize| {
+        if packed.len() < PACKED_LEN {
+            packed.resize(PACKED_LEN, 0.0);
+        }
         let (tn, tb) = (t % tiles_n, t / tiles_n);
-        let (c0, b0) = (tn * NC, tb * bb);
-        let (nc, b1) = (NC.min(n - c0), (b0 + bb).min(batch));
+        let (c0, b0) = (tn * nc_max, tb * bb);
+        let (nc, b1) = (nc_max.min(n - c0), (b0 + bb).min(batch));
         let mut out = [[0.0f32; NR]; MR_MAX];
-        for k0 in (0..k).step_by(KC) {
-            let kc = KC.min(k - k0);
+        for k0 in (0..k).step_by(kc_max) {
+            let kc = kc_max.min(k - k0);
             let tile = TileArgs {
                 data: qw.data,
                 scales: qw.scales,
@@ -92,19 +150,28 @@ pub(super) fn matmul(
                 while b < b1 {
                     let m = kernels.mr().min(b1 - b);
                     let a = &x[b * k + k0..(b + m - 1) * k + k0 + kc];
-                    kernels.micro(a, k, panel, kc, m, &mut out);
-                    for (r, o) in out.iter().take(m).enumerate() {
-                        // SAFETY: row b + r < batch and columns cj .. cj +
-                        // ncols <= n lie in this task's block of y, which no
-                        // other task writes (see SendPtr).
-                        let yrow = unsafe {
-                            std::slice::from_raw_parts_mut(yp.get().add((b + r) * n + cj), ncols)
-                        };
-                        if k0 == 0 {
-                            yrow.copy_from_slice(&o[..ncols]);
-                        } else {
-                            for (yv, ov) in yrow.iter_mut().zip(o) {
-                                *yv += ov;
+                    // SAFETY: rows b .. b + m < batch and columns cj .. cj +
+                    // ncols <= n lie in this task's block of y, which no
+                    // other task reads or writes (see SendPtr).
+                    let direct = unsafe {
+                        micro_into_y(kernels, a, k, panel, kc, m, ncols, yp, b * n + cj, n, k0)
+                    };
+                    if !direct {
+                        kernels.micro(a, k, panel, kc, m, &mut out);
+                        for (r, o) in out.iter().take(m).enumerate() {
+                            // SAFETY: as above.
+                            let yrow = unsafe {
+                                std::slice::from_raw_parts_mut(
+                                    yp.get().add((b + r) * n + cj),
+                                    ncols,
+                                )
+                            };
+                            if k0 == 0 {
+                                yrow.copy_from_slice(&o[..ncols]);
+                            } else {
+                                for (yv, ov) in yrow.iter_mut().zip(o) {
+                                    *yv += ov;
+                                }
                             }
                         }
                     }
@@ -113,13 +180,135 @@ pub(super) fn matmul(
             }
         }
     };
+    let with_buffer = |t: usize| {
+        PACKED.with(|p| match p.try_borrow_mut() {
+            Ok(mut packed) => task(&mut packed, t),
+            // Only if a task ran inside another on this thread (rayon work
+            // stealing while blocked): a buffer of its own.
+            Err(_) => task(&mut Vec::new(), t),
+        })
+    };
     let tasks = tiles_n * b_blocks;
     if tasks == 1 || (batch * k * n) < (1 << 20) {
-        let mut packed = vec![0.0f32; PACKED_LEN];
-        (0..tasks).for_each(|t| task(&mut packed, t));
+        (0..tasks).for_each(with_buffer);
     } else {
-        (0..tasks)
-            .into_par_iter()
-            .for_each_init(|| vec![0.0f32; PACKED_LEN], task);
+        (0..tasks).into_par_iter().for_each(with_buffer);
+    }
+}
+
+/// The AVX2 micro-kernel straight on `y` for a full panel (`ncols == NR`):
+/// `m` rows of `y` from `at` (stride `ldy`), written at the first depth
+/// block (`k0 == 0`) and accumulated at the later ones, with no staging
+/// buffer. Returns false (nothing done) where this does not apply.
+///
+/// # Safety
+/// `y` must hold rows `at / ldy .. + m` with `NR` floats each from `at`,
+/// which no other thread accesses during the call.
+#[allow(clippy::too_many_arguments)]
+unsafe fn micro_into_y(
+    kernels: Gemm,
+    a: &[f32],
+    lda: usize,
+    panel: &[f32],
+    kc: usize,
+    m: usize,
+    ncols: usize,
+    y: SendPtr,
+    at: usize,
+    ldy: usize,
+    k0: usize,
+) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if let Gemm::Avx2(t) = kernels {
+        if ncols != NR {
+            return false;
+        }
+        assert!((1..=3).contains(&m) && panel.len() >= kc * NR && a.len() >= (m - 1) * lda + kc);
+        // SAFETY: the token proves the features; `a` and `panel` hold what
+        // the kernel reads (asserted above) and `y` the rows it writes (the
+        // caller's contract).
+        unsafe {
+            let yp = y.get().add(at);
+            match m {
+                3 => super::avx2::gemm_micro_into::<3>(t, a, lda, panel, kc, yp, ldy, k0 > 0),
+                2 => super::avx2::gemm_micro_into::<2>(t, a, lda, panel, kc, yp, ldy, k0 > 0),
+                _ => super::avx2::gemm_micro_into::<1>(t, a, lda, panel, kc, yp, ldy, k0 > 0),
+            }
+        }
+        return true;
+    }
+    let _ = (kernels, a, lda, panel, kc, m, ncols, y, at, ldy, k0);
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::int4::QuantizedWeight;
+    use crate::simd::{available_levels, SimdLevel};
+    use crate::testutil::{on_one_thread, rand_vec};
+
+    #[test]
+    fn balanced_blocks() {
+        assert_eq!(balanced(576, 256, 32), 192);
+        assert_eq!(balanced(1536, 256, 32), 256);
+        assert_eq!(balanced(576, 192, 16), 192);
+        assert_eq!(balanced(1536, 192, 16), 192);
+        assert_eq!(balanced(600, 256, 32), 224);
+        assert_eq!(balanced(5, 192, 16), 16);
+        assert_eq!(balanced(4096, 192, 16), 192);
+    }
+
+    /// Prefill-sized GEMMs on every level against float64 (the bound of
+    /// docs/int4.md), the same on one thread as on the pool, and within
+    /// float32 rounding of the scalar level; shapes with partial panels,
+    /// an odd depth and depth blocks that do not divide `in_feat`.
+    #[test]
+    fn prefill_gemm_matches_f64_and_is_thread_independent() {
+        for (i, &(k, n, gs, b)) in [
+            (576, 576, 32, 64),
+            (576, 200, 128, 37),
+            (1537, 70, 32, 20),
+            (130, 600, 2, 65),
+        ]
+        .iter()
+        .enumerate()
+        {
+            let w = rand_vec(k * n, 40 + i as u64);
+            let x = rand_vec(b * k, 50 + i as u64);
+            let qw = QuantizedWeight::quantize_grouped(&w, k, n, gs).unwrap();
+            let wd = qw.dequantize();
+            let mut y_ref = vec![f32::NAN; b * n];
+            qw.matmul_with(&x, b, &mut y_ref, SimdLevel::Scalar, true)
+                .unwrap();
+            for level in available_levels() {
+                let mut y = vec![f32::NAN; b * n];
+                qw.matmul_with(&x, b, &mut y, level, true).unwrap();
+                let mut y1 = vec![f32::NAN; b * n];
+                on_one_thread(|| qw.matmul_with(&x, b, &mut y1, level, true)).unwrap();
+                assert_eq!(y, y1, "{level:?} [{k}x{n}] b {b}: one thread vs the pool");
+                for r in 0..b {
+                    for o in 0..n {
+                        let (mut exact, mut mag) = (0.0f64, 0.0f64);
+                        for j in 0..k {
+                            let t = x[r * k + j] as f64 * wd[j * n + o] as f64;
+                            exact += t;
+                            mag += t.abs();
+                        }
+                        let got = y[r * n + o];
+                        let what = format!("{level:?} [{k}x{n}] gs {gs} y[{r}, {o}]");
+                        assert!((got as f64 - exact).abs() <= 1e-5 * mag + 1e-6, "{what}");
+                        let s = y_ref[r * n + o];
+                        // Both within the bound of the exact sum: within
+                        // twice it of each other (the orders of the f32
+                        // additions differ).
+                        assert!(
+                            ((got - s).abs() as f64) <= 2e-5 * mag + 2e-6,
+                            "{what} vs scalar"
+                        );
+                    }
+                }
+            }
+        }
     }
 }

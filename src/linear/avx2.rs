@@ -78,3 +78,61 @@ pub(super) unsafe fn dot4x4(_: Avx2, xs: &[&[f32]; 4], ws: &[&[f32]; 4], part: &
     // SAFETY: the token proves the features of `__m256`'s lanes.
     unsafe { dots::dot4x4::<__m256>(xs, ws, part) }
 }
+
+/// `panel[i * width + c] = rows[c * kc + i]` for the 8 rows `c` of `rows`
+/// (each `kc` long) and every `i < kc`: the GEMM panel's input-major layout
+/// from 8 decoded weight rows, 8 x 8 blocks transposed in registers (two
+/// rounds of unpack / shuffle within 128-bit lanes, then the lane
+/// exchange), the `kc % 8` tail element by element. Moves values only, so
+/// the panel holds exactly what the scalar scatter writes.
+///
+/// # Safety
+/// None beyond the token: it proves AVX2 and FMA.
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn transpose8(_: Avx2, rows: &[f32], kc: usize, panel: &mut [f32], width: usize) {
+    assert!(width >= 8 && rows.len() >= 8 * kc && (kc == 0 || panel.len() >= (kc - 1) * width + 8));
+    let full = kc / 8 * 8;
+    let (src, dst) = (rows.as_ptr(), panel.as_mut_ptr());
+    for i0 in (0..full).step_by(8) {
+        // SAFETY: row c's loads read rows[c * kc + i0 .. + 8] with i0 + 8 <=
+        // kc, and the stores write panel[(i0 + i) * width .. + 8] with i0 +
+        // i < kc (asserted above).
+        unsafe {
+            let r: [__m256; 8] = std::array::from_fn(|c| _mm256_loadu_ps(src.add(c * kc + i0)));
+            let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+            let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+            let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+            let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+            let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+            let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+            let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+            let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+            let s0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+            let s1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+            let s2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+            let s3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+            let s4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+            let s5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+            let s6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+            let s7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+            let cols = [
+                _mm256_permute2f128_ps::<0x20>(s0, s4),
+                _mm256_permute2f128_ps::<0x20>(s1, s5),
+                _mm256_permute2f128_ps::<0x20>(s2, s6),
+                _mm256_permute2f128_ps::<0x20>(s3, s7),
+                _mm256_permute2f128_ps::<0x31>(s0, s4),
+                _mm256_permute2f128_ps::<0x31>(s1, s5),
+                _mm256_permute2f128_ps::<0x31>(s2, s6),
+                _mm256_permute2f128_ps::<0x31>(s3, s7),
+            ];
+            for (i, v) in cols.iter().enumerate() {
+                _mm256_storeu_ps(dst.add((i0 + i) * width), *v);
+            }
+        }
+    }
+    for i in full..kc {
+        for c in 0..8 {
+            panel[i * width + c] = rows[c * kc + i];
+        }
+    }
+}

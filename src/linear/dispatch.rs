@@ -100,4 +100,57 @@ impl Dots {
             Dots::Scalar => dot4x4_scalar(xs, ws, part),
         }
     }
+
+    /// `panel[i * width + c] = rows[c * kc + i]` for the 8 rows `c` of
+    /// `rows` and `i < kc` (the GEMM's panel layout; see
+    /// `kernels::gemm_rows`). AVX-512 keeps the scalar scatter it was tuned
+    /// with.
+    pub(crate) fn transpose8(self, rows: &[f32], kc: usize, panel: &mut [f32], width: usize) {
+        match self {
+            // SAFETY: the token proves the CPU features.
+            #[cfg(target_arch = "x86_64")]
+            Dots::Avx2(t, _) => unsafe { avx2::transpose8(t, rows, kc, panel, width) },
+            _ => transpose8_scalar(rows, kc, panel, width),
+        }
+    }
+}
+
+/// The scalar twin of [`Dots::transpose8`].
+pub(crate) fn transpose8_scalar(rows: &[f32], kc: usize, panel: &mut [f32], width: usize) {
+    for (c, row) in rows.chunks_exact(kc.max(1)).take(8).enumerate() {
+        for (i, &v) in row[..kc].iter().enumerate() {
+            panel[i * width + c] = v;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every level's transpose writes exactly the scalar scatter's panel,
+    /// for depths with and without a tail of 8, and leaves the other
+    /// columns of the panel alone.
+    #[test]
+    fn transpose8_matches_scalar() {
+        for kc in [1, 7, 8, 13, 64, 76] {
+            let rows: Vec<f32> = (0..8 * kc).map(|i| i as f32 * 0.5 - 3.0).collect();
+            let width = 32;
+            let mut want = vec![f32::NAN; kc * width];
+            transpose8_scalar(&rows, kc, &mut want[8..], width);
+            for level in simd::available_levels() {
+                let mut got = vec![f32::NAN; kc * width];
+                Dots::at(level)
+                    .unwrap()
+                    .transpose8(&rows, kc, &mut got[8..], width);
+                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                    assert_eq!(g.to_bits(), w.to_bits(), "{level:?} kc {kc} at {i}");
+                }
+                // An independent spot check of the layout: input 3 of row 5.
+                if kc > 3 {
+                    assert_eq!(got[3 * width + 8 + 5], rows[5 * kc + 3]);
+                }
+            }
+        }
+    }
 }

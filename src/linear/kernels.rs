@@ -223,10 +223,11 @@ fn gemm_rows<S: RowSource>(
     let b_blocks = m.div_ceil(bb);
     let out = OutPtr(y.as_mut_ptr());
     let panels = GNC / PANEL_WIDTH;
-    let scratch = || (vec![0f32; panels * panel_stride(GKC)], vec![0f32; GKC]);
+    let scratch = || (vec![0f32; panels * panel_stride(GKC)], vec![0f32; 8 * GKC]);
+    let dots = Dots::current();
     (0..tiles * b_blocks)
         .into_par_iter()
-        .for_each_init(scratch, |(packed, row), t| {
+        .for_each_init(scratch, |(packed, rows8), t| {
             let (r0, b0) = ((t % tiles) * GNC, (t / tiles) * bb);
             let (nr, b1) = (GNC.min(n - r0), (b0 + bb).min(m));
             let mut part = [[0f32; PANEL_WIDTH]; MR_MAX];
@@ -234,18 +235,19 @@ fn gemm_rows<S: RowSource>(
                 let kc = GKC.min(k - k0);
                 for j in 0..nr.div_ceil(PANEL_WIDTH) {
                     let panel = &mut packed[j * panel_stride(kc)..][..kc * PANEL_WIDTH];
-                    for c in 0..PANEL_WIDTH {
-                        let r = r0 + j * PANEL_WIDTH + c;
-                        if r < r0 + nr {
-                            src.decode(r, k0, &mut row[..kc]);
-                            for (i, &v) in row[..kc].iter().enumerate() {
-                                panel[i * PANEL_WIDTH + c] = v;
-                            }
-                        } else {
-                            for i in 0..kc {
-                                panel[i * PANEL_WIDTH + c] = 0.0;
+                    // Eight weight rows decoded, then turned input-major
+                    // together (one scalar store per weight was the cost
+                    // that kept this path behind torch at M = 64).
+                    for c8 in (0..PANEL_WIDTH).step_by(8) {
+                        for (c, dst) in rows8.chunks_exact_mut(kc).take(8).enumerate() {
+                            let r = r0 + j * PANEL_WIDTH + c8 + c;
+                            if r < r0 + nr {
+                                src.decode(r, k0, dst);
+                            } else {
+                                dst.fill(0.0);
                             }
                         }
+                        dots.transpose8(&rows8[..8 * kc], kc, &mut panel[c8..], PANEL_WIDTH);
                     }
                 }
                 for j in 0..nr.div_ceil(PANEL_WIDTH) {
@@ -277,12 +279,16 @@ fn gemm_rows<S: RowSource>(
                     }
                 }
             }
+            // The tile's scales and biases once: through the `dyn Fn`s for
+            // every element they took a tenth of a prefill call.
+            let (scales, biases): (Vec<f32>, Vec<f32>) =
+                (r0..r0 + nr).map(|r| (scale(r), b_at(r))).unzip();
             for b in b0..b1 {
                 let o = out;
                 // SAFETY: as above, this task's rows r0 .. r0 + nr of batch row b.
                 let yrow = unsafe { std::slice::from_raw_parts_mut(o.0.add(b * n + r0), nr) };
-                for (j, v) in yrow.iter_mut().enumerate() {
-                    *v = *v * scale(r0 + j) + b_at(r0 + j);
+                for ((v, s), c) in yrow.iter_mut().zip(&scales).zip(&biases) {
+                    *v = *v * s + c;
                 }
             }
         });

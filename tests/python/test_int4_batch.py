@@ -35,3 +35,28 @@ def test_small_batches_within_the_bound(shape, batch):
     for r in (0, batch - 1):
         err_r = np.abs(qw.matvec(x[r]).astype(np.float64) - x64[r] @ w)
         assert np.all(err_r <= bound[r])
+
+
+# Prefill-sized batches through the blocked GEMM (docs/int4.md): SmolLM2's
+# shapes, whose tiles are cut to equal sizes or to one panel a task, and odd
+# ones with partial panels and depth blocks that do not divide in_feat.
+PREFILL_SHAPES = [(576, 576, 32), (576, 192, 128), (1536, 576, 32), (577, 600, 128), (130, 33, 2)]
+
+
+@pytest.mark.parametrize("batch", [17, 64, 130])
+@pytest.mark.parametrize("shape", PREFILL_SHAPES)
+def test_prefill_batches_within_the_bound(shape, batch):
+    k, n, gs = shape
+    qw = QuantizedWeight.quantize(rand((k, n), k * n), group_size=gs)
+    x = rand((batch, k), batch + k)
+    x *= (np.float32(10.0) ** (np.arange(batch) % 5 - 2)).astype(np.float32)[:, None]
+    y = qw.matmul(x)
+    w = qw.dequantize().astype(np.float64)
+    x64 = x.astype(np.float64)
+    bound = 1e-5 * (np.abs(x64) @ np.abs(w)) + 1e-6
+    err = np.abs(y.astype(np.float64) - x64 @ w)
+    assert np.all(err <= bound), f"max excess {np.max(err - bound)}"
+    # Into a caller's buffer: the same values.
+    out = np.full((batch, n), np.nan, dtype=np.float32)
+    qw.matmul(x, out=out)
+    np.testing.assert_array_equal(out, y)
