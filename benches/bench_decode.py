@@ -42,10 +42,10 @@ memory limit under the step's real conditions.
 
 ``--foreign-threads N`` runs the quantrs variants' steps under
 ``quantrs.foreign_threads(N)`` (NumPy's BLAS and torch's OpenMP pool capped at N
-threads; the baseline keeps the defaults), and ``--settle`` runs an untimed step of
-the same variant before each timed one, so that the timed step follows its own
-kind as in a loop that runs one model (without it, it follows the previous
-variant's step and whatever that left spinning).
+threads; the baseline keeps the defaults), and ``--settle`` runs untimed steps of the
+same variant for at least 0.15 s before each timed one, so that the timed step
+follows its own kind as in a loop that runs one model (without it, it follows the
+previous variant's step and whatever that left spinning for ~0.1 s).
 
 ``--openblas-threads N`` sets ``OPENBLAS_NUM_THREADS`` before NumPy loads and
 ``--openblas-timeout T`` OpenBLAS's ``OPENBLAS_THREAD_TIMEOUT`` (log2 of the
@@ -275,6 +275,11 @@ def step_torch(torch, lin, kv, norms, x):
     return h
 
 
+# Longer than OpenBLAS's default spin after a call (2^28 cycles, ~0.1 s), so that what the
+# previous variant left spinning has stopped before a settled step is timed.
+SETTLE_S = 0.15
+
+
 def run(
     layers: int,
     rounds: int,
@@ -314,8 +319,12 @@ def run(
         for r in range(rounds + 1):
             for v, lin in linears.items():
                 cap = quantrs.foreign_threads(foreign) if foreign and v != base else None
-                if settle:  # the step before the timed one is the same variant's, as in a loop
-                    step_fn(np, lin, kv, norms, x)
+                if settle:  # the steps before the timed one are the same variant's, as in a loop
+                    t_end = time.perf_counter() + SETTLE_S
+                    while True:
+                        step_fn(np, lin, kv, norms, x)
+                        if time.perf_counter() >= t_end:
+                            break
                 lin.spent = 0.0
                 t0 = time.perf_counter()
                 step_fn(np, lin, kv, norms, x)
@@ -389,7 +398,7 @@ def main() -> None:
     ap.add_argument(
         "--settle",
         action="store_true",
-        help="an untimed step of the same variant before each timed one",
+        help="untimed steps of the same variant (>= 0.15 s) before each timed one",
     )
     ap.add_argument("--json", action="store_true", help="print JSON rows")
     ap.add_argument("--keep-env", action="store_true", help="keep OPENBLAS_* overrides")
