@@ -66,10 +66,11 @@ class GgufLinear(nn.Module):
     (``torch.compile`` / ``torch.export`` see one node). Other weights stay in
     ``weight_packed`` (``qweight`` is None, the weight held once in the Rust object) and
     run through ``quantrs::packed_linear``; ``state_dict`` exports their parts
-    (:mod:`._packed_state`), ``load_state_dict`` rebuilds them, and pickling carries them. ``x``'s dtype is kept
-    (float32, bfloat16, float16). The weight and the bias are frozen; an input that
-    requires grad gets ``grad_output @ W`` (the weight decoded a band of rows at a
-    time), so LoRA adapters train on top (QLoRA, :func:`quantrs.torch.peft_config`).
+    (:mod:`._packed_state`), ``load_state_dict`` rebuilds them, and pickling carries
+    them. ``x``'s dtype is kept (float32, bfloat16, float16). The weight and the bias
+    are frozen; an input that requires grad gets ``grad_output @ W`` (the weight
+    decoded a band of rows at a time), so LoRA adapters train on top (QLoRA,
+    :func:`quantrs.torch.peft_config`).
     ``out_index`` reorders the output features (``y[..., out_index]``): llama.cpp stores
     Llama's q / k projections with their rows permuted (block rows are reordered once)."""
 
