@@ -118,6 +118,10 @@ GPTQ_ROWS = {
     "asym-gptq-g128-no-refit": ("int4_asym", 128, {"refine": 0}),
     "gptq-g128-no-refit": ("int4", 128, {"refine": 0}),
     "asym-gptq-g128-calib32": ("int4_asym", 128, {"calib": 32}),
+    # int4_k: static groups from the search weighted by diag(H), GPTQ picks the codes
+    # (no refit: the group parameters are 6-bit codes; quantrs._gptq_k).
+    "k-gptq": ("int4_k", 32, {}),
+    "k-gptq-act-order": ("int4_k", 32, {"act_order": True}),
 }
 
 

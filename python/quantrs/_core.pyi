@@ -174,7 +174,7 @@ class QuantizedWeight:
         out_feat: int | None = None,
         *,
         group_size: int = 32,
-        method: Literal["rtn", "full", "search"] = "rtn",
+        method: Literal["rtn", "full", "search"] = "search",
         importance: npt.ArrayLike | None = None,
     ) -> QuantizedWeight: ...
     @property

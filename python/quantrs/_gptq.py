@@ -31,12 +31,13 @@ from __future__ import annotations
 import numpy as np
 
 from . import _core
+from ._gptq_k import KGroups
 from ._gptq_refit import better_rows, refit
 
 # Most columns per lazy batch update (the paper uses B = 128).
 BLOCK = 32
 
-_FORMATS = ("int4", "int4_asym")
+_FORMATS = ("int4", "int4_asym", "int4_k")
 
 
 def gptq(
@@ -49,16 +50,21 @@ def gptq(
     damp: float = 0.01,
     act_order: bool = False,
     refine: int = 1,
-) -> _core.QuantizedWeight | _core.Int4AsymWeight:
+) -> _core.QuantizedWeight | _core.Int4AsymWeight | _core.Int4KWeight:
     """Quantize ``w`` (float ``[out, in]``, ``nn.Linear.weight``'s layout) by GPTQ with
     the Hessian ``hessian`` (``[in, in]``, ``2 X^T X`` or any positive multiple of
     ``X^T X`` over calibration inputs ``X [n, in]``). Returns a ``QuantizedWeight``
     (``format="int4"``, its ``[in, out]`` layout) or an ``Int4AsymWeight``
     (``"int4_asym"``, ``[out, in]``) in groups of ``group_size`` inputs, each group's
     parameters chosen by ``grid`` (the format's ``method``); ``refine`` least-squares
-    refits of the parameters follow (docs/int4.md "GPTQ")."""
+    refits of the parameters follow (docs/int4.md "GPTQ"). ``"int4_k"`` gives an
+    ``Int4KWeight`` (``[out, in]``, groups of 32, ``group_size`` ignored) whose groups
+    are fixed by ``grid`` on the original weights and whose codes GPTQ picks; ``refine``
+    does not apply to it (``quantrs._gptq_k``)."""
     if format not in _FORMATS:
-        raise _core.InvalidArgument(f"format: expected 'int4' or 'int4_asym', got {format!r}")
+        raise _core.InvalidArgument(
+            f"format: expected 'int4', 'int4_asym' or 'int4_k', got {format!r}"
+        )
     w64 = _matrix(w, "w")
     out_feat, in_feat = w64.shape
     h = _matrix(hessian, "hessian")
@@ -87,22 +93,26 @@ def gptq_factored(
     hd: np.ndarray,
     diag: np.ndarray,
     how: tuple[str, int, str, bool, int],
-) -> _core.QuantizedWeight | _core.Int4AsymWeight:
+) -> _core.QuantizedWeight | _core.Int4AsymWeight | _core.Int4KWeight:
     """:func:`gptq` on float64 ``w`` with the dampened Hessian ``hd`` (:func:`damped`),
     its factor (:func:`inverse_cholesky`) and ``diag(H)``: layers that share their inputs
     (q / k / v) share them. ``how``: format, group size, grid, act_order, refine."""
     format, group_size, grid, act_order, refine = how
+    order = np.argsort(-diag, kind="stable") if act_order else np.arange(w.shape[1])
+    if act_order:
+        # The factor of H^-1 in the sweep's order (a permuted factor is not the factor
+        # of the permuted matrix), as the reference code permutes H first.
+        upper = inverse_cholesky(hd[np.ix_(order, order)])
+    if format == "int4_k":
+        # Static groups from the search, the codes by the sweep; no refit (see _gptq_k).
+        k_groups = KGroups(w, grid, diag)
+        return k_groups.assemble(_run(w, upper, order, k_groups, fixed=True))
     grids = _SymGroups if format == "int4" else _AsymGroups
     # Validates w (finite, in range), group_size and grid; act_order's static groups
     # come from the search, natural order's from each group's start (the cheap "rtn"
     # here only checks).
     groups = grids(w, group_size, grid if act_order else "rtn", diag)
     groups.grid = grid
-    order = np.argsort(-diag, kind="stable") if act_order else np.arange(w.shape[1])
-    if act_order:
-        # The factor of H^-1 in the sweep's order (a permuted factor is not the factor
-        # of the permuted matrix), as the reference code permutes H first.
-        upper = inverse_cholesky(hd[np.ix_(order, order)])
     codes = _run(w, upper, order, groups, fixed=act_order)
     if refine:
         groups.params = refit(w, hd, codes, groups.params, groups.size)

@@ -119,8 +119,8 @@ def fake_quant_backward(
 def fake_quant_deploy(w: np.typing.ArrayLike, target: str, group_size: int = 32) -> np.ndarray:
     """Quantize-dequantize a 2-D float32 weight ``[out, in]`` on the grid its serving
     layer stores: ``"int4"`` one absmax / 7 scale per ``group_size`` inputs of each output
-    (``QuantizedWeight.quantize``), ``"int8"`` one absmax / 127 scale per output channel
-    (``Int8Linear.from_float``), ``"fp8_e4m3"`` one absmax / 448 scale per tensor
+    (``QuantizedWeight.quantize(..., method="rtn")``), ``"int8"`` one absmax / 127 scale
+    per output channel (``Int8Linear.from_float``), ``"fp8_e4m3"`` one absmax / 448 scale per tensor
     (``PerTensorFP8Linear.from_float``). It is the serving format's own quantizer followed
     by its dequantizer, so the result is what the served layer computes with. With
     ``QatOptimizer``, use it on the master after each step as the forward weight
@@ -145,7 +145,10 @@ def fake_quant_deploy(w: np.typing.ArrayLike, target: str, group_size: int = 32)
             f"{a.dtype} of shape {a.shape}"
         )
     if target == "int4":
-        qw = QuantizedWeight.quantize(np.ascontiguousarray(a.T), group_size=group_size)
+        # QAT trains on the round-to-nearest grid, so it deploys on that grid.
+        qw = QuantizedWeight.quantize(
+            np.ascontiguousarray(a.T), group_size=group_size, method="rtn"
+        )
         return np.ascontiguousarray(qw.dequantize().T)
     layer = Int8Linear.from_float(a) if target == "int8" else PerTensorFP8Linear.from_float(a)
     return np.asarray(layer.dequantize_w(), np.float32)

@@ -66,11 +66,32 @@ fn round_even(v: f64) -> f64 {
     }
 }
 
+/// `v` rounded to the nearest half and back (the halves int4_asym and int4_k
+/// store).
+fn half_round(v: f32) -> f32 {
+    crate::linear::fp8_dialect::f16_to_f32(crate::ggml::f32_to_f16(v))
+}
+
+/// `(max - min) / 15` and `-min` of a group's range widened to include 0
+/// (int4_k's group grid before its 6-bit codes).
+fn k_group_range(xs: &[f32]) -> (f32, f32) {
+    let lo = xs.iter().fold(0f32, |a, &v| a.min(v));
+    let hi = xs.iter().fold(lo, |a, &v| a.max(v));
+    ((hi - lo) / 15.0, -lo)
+}
+
 #[test]
 fn every_format_round_trips_against_its_formula() {
-    let (out, inf) = (5usize, 40usize);
-    let w: Vec<f32> = rand_vec(out * inf, 7).iter().map(|v| 3.0 * v).collect();
+    let out = 5usize;
     for &id in FormatId::ALL {
+        // int4_asym and int4_k take inputs in runs of 32: 544 gives int4_asym
+        // group 64 a shorter last group, 512 gives int4_k two super-blocks.
+        let inf = match id {
+            FormatId::Int4Asym => 544,
+            FormatId::Int4K => 512,
+            _ => 40,
+        };
+        let w: Vec<f32> = rand_vec(out * inf, 7).iter().map(|v| 3.0 * v).collect();
         let (deq, shape): (Vec<f32>, [usize; 2]) = match id {
             FormatId::Float32 => {
                 let q = Float32::quantize(&w, out, inf, ()).unwrap();
@@ -88,6 +109,14 @@ fn every_format_round_trips_against_its_formula() {
             FormatId::Fp8E4M3 => {
                 let q = Fp8E4M3::quantize(&w, out, inf, ()).unwrap();
                 (Fp8E4M3::dequantize(&q), Fp8E4M3::shape(&q))
+            }
+            FormatId::Int4Asym => {
+                let q = Int4Asym::quantize(&w, out, inf, 64).unwrap();
+                (Int4Asym::dequantize(&q), Int4Asym::shape(&q))
+            }
+            FormatId::Int4K => {
+                let q = Int4K::quantize(&w, out, inf, ()).unwrap();
+                (Int4K::dequantize(&q), Int4K::shape(&q))
             }
             FormatId::TestSign8 => {
                 let q = types::TestSign8::quantize(&w, out, inf, ()).unwrap();
@@ -124,6 +153,45 @@ fn every_format_round_trips_against_its_formula() {
                         let s = (gmax / 7.0).max(crate::int4::MIN_SCALE);
                         let q = round_even((row[i] / s) as f64).clamp(-8.0, 7.0);
                         assert_eq!(got, ((q as f32) * s) as f64, "int4 [{o}, {i}]");
+                    }
+                    FormatId::Int4Asym => {
+                        // "rtn": d = (max - min) / 15 and m = min as halves,
+                        // q = clamp(round((w - m) / d)), w = d q + m.
+                        let g0 = i / 64 * 64;
+                        let xs = &row[g0..(g0 + 64).min(inf)];
+                        let lo = xs.iter().fold(f32::INFINITY, |a, &v| a.min(v));
+                        let hi = xs.iter().fold(f32::NEG_INFINITY, |a, &v| a.max(v));
+                        let (d, m) = (half_round((hi - lo) / 15.0), half_round(lo));
+                        let id = if d == 0.0 { 0.0 } else { 1.0 / d };
+                        let q = ((row[i] - m) * id).round().clamp(0.0, 15.0);
+                        assert_eq!(got, (d * q + m) as f64, "int4_asym [{o}, {i}]");
+                    }
+                    FormatId::Int4K => {
+                        // "rtn": per super-block of 256, D = max d / 63 and
+                        // Dmin = max m / 63 as halves over its groups' ranges;
+                        // per group the nearest 6-bit codes, then the nearest
+                        // 4-bit code of w on (D sc) q - Dmin mn.
+                        let s0 = i / 256 * 256;
+                        let (mut dmax, mut mmax) = (0f32, 0f32);
+                        for g0 in (s0..s0 + 256).step_by(32) {
+                            let (d, m) = k_group_range(&row[g0..g0 + 32]);
+                            dmax = dmax.max(d);
+                            mmax = mmax.max(m);
+                        }
+                        let (big_d, big_m) = (half_round(dmax / 63.0), half_round(mmax / 63.0));
+                        let code = |v: f32, unit: f32| {
+                            if unit > 0.0 {
+                                (v / unit).round().clamp(0.0, 63.0)
+                            } else {
+                                0.0
+                            }
+                        };
+                        let g0 = i / 32 * 32;
+                        let (d, m) = k_group_range(&row[g0..g0 + 32]);
+                        let (dg, mg) = (big_d * code(d, big_d), big_m * code(m, big_m));
+                        let id = if dg == 0.0 { 0.0 } else { 1.0 / dg };
+                        let q = ((row[i] + mg) * id).round().clamp(0.0, 15.0);
+                        assert_eq!(got, (dg * q - mg) as f64, "int4_k [{o}, {i}]");
                     }
                     FormatId::Fp8E4M3 => {
                         // Within half an E4M3 step (3 mantissa bits) of

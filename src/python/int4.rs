@@ -188,11 +188,13 @@ pymethods_with_getters!(PyQuantizedWeight, {}, {
 
     /// Quantize `w` (float32 `[in_feat, out_feat]`; or flat with `in_feat` and
     /// `out_feat` given: the flat form of the Rust `quantize`), one scale per group
-    /// chosen by `method` ("rtn": absmax / 7, "full": max / -8, "search": least weighted
-    /// squared error; docs/int4.md "Quantizers"), `importance` (float32 `[in_feat]`,
-    /// >= 0: each input's mean x^2) weighting the error of "search".
+    /// chosen by `method` ("search", the default: least weighted squared error, never
+    /// worse than "rtn" under that error; "rtn": absmax / 7, the grid of files written
+    /// before "search" became the default, bit-identical; "full": max / -8;
+    /// docs/int4.md "Quantizers"), `importance` (float32 `[in_feat]`, >= 0: each
+    /// input's mean x^2) weighting the error of "search".
     #[staticmethod]
-    #[pyo3(signature = (w, in_feat = None, out_feat = None, *, group_size = 32, method = "rtn", importance = None))]
+    #[pyo3(signature = (w, in_feat = None, out_feat = None, *, group_size = 32, method = "search", importance = None))]
     #[allow(clippy::too_many_arguments)]
     fn quantize(
         py: Python<'_>,

@@ -68,11 +68,13 @@ def weights_2d(tensors):
 def test_int4_round_trip_bit_exact(ckpt, tmp_path, capsys, group_size):
     src, tensors = ckpt
     dst = tmp_path / "out.safetensors"
-    assert quantize(src, dst, "--format", "int4", "--group-size", str(group_size)) == 0
+    # --method rtn: the absmax / 7 grid the NumPy oracle below implements
+    argv = ("--format", "int4", "--group-size", str(group_size), "--method", "rtn")
+    assert quantize(src, dst, *argv) == 0
     for name, w in weights_2d(tensors).items():
         got = load_int4(dst, name)
         want = quantrs.QuantizedWeight.quantize(
-            np.ascontiguousarray(w.astype(np.float32).T), group_size=group_size
+            np.ascontiguousarray(w.astype(np.float32).T), group_size=group_size, method="rtn"
         )
         assert got == want, name
         assert np.array_equal(got.dequantize(), want.dequantize())
@@ -95,20 +97,23 @@ def test_int4_round_trip_bit_exact(ckpt, tmp_path, capsys, group_size):
 
 
 @needs_int4
-@pytest.mark.parametrize("method", ["full", "search"])
+@pytest.mark.parametrize("method", ["full", "search", None])
 def test_int4_method_flag(ckpt, tmp_path, method):
     src, tensors = ckpt
     dst = tmp_path / "out.safetensors"
-    assert quantize(src, dst, "--format", "int4", "--group-size", "64", "--method", method) == 0
+    flag = () if method is None else ("--method", method)
+    assert quantize(src, dst, "--format", "int4", "--group-size", "64", *flag) == 0
     for name, w in weights_2d(tensors).items():
         want = quantrs.QuantizedWeight.quantize(
-            np.ascontiguousarray(w.astype(np.float32).T), group_size=64, method=method
+            np.ascontiguousarray(w.astype(np.float32).T),
+            group_size=64,
+            method=method or "search",  # the default
         )
         assert load_int4(dst, name) == want, name
         assert (
             want
             != quantrs.QuantizedWeight.quantize(
-                np.ascontiguousarray(w.astype(np.float32).T), group_size=64
+                np.ascontiguousarray(w.astype(np.float32).T), group_size=64, method="rtn"
             )
             or w.shape[1] < 2
         ), name

@@ -221,7 +221,7 @@ def _cases():
     """(id, function of tmp_path that raises, expected class, text the message names)."""
     q = quantrs
     w = np.ones((4, 64), np.float32)
-    qw = q.QuantizedWeight.quantize(np.ones((64, 16), np.float32), group_size=16)
+    qw = q.QuantizedWeight.quantize(np.ones((64, 16), np.float32), group_size=16, method="rtn")
     cases = [
         # quantrs.formats
         (

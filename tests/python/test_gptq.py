@@ -121,7 +121,7 @@ def test_act_order_static_groups_keep_the_original_parameters():
     x, w = correlated_inputs(512, 128), layer(16, 128)
     h = 2 * x.astype(np.float64).T @ x
     qw = quantrs.gptq(w, h, format="int4", group_size=32, grid="rtn", act_order=True, refine=0)
-    rtn = quantrs.QuantizedWeight.quantize(w.T.copy(), group_size=32)
+    rtn = quantrs.QuantizedWeight.quantize(w.T.copy(), group_size=32, method="rtn")
     assert np.array_equal(np.array(qw.scales), np.array(rtn.scales))
     plain = output_error(x, w, rtn.dequantize().T)
     assert output_error(x, w, qw.dequantize().T) < plain

@@ -143,7 +143,7 @@ def test_fp8_encode_bit_identical(fmt, saturate):
 @pytest.mark.parametrize("batch", [1, 3, 8, 9, 16, 70])
 def test_int4_matmul_matches_cpu(in_feat, out_feat, group, batch):
     w = RNG.standard_normal((in_feat, out_feat)).astype(np.float32)
-    q = quantrs.QuantizedWeight.quantize(w, group_size=group)
+    q = quantrs.QuantizedWeight.quantize(w, group_size=group, method="rtn")
     g = q.to("cuda")
     assert type(g) is quantrs.QuantizedWeight and g.device == "cuda:0" and q.device == "cpu"
     x = RNG.standard_normal((batch, in_feat)).astype(np.float32)
@@ -156,7 +156,7 @@ def test_int4_matmul_matches_cpu(in_feat, out_feat, group, batch):
 
 def test_int4_device_input_gives_device_output_and_repeat_calls_agree():
     w = RNG.standard_normal((512, 300)).astype(np.float32)
-    g = quantrs.QuantizedWeight.quantize(w).to("cuda")
+    g = quantrs.QuantizedWeight.quantize(w, method="rtn").to("cuda")
     x = qc.DeviceArray.from_numpy(RNG.standard_normal((2, 512)).astype(np.float32))
     y1 = g.matmul(x)
     assert isinstance(y1, qc.DeviceArray) and y1.shape == (2, 300)
@@ -172,7 +172,9 @@ def _safetensors_parts(b: bytes):
 
 
 def test_quantized_weight_to_and_back_and_pickle_bytes():
-    q = quantrs.QuantizedWeight.quantize(RNG.standard_normal((96, 40)).astype(np.float32))
+    q = quantrs.QuantizedWeight.quantize(
+        RNG.standard_normal((96, 40)).astype(np.float32), method="rtn"
+    )
     g = q.to("cuda:0")
     assert g.to("cuda") is g
     back = g.to("cpu")
@@ -281,7 +283,7 @@ def test_host_only_methods_name_the_device():
     ):
         with pytest.raises(quantrs.UnsupportedOperation, match="cuda:0"):
             call()
-    q = quantrs.QuantizedWeight.quantize(np.ones((64, 8), np.float32)).to("cuda")
+    q = quantrs.QuantizedWeight.quantize(np.ones((64, 8), np.float32), method="rtn").to("cuda")
     with pytest.raises(quantrs.UnsupportedOperation, match="cuda:0"):
         q.matvec(np.ones(64, np.float32), activations="int8")
 

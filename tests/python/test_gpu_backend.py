@@ -87,7 +87,7 @@ def test_cuda_module_holds_only_device_specific_names():
 
 
 def test_weight_and_layers_report_the_host_and_to_cpu_is_the_object():
-    q = quantrs.QuantizedWeight.quantize(np.ones((16, 4), np.float32), group_size=8)
+    q = quantrs.QuantizedWeight.quantize(np.ones((16, 4), np.float32), group_size=8, method="rtn")
     assert q.device == "cpu" and q.to("cpu") is q and "device" not in repr(q)
     for layer in (
         quantrs.UnquantLinear(np.ones((4, 8), np.float32)),

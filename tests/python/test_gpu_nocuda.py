@@ -25,7 +25,7 @@ def test_cuda_unavailable_is_reported_not_raised():
 
 @no_device
 def test_device_entry_points_raise_cuda_not_available():
-    w = quantrs.QuantizedWeight.quantize(np.ones((8, 4), np.float32), group_size=8)
+    w = quantrs.QuantizedWeight.quantize(np.ones((8, 4), np.float32), group_size=8, method="rtn")
     for call in (
         lambda: w.to("cuda"),
         lambda: quantrs.UnquantLinear(np.ones((4, 8), np.float32)).to("cuda:0"),
@@ -43,7 +43,7 @@ def test_device_entry_points_raise_cuda_not_available():
 
 
 def test_to_cpu_returns_the_object_and_bad_devices_are_refused():
-    w = quantrs.QuantizedWeight.quantize(np.ones((8, 4), np.float32), group_size=8)
+    w = quantrs.QuantizedWeight.quantize(np.ones((8, 4), np.float32), group_size=8, method="rtn")
     assert w.to("cpu") is w
     layer = quantrs.UnquantLinear(np.ones((4, 8), np.float32))
     assert layer.to("cpu") is layer

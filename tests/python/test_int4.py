@@ -52,7 +52,7 @@ weights = st.tuples(st.integers(1, 70), st.integers(1, 20)).flatmap(
 @given(w=weights, group_half=st.integers(1, 40))
 def test_dequantize_bit_exact_against_reference(w, group_half):
     gs = 2 * group_half
-    qw = QuantizedWeight.quantize(w, group_size=gs)
+    qw = QuantizedWeight.quantize(w, group_size=gs, method="rtn")
     expect = reference._fake_quantize_int4(w, gs)
     np.testing.assert_array_equal(qw.dequantize().view(np.uint32), expect.view(np.uint32))
     q, scales = reference.quantize_int4(w, gs)
@@ -65,22 +65,22 @@ def test_dequantize_bit_exact_against_reference(w, group_half):
 def test_ties_round_to_even():
     # Column absmax 7 -> scale exactly 1; halves must round to even.
     w = np.array([[7.0], [2.5], [-2.5], [0.5], [1.5], [-3.5]], dtype=np.float32)
-    qw = QuantizedWeight.quantize(w)
+    qw = QuantizedWeight.quantize(w, method="rtn")
     assert qw.dequantize().ravel().tolist() == [7.0, 2.0, -2.0, 0.0, 2.0, -4.0]
 
 
 def test_nibble_layout_bytes():
     # Rows 0 and 1 share a byte: row 0 in the low nibble, row 1 in the high.
     w = np.array([[7.0, -7.0], [-1.0, 3.0]], dtype=np.float32)
-    qw = QuantizedWeight.quantize(w)
+    qw = QuantizedWeight.quantize(w, method="rtn")
     assert qw.data.tolist() == [(0x7) | (0xF << 4), (0x9) | (0x3 << 4)]
     assert qw.scales.tolist() == [1.0, 1.0]
 
 
 def test_flat_input_form_and_odd_small_in_feat():
     w = rand((5, 3), 1)
-    a = QuantizedWeight.quantize(w.ravel(), 5, 3)
-    b = QuantizedWeight.quantize(w)
+    a = QuantizedWeight.quantize(w.ravel(), 5, 3, method="rtn")
+    b = QuantizedWeight.quantize(w, method="rtn")
     assert a == b and a.group_size == 6 and a.num_groups == 1
     np.testing.assert_array_equal(a.dequantize(), reference._fake_quantize_int4(w))
 
@@ -114,13 +114,13 @@ def test_cross_vectors_file_is_current():
 )
 def test_matvec_matmul_accuracy(k, n, b, gs, seed):
     w, x = rand((k, n), seed), rand((b, k), seed + 1)
-    qw = QuantizedWeight.quantize(w, group_size=gs)
+    qw = QuantizedWeight.quantize(w, group_size=gs, method="rtn")
     assert_within_bound(x, qw, qw.matmul(x))
     assert_within_bound(x[0], qw, qw.matvec(x[0]))
 
 
 def test_large_gemm_accuracy_and_out():
-    qw = QuantizedWeight.quantize(rand((1000, 700), 3), group_size=128)
+    qw = QuantizedWeight.quantize(rand((1000, 700), 3), group_size=128, method="rtn")
     x = rand((64, 1000), 4)
     out = np.full((64, 700), np.nan, dtype=np.float32)
     res = qw.matmul(x, out=out)
@@ -130,7 +130,7 @@ def test_large_gemm_accuracy_and_out():
 
 
 def test_special_activations():
-    qw = QuantizedWeight.quantize(rand((64, 40), 5))
+    qw = QuantizedWeight.quantize(rand((64, 40), 5), method="rtn")
     for x in (np.zeros(64, np.float32), np.full(64, 1e-40, np.float32), -np.ones(64, np.float32)):
         assert_within_bound(x, qw, qw.matvec(x))
     y = qw.matvec(np.full(64, np.nan, np.float32))
@@ -139,7 +139,7 @@ def test_special_activations():
 
 def test_dequantize_to_fills_callers_array():
     w = rand((40, 9), 6)
-    qw = QuantizedWeight.quantize(w)
+    qw = QuantizedWeight.quantize(w, method="rtn")
     out = np.empty((40, 9), np.float32)
     assert qw.dequantize_to(out) is None
     np.testing.assert_array_equal(out, reference._fake_quantize_int4(w))
@@ -149,7 +149,7 @@ def test_dequantize_to_fills_callers_array():
 
 
 def test_views_are_read_only_zero_copy_and_keep_owner_alive():
-    qw = QuantizedWeight.quantize(rand((64, 8), 7))
+    qw = QuantizedWeight.quantize(rand((64, 8), 7), method="rtn")
     d1, d2 = qw.data, qw.data
     assert np.shares_memory(d1, d2)
     assert not d1.flags.writeable and not qw.scales.flags.writeable
@@ -163,7 +163,7 @@ def test_views_are_read_only_zero_copy_and_keep_owner_alive():
 
 
 def test_input_fast_path_and_conversion():
-    qw = QuantizedWeight.quantize(rand((16, 4), 8))
+    qw = QuantizedWeight.quantize(rand((16, 4), 8), method="rtn")
     x32 = rand(16, 9)
     np.testing.assert_array_equal(qw.matvec(x32.astype(np.float64)), qw.matvec(x32))
     np.testing.assert_array_equal(qw.matvec(list(map(float, x32))), qw.matvec(x32))
@@ -176,30 +176,30 @@ def test_input_fast_path_and_conversion():
 
 def test_bad_quantize_inputs():
     with pytest.raises(quantrs.DimensionMismatch, match="in_feat"):
-        QuantizedWeight.quantize(np.zeros((0, 4), np.float32))
+        QuantizedWeight.quantize(np.zeros((0, 4), np.float32), method="rtn")
     with pytest.raises(quantrs.DimensionMismatch):
-        QuantizedWeight.quantize(np.zeros(12, np.float32))
+        QuantizedWeight.quantize(np.zeros(12, np.float32), method="rtn")
     with pytest.raises(ValueError, match="group_size"):
-        QuantizedWeight.quantize(rand((8, 2)), group_size=3)
+        QuantizedWeight.quantize(rand((8, 2)), group_size=3, method="rtn")
     with pytest.raises(ValueError, match="group_size"):
-        QuantizedWeight.quantize(rand((8, 2)), group_size=0)
+        QuantizedWeight.quantize(rand((8, 2)), group_size=0, method="rtn")
     w = rand((8, 3))
     w[5, 2] = np.nan
     with pytest.raises(ValueError, match=r"\[5, 2\]"):
-        QuantizedWeight.quantize(w)
+        QuantizedWeight.quantize(w, method="rtn")
     w[5, 2] = -np.inf
     with pytest.raises(ValueError, match="non-finite"):
-        QuantizedWeight.quantize(w)
+        QuantizedWeight.quantize(w, method="rtn")
     with pytest.raises(TypeError, match="w"):
-        QuantizedWeight.quantize(np.array([["a", "b"]]))
+        QuantizedWeight.quantize(np.array([["a", "b"]]), method="rtn")
     with pytest.raises(ValueError):
-        QuantizedWeight.quantize(rand((4, 3)).ravel(), 4)
+        QuantizedWeight.quantize(rand((4, 3)).ravel(), 4, method="rtn")
     with pytest.raises(quantrs.DimensionMismatch):
-        QuantizedWeight.quantize(rand((4, 3)), 3, 4)
+        QuantizedWeight.quantize(rand((4, 3)), 3, 4, method="rtn")
 
 
 def test_bad_kernel_inputs():
-    qw = QuantizedWeight.quantize(rand((16, 4)))
+    qw = QuantizedWeight.quantize(rand((16, 4)), method="rtn")
     with pytest.raises(quantrs.DimensionMismatch, match="x"):
         qw.matvec(np.ones(15, np.float32))
     with pytest.raises(quantrs.DimensionMismatch, match="x"):
@@ -223,14 +223,14 @@ def test_bad_kernel_inputs():
 
 
 def test_out_aliasing_input_is_rejected():
-    qw = QuantizedWeight.quantize(rand((8, 8)))
+    qw = QuantizedWeight.quantize(rand((8, 8)), method="rtn")
     buf = np.ones((4, 8), np.float32)
     with pytest.raises(ValueError, match="overlaps"):
         qw.matmul(buf, out=buf)
 
 
 def test_raw_constructor_validates():
-    qw = QuantizedWeight.quantize(rand((40, 3), 2))
+    qw = QuantizedWeight.quantize(rand((40, 3), 2), method="rtn")
     args = dict(data=qw.data, scales=qw.scales, in_feat=40, out_feat=3, num_groups=2)
     assert QuantizedWeight(**args) == qw
     bad = [
@@ -254,10 +254,10 @@ def test_raw_constructor_validates():
 
 
 def test_pickle_repr_eq():
-    qw = QuantizedWeight.quantize(rand((33, 5), 3), group_size=8)
+    qw = QuantizedWeight.quantize(rand((33, 5), 3), group_size=8, method="rtn")
     back = pickle.loads(pickle.dumps(qw))
     assert back == qw and back is not qw
-    assert back != QuantizedWeight.quantize(rand((33, 5), 4), group_size=8)
+    assert back != QuantizedWeight.quantize(rand((33, 5), 4), group_size=8, method="rtn")
     assert repr(qw) == (
         "QuantizedWeight(in_feat=33, out_feat=5, num_groups=5, group_size=8, nbytes=200)"
     )
@@ -267,7 +267,7 @@ def test_pickle_repr_eq():
 def test_save_load_safetensors(tmp_path):
     from safetensors.numpy import load_file
 
-    qw = QuantizedWeight.quantize(rand((70, 6), 5), group_size=16)
+    qw = QuantizedWeight.quantize(rand((70, 6), 5), group_size=16, method="rtn")
     path = tmp_path / "w.safetensors"
     qw.save(path)
     assert QuantizedWeight.load(path) == qw
@@ -285,7 +285,7 @@ def test_save_load_safetensors(tmp_path):
 
 
 def test_cuda_entry_point_reports_unavailable():
-    qw = QuantizedWeight.quantize(rand((8, 2)))
+    qw = QuantizedWeight.quantize(rand((8, 2)), method="rtn")
     assert qw.to("cpu") is qw
     assert quantrs.cuda_available() is False
     with pytest.raises(quantrs.CudaNotAvailable):
@@ -297,7 +297,7 @@ def test_cuda_entry_point_reports_unavailable():
 
 def test_gil_released_during_kernel():
     """Another Python thread runs while one long kernel call is in flight."""
-    qw = QuantizedWeight.quantize(rand((4096, 2048), 1))
+    qw = QuantizedWeight.quantize(rand((4096, 2048), 1), method="rtn")
     x = rand((384, 4096), 2)
     assert_gil_released(lambda: qw.matmul(x))
 

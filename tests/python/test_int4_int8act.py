@@ -93,7 +93,7 @@ def test_bit_exact_against_numpy_formula(k, n, gs_half, batch, seed):
     """Group sizes the AVX2 kernel takes (multiples of 16) and ones it leaves
     to the scalar kernel, column tails, padded inputs: one formula, one
     result."""
-    qw = QuantizedWeight.quantize(rand((k, n), seed), group_size=2 * gs_half)
+    qw = QuantizedWeight.quantize(rand((k, n), seed), group_size=2 * gs_half, method="rtn")
     x = rand((batch, k), seed + 1)
     want = formula_f32(qw, x)
     y = qw.matmul(x, activations="int8")
@@ -103,7 +103,7 @@ def test_bit_exact_against_numpy_formula(k, n, gs_half, batch, seed):
 
 @pytest.mark.parametrize("gs", [16, 32, 64, 8, 6])
 def test_matvec_equals_matmul_row_and_formula(gs):
-    qw = QuantizedWeight.quantize(rand((96, 77), 3), group_size=gs)
+    qw = QuantizedWeight.quantize(rand((96, 77), 3), group_size=gs, method="rtn")
     x = rand((96,), 4)
     y = qw.matvec(x, activations="int8")
     assert y.shape == (77,) and y.dtype == np.float32
@@ -122,7 +122,7 @@ def test_gemm_bit_exact_against_numpy_formula(k, n, gs_quarter, batch, seed):
     """From 5 rows (the blocked GEMM, for group sizes that are multiples of
     4; several blocks of groups past 512 inputs): the same formula, bit for
     bit. Small enough to run in one piece, in group order from y = 0."""
-    qw = QuantizedWeight.quantize(rand((k, n), seed), group_size=4 * gs_quarter)
+    qw = QuantizedWeight.quantize(rand((k, n), seed), group_size=4 * gs_quarter, method="rtn")
     x = rand((batch, k), seed + 1)
     y = qw.matmul(x, activations="int8")
     np.testing.assert_array_equal(y.view(np.uint32), formula_f32(qw, x).view(np.uint32))
@@ -132,7 +132,7 @@ def test_gemm_bit_exact_against_numpy_formula(k, n, gs_quarter, batch, seed):
 def test_large_batches_bit_exact_against_numpy_formula(batch, gs):
     """Large batches (pieces of rows times column chunks, each summing every
     group in order) equal the formula bit for bit, and stay in the bound."""
-    qw = QuantizedWeight.quantize(rand((640, 300), 11), group_size=gs)
+    qw = QuantizedWeight.quantize(rand((640, 300), 11), group_size=gs, method="rtn")
     x = rand((batch, 640), 12 + batch)
     y = qw.matmul(x, activations="int8")
     np.testing.assert_array_equal(y.view(np.uint32), formula_f32(qw, x).view(np.uint32))
@@ -144,7 +144,7 @@ def test_prefill_batches_with_padded_groups_bit_exact(batch, gs):
     """Prefill-sized batches on SmolLM2's 576 inputs (g128 pads them to 640;
     on AMX-INT8 CPUs these calls run the tile GEMM) equal the formula bit
     for bit."""
-    qw = QuantizedWeight.quantize(rand((576, 200), 21), group_size=gs)
+    qw = QuantizedWeight.quantize(rand((576, 200), 21), group_size=gs, method="rtn")
     x = rand((batch, 576), 22 + batch)
     y = qw.matmul(x, activations="int8")
     np.testing.assert_array_equal(y.view(np.uint32), formula_f32(qw, x).view(np.uint32))
@@ -154,7 +154,7 @@ def test_prefill_batches_with_padded_groups_bit_exact(batch, gs):
 def test_large_calls_against_formula_and_bound(batch):
     """Above the parallel threshold (split in blocks of groups up to 4 rows,
     column chunks and row blocks beyond)."""
-    qw = QuantizedWeight.quantize(rand((1024, 1000), 5))
+    qw = QuantizedWeight.quantize(rand((1024, 1000), 5), method="rtn")
     x = rand((batch, 1024), 6 + batch)
     y = qw.matmul(x, activations="int8")
     assert_matches_formula_f64(qw, x, y)
@@ -165,7 +165,7 @@ def test_large_calls_against_formula_and_bound(batch):
 
 def test_bound_holds_on_mixed_magnitudes_and_differs_from_float32():
     """Each group has its own scale: tiny, huge and ordinary groups in one row."""
-    qw = QuantizedWeight.quantize(rand((256, 48), 7))
+    qw = QuantizedWeight.quantize(rand((256, 48), 7), method="rtn")
     x = rand((3, 256), 8) * np.repeat(F32([1e-20, 1.0, 1e20, 3e-3]), 64)[None, :].astype(F32)
     x = x.astype(F32)
     y = qw.matmul(x, activations="int8")
@@ -175,14 +175,14 @@ def test_bound_holds_on_mixed_magnitudes_and_differs_from_float32():
 
 
 def test_default_and_explicit_float32_are_unchanged():
-    qw = QuantizedWeight.quantize(rand((128, 40), 9))
+    qw = QuantizedWeight.quantize(rand((128, 40), 9), method="rtn")
     x = rand((5, 128), 10)
     np.testing.assert_array_equal(qw.matmul(x), qw.matmul(x, activations="float32"))
     np.testing.assert_array_equal(qw.matvec(x[0]), qw.matvec(x[0], activations="float32"))
 
 
 def test_out_and_empty_batch():
-    qw = QuantizedWeight.quantize(rand((64, 33), 11))
+    qw = QuantizedWeight.quantize(rand((64, 33), 11), method="rtn")
     x = rand((4, 64), 12)
     out = np.full((4, 33), np.nan, F32)
     r = qw.matmul(x, out=out, activations="int8")
@@ -203,7 +203,7 @@ def test_out_and_empty_batch():
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
 def test_non_finite_x_is_a_value_error(bad):
-    qw = QuantizedWeight.quantize(rand((64, 8), 13))
+    qw = QuantizedWeight.quantize(rand((64, 8), 13), method="rtn")
     x = rand((2, 64), 14)
     x[1, 5] = bad
     with pytest.raises(ValueError, match=r"x: non-finite value .* at index \[1, 5\]"):
@@ -216,7 +216,7 @@ def test_non_finite_x_is_a_value_error(bad):
 
 @pytest.mark.parametrize("value", ["fp16", "INT8", "", "float64"])
 def test_bad_activations_value_names_the_argument(value):
-    qw = QuantizedWeight.quantize(rand((32, 8), 15))
+    qw = QuantizedWeight.quantize(rand((32, 8), 15), method="rtn")
     with pytest.raises(ValueError, match=r"activations: expected 'float32' or 'int8'"):
         qw.matvec(rand((32,), 1), activations=value)
     with pytest.raises(ValueError, match="activations"):
@@ -224,7 +224,7 @@ def test_bad_activations_value_names_the_argument(value):
 
 
 def test_activations_is_keyword_only_and_a_string():
-    qw = QuantizedWeight.quantize(rand((32, 8), 16))
+    qw = QuantizedWeight.quantize(rand((32, 8), 16), method="rtn")
     with pytest.raises(TypeError):
         qw.matvec(rand((32,), 1), None, "int8")
     with pytest.raises(TypeError):
@@ -232,6 +232,6 @@ def test_activations_is_keyword_only_and_a_string():
 
 
 def test_gil_released_during_int8_kernel():
-    qw = QuantizedWeight.quantize(rand((4096, 2048), 17))
+    qw = QuantizedWeight.quantize(rand((4096, 2048), 17), method="rtn")
     x = rand((384, 4096), 18)
     assert_gil_released(lambda: qw.matmul(x, activations="int8"))

@@ -42,14 +42,38 @@ def weighted_err(w, deq, imp) -> float:
 
 
 @pytest.mark.parametrize(("k", "n", "gs"), [(64, 8, 32), (70, 5, 16), (576, 3, 128)])
-def test_rtn_is_the_default_grid(k, n, gs):
+def test_search_is_the_default_and_rtn_the_old_grid(k, n, gs):
     w = rand((k, n), seed=k)
-    old = QuantizedWeight.quantize(w, group_size=gs)
+    default = QuantizedWeight.quantize(w, group_size=gs)
+    assert default == QuantizedWeight.quantize(w, group_size=gs, method="search")
     rtn = QuantizedWeight.quantize(w, group_size=gs, method="rtn")
-    assert old == rtn
+    assert default != rtn
     np.testing.assert_array_equal(
         rtn.dequantize(), quantrs.reference.int4._fake_quantize_int4(w, gs)
     )
+    ones = np.ones(k, np.float32)  # the default's error is never above rtn's
+    assert weighted_err(w, default.dequantize(), ones) <= weighted_err(w, rtn.dequantize(), ones)
+
+
+def test_a_file_of_the_old_default_grid_loads_unchanged(tmp_path):
+    """A ``QuantizedWeight.save`` file as every release before "search" became the
+    default wrote it (absmax / 7 codes and scales, from the NumPy reference, packed and
+    written here by hand) loads to exactly those values."""
+    from safetensors.numpy import save_file
+
+    w, gs = rand((70, 6), seed=5), 16
+    q, scales = quantrs.reference.quantize_int4(w, gs)  # [80, 6] int8, [5, 6] float32
+    nib = (q & 0x0F).astype(np.uint8)
+    data = nib[0::2] | (nib[1::2] << 4)
+    meta = {"format": "quantrs.int4", "in_feat": "70", "out_feat": "6",
+            "num_groups": "5", "group_size": "16"}  # fmt: skip
+    path = tmp_path / "old.safetensors"
+    save_file({"data": data, "scales": scales.astype(np.float32)}, str(path), metadata=meta)
+    back = QuantizedWeight.load(str(path))
+    np.testing.assert_array_equal(
+        back.dequantize(), quantrs.reference.int4._fake_quantize_int4(w, gs)
+    )
+    assert back == QuantizedWeight.quantize(w, group_size=gs, method="rtn")
 
 
 @pytest.mark.parametrize(("k", "n", "gs"), [(64, 8, 32), (70, 5, 16), (576, 3, 128)])

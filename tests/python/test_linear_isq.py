@@ -177,7 +177,7 @@ def test_other_constructors_validate():
         Int8Linear(q, np.zeros(4, np.float32))
     with pytest.raises(quantrs.DimensionMismatch):
         Int8Linear(q, s[:3])
-    qw = QuantizedWeight.quantize(w.T.copy(), group_size=2)
+    qw = QuantizedWeight.quantize(w.T.copy(), group_size=2, method="rtn")
     i4 = Int4Linear(qw, bias=np.ones(4))
     np.testing.assert_array_equal(i4.dequantize_w(), qw.dequantize().T)
     with pytest.raises(quantrs.DimensionMismatch):

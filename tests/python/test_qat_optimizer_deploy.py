@@ -19,7 +19,9 @@ def _served(target: str, gs: int, w: np.ndarray) -> np.ndarray:
     """The serving layer's weight for the float32 master ``w`` ``[out, in]``."""
     w32 = np.ascontiguousarray(w, np.float32)
     if target == "int4":
-        qw = quantrs.QuantizedWeight.quantize(np.ascontiguousarray(w32.T), group_size=gs)
+        qw = quantrs.QuantizedWeight.quantize(
+            np.ascontiguousarray(w32.T), group_size=gs, method="rtn"
+        )
         return np.ascontiguousarray(qw.dequantize().T)
     if target == "int8":
         return np.asarray(quantrs.Int8Linear.from_float(w32).dequantize_w())

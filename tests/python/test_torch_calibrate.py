@@ -148,7 +148,7 @@ def test_block_inputs_carried_through_equal_full_model_reruns(monkeypatch):
 
 def test_calibration_text_makes_gptq_the_int4_default():
     """With calibration and no quantizer, "int4" / "int4_asym" use GPTQ; without
-    calibration "int4" stays the bit-identical "rtn" grid."""
+    calibration "int4" uses "search", and quantizer="rtn" the bit-identical old grid."""
     calib = batches(2)
     for method in ("int4", "int4_asym"):
         default = qt.quantize_(tiny_llama(), method, calibration=calib)
@@ -156,8 +156,10 @@ def test_calibration_text_makes_gptq_the_int4_default():
         for n in block_linear_names(tiny_llama()):
             a, b = default.get_submodule(n), gptq.get_submodule(n)
             assert torch.equal(a.dequantize(), b.dequantize()), n
-    plain = qt.quantize_(tiny_llama(), "int4")
     lin = tiny_llama().get_submodule("model.layers.0.mlp.up_proj")
-    rtn = quantrs.QuantizedWeight.quantize(lin.weight.detach().t().contiguous().numpy())
-    got = plain.get_submodule("model.layers.0.mlp.up_proj").scales
-    assert torch.equal(got, torch.from_numpy(np.array(rtn.scales)))
+    w = lin.weight.detach().t().contiguous().numpy()
+    for quantizer, method in ((None, "search"), ("rtn", "rtn")):
+        plain = qt.quantize_(tiny_llama(), "int4", quantizer=quantizer)
+        want = quantrs.QuantizedWeight.quantize(w, method=method)
+        got = plain.get_submodule("model.layers.0.mlp.up_proj").scales
+        assert torch.equal(got, torch.from_numpy(np.array(want.scales))), method

@@ -68,23 +68,25 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument(
         "--format",
         required=True,
-        choices=["int4", "int4_asym", "fp8"],
+        choices=["int4", "int4_asym", "int4_k", "fp8"],
         help="target format: int4 (symmetric, f32 scale per group), int4_asym (f16 step and "
-        "minimum per group, inputs a multiple of 32), fp8 (E4M3, per-tensor scale)",
+        "minimum per group, inputs a multiple of 32), int4_k (k-quant style: groups of 32 "
+        "with 6-bit step and minimum codes under f16 super-block scales, 4.5 bits per "
+        "weight, inputs a multiple of 32), fp8 (E4M3, per-tensor scale)",
     )
     q.add_argument(
         "--group-size",
         type=_positive,
         default=32,
-        help="INT4 group size: even for int4, a multiple of 32 for int4_asym (32)",
+        help="INT4 group size: even for int4, a multiple of 32 for int4_asym, 32 for int4_k (32)",
     )
     q.add_argument(
         "--method",
         choices=["rtn", "full", "search", "gptq"],
-        help="quantizer (docs/int4.md): int4: rtn (absmax/7, the default), full (max/-8), "
-        "search (least squared error, weighted by the importance --calibration gives); "
-        "int4_asym: search (the default) or rtn; gptq (either format): GPTQ with the "
-        "Hessians of --calibration",
+        help="quantizer (docs/int4.md): search (the default: least squared error, weighted "
+        "by the importance --calibration gives), rtn (int4: absmax/7, the grid of earlier "
+        "releases; int4_asym / int4_k: group ranges), full (int4 only: max/-8); gptq (any "
+        "INT4 format): GPTQ with the Hessians of --calibration",
     )
     q.add_argument(
         "--calibration",

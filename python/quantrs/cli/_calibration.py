@@ -64,7 +64,7 @@ def prepare(
     """Importance (``search``) or GPTQ's packed weights (``gptq``) per chosen tensor."""
     if method not in ("search", "gptq") or fmt == "fp8":
         raise CliError(
-            f"--calibration applies to --method search or gptq of int4 / int4_asym, "
+            f"--calibration applies to --method search or gptq of int4 / int4_asym / int4_k, "
             f"not --format {fmt} --method {method}"
         )
     src = Path(folder)

@@ -98,20 +98,43 @@ def asym_tensor(reader: StReader, t: TensorInfo, group_size: int, method="search
     """The ``int4_asym`` tensors of :func:`quantrs.formats.own_layout.own_outputs` and
     the error; ``prepared`` as for :func:`int4_tensor` (an ``Int4AsymWeight``)."""
     from .. import Int4AsymWeight
+
+    def quantize(w, importance):
+        return Int4AsymWeight.quantize(
+            w, group_size=group_size, method=method, importance=importance
+        )
+
+    return _rows_tensor(reader, t, quantize, prepared)
+
+
+def k_tensor(reader: StReader, t: TensorInfo, method="search", prepared=(None, None)):
+    """The ``int4_k`` tensors of :func:`quantrs.formats.own_layout.own_outputs` and the
+    error; ``prepared`` as for :func:`int4_tensor` (an ``Int4KWeight``)."""
+    from .. import Int4KWeight
+
+    def quantize(w, importance):
+        return Int4KWeight.quantize(w, method=method, importance=importance)
+
+    return _rows_tensor(reader, t, quantize, prepared)
+
+
+def _rows_tensor(reader: StReader, t: TensorInfo, quantize, prepared):
+    """A weight packed ``[out, in]`` (``quantize(w, importance)``, or the one
+    ``prepared`` holds): its tensors and the error, checked a band of rows at a time."""
     from ..formats.own_layout import own_arrays
 
     if not np.isfinite(w := _rows_f32(reader, t)).all():
         r, c = np.argwhere(~np.isfinite(w))[0]
         raise InvalidArgument(f"w: non-finite value {w[r, c]} at index [{r}, {c}]")
-    importance, aw = prepared
-    if aw is None:
-        aw = Int4AsymWeight.quantize(w, group_size=group_size, method=method, importance=importance)
+    importance, packed = prepared
+    if packed is None:
+        packed = quantize(w, importance)
     acc = _ErrAcc()
     step = max(1, _ERR_ELEMS // t.shape[1])
     for r0 in range(0, t.shape[0], step):
         r1 = min(t.shape[0], r0 + step)
-        acc.add(w[r0:r1], aw.dequantize_rows(r0, r1))
-    return own_arrays(aw), acc.result()
+        acc.add(w[r0:r1], packed.dequantize_rows(r0, r1))
+    return own_arrays(packed), acc.result()
 
 
 def fp8_tensor(reader: StReader, t: TensorInfo):

@@ -193,8 +193,10 @@ def _serve(name: str, build, p, data) -> Row:
 def _int4_layers(p, data):
     from .. import QuantizedWeight
 
-    q1 = QuantizedWeight.quantize(p["W1"], group_size=32)
-    q2 = QuantizedWeight.quantize(p["W2"], group_size=32)
+    # The rtn grid, the one the QAT int4 row trains on: the two rows differ by training
+    # only.
+    q1 = QuantizedWeight.quantize(p["W1"], group_size=32, method="rtn")
+    q2 = QuantizedWeight.quantize(p["W2"], group_size=32, method="rtn")
 
     def predict(x):
         h = np.maximum(q1.matmul(x) + p["b1"], 0)

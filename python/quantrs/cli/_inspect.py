@@ -122,6 +122,8 @@ def _kinds(reader: StReader, qmeta: dict) -> dict[str, str]:
 _OWN_PARTS = {
     "int4": {"qweight": "packed codes", "scales": "scales"},
     "int4_asym": {"codes": "packed codes", "scales": "step and minimum"},
+    "int4_k": {"codes": "packed codes", "scale_codes": "6-bit step and minimum codes",
+               "supers": "super-block scales"},
     "int_zp": {"codes": "codes", "scales": "scales", "zeros": "zero points",
                "perm": "input order"},
     "gguf": {"blocks": "ggml blocks"},

@@ -1,5 +1,6 @@
-"""``quantrs quantize IN OUT --format int4|fp8``: quantize one safetensors file (a model
-folder goes through :mod:`._folder`, shard by shard, with this function).
+"""``quantrs quantize IN OUT --format int4|int4_asym|int4_k|fp8``: quantize one
+safetensors file (a model folder goes through :mod:`._folder`, shard by shard, with this
+function).
 
 The tensors chosen by :mod:`._select` (by default the 2-D weights of linear layers) are
 quantized; everything else is copied byte for byte. 2-D tensors are read in the
@@ -17,6 +18,7 @@ Output layouts (also in docs/cli.md and docs/checkpoints.md):
   ``scales`` (groups run along the input dimension). The metadata key
   ``quantrs.tensors`` (JSON) records ``in_feat``, ``out_feat``, ``group_size`` and
   ``num_groups`` per tensor; :func:`load_int4` rebuilds the ``QuantizedWeight``.
+- ``int4_asym`` / ``int4_k``: the parts of :mod:`quantrs.formats.own_layout`.
 
 Memory: the input is memory-mapped and processed one tensor at a time; the pages of
 a processed tensor are dropped (``madvise``), and the output is streamed to disk.
@@ -33,8 +35,8 @@ from pathlib import Path
 
 from ..formats._stfile import OutSpec, StFormatError, StReader, StWriter, TensorInfo
 from ..formats.fp8 import LAYOUTS, scale_name
-from ..formats.own_layout import asym_outputs
-from ._convert import asym_tensor, fp8_tensor, int4_tensor
+from ..formats.own_layout import asym_outputs, k_outputs, k_super_block
+from ._convert import asym_tensor, fp8_tensor, int4_tensor, k_tensor
 from ._errors import CliError
 from ._layout import FORMAT_KEY, FORMAT_VERSION, TENSORS_KEY, check_unique_outputs, int4_outputs
 from ._prepared import Prepared
@@ -46,7 +48,7 @@ _CHUNK = 16 << 20  # bytes per streamed chunk of a copied tensor
 @dataclass
 class Job:
     info: TensorInfo
-    kind: str  # "int4" | "fp8" | "copy"
+    kind: str  # "int4" | "int4_asym" | "int4_k" | "fp8" | "copy"
     outs: list[OutSpec]
     meta: dict = field(default_factory=dict)
     reason: str = ""  # why a tensor is copied
@@ -77,6 +79,14 @@ def _plan(
                 )
             outs, meta = asym_outputs(t.name, in_feat, out_feat, group_size, t.dtype)
             jobs.append(Job(t, "int4_asym", outs, meta))
+        elif fmt == "int4_k":
+            if in_feat % 32:
+                raise CliError(
+                    f"tensor {t.name!r}: {in_feat} inputs, int4_k needs a multiple of 32 "
+                    "(--exclude it, or use --format int4)"
+                )
+            outs, meta = k_outputs(t.name, in_feat, out_feat, k_super_block(in_feat), t.dtype)
+            jobs.append(Job(t, "int4_k", outs, meta))
         else:
             outs, meta = int4_outputs(t.name, in_feat, out_feat, group_size, t.dtype)
             jobs.append(Job(t, "int4", outs, meta))
@@ -109,8 +119,8 @@ def quantize_file(
 ) -> list[dict]:
     """Quantize the file ``src`` into ``dst`` (atomically); return one report row per
     tensor. ``selector`` (default: linear weights only) picks the tensors; ``method`` is
-    the INT4 quantizer (``QuantizedWeight.quantize``'s / ``Int4AsymWeight.quantize``'s,
-    docs/int4.md "Quantizers"; default ``rtn`` / ``search``); ``prepared``: what
+    the INT4 quantizer (``QuantizedWeight.quantize``'s / ``Int4AsymWeight.quantize``'s /
+    ``Int4KWeight.quantize``'s, docs/int4.md "Quantizers"; default ``search``); ``prepared``: what
     calibration text gave (importance per tensor, or GPTQ's packed weights)."""
     method = check_options(fmt, group_size, layout, method)
     prepared = prepared or Prepared()
@@ -156,6 +166,8 @@ def quantize_file(
                             arrays, err = int4_tensor(reader, t, j.meta, group_size, method, got)
                         elif j.kind == "int4_asym":
                             arrays, err = asym_tensor(reader, t, group_size, method, got)
+                        elif j.kind == "int4_k":
+                            arrays, err = k_tensor(reader, t, method, got)
                         else:
                             arrays, err = fp8_tensor(reader, t)
                         for o, a in zip(j.outs, arrays):
@@ -169,11 +181,12 @@ def quantize_file(
     return rows
 
 
-FORMATS = ("int4", "int4_asym", "fp8")
+FORMATS = ("int4", "int4_asym", "int4_k", "fp8")
 # each format's quantizers (the first is the default; "gptq" needs --calibration)
 METHODS = {
-    "int4": ("rtn", "full", "search", "gptq"),
+    "int4": ("search", "rtn", "full", "gptq"),
     "int4_asym": ("search", "rtn", "gptq"),
+    "int4_k": ("search", "rtn", "gptq"),
     "fp8": ("absmax",),
 }
 
@@ -184,6 +197,8 @@ def check_options(fmt: str, group_size: int, layout: str, method: str | None = N
         raise CliError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     if group_size < 2 or group_size % 2:
         raise CliError(f"--group-size must be even and >= 2, got {group_size}")
+    if fmt == "int4_k" and group_size != 32:
+        raise CliError(f"--group-size must be 32 for int4_k (its groups), got {group_size}")
     if fmt == "int4_asym" and group_size % 32:
         raise CliError(f"--group-size must be a multiple of 32 for int4_asym, got {group_size}")
     if layout not in LAYOUTS:

@@ -86,14 +86,17 @@ def from_offset8(q: np.ndarray, scales: np.ndarray, group_size: int, what: str):
 
 
 def requantize(w_in_out: np.ndarray, group_size: int, what: str, reason: str) -> tuple:
-    """Re-quantize a float32 ``[in, out]`` weight with quantrs's absmax scales; warn
+    """Re-quantize a float32 ``[in, out]`` weight with ``QuantizedWeight.quantize``'s
+    default quantizer (``"search"``, the least squared error per group); warn
     with the error. Returns ``(QuantizedWeight, (rel_err, max_abs_err))``."""
     from .. import QuantizedWeight
 
     if not np.isfinite(w_in_out).all():
         raise CorruptCheckpointError(f"{what}: the dequantized weight holds non-finite values")
     gs = group_size if group_size >= 2 and group_size % 2 == 0 else 32
-    qw = QuantizedWeight.quantize(np.ascontiguousarray(w_in_out, np.float32), group_size=gs)
+    qw = QuantizedWeight.quantize(
+        np.ascontiguousarray(w_in_out, np.float32), group_size=gs, method="search"
+    )
     d = w_in_out.astype(np.float64) - qw.dequantize()
     den = float(np.sqrt(np.square(w_in_out, dtype=np.float64).sum()))
     err = (

@@ -11,6 +11,13 @@ sizes; the packed parts are tensors named ``n.<part>``:
 - ``int4_asym`` (``Int4AsymWeight``): ``n.codes`` U8 ``[out, in / 2]`` (each run of 32
   inputs in 16 bytes, byte ``j`` holding input ``j`` low and ``j + 16`` high: ggml
   ``Q4_1``'s order), ``n.scales`` F16 ``[out, groups, 2]`` (step ``d``, minimum ``m``).
+- ``int4_k`` (``Int4KWeight``): ``n.codes`` U8 ``[out, in / 2]`` packed as above,
+  ``n.scale_codes`` U8 ``[out, (3 * groups + 1) / 2]``: the 6-bit step and minimum codes
+  ``(sc, mn)`` of each group of 32 in group order, a little-endian bit stream (group
+  ``g``'s 12 bits ``sc | mn << 6``; an odd last group leaves a high nibble of 0), as
+  ``Int4KWeight``'s own serialization (docs/int4.md); ``n.supers`` F16 ``[out, supers,
+  2]`` (``D``, ``Dmin`` per super-block). Exactly ``Int4KWeight.nbytes``: 4.5 bits per
+  weight at super-block 256.
 - ``int_zp`` (``IntZpWeight``): ``n.codes`` U8, 4-bit ``[out, in / 2]`` packed as above or
   8-bit ``[out, in]``, inputs in stored order; ``n.scales`` F16 and ``n.zeros`` U8
   ``[out, groups]``; ``n.perm`` I64 ``[in]`` when the inputs are permuted (act-order).
@@ -35,7 +42,7 @@ TENSORS_KEY = "quantrs.tensors"
 FORMAT_VERSION = "1"
 _FIRST_PART = (".qweight", ".codes", ".blocks")
 # every format of this layout, for readers that take any packed weight
-ALL_FORMATS = ("int4", "int4_asym", "int_zp", "gguf")
+ALL_FORMATS = ("int4", "int4_asym", "int4_k", "int_zp", "gguf")
 _RUN = 32  # inputs per run of 4-bit codes
 
 
@@ -68,16 +75,49 @@ def unpack_runs(packed: np.ndarray) -> np.ndarray:
     return np.concatenate([r & np.uint8(0x0F), r >> np.uint8(4)], axis=2).reshape(out_f, 2 * half)
 
 
+def pack_six(codes: np.ndarray) -> np.ndarray:
+    """uint8 6-bit codes ``[out, ...]`` (each 0..63), flattened per row, as a
+    little-endian bit stream of ``ceil(6 n / 8)`` bytes per row (module docstring)."""
+    flat = codes.reshape(codes.shape[0], -1)
+    n = flat.shape[1]
+    v = np.pad(flat, ((0, 0), (0, -n % 4))).reshape(flat.shape[0], -1, 4)
+    a, b, c, d = (v[:, :, i] for i in range(4))
+    packed = np.stack([a | (b << 6), (b >> 2) | (c << 4), (c >> 4) | (d << 2)], axis=2)
+    return np.ascontiguousarray(packed.reshape(flat.shape[0], -1)[:, : -(-6 * n // 8)])
+
+
+def unpack_six(packed: np.ndarray, count: int) -> np.ndarray:
+    """The ``count`` codes per row of :func:`pack_six`'s bytes, ``[out, count]``; padding
+    bits that are not zero raise ``SerializationError``."""
+    from .. import SerializationError
+
+    if packed.ndim != 2 or packed.shape[1] != -(-6 * count // 8):
+        raise SerializationError(
+            f"scale_codes: expected [rows, {-(-6 * count // 8)}] bytes, got {list(packed.shape)}"
+        )
+    t = np.pad(packed, ((0, 0), (0, -packed.shape[1] % 3))).reshape(packed.shape[0], -1, 3)
+    b0, b1, b2 = (t[:, :, i] for i in range(3))
+    six = np.uint8(63)
+    v = np.stack([b0 & six, (b0 >> 6) | ((b1 << 2) & six), (b1 >> 4) | ((b2 << 4) & six),
+                  b2 >> 2], axis=2).reshape(packed.shape[0], -1)  # fmt: skip
+    bad = np.argwhere(v[:, count:] != 0)
+    if len(bad):
+        raise SerializationError(f"scale_codes: row {bad[0][0]}: padding bits are not zero")
+    return v[:, :count]
+
+
 def own_outputs(name: str, weight, src_dtype: str) -> tuple[list, dict]:
     """The tensors (:class:`OutSpec`) and the ``quantrs.tensors`` entry that
-    :func:`own_arrays` fills for a packed ``Int4AsymWeight``, ``IntZpWeight`` or
-    ``GgufWeight`` ``weight`` named ``name``."""
+    :func:`own_arrays` fills for a packed ``Int4AsymWeight``, ``Int4KWeight``,
+    ``IntZpWeight`` or ``GgufWeight`` ``weight`` named ``name``."""
     from ._stfile import OutSpec
 
     out_f, in_f = weight.shape
     meta = {"format": weight.type, "in_feat": in_f, "out_feat": out_f, "dtype": src_dtype}
     if weight.type == "int4_asym":
         return asym_outputs(name, in_f, out_f, weight.group_size, src_dtype)
+    if weight.type == "int4_k":
+        return k_outputs(name, in_f, out_f, weight.super_block, src_dtype)
     if weight.type == "int_zp":
         groups = -(-in_f // weight.group_size)
         meta.update(group_size=weight.group_size, bits=weight.bits)
@@ -110,10 +150,39 @@ def asym_outputs(
     return outs, meta
 
 
+def k_outputs(
+    name: str, in_feat: int, out_feat: int, super_block: int, src_dtype: str
+) -> tuple[list, dict]:
+    """The tensors and entry of an ``int4_k`` weight ``[out_feat, in_feat]`` with
+    ``super_block`` inputs per super-block (``Int4KWeight.super_block``)."""
+    from ._stfile import OutSpec
+
+    meta = {"format": "int4_k", "in_feat": in_feat, "out_feat": out_feat,
+            "dtype": src_dtype, "group_size": _RUN, "super_block": super_block}  # fmt: skip
+    outs = [
+        OutSpec(name + ".codes", "U8", (out_feat, in_feat // 2)),
+        OutSpec(name + ".scale_codes", "U8", (out_feat, (3 * (in_feat // _RUN) + 1) // 2)),
+        OutSpec(name + ".supers", "F16", (out_feat, in_feat // super_block, 2)),
+    ]
+    return outs, meta
+
+
+def k_super_block(in_feat: int) -> int:
+    """``Int4KWeight``'s super-block for ``in_feat`` inputs: 256 where it divides them,
+    else the whole row (docs/int4.md "k-quant-style INT4")."""
+    return 256 if in_feat % 256 == 0 else in_feat
+
+
 def own_arrays(weight) -> list[np.ndarray]:
     """The arrays of :func:`own_outputs`'s tensors, in its order."""
     if weight.type == "int4_asym":
         return [pack_runs(weight.codes()), weight.scales().astype(np.float16)]
+    if weight.type == "int4_k":
+        return [
+            pack_runs(weight.codes()),
+            pack_six(np.array(weight.scale_codes())),
+            weight.supers().astype(np.float16),
+        ]
     if weight.type == "int_zp":
         codes = weight.codes()
         arrays = [
@@ -130,7 +199,8 @@ def own_arrays(weight) -> list[np.ndarray]:
 def read_own(ck: Checkpoint, name: str, formats: tuple[str, ...] = ("int4",)):
     """The packed weight ``name`` of an open checkpoint in this layout, if its format is
     one of ``formats``: a ``QuantizedWeight`` ``[in, out]`` for ``int4``; an
-    ``Int4AsymWeight``, ``IntZpWeight`` or ``GgufWeight`` ``[out, in]`` for the others."""
+    ``Int4AsymWeight``, ``Int4KWeight``, ``IntZpWeight`` or ``GgufWeight`` ``[out, in]``
+    for the others."""
     from .. import QuantError
 
     entry = own_entry(ck, name)
@@ -161,6 +231,16 @@ def _read_int4_asym(ck: Checkpoint, name: str, entry: dict):
     return Int4AsymWeight.from_parts(codes, scales, group_size=int(entry["group_size"]))
 
 
+def _read_int4_k(ck: Checkpoint, name: str, entry: dict):
+    from .. import Int4KWeight
+
+    codes = unpack_runs(ck.array(name + ".codes", ("U8",)))
+    groups = codes.shape[1] // _RUN
+    six = unpack_six(ck.array(name + ".scale_codes", ("U8",)), 2 * groups)
+    supers = ck.array(name + ".supers", ("F16",)).view(np.float16).astype(np.float32)
+    return Int4KWeight.from_parts(codes, six.reshape(-1, groups, 2), supers)
+
+
 def _read_int_zp(ck: Checkpoint, name: str, entry: dict):
     from .. import IntZpWeight
 
@@ -187,6 +267,7 @@ def _read_gguf(ck: Checkpoint, name: str, entry: dict):
 _READERS = {
     "int4": _read_int4,
     "int4_asym": _read_int4_asym,
+    "int4_k": _read_int4_k,
     "int_zp": _read_int_zp,
     "gguf": _read_gguf,
 }

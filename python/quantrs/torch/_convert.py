@@ -32,7 +32,8 @@ def _serving(linear: nn.Linear, target: str, group_size: int, master) -> nn.Modu
             "(prepare_w8a8); only the fp8_e4m3 serving layer quantizes its input"
         )
     if target == "int4":
-        return Int4Linear.from_linear(src, group_size=group_size)
+        # The grid QAT trained on (_qat_grid.fake_quantize), not from_linear's default.
+        return Int4Linear.from_linear(src, group_size=group_size, method="rtn")
     if target == "fp8_e4m3":
         scale = None if act is None else float(act.scale)
         if scale is not None and scale <= 0.0:

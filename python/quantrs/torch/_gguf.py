@@ -13,9 +13,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from .. import GgufWeight, Int4AsymWeight, IntZpWeight, _core
+from .. import GgufWeight, Int4AsymWeight, Int4KWeight, IntZpWeight, _core
 from ..formats.gguf import PACKED_TYPES, GgufFile, packed_weight
-from . import _gguf_op
+from . import _gguf_op, _packed_state
 from ._gguf_model import (
     GGUF_ARCHITECTURES,
     gguf_architecture,
@@ -55,7 +55,8 @@ def _blocks_of(weight, out_index) -> tuple[str, np.ndarray] | None:
 
 class GgufLinear(nn.Module):
     """``y = x @ W.T + bias`` with ``W`` packed: a :class:`quantrs.GgufWeight`, an
-    :class:`quantrs.Int4AsymWeight` (what ``quantize_(model, "int4_asym")`` makes) or an
+    :class:`quantrs.Int4AsymWeight` (what ``quantize_(model, "int4_asym")`` makes), an
+    :class:`quantrs.Int4KWeight` (``quantize_(model, "int4_k")``) or an
     :class:`quantrs.IntZpWeight` (what ``read_gptq`` / ``read_awq`` give for zero points).
 
     GGUF blocks (and ``int4_asym`` of group 32, which is Q4_1 bit for bit) live in the
@@ -63,16 +64,19 @@ class GgufLinear(nn.Module):
     the kernel reads it in place, ``state_dict`` holds the bytes and ``load_state_dict``
     writes are seen, and the forward is the custom operator ``quantrs::gguf_linear``
     (``torch.compile`` / ``torch.export`` see one node). Other weights stay in
-    ``weight_packed`` (``qweight`` is None) and run eagerly. ``x``'s dtype is kept
-    (float32, bfloat16, float16). The weight and the bias are frozen; an input that
-    requires grad gets ``grad_output @ W`` (the weight decoded a band of rows at a
-    time), so LoRA adapters train on top (QLoRA, :func:`quantrs.torch.peft_config`).
+    ``weight_packed`` (``qweight`` is None, the weight held once in the Rust object) and
+    run through ``quantrs::packed_linear``; ``state_dict`` exports their parts
+    (:mod:`._packed_state`), ``load_state_dict`` rebuilds them, and pickling carries
+    them. ``x``'s dtype is kept (float32, bfloat16, float16). The weight and the bias
+    are frozen; an input that requires grad gets ``grad_output @ W`` (the weight
+    decoded a band of rows at a time), so LoRA adapters train on top (QLoRA,
+    :func:`quantrs.torch.peft_config`).
     ``out_index`` reorders the output features (``y[..., out_index]``): llama.cpp stores
     Llama's q / k projections with their rows permuted (block rows are reordered once)."""
 
     def __init__(
         self,
-        weight: GgufWeight | Int4AsymWeight | IntZpWeight,
+        weight: GgufWeight | Int4AsymWeight | Int4KWeight | IntZpWeight,
         bias: torch.Tensor | None = None,
         out_index: np.ndarray | None = None,
     ):
@@ -99,7 +103,7 @@ class GgufLinear(nn.Module):
             weakref.finalize(self, _gguf_op.release_packed, self._key)
 
     @property
-    def weight_packed(self) -> GgufWeight | Int4AsymWeight | IntZpWeight:
+    def weight_packed(self) -> GgufWeight | Int4AsymWeight | Int4KWeight | IntZpWeight:
         """The packed weight as a ``quantrs`` object (for the buffer-held blocks a
         ``GgufWeight`` copied from ``qweight``)."""
         if self.qweight is None:
@@ -148,13 +152,40 @@ class GgufLinear(nn.Module):
         w = torch.from_numpy(self.weight_packed.dequantize())
         return w if self.out_index is None else w[self.out_index]
 
+    def _save_to_state_dict(self, destination, prefix, keep_vars) -> None:
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        if self._packed is not None:  # the Rust object's parts, made for the export
+            for name, a in _packed_state.parts_of(self._packed).items():
+                destination[prefix + name] = torch.from_numpy(a)
+
+    def _load_from_state_dict(
+        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, errors
+    ) -> None:
+        if self._packed is not None:
+            # Pops its entries, so that torch does not count them as unexpected.
+            weight = _packed_state.load_parts(self._packed, state_dict, prefix, missing_keys)
+            if weight is not None:
+                self._packed = weight
+                key, self._key = self._key, _gguf_op.register_packed(weight)
+                _gguf_op.release_packed(key)
+                weakref.finalize(self, _gguf_op.release_packed, self._key)
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, errors
+        )
+
     def __getstate__(self) -> dict:
         state = drop_views(self.__dict__)
         state.pop("_key", None)
+        packed = state.pop("_packed", None)
+        # The Rust object does not pickle: its layout and parts do.
+        state["_packed_parts"] = None if packed is None else _packed_state.pickled(packed)
         return state
 
     def __setstate__(self, state: dict) -> None:
         # Unpickled and deep-copied modules get their own key (the original's goes with it).
+        state = dict(state)
+        parts = state.pop("_packed_parts", None)
+        state["_packed"] = None if parts is None else _packed_state.unpickled(parts)
         super().__setstate__(state)
         self._register()
 

@@ -64,7 +64,7 @@ class Int4Linear(nn.Module):
         linear: nn.Linear,
         group_size: int = 32,
         *,
-        method: str = "rtn",
+        method: str = "search",
         importance: np.ndarray | None = None,
         activations: str = "float32",
     ) -> Int4Linear:
@@ -256,9 +256,9 @@ def quantize_(
     (``"int8"``, one scale per output channel; CPU) or ``FP8Linear`` (``"fp8"``, E4M3, W8A8 when
     an ``activation_scale`` is given). ``filter_fn(module, fqn)`` picks the modules (default:
     :func:`default_filter`). Returns ``model``; a module shared by several parents is quantized
-    once. ``quantizer`` picks the INT4 scales ("rtn", the default of "int4", "full", "search";
-    "int4_asym" and "int4_k": "rtn" or "search", their default; docs/int4.md "Quantizers";
-    "gptq" for "int4" / "int4_asym", with ``calibration``: docs/int4.md "GPTQ"); ``calibration``
+    once. ``quantizer`` picks the INT4 scales ("search", the default, "rtn" (the grid of
+    earlier releases) or "full" for "int4"; "search" or "rtn" for "int4_asym" and "int4_k";
+    docs/int4.md "Quantizers"; "gptq", with ``calibration``: docs/int4.md "GPTQ"); ``calibration``
     batches, run through ``model`` first, give "search" each input's importance (mean ``x^2``),
     "gptq" its Hessians and "fp8" one activation scale per layer (docs/torch.md "Calibration").
     ``include_head`` quantizes the ``lm_head`` too (when no ``filter_fn`` is given);
@@ -317,11 +317,11 @@ def quantize_(
                 done[id(child)] = Int4Linear.from_linear(
                     child,
                     group_size,
-                    method=quantizer or "rtn",
+                    method=quantizer or "search",
                     importance=importance,
                     activations=activations,
                 )
-            elif method == "int4_asym" and packed is not None:
+            elif method in ("int4_asym", "int4_k") and packed is not None:
                 done[id(child)] = GgufLinear(packed, child.bias)
             elif method == "int4_asym":
                 done[id(child)] = _asym_linear(child, group_size, quantizer or "search", importance)

@@ -4,7 +4,7 @@
 The view is the serving format's own quantize-then-dequantize,
 ``quantrs.qat.fake_quant_deploy`` (no second copy of any grid rule):
 
-- ``int4``: ``quantrs.QuantizedWeight.quantize(W^T, group_size=...)`` then
+- ``int4``: ``quantrs.QuantizedWeight.quantize(W^T, group_size=..., method="rtn")`` then
   ``dequantize()`` -- one absmax / 7 scale per ``group_size`` inputs of each output, the
   codes and scales ``quantrs.torch.Int4Linear.from_linear`` stores;
 - ``int8``: ``quantrs.Int8Linear.from_float(W).dequantize_w()`` -- one absmax / 127

@@ -53,9 +53,9 @@ def plan(
     if quantizer is None and calibration is not None and method in ("int4", "int4_asym"):
         quantizer = "gptq"  # the best measured with calibration text (docs/int4.md "GPTQ")
     if quantizer == "gptq":
-        if method not in ("int4", "int4_asym"):
+        if method not in ("int4", "int4_asym", "int4_k"):
             raise _core.InvalidArgument(
-                f"quantizer: 'gptq' applies to 'int4' and 'int4_asym', not {method!r}"
+                f"quantizer: 'gptq' applies to 'int4', 'int4_asym' and 'int4_k', not {method!r}"
             )
         if calibration is None:
             raise _core.InvalidArgument(
