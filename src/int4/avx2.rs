@@ -210,41 +210,22 @@ unsafe fn strip_rows<const R: usize, const V: usize>(
 /// rows of at least `kc` floats at stride `lda` and `b` holds `kc * NR`.
 #[target_feature(enable = "avx2,fma")]
 pub(super) unsafe fn gemm_micro<const M: usize>(
-    _: Avx2,
+    tok: Avx2,
     a: &[f32],
     lda: usize,
     b: &[f32],
     kc: usize,
     out: &mut [[f32; NR]],
 ) {
-    debug_assert!(b.len() >= kc * NR && out.len() >= M);
-    debug_assert!(a.len() >= (M - 1) * lda + kc);
-    let mut c = [[_mm256_setzero_ps(); 4]; M];
-    let (ap, bp) = (a.as_ptr(), b.as_ptr());
-    for k in 0..kc {
-        // SAFETY: k < kc, so b[k*NR .. k*NR + 32] and a[m*lda + k] are in
-        // bounds per the function's contract.
-        // The M broadcasts first, then one panel vector at a time: 12
-        // accumulators, 3 broadcasts and 1 panel vector are the 16
-        // registers (all four panel vectors live at once spill two
-        // accumulators to the stack, which doubled the loop's latency).
-        unsafe {
-            let bk = bp.add(k * NR);
-            let av: [__m256; M] = std::array::from_fn(|m| _mm256_set1_ps(*ap.add(m * lda + k)));
-            for j in 0..4 {
-                let bv = _mm256_loadu_ps(bk.add(8 * j));
-                for (cm, a) in c.iter_mut().zip(av.iter()) {
-                    cm[j] = _mm256_fmadd_ps(*a, bv, cm[j]);
-                }
-            }
-        }
-    }
-    for (m, cm) in c.iter().enumerate() {
-        for (j, cv) in cm.iter().enumerate() {
-            // SAFETY: out[m] holds 32 floats; j * 8 + 8 <= 32.
-            unsafe { _mm256_storeu_ps(out[m].as_mut_ptr().add(8 * j), *cv) };
-        }
-    }
+    assert!(
+        out.len() >= M,
+        "gemm_micro: out holds {} rows, M = {M}",
+        out.len()
+    );
+    // SAFETY: `out` is exclusively borrowed and holds at least M rows of NR
+    // contiguous floats, i.e. M rows at stride NR; `a` and `b` as the caller
+    // guarantees.
+    unsafe { gemm_micro_into::<M>(tok, a, lda, b, kc, out.as_mut_ptr().cast(), NR, false) }
 }
 
 /// [`gemm_micro`] straight on the output: `y[m][0..NR] = sum_k a[m * lda
@@ -282,7 +263,11 @@ pub(super) unsafe fn gemm_micro_into<const M: usize>(
     let (ap, bp) = (a.as_ptr(), b.as_ptr());
     for k in 0..kc {
         // SAFETY: k < kc, so b[k*NR .. k*NR + 32] and a[m*lda + k] are in
-        // bounds per the contract. Register use as in `gemm_micro`.
+        // bounds per the contract.
+        // The M broadcasts first, then one panel vector at a time: 12
+        // accumulators, 3 broadcasts and 1 panel vector are the 16
+        // registers (all four panel vectors live at once spill two
+        // accumulators to the stack, which doubled the loop's latency).
         unsafe {
             let bk = bp.add(k * NR);
             let av: [__m256; M] = std::array::from_fn(|m| _mm256_set1_ps(*ap.add(m * lda + k)));

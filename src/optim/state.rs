@@ -404,6 +404,27 @@ fn encode_v_scales(
     }
 }
 
+/// Pass 2 of the group of `n` elements whose pass 1 left its values and
+/// block maxima in `old`, writing its codes to `m_codes` / `v_codes`.
+fn pass2_of<'a>(
+    old: &'a Scratch,
+    n: usize,
+    bs: usize,
+    m_codes: &'a mut [u8],
+    v_codes: &'a mut [u8],
+) -> Pass2<'a> {
+    let nb = n.div_ceil(bs);
+    Pass2 {
+        sm: &old.sm[..n],
+        su: &old.su[..n],
+        m_inv: &old.m_absmax[..nb],
+        v_inv: VScale::Block(&old.u_max[..nb]),
+        m_codes,
+        v_codes,
+        ahead: [std::ptr::null(); 2],
+    }
+}
+
 /// The interleaved step of consecutive groups with block scales (AVX2,
 /// `Kernels::interleaves`): group `j`'s pass 1 runs inside group `j - 1`'s
 /// pass 2, one scratch set each. Every group's operations are those of
@@ -448,16 +469,7 @@ fn run_interleaved(ctx: &StepCtx<'_>, jobs: Vec<Job<'_>>, key_numel: u64, direct
             };
             match prev.take() {
                 Some((pn, pmc, pvc)) => {
-                    let pnb = pn.div_ceil(bs);
-                    let p2 = Pass2 {
-                        sm: &old.sm[..pn],
-                        su: &old.su[..pn],
-                        m_inv: &old.m_absmax[..pnb],
-                        v_inv: VScale::Block(&old.u_max[..pnb]),
-                        m_codes: pmc,
-                        v_codes: pvc,
-                        ahead: [std::ptr::null(); 2],
-                    };
+                    let p2 = pass2_of(old, pn, bs, pmc, pvc);
                     ctx.kernels.pass2_then_1(&ctx.k, ctx.codecs, bs, p2, p1);
                 }
                 None => ctx.kernels.pass1(&ctx.k, ctx.codecs, bs, p1),
@@ -468,17 +480,7 @@ fn run_interleaved(ctx: &StepCtx<'_>, jobs: Vec<Job<'_>>, key_numel: u64, direct
             prev = Some((n, mc, vc));
         }
         if let Some((pn, pmc, pvc)) = prev {
-            let old = &*halves[last_half];
-            let pnb = pn.div_ceil(bs);
-            let p2 = Pass2 {
-                sm: &old.sm[..pn],
-                su: &old.su[..pn],
-                m_inv: &old.m_absmax[..pnb],
-                v_inv: VScale::Block(&old.u_max[..pnb]),
-                m_codes: pmc,
-                v_codes: pvc,
-                ahead: [std::ptr::null(); 2],
-            };
+            let p2 = pass2_of(&*halves[last_half], pn, bs, pmc, pvc);
             ctx.kernels.pass2(ctx.codecs, bs, p2);
         }
     });

@@ -17,6 +17,17 @@ pytestmark = pytest.mark.kernel
 SHAPES = [(33, 17, 32), (257, 129, 32), (300, 301, 128), (7, 23, 2), (1024, 1000, 32)]
 
 
+def assert_within_bound(qw, x, y):
+    """``y`` against float64 ``x @ w`` within docs/int4.md's bound, per output and row;
+    returns ``(x64, w64, bound)`` for further checks."""
+    w = qw.dequantize().astype(np.float64)
+    x64 = x.astype(np.float64)
+    bound = 1e-5 * (np.abs(x64) @ np.abs(w)) + 1e-6
+    err = np.abs(y.astype(np.float64) - x64 @ w)
+    assert np.all(err <= bound), f"max excess {np.max(err - bound)}"
+    return x64, w, bound
+
+
 @pytest.mark.parametrize("batch", [2, 3, 4, 7, 8, 16])
 @pytest.mark.parametrize("shape", SHAPES)
 def test_small_batches_within_the_bound(shape, batch):
@@ -26,11 +37,7 @@ def test_small_batches_within_the_bound(shape, batch):
     # Rows of very different magnitudes: the bound is per output and row.
     x *= (np.float32(10.0) ** (np.arange(batch) % 7 - 3)).astype(np.float32)[:, None]
     y = qw.matmul(x)
-    w = qw.dequantize().astype(np.float64)
-    x64 = x.astype(np.float64)
-    bound = 1e-5 * (np.abs(x64) @ np.abs(w)) + 1e-6
-    err = np.abs(y.astype(np.float64) - x64 @ w)
-    assert np.all(err <= bound), f"max excess {np.max(err - bound)}"
+    x64, w, bound = assert_within_bound(qw, x, y)
     # Each row alone through matvec: the same product within the same bound.
     for r in (0, batch - 1):
         err_r = np.abs(qw.matvec(x[r]).astype(np.float64) - x64[r] @ w)
@@ -51,11 +58,7 @@ def test_prefill_batches_within_the_bound(shape, batch):
     x = rand((batch, k), batch + k)
     x *= (np.float32(10.0) ** (np.arange(batch) % 5 - 2)).astype(np.float32)[:, None]
     y = qw.matmul(x)
-    w = qw.dequantize().astype(np.float64)
-    x64 = x.astype(np.float64)
-    bound = 1e-5 * (np.abs(x64) @ np.abs(w)) + 1e-6
-    err = np.abs(y.astype(np.float64) - x64 @ w)
-    assert np.all(err <= bound), f"max excess {np.max(err - bound)}"
+    assert_within_bound(qw, x, y)
     # Into a caller's buffer: the same values.
     out = np.full((batch, n), np.nan, dtype=np.float32)
     qw.matmul(x, out=out)
