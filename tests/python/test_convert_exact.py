@@ -158,3 +158,47 @@ def test_save_gguf_refuses_what_it_cannot_hold(tmp_path):
     with pytest.raises(UnsupportedFormatError, match="'b'.*ndarray"):
         save_gguf(tmp_path / "x.gguf", {"b": w})
     assert not (tmp_path / "x.gguf").exists()
+
+
+def _random_int4_k(out: int, inf: int, seed: int):
+    """An ``Int4KWeight`` from random parts: every code, every 6-bit step / minimum,
+    finite halves of both signs."""
+    rng = np.random.default_rng(seed)
+    codes = rng.integers(0, 16, (out, inf), dtype=np.uint8)
+    codes[0, :512] = np.arange(512) % 16  # every code at every lane parity
+    scale_codes = rng.integers(0, 64, (out, inf // 32, 2), dtype=np.uint8)
+    scale_codes[0, :8, 0], scale_codes[0, :8, 1] = [0, 63, 15, 16, 47, 48, 1, 62], 63
+    halves = (rng.standard_normal((out, inf // 256, 2)) * 1e-2).astype(np.float16)
+    return quantrs.Int4KWeight.from_parts(codes, scale_codes, halves.astype(np.float32))
+
+
+@pytest.mark.parametrize("source", ["parts", "quantized"])
+def test_save_gguf_writes_int4_k_as_q4_k_exactly(tmp_path, source):
+    """``Int4KWeight`` (super-blocks of 256) -> ``Q4_K``: the ``gguf`` package's dequantizer
+    gives ``Int4KWeight.dequantize()`` bit for bit, and quantrs reads the block back as the
+    same values."""
+    from quantrs.formats import save_gguf
+
+    if source == "parts":
+        k = _random_int4_k(6, 768, seed=3)
+    else:
+        w = np.random.default_rng(4).standard_normal((6, 512)).astype(np.float32)
+        k = quantrs.Int4KWeight.quantize(w)
+    rows = save_gguf(tmp_path / "k.gguf", {"blk.0.ffn_up.weight": k})
+    assert rows[0]["type"] == "Q4_K" and rows[0]["rel_err"] == 0.0
+    (t,) = gguf.GGUFReader(str(tmp_path / "k.gguf")).tensors
+    assert t.tensor_type == gguf.GGMLQuantizationType.Q4_K
+    got = gguf.quants.dequantize(t.data, gguf.GGMLQuantizationType.Q4_K).reshape(k.shape)
+    want = k.dequantize()
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    back = quantrs.GgufWeight.from_bytes("q4_k", k.shape, np.asarray(t.data).reshape(-1))
+    assert np.array_equal(back.dequantize(), want)
+
+
+def test_save_gguf_refuses_int4_k_without_256_super_blocks(tmp_path):
+    from quantrs.formats import UnsupportedFormatError, save_gguf
+
+    w = np.random.default_rng(0).standard_normal((4, 576)).astype(np.float32)
+    with pytest.raises(UnsupportedFormatError, match="'a'.*super-blocks of 256.*576"):
+        save_gguf(tmp_path / "x.gguf", {"a": quantrs.Int4KWeight.quantize(w)})
+    assert not (tmp_path / "x.gguf").exists()

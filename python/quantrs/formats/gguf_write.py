@@ -6,6 +6,9 @@ in :mod:`.gguf` (written from ggml's ``docs/gguf.md``).
   them and the weight.
 - ``Int4AsymWeight`` (group 32) as ``Q4_1``: the same halves and codes, exactly (an
   ``int4_asym`` group of 32 is a ``Q4_1`` block, docs/int4.md).
+- ``Int4KWeight`` with super-blocks of 256 inputs as ``Q4_K``: the same halves, 6-bit step
+  and minimum codes and nibbles, rearranged into ggml's block (exactly: both dequantize
+  ``(D * sc) * q - (Dmin * mn)`` in float32).
 - ``GgufWeight`` as its own block type, its bytes unchanged.
 """
 
@@ -28,7 +31,7 @@ _EXACT = {"scales_changed": 0, "max_scale_rel_change": 0.0, "rel_err": 0.0, "max
 
 def _blocks_of(name: str, w) -> tuple[str, np.ndarray, dict]:
     """``(ggml type, bytes [out, row bytes], report)`` of one weight."""
-    from .. import GgufWeight, Int4AsymWeight, QuantizedWeight
+    from .. import GgufWeight, Int4AsymWeight, Int4KWeight, QuantizedWeight
 
     if isinstance(w, GgufWeight):
         return w.type.upper(), np.asarray(w.to_bytes()).reshape(w.shape[0], -1), dict(_EXACT)
@@ -42,10 +45,12 @@ def _blocks_of(name: str, w) -> tuple[str, np.ndarray, dict]:
         b[..., 0:4] = w.scales().astype("<f2").view(np.uint8).reshape(out_feat, -1, 4)
         b[..., 4:] = pack_runs(w.codes()).reshape(out_feat, -1, 16)
         return "Q4_1", b.reshape(out_feat, -1), dict(_EXACT)
+    if isinstance(w, Int4KWeight):
+        return "Q4_K", _q4_k_blocks(name, w), dict(_EXACT)
     if not isinstance(w, QuantizedWeight):
         raise UnsupportedFormatError(
-            f"tensor {name!r}: expected a QuantizedWeight, Int4AsymWeight or GgufWeight, "
-            f"got {type(w).__name__}"
+            f"tensor {name!r}: expected a QuantizedWeight, Int4AsymWeight, Int4KWeight or "
+            f"GgufWeight, got {type(w).__name__}"
         )
     if w.group_size != 32 or w.in_feat % 32:
         raise UnsupportedFormatError(
@@ -53,6 +58,33 @@ def _blocks_of(name: str, w) -> tuple[str, np.ndarray, dict]:
             f"got group {w.group_size}, in_feat {w.in_feat}"
         )
     return ("Q4_0", *_q4_0_blocks(w))
+
+
+def _q4_k_blocks(name: str, w) -> np.ndarray:
+    """``Q4_K`` bytes ``[out, in / 256 * 144]`` of an ``Int4KWeight`` whose super-blocks
+    are 256 inputs. A ``Q4_K`` block (docs/formats.md "q4_k") is ``{f16 d, f16 dmin, u8
+    scales[12], u8 qs[128]}``: sub-block ``j < 4`` keeps its 6-bit step / minimum in the
+    low bits of ``scales[j]`` / ``scales[j + 4]``; sub-block ``j >= 4`` has its low four
+    bits in ``scales[j + 4]`` (step low, minimum high) and its top two bits in the top
+    bits of ``scales[j - 4]`` / ``scales[j]``; ``qs[32 c + l]`` holds input ``64 c + l``
+    in its low nibble and ``64 c + 32 + l`` in its high one."""
+    out_feat, in_feat = w.shape
+    if w.super_block != 256:
+        raise UnsupportedFormatError(
+            f"tensor {name!r}: Q4_K needs super-blocks of 256 inputs (in_feat a multiple of "
+            f"256), got int4_k super-block {w.super_block} (in_feat {in_feat})"
+        )
+    supers = in_feat // 256
+    q = w.codes().reshape(out_feat, supers, 4, 2, 32)  # [.., chunk of 64, half, lane]
+    sm = w.scale_codes().reshape(out_feat, supers, 8, 2)
+    sc, mn = sm[..., 0], sm[..., 1]
+    b = np.empty((out_feat, supers, 144), np.uint8)
+    b[..., 0:4] = w.supers().astype("<f2").view(np.uint8).reshape(out_feat, supers, 4)
+    b[..., 4:8] = sc[..., :4] | (sc[..., 4:] >> 4) << 6
+    b[..., 8:12] = mn[..., :4] | (mn[..., 4:] >> 4) << 6
+    b[..., 12:16] = (sc[..., 4:] & 0x0F) | (mn[..., 4:] & 0x0F) << 4
+    b[..., 16:] = (q[..., 0, :] | q[..., 1, :] << 4).reshape(out_feat, supers, 128)
+    return b.reshape(out_feat, -1)
 
 
 def _q4_0_blocks(qw) -> tuple[np.ndarray, dict]:
@@ -106,8 +138,9 @@ def _kv_u32(key: str, value: int) -> bytes:
 def save_gguf(path: str | os.PathLike, tensors: dict, architecture: str = "quantrs") -> list[dict]:
     """Write ``{name: weight}`` to a GGUF file, tensors ``[out, in]`` (``ne = [in,
     out]``): a ``QuantizedWeight`` (group 32, ``in_feat`` a multiple of 32) as ``Q4_0``
-    with its scales rounded to F16, an ``Int4AsymWeight`` of group 32 as ``Q4_1`` and a
-    ``GgufWeight`` as its own type, both exactly. One report row per tensor says how
+    with its scales rounded to F16, an ``Int4AsymWeight`` of group 32 as ``Q4_1``, an
+    ``Int4KWeight`` with super-blocks of 256 inputs as ``Q4_K`` and a ``GgufWeight`` as
+    its own type, the last three exactly. One report row per tensor says how
     much the F16 rounding changed the scales and the weight (0 for the exact ones). The
     file is written to a temporary sibling and renamed: it appears complete or not at
     all."""
