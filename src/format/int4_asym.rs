@@ -9,34 +9,22 @@
 //! and more); its per-row dot for small batches is the fused kernel of
 //! `crate::int4_asym` (`d * sum(q x) + m * sum(x)` per group, SIMD per level).
 
-use super::row_forward::forward_rows;
+use super::nibble_rows::{
+    halves_le, read_dims, read_halves, row_engine_forward, row_source, row_weight_basics,
+    write_dims,
+};
 use super::weight_format::{Block, FormatInfo, RowOrder, ScaleStorage, WeightFormat};
-use crate::error::{QuantError, Result};
+use crate::error::Result;
 use crate::int4_asym::{groups_of, AsymMethod, AsymWeight};
-use crate::linear::dispatch::Dots;
-use crate::linear::grad_input::grad_input_rows;
-use crate::linear::kernels::RowSource;
 use crate::linear::serde::{DType, Reader, Writer};
 
 /// The asymmetric INT4 format.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Int4Asym;
 
-impl RowSource for AsymWeight {
-    fn decode(&self, r: usize, k0: usize, out: &mut [f32]) {
-        // The engine's tiles start and end on multiples of 32 except at
-        // `in`, itself a multiple of 32.
-        AsymWeight::decode(self, r, k0, out);
-    }
-
-    fn dot(&self, dots: Dots, r: usize, x: &[f32]) -> f32 {
-        self.dot_row(dots, r, x)
-    }
-
-    fn dot_rows(&self, dots: Dots, r0: usize, x: &[f32], out: &mut [f32]) {
-        AsymWeight::dot_rows(self, dots, r0, x, out);
-    }
-}
+// The engine's tiles start and end on multiples of 32 except at `in`,
+// itself a multiple of 32, so `decode` sees whole runs.
+row_source!(AsymWeight, dot_rows);
 
 impl WeightFormat for Int4Asym {
     const INFO: FormatInfo = FormatInfo {
@@ -72,66 +60,25 @@ impl WeightFormat for Int4Asym {
         w.group_size()
     }
 
-    fn shape(w: &AsymWeight) -> [usize; 2] {
-        w.shape()
-    }
+    row_weight_basics!(AsymWeight);
+    row_engine_forward!(AsymWeight);
 
     fn quantize(w: &[f32], out_feat: usize, in_feat: usize, gs: usize) -> Result<AsymWeight> {
         AsymWeight::quantize(w, out_feat, in_feat, gs, AsymMethod::Rtn, None)
     }
 
-    fn dequantize(w: &AsymWeight) -> Vec<f32> {
-        w.dequantize()
-    }
-
-    fn matmul(
-        w: &AsymWeight,
-        x: &[f32],
-        rows: usize,
-        bias: Option<&[f32]>,
-        y: &mut [f32],
-    ) -> Result<()> {
-        forward_rows(w, w.shape(), &|_| 1.0, bias, x, rows, y)
-    }
-
-    fn matmul_transposed(w: &AsymWeight, g: &[f32], rows: usize, dx: &mut [f32]) -> Result<()> {
-        grad_input_rows(w, w.shape(), &|_| 1.0, g, rows, dx)
-    }
-
     fn write_blob(w: &AsymWeight, out: &mut Writer) {
         let [o, i] = w.shape();
-        let dims: Vec<u8> = [o, i, w.group_size()]
-            .iter()
-            .flat_map(|&v| (v as u32).to_le_bytes())
-            .collect();
-        out.tensor(DType::U32, &[3], &dims);
+        write_dims(out, &[o, i, w.group_size()]);
         out.tensor(DType::U8, &[o, i / 2], w.codes());
-        let halves: Vec<u8> = w.scales().iter().flat_map(|h| h.to_le_bytes()).collect();
-        out.tensor(DType::U8, &[o, 4 * w.groups()], &halves);
+        out.tensor(DType::U8, &[o, 4 * w.groups()], &halves_le(w.scales()));
     }
 
     fn read_blob(r: &mut Reader<'_>) -> Result<Self::BlobParts> {
-        let (d, dims) = r.tensor("dims", DType::U32)?;
-        if d != [3] {
-            return Err(QuantError::ser(format!("dims: expected [3], got {d:?}")));
-        }
-        let dims: Vec<usize> = dims
-            .chunks_exact(4)
-            .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize)
-            .collect();
+        let dims = read_dims(r, 3)?;
         let (_, codes) = r.tensor("codes", DType::U8)?;
-        let (_, halves) = r.tensor("scales", DType::U8)?;
-        if halves.len() % 2 != 0 {
-            return Err(QuantError::ser(format!(
-                "scales: {} bytes, expected whole halves",
-                halves.len()
-            )));
-        }
-        let scales = halves
-            .chunks_exact(2)
-            .map(|b| u16::from_le_bytes([b[0], b[1]]))
-            .collect();
-        Ok((dims, codes.to_vec(), scales))
+        let codes = codes.to_vec();
+        Ok((dims, codes, read_halves(r, "scales")?))
     }
 
     fn from_blob((dims, codes, scales): Self::BlobParts) -> Result<AsymWeight> {

@@ -2,10 +2,10 @@
 //! formula written out here, the forward against a float64 product of the
 //! dequantized weight at every SIMD level, the layer blob, and bad blobs.
 
-use std::borrow::Cow;
-
+use super::super::row_format_checks::{assert_bad_blobs, assert_grad_input, blob_round_trips};
 use super::*;
-use crate::linear::{Device, QuantLinear, QuantMethod, QuantizedSerde, ReadLayer};
+use crate::linear::dispatch::Dots;
+use crate::linear::kernels::RowSource;
 use crate::simd::available_levels;
 use crate::testutil::rand_vec;
 
@@ -112,42 +112,22 @@ fn forward_matches_float64_and_scalar_at_every_level() {
     RowSource::decode(&q, 3, 37, &mut part);
     assert_eq!(part, deq[3 * IN + 37..3 * IN + 137]);
     // The input gradient is g . W.
-    let g = rand_vec(2 * OUT, 18);
-    let mut dx = vec![0f32; 2 * IN];
-    Int4Asym::matmul_transposed(&q, &g, 2, &mut dx).unwrap();
-    for b in 0..2 {
-        for i in 0..IN {
-            let want: f64 = (0..OUT)
-                .map(|o| g[b * OUT + o] as f64 * deq[o * IN + i] as f64)
-                .sum();
-            assert!((dx[b * IN + i] as f64 - want).abs() < 1e-5, "dx [{b}, {i}]");
-        }
-    }
+    assert_grad_input::<Int4Asym>(&q, &deq, OUT, IN);
 }
 
 #[test]
 fn the_layer_blob_round_trips_and_bad_halves_are_serialization_errors() {
     let w = weight();
     let q = Int4Asym::quantize(&w, OUT, IN, GS).unwrap();
-    let layer = QuantLinear::<Int4Asym>::from_weight(q.clone(), None).unwrap();
-    let bytes = QuantizedSerde::serialize(&layer).unwrap().into_owned();
-    assert_eq!(bytes[4], Int4Asym::INFO.serde_tag);
-    let back = <dyn QuantMethod>::read_layer(Cow::Borrowed(&bytes), &Device::Cpu).unwrap();
-    assert_eq!(back.serialize_layer().unwrap().into_owned(), bytes);
-    assert_eq!(back.dequantize_w_vec().unwrap(), Int4Asym::dequantize(&q));
+    let bytes = blob_round_trips::<Int4Asym>(&q);
     // The last half of the blob (row 4, group 2, m) made infinite, CRC
-    // recomputed: the reader refuses it as a serialization error.
-    let mut bad = bytes[..bytes.len() - 4].to_vec();
-    let n = bad.len();
-    bad[n - 2..].copy_from_slice(&0x7C00u16.to_le_bytes());
-    let crc = crc32fast::hash(&bad);
-    bad.extend_from_slice(&crc.to_le_bytes());
-    let err = <dyn QuantMethod>::read_layer(Cow::Borrowed(&bad), &Device::Cpu).unwrap_err();
-    assert!(matches!(err, QuantError::Serialization(_)), "{err}");
-    assert!(err.to_string().contains("row 4 group 2 m"), "{err}");
-    // A truncated blob fails its CRC.
-    let err = <dyn QuantMethod>::read_layer(Cow::Borrowed(&bytes[..n]), &Device::Cpu).unwrap_err();
-    assert!(matches!(err, QuantError::Serialization(_)), "{err}");
+    // recomputed: the reader refuses it as a serialization error (and a
+    // truncated blob fails its CRC).
+    let inf_m = |b: &mut [u8]| {
+        let n = b.len();
+        b[n - 2..].copy_from_slice(&0x7C00u16.to_le_bytes());
+    };
+    assert_bad_blobs(&bytes, inf_m, "row 4 group 2 m");
 }
 
 #[test]

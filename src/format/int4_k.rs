@@ -8,32 +8,20 @@
 //! The forward runs the shared row engine (`crate::linear::kernels`); its
 //! per-row dot for small batches is the fused kernel of `crate::int4_k`.
 
-use super::row_forward::forward_rows;
+use super::nibble_rows::{
+    halves_le, read_dims, read_halves, row_engine_forward, row_source, row_weight_basics,
+    write_dims,
+};
 use super::weight_format::{Block, FormatInfo, RowOrder, ScaleStorage, WeightFormat};
-use crate::error::{QuantError, Result};
+use crate::error::Result;
 use crate::int4_k::{groups_of, scale_code_bytes, super_block, KMethod, KWeight};
-use crate::linear::dispatch::Dots;
-use crate::linear::grad_input::grad_input_rows;
-use crate::linear::kernels::RowSource;
 use crate::linear::serde::{DType, Reader, Writer};
 
 /// The k-quant-style INT4 format.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Int4K;
 
-impl RowSource for KWeight {
-    fn decode(&self, r: usize, k0: usize, out: &mut [f32]) {
-        KWeight::decode(self, r, k0, out);
-    }
-
-    fn dot(&self, dots: Dots, r: usize, x: &[f32]) -> f32 {
-        self.dot_row(dots, r, x)
-    }
-
-    fn dot_rows(&self, dots: Dots, r0: usize, x: &[f32], out: &mut [f32]) {
-        KWeight::dot_rows(self, dots, r0, x, out);
-    }
-}
+row_source!(KWeight, dot_rows);
 
 impl WeightFormat for Int4K {
     const INFO: FormatInfo = FormatInfo {
@@ -66,72 +54,36 @@ impl WeightFormat for Int4K {
 
     fn params(_: &KWeight) {}
 
-    fn shape(w: &KWeight) -> [usize; 2] {
-        w.shape()
-    }
+    row_weight_basics!(KWeight);
+    row_engine_forward!(KWeight);
 
     fn quantize(w: &[f32], out_feat: usize, in_feat: usize, (): ()) -> Result<KWeight> {
         KWeight::quantize(w, out_feat, in_feat, KMethod::Rtn, None)
     }
 
-    fn dequantize(w: &KWeight) -> Vec<f32> {
-        w.dequantize()
-    }
-
-    fn matmul(
-        w: &KWeight,
-        x: &[f32],
-        rows: usize,
-        bias: Option<&[f32]>,
-        y: &mut [f32],
-    ) -> Result<()> {
-        forward_rows(w, w.shape(), &|_| 1.0, bias, x, rows, y)
-    }
-
-    fn matmul_transposed(w: &KWeight, g: &[f32], rows: usize, dx: &mut [f32]) -> Result<()> {
-        grad_input_rows(w, w.shape(), &|_| 1.0, g, rows, dx)
-    }
-
     fn write_blob(w: &KWeight, out: &mut Writer) {
         let [o, i] = w.shape();
-        let dims: Vec<u8> = [o, i]
-            .iter()
-            .flat_map(|&v| (v as u32).to_le_bytes())
-            .collect();
-        out.tensor(DType::U32, &[2], &dims);
+        write_dims(out, &[o, i]);
         out.tensor(DType::U8, &[o, i / 2], w.codes());
         out.tensor(
             DType::U8,
             &[o, scale_code_bytes(w.groups())],
             w.scale_codes(),
         );
-        let halves: Vec<u8> = w.supers().iter().flat_map(|h| h.to_le_bytes()).collect();
-        out.tensor(DType::U8, &[o, 4 * w.supers_per_row()], &halves);
+        out.tensor(
+            DType::U8,
+            &[o, 4 * w.supers_per_row()],
+            &halves_le(w.supers()),
+        );
     }
 
     fn read_blob(r: &mut Reader<'_>) -> Result<Self::BlobParts> {
-        let (d, dims) = r.tensor("dims", DType::U32)?;
-        if d != [2] {
-            return Err(QuantError::ser(format!("dims: expected [2], got {d:?}")));
-        }
-        let dims: Vec<usize> = dims
-            .chunks_exact(4)
-            .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize)
-            .collect();
+        let dims = read_dims(r, 2)?;
         let (_, codes) = r.tensor("codes", DType::U8)?;
+        let codes = codes.to_vec();
         let (_, scale_codes) = r.tensor("scale_codes", DType::U8)?;
-        let (_, halves) = r.tensor("supers", DType::U8)?;
-        if halves.len() % 2 != 0 {
-            return Err(QuantError::ser(format!(
-                "supers: {} bytes, expected whole halves",
-                halves.len()
-            )));
-        }
-        let supers = halves
-            .chunks_exact(2)
-            .map(|b| u16::from_le_bytes([b[0], b[1]]))
-            .collect();
-        Ok((dims, codes.to_vec(), scale_codes.to_vec(), supers))
+        let scale_codes = scale_codes.to_vec();
+        Ok((dims, codes, scale_codes, read_halves(r, "supers")?))
     }
 
     fn from_blob((dims, codes, scale_codes, supers): Self::BlobParts) -> Result<KWeight> {

@@ -11,38 +11,25 @@
 //! dot of `crate::int_zp` for small batches and tiles decoded once per
 //! batch block for larger ones.
 
+use super::nibble_rows::{
+    halves_le, read_dims, read_halves, row_source, row_weight_basics, words, write_dims,
+};
 use super::row_forward::forward_rows;
 use super::weight_format::{Block, FormatInfo, RowOrder, ScaleStorage, WeightFormat};
 use crate::error::{QuantError, Result};
 use crate::int_zp::{groups_of, quantize_rtn, ZpParts, ZpWeight};
-use crate::linear::dispatch::Dots;
 use crate::linear::grad_input::grad_input_rows;
-use crate::linear::kernels::RowSource;
 use crate::linear::serde::{DType, Reader, Writer};
 
 /// The zero-point format.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct IntZp;
 
-impl RowSource for ZpWeight {
-    fn decode(&self, r: usize, k0: usize, out: &mut [f32]) {
-        ZpWeight::decode(self, r, k0, out);
-    }
-
-    fn dot(&self, dots: Dots, r: usize, x: &[f32]) -> f32 {
-        self.dot_row(dots, r, x)
-    }
-}
+row_source!(ZpWeight);
 
 /// The fields of the blob's `dims` tensor: out, in, group size, bits,
 /// whether a permutation follows.
 const DIMS: usize = 5;
-
-/// Little-endian u32 words.
-fn words(v: &[u8]) -> impl Iterator<Item = u32> + '_ {
-    v.chunks_exact(4)
-        .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
-}
 
 impl WeightFormat for IntZp {
     const INFO: FormatInfo = FormatInfo {
@@ -78,16 +65,10 @@ impl WeightFormat for IntZp {
         w.group_size()
     }
 
-    fn shape(w: &ZpWeight) -> [usize; 2] {
-        w.shape()
-    }
+    row_weight_basics!(ZpWeight);
 
     fn quantize(w: &[f32], out_feat: usize, in_feat: usize, gs: usize) -> Result<ZpWeight> {
         quantize_rtn(w, out_feat, in_feat, gs, 4)
-    }
-
-    fn dequantize(w: &ZpWeight) -> Vec<f32> {
-        w.dequantize()
     }
 
     fn matmul(
@@ -121,13 +102,9 @@ impl WeightFormat for IntZp {
     fn write_blob(w: &ZpWeight, out: &mut Writer) {
         let [o, i] = w.shape();
         let has_perm = usize::from(w.perm().is_some());
-        let dims: Vec<u8> = [o, i, w.group_size(), w.bits() as usize, has_perm]
-            .iter()
-            .flat_map(|&v| (v as u32).to_le_bytes())
-            .collect();
-        out.tensor(DType::U32, &[DIMS], &dims);
+        write_dims(out, &[o, i, w.group_size(), w.bits() as usize, has_perm]);
         out.tensor(DType::U8, &[w.codes().len()], w.codes());
-        let halves: Vec<u8> = w.scales().iter().flat_map(|h| h.to_le_bytes()).collect();
+        let halves = halves_le(w.scales());
         out.tensor(DType::U8, &[halves.len()], &halves);
         out.tensor(DType::U8, &[w.zeros().len()], w.zeros());
         let perm: Vec<u8> = w
@@ -140,25 +117,10 @@ impl WeightFormat for IntZp {
     }
 
     fn read_blob(r: &mut Reader<'_>) -> Result<Self::BlobParts> {
-        let (d, dims) = r.tensor("dims", DType::U32)?;
-        if d != [DIMS] {
-            return Err(QuantError::ser(format!(
-                "dims: expected [{DIMS}], got {d:?}"
-            )));
-        }
-        let dims: Vec<usize> = words(dims).map(|v| v as usize).collect();
+        let dims = read_dims(r, DIMS)?;
         let (_, codes) = r.tensor("codes", DType::U8)?;
-        let (_, halves) = r.tensor("scales", DType::U8)?;
-        if halves.len() % 2 != 0 {
-            return Err(QuantError::ser(format!(
-                "scales: {} bytes, expected whole halves",
-                halves.len()
-            )));
-        }
-        let scales = halves
-            .chunks_exact(2)
-            .map(|b| u16::from_le_bytes([b[0], b[1]]))
-            .collect();
+        let codes = codes.to_vec();
+        let scales = read_halves(r, "scales")?;
         let (_, zeros) = r.tensor("zeros", DType::U8)?;
         let (_, perm) = r.tensor("perm", DType::U32)?;
         let perm = match dims[4] {
@@ -171,7 +133,7 @@ impl WeightFormat for IntZp {
                 )))
             }
         };
-        Ok((dims, codes.to_vec(), scales, zeros.to_vec(), perm))
+        Ok((dims, codes, scales, zeros.to_vec(), perm))
     }
 
     fn from_blob((dims, codes, scales, zeros, perm): Self::BlobParts) -> Result<ZpWeight> {

@@ -2,10 +2,8 @@
 //! included) against a float64 product of the dequantized weight, the input
 //! gradient, the layer blob, and bad blobs.
 
-use std::borrow::Cow;
-
+use super::super::row_format_checks::{assert_bad_blobs, assert_grad_input, blob_round_trips};
 use super::*;
-use crate::linear::{Device, QuantLinear, QuantMethod, QuantizedSerde, ReadLayer};
 use crate::testutil::rand_vec;
 
 const OUT: usize = 5;
@@ -69,17 +67,7 @@ fn forward_and_gradient_match_float64_with_the_permutation() {
                 }
             }
         }
-        let g = rand_vec(2 * OUT, 18);
-        let mut dx = vec![0f32; 2 * IN];
-        IntZp::matmul_transposed(&q, &g, 2, &mut dx).unwrap();
-        for b in 0..2 {
-            for i in 0..IN {
-                let want: f64 = (0..OUT)
-                    .map(|o| g[b * OUT + o] as f64 * deq[o * IN + i] as f64)
-                    .sum();
-                assert!((dx[b * IN + i] as f64 - want).abs() < 1e-5, "dx [{b}, {i}]");
-            }
-        }
+        assert_grad_input::<IntZp>(&q, &deq, OUT, IN);
     }
 }
 
@@ -87,26 +75,15 @@ fn forward_and_gradient_match_float64_with_the_permutation() {
 fn the_layer_blob_round_trips_and_bad_parts_are_serialization_errors() {
     for bits in [4, 8] {
         let q = weight(bits);
-        let layer = QuantLinear::<IntZp>::from_weight(q.clone(), None).unwrap();
-        let bytes = QuantizedSerde::serialize(&layer).unwrap().into_owned();
-        assert_eq!(bytes[4], IntZp::INFO.serde_tag);
-        let back = <dyn QuantMethod>::read_layer(Cow::Borrowed(&bytes), &Device::Cpu).unwrap();
-        assert_eq!(back.serialize_layer().unwrap().into_owned(), bytes);
-        assert_eq!(back.dequantize_w_vec().unwrap(), IntZp::dequantize(&q));
+        let bytes = blob_round_trips::<IntZp>(&q);
         // The last perm entry made a repeat of another, CRC recomputed: the
         // reader refuses it as a serialization error naming perm.
-        let n = bytes.len() - 4;
-        let mut bad = bytes[..n].to_vec();
-        let first = bad[n - 4 * IN..n - 4 * IN + 4].to_vec();
-        bad[n - 4..].copy_from_slice(&first);
-        let crc = crc32fast::hash(&bad);
-        bad.extend_from_slice(&crc.to_le_bytes());
-        let err = <dyn QuantMethod>::read_layer(Cow::Borrowed(&bad), &Device::Cpu).unwrap_err();
-        assert!(matches!(err, QuantError::Serialization(_)), "{err}");
-        assert!(err.to_string().contains("perm"), "{err}");
-        let err =
-            <dyn QuantMethod>::read_layer(Cow::Borrowed(&bytes[..n]), &Device::Cpu).unwrap_err();
-        assert!(matches!(err, QuantError::Serialization(_)), "{err}");
+        let repeat = |b: &mut [u8]| {
+            let n = b.len();
+            let first = b[n - 4 * IN..n - 4 * IN + 4].to_vec();
+            b[n - 4..].copy_from_slice(&first);
+        };
+        assert_bad_blobs(&bytes, repeat, "perm");
     }
 }
 

@@ -16,6 +16,9 @@ mod int4_asym;
 mod int4_k;
 mod int8;
 mod int_zp;
+mod nibble_rows;
+#[cfg(test)]
+mod row_format_checks;
 mod row_forward;
 #[cfg(test)]
 mod sign8_test_format;

@@ -18,9 +18,10 @@
 //! the nearest grid points, which is optimal for the chosen `(d, m)`.
 
 #[cfg(target_arch = "x86_64")]
-mod avx512;
+pub(crate) mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod body;
+pub(crate) mod checks;
 mod dot;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod rows_avx2;
@@ -50,18 +51,7 @@ pub struct AsymWeight {
 
 /// Check `in_feat` and `group_size`; returns the number of groups per row.
 pub fn groups_of(out_feat: usize, in_feat: usize, group_size: usize) -> Result<usize> {
-    if group_size == 0 || !group_size.is_multiple_of(RUN) {
-        return Err(QuantError::arg(format!(
-            "group_size: expected a positive multiple of {RUN}, got {group_size}"
-        )));
-    }
-    if out_feat == 0 || in_feat == 0 || !in_feat.is_multiple_of(RUN) {
-        return Err(QuantError::arg(format!(
-            "int4_asym weight shape [{out_feat}, {in_feat}]: expected positive dims with in \
-             a multiple of {RUN}"
-        )));
-    }
-    Ok(in_feat.div_ceil(group_size))
+    checks::group_shape("int4_asym", RUN, out_feat, in_feat, group_size)
 }
 
 impl AsymWeight {
@@ -119,21 +109,7 @@ impl AsymWeight {
         group_size: usize,
     ) -> Result<Self> {
         groups_of(out_feat, in_feat, group_size)?;
-        if Some(codes.len()) != out_feat.checked_mul(in_feat) {
-            return Err(QuantError::dims(
-                "codes",
-                format!("{out_feat} x {in_feat}"),
-                codes.len(),
-            ));
-        }
-        if let Some(i) = codes.iter().position(|&c| c > 15) {
-            return Err(QuantError::arg(format!(
-                "codes[{}, {}] is {}, expected 0..=15",
-                i / in_feat,
-                i % in_feat,
-                codes[i]
-            )));
-        }
+        checks::codes("codes", codes, out_feat, in_feat, 15)?;
         let mut packed = vec![0u8; codes.len() / 2];
         pack_runs(codes, &mut packed);
         AsymWeight::new(packed, scales, out_feat, in_feat, group_size)
@@ -151,32 +127,7 @@ impl AsymWeight {
         importance: Option<&[f32]>,
     ) -> Result<Self> {
         let groups = groups_of(out_feat, in_feat, group_size)?;
-        if Some(w.len()) != out_feat.checked_mul(in_feat) {
-            return Err(QuantError::dims(
-                "weight length",
-                format!("{out_feat} x {in_feat}"),
-                w.len(),
-            ));
-        }
-        if let Some(i) = w.iter().position(|v| !v.is_finite()) {
-            return Err(QuantError::arg(format!(
-                "weight[{}, {}] is {}, expected finite",
-                i / in_feat,
-                i % in_feat,
-                w[i]
-            )));
-        }
-        if let Some(imp) = importance {
-            if imp.len() != in_feat {
-                return Err(QuantError::dims("importance", in_feat, imp.len()));
-            }
-            if let Some(i) = imp.iter().position(|v| !(v.is_finite() && *v >= 0.0)) {
-                return Err(QuantError::arg(format!(
-                    "importance[{i}] is {}, expected finite and >= 0",
-                    imp[i]
-                )));
-            }
-        }
+        checks::float_rows(w, out_feat, in_feat, importance)?;
         let mut codes = vec![0u8; out_feat * in_feat / 2];
         let mut scales = vec![0u16; out_feat * groups * 2];
         codes
@@ -293,22 +244,16 @@ impl AsymWeight {
 
     /// The dequantized weight `[out, in]`.
     pub fn dequantize(&self) -> Vec<f32> {
-        self.decode_rows(0..self.out_feat)
+        checks::decode_rows(0..self.out_feat, self.in_feat, |r, o| self.decode(r, 0, o))
     }
 
     /// Rows `rows` of the weight as float32 `[rows.len(), in]` (the
     /// gradient's tiles: the whole weight is never decoded at once).
     pub fn dequantize_rows(&self, rows: Range<usize>) -> Result<Vec<f32>> {
         crate::error::check_rows(&rows, self.out_feat)?;
-        Ok(self.decode_rows(rows))
-    }
-
-    fn decode_rows(&self, rows: Range<usize>) -> Vec<f32> {
-        let mut out = vec![0f32; rows.len() * self.in_feat];
-        out.par_chunks_mut(self.in_feat)
-            .zip(rows)
-            .for_each(|(o, r)| self.decode(r, 0, o));
-        out
+        Ok(checks::decode_rows(rows, self.in_feat, |r, o| {
+            self.decode(r, 0, o)
+        }))
     }
 }
 

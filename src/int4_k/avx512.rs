@@ -20,18 +20,8 @@ pub(super) unsafe fn dot_row(
     gps: usize,
     x: &[f32],
 ) -> f32 {
-    let widen = |p: *const u8| -> [__m512; 2] {
-        // SAFETY: `p` has 16 bytes (the body's group); AVX-512 F is this
-        // function's feature.
-        unsafe {
-            let nib = _mm_set1_epi8(0x0F);
-            let b = _mm_loadu_si128(p.cast());
-            let lo = _mm_and_si128(b, nib);
-            let hi = _mm_and_si128(_mm_srli_epi16::<4>(b), nib);
-            let f = |v: __m128i| _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v));
-            [f(lo), f(hi)]
-        }
-    };
+    // The nibble order of `int4_asym`'s runs: its widening, expanded here.
+    let widen = crate::int4_asym::avx512::nibble_widen_512!();
     // SAFETY: AVX-512 F and FMA are this function's features; lengths
     // checked by the caller.
     unsafe { dot_row_body(codes, sc_row, supers, gps, x, widen) }

@@ -34,7 +34,7 @@ use std::ops::Range;
 use rayon::prelude::*;
 
 use crate::error::{QuantError, Result};
-use crate::int4_asym::half;
+use crate::int4_asym::{checks, half};
 use crate::linear::dispatch::Dots;
 pub use quantize::{row_error, KMethod};
 
@@ -232,34 +232,9 @@ impl KWeight {
         in_feat: usize,
     ) -> Result<Self> {
         let groups = groups_of(out_feat, in_feat)?;
-        if Some(codes.len()) != out_feat.checked_mul(in_feat) {
-            let want = format!("{out_feat} x {in_feat}");
-            return Err(QuantError::dims("codes", want, codes.len()));
-        }
-        if let Some(i) = codes.iter().position(|&c| c > 15) {
-            return Err(QuantError::arg(format!(
-                "codes[{}, {}] is {}, expected 0..=15",
-                i / in_feat,
-                i % in_feat,
-                codes[i]
-            )));
-        }
+        checks::codes("codes", codes, out_feat, in_feat, 15)?;
         for (name, v) in [("sc", sc), ("mn", mn)] {
-            if Some(v.len()) != out_feat.checked_mul(groups) {
-                return Err(QuantError::dims(
-                    name,
-                    format!("{out_feat} x {groups}"),
-                    v.len(),
-                ));
-            }
-            if let Some(i) = v.iter().position(|&c| c > CODE_MAX) {
-                return Err(QuantError::arg(format!(
-                    "{name}[{}, {}] is {}, expected 0..={CODE_MAX}",
-                    i / groups,
-                    i % groups,
-                    v[i]
-                )));
-            }
+            checks::codes(name, v, out_feat, groups, u32::from(CODE_MAX))?;
         }
         let sc_bytes = scale_code_bytes(groups);
         let mut packed = vec![0u8; codes.len() / 2];
@@ -283,29 +258,7 @@ impl KWeight {
         importance: Option<&[f32]>,
     ) -> Result<Self> {
         let groups = groups_of(out_feat, in_feat)?;
-        if Some(w.len()) != out_feat.checked_mul(in_feat) {
-            let want = format!("{out_feat} x {in_feat}");
-            return Err(QuantError::dims("weight length", want, w.len()));
-        }
-        if let Some(i) = w.iter().position(|v| !v.is_finite()) {
-            return Err(QuantError::arg(format!(
-                "weight[{}, {}] is {}, expected finite",
-                i / in_feat,
-                i % in_feat,
-                w[i]
-            )));
-        }
-        if let Some(imp) = importance {
-            if imp.len() != in_feat {
-                return Err(QuantError::dims("importance", in_feat, imp.len()));
-            }
-            if let Some(i) = imp.iter().position(|v| !(v.is_finite() && *v >= 0.0)) {
-                return Err(QuantError::arg(format!(
-                    "importance[{i}] is {}, expected finite and >= 0",
-                    imp[i]
-                )));
-            }
-        }
+        checks::float_rows(w, out_feat, in_feat, importance)?;
         let sb = super_block(in_feat);
         let nsb = in_feat / sb;
         let sc_bytes = scale_code_bytes(groups);
@@ -459,21 +412,15 @@ impl KWeight {
 
     /// The dequantized weight `[out, in]`.
     pub fn dequantize(&self) -> Vec<f32> {
-        self.decode_rows(0..self.out_feat)
+        checks::decode_rows(0..self.out_feat, self.in_feat, |r, o| self.decode(r, 0, o))
     }
 
     /// Rows `rows` of the weight as float32 `[rows.len(), in]`.
     pub fn dequantize_rows(&self, rows: Range<usize>) -> Result<Vec<f32>> {
         crate::error::check_rows(&rows, self.out_feat)?;
-        Ok(self.decode_rows(rows))
-    }
-
-    fn decode_rows(&self, rows: Range<usize>) -> Vec<f32> {
-        let mut out = vec![0f32; rows.len() * self.in_feat];
-        out.par_chunks_mut(self.in_feat)
-            .zip(rows)
-            .for_each(|(o, r)| self.decode(r, 0, o));
-        out
+        Ok(checks::decode_rows(rows, self.in_feat, |r, o| {
+            self.decode(r, 0, o)
+        }))
     }
 }
 

@@ -42,6 +42,7 @@ use std::ops::Range;
 use rayon::prelude::*;
 
 use crate::error::{QuantError, Result};
+use crate::int4_asym::checks;
 use crate::linear::dispatch::Dots;
 pub use quantize::quantize_rtn;
 
@@ -87,33 +88,13 @@ pub fn groups_of(out_feat: usize, in_feat: usize, group_size: usize, bits: u32) 
             "bits: expected 4 or 8, got {bits}"
         )));
     }
-    if group_size == 0 || !group_size.is_multiple_of(RUN) {
-        return Err(QuantError::arg(format!(
-            "group_size: expected a positive multiple of {RUN}, got {group_size}"
-        )));
-    }
-    if out_feat == 0 || in_feat == 0 || !in_feat.is_multiple_of(RUN) {
-        return Err(QuantError::arg(format!(
-            "int_zp weight shape [{out_feat}, {in_feat}]: expected positive dims with in \
-             a multiple of {RUN}"
-        )));
-    }
-    Ok(in_feat.div_ceil(group_size))
+    checks::group_shape("int_zp", RUN, out_feat, in_feat, group_size)
 }
 
 /// Every value of `v` (`[rows, cols]`) below `2^bits`, or an error naming
 /// `name` and the first one that is not.
 fn check_range(name: &str, v: &[u8], cols: usize, bits: u32) -> Result<()> {
-    match v.iter().position(|&c| u32::from(c) >> bits != 0) {
-        None => Ok(()),
-        Some(i) => Err(QuantError::arg(format!(
-            "{name}[{}, {}] is {}, expected 0..={}",
-            i / cols,
-            i % cols,
-            v[i],
-            (1u32 << bits) - 1
-        ))),
-    }
+    checks::at_most(name, v, cols, (1u32 << bits) - 1)
 }
 
 /// The checks of [`ZpWeight::new`] on the per-group tensors and `perm`.
@@ -203,14 +184,7 @@ impl ZpWeight {
     pub fn from_codes(q: &[u8], parts: ZpParts) -> Result<Self> {
         let [out_feat, in_feat] = parts.shape;
         groups_of(out_feat, in_feat, parts.group_size, parts.bits)?;
-        if Some(q.len()) != out_feat.checked_mul(in_feat) {
-            return Err(QuantError::dims(
-                "codes",
-                format!("{out_feat} x {in_feat}"),
-                q.len(),
-            ));
-        }
-        check_range("codes", q, in_feat, parts.bits)?;
+        checks::codes("codes", q, out_feat, in_feat, (1u32 << parts.bits) - 1)?;
         let codes = if parts.bits == 8 {
             q.to_vec()
         } else {
@@ -362,7 +336,9 @@ impl ZpWeight {
 
     /// The dequantized weight `[out, in]`, inputs in layer order.
     pub fn dequantize(&self) -> Vec<f32> {
-        self.decode_rows(0..self.out_feat)
+        checks::decode_rows(0..self.out_feat, self.in_feat, |r, o| {
+            self.decode_layer_order(r, o)
+        })
     }
 
     /// Rows `rows` of the weight as float32 `[rows.len(), in]`, inputs in
@@ -370,22 +346,20 @@ impl ZpWeight {
     /// at once).
     pub fn dequantize_rows(&self, rows: Range<usize>) -> Result<Vec<f32>> {
         crate::error::check_rows(&rows, self.out_feat)?;
-        Ok(self.decode_rows(rows))
+        Ok(checks::decode_rows(rows, self.in_feat, |r, o| {
+            self.decode_layer_order(r, o)
+        }))
     }
 
-    fn decode_rows(&self, rows: Range<usize>) -> Vec<f32> {
-        let n = self.in_feat;
-        let mut out = vec![0f32; rows.len() * n];
-        out.par_chunks_mut(n).zip(rows).for_each(|(o, r)| {
-            if let Some(p) = &self.perm {
-                let mut s = vec![0f32; n];
-                self.decode(r, 0, &mut s);
-                p.iter().zip(&s).for_each(|(&i, &v)| o[i as usize] = v);
-            } else {
-                self.decode(r, 0, o);
-            }
-        });
-        out
+    /// Row `r` into `o` `[in]`, inputs in layer order.
+    fn decode_layer_order(&self, r: usize, o: &mut [f32]) {
+        if let Some(p) = &self.perm {
+            let mut s = vec![0f32; self.in_feat];
+            self.decode(r, 0, &mut s);
+            p.iter().zip(&s).for_each(|(&i, &v)| o[i as usize] = v);
+        } else {
+            self.decode(r, 0, o);
+        }
     }
 }
 

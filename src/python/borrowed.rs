@@ -14,11 +14,11 @@
 //! one every torch op that reads a tensor has, no writes to a module's
 //! buffers while a forward of that module runs.
 
-use numpy::{PyArrayDyn, PyArrayMethods, PyUntypedArrayMethods};
+use numpy::{PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 
 use super::errors::{invalid, wrong_dtype, wrong_type};
-use super::int4_asym::last_axis_matmul;
+use super::nibble_group::last_axis_matmul;
 use crate::error::QuantError;
 use crate::int4::{Activations, QuantizedWeightRef};
 use crate::linear::borrowed::{fp8_forward, int8_forward};
@@ -78,21 +78,9 @@ pub fn int4_linear<'py>(
     #[pyo3(from_py_with = crate::python::scalars::text::activations)] activations: String,
 ) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
     let act = Activations::parse(&activations)?;
-    let d = shared::<u8>(data, "data", None)?;
-    let s = shared::<f32>(scales, "scales", None)?;
-    let b = bias
-        .map(|b| shared::<f32>(b, "bias", Some(out_feat)))
-        .transpose()?;
-    let (dv, sv) = (d.try_readonly()?, s.try_readonly()?);
-    let bv = b.as_ref().map(|b| b.try_readonly()).transpose()?;
-    let w = QuantizedWeightRef::new(
-        dv.as_slice().map_err(|e| invalid("data", e))?,
-        sv.as_slice().map_err(|e| invalid("scales", e))?,
-        in_feat,
-        out_feat,
-        num_groups,
-    )?;
-    let bias = opt_slice(&bv, "bias")?;
+    let arrays = Int4Arrays::new(data, scales, bias, out_feat)?;
+    let views = arrays.read()?;
+    let (w, bias) = views.weight(in_feat, out_feat, num_groups)?;
     last_axis_matmul(x, out_feat, in_feat, |xs, rows, y| {
         w.matmul_act(xs, rows, y, act)?;
         if let Some(b) = bias {
@@ -124,11 +112,7 @@ pub fn int4_linear_bf16<'py>(
 ) -> PyResult<Bound<'py, PyArrayDyn<u16>>> {
     let py = x.py();
     let xa = shared::<u16>(x, "x", None)?;
-    let d = shared::<u8>(data, "data", None)?;
-    let s = shared::<f32>(scales, "scales", None)?;
-    let b = bias
-        .map(|b| shared::<f32>(b, "bias", Some(out_feat)))
-        .transpose()?;
+    let arrays = Int4Arrays::new(data, scales, bias, out_feat)?;
     let shape = xa.shape().to_vec();
     if shape.last() != Some(&in_feat) {
         return Err(
@@ -136,16 +120,9 @@ pub fn int4_linear_bf16<'py>(
         );
     }
     let rows = shape[..shape.len() - 1].iter().product::<usize>();
-    let (xv, dv, sv) = (xa.try_readonly()?, d.try_readonly()?, s.try_readonly()?);
-    let bv = b.as_ref().map(|b| b.try_readonly()).transpose()?;
-    let w = QuantizedWeightRef::new(
-        dv.as_slice().map_err(|e| invalid("data", e))?,
-        sv.as_slice().map_err(|e| invalid("scales", e))?,
-        in_feat,
-        out_feat,
-        num_groups,
-    )?;
-    let bias = opt_slice(&bv, "bias")?;
+    let xv = xa.try_readonly()?;
+    let views = arrays.read()?;
+    let (w, bias) = views.weight(in_feat, out_feat, num_groups)?;
     let xs = xv.as_slice().map_err(|e| invalid("x", e))?;
     let mut y = vec![0u16; rows * out_feat];
     py.detach(|| w.matmul_bf16(xs, rows, bias, &mut y))?;
@@ -153,6 +130,79 @@ pub fn int4_linear_bf16<'py>(
     *out_shape.last_mut().unwrap_or(&mut 0) = out_feat;
     let arr = numpy::ndarray::ArrayD::from_shape_vec(out_shape, y).map_err(|e| invalid("x", e))?;
     Ok(PyArrayDyn::from_owned_array(py, arr))
+}
+
+/// The optional float32 `bias` `[out_feat]` as a `shared` array.
+pub(super) fn shared_bias<'py>(
+    bias: Option<&Bound<'py, PyAny>>,
+    out_feat: usize,
+) -> PyResult<Option<Bound<'py, PyArrayDyn<f32>>>> {
+    bias.map(|b| shared::<f32>(b, "bias", Some(out_feat)))
+        .transpose()
+}
+
+/// A read borrow of an optional `shared` array, held for the kernel.
+pub(super) fn read_opt<'py>(
+    a: &Option<Bound<'py, PyArrayDyn<f32>>>,
+) -> PyResult<Option<PyReadonlyArrayDyn<'py, f32>>> {
+    Ok(a.as_ref().map(|a| a.try_readonly()).transpose()?)
+}
+
+/// The caller's arrays of a packed INT4 weight (`int4_linear` and
+/// `int4_linear_bf16`): `data` uint8, `scales` float32 and the optional
+/// `bias`, each checked by `shared`.
+struct Int4Arrays<'py> {
+    data: Bound<'py, PyArrayDyn<u8>>,
+    scales: Bound<'py, PyArrayDyn<f32>>,
+    bias: Option<Bound<'py, PyArrayDyn<f32>>>,
+}
+
+/// [`Int4Arrays`] borrowed for reading, for the length of one kernel.
+struct Int4Views<'py> {
+    data: PyReadonlyArrayDyn<'py, u8>,
+    scales: PyReadonlyArrayDyn<'py, f32>,
+    bias: Option<PyReadonlyArrayDyn<'py, f32>>,
+}
+
+impl<'py> Int4Arrays<'py> {
+    fn new(
+        data: &Bound<'py, PyAny>,
+        scales: &Bound<'py, PyAny>,
+        bias: Option<&Bound<'py, PyAny>>,
+        out_feat: usize,
+    ) -> PyResult<Self> {
+        Ok(Int4Arrays {
+            data: shared::<u8>(data, "data", None)?,
+            scales: shared::<f32>(scales, "scales", None)?,
+            bias: shared_bias(bias, out_feat)?,
+        })
+    }
+
+    fn read(&self) -> PyResult<Int4Views<'py>> {
+        let (data, scales) = (self.data.try_readonly()?, self.scales.try_readonly()?);
+        let bias = read_opt(&self.bias)?;
+        Ok(Int4Views { data, scales, bias })
+    }
+}
+
+impl Int4Views<'_> {
+    /// The weight over the borrowed buffers (its layout checked) and the
+    /// bias slice.
+    fn weight(
+        &self,
+        in_feat: usize,
+        out_feat: usize,
+        num_groups: usize,
+    ) -> PyResult<(QuantizedWeightRef<'_>, Option<&[f32]>)> {
+        let w = QuantizedWeightRef::new(
+            self.data.as_slice().map_err(|e| invalid("data", e))?,
+            self.scales.as_slice().map_err(|e| invalid("scales", e))?,
+            in_feat,
+            out_feat,
+            num_groups,
+        )?;
+        Ok((w, opt_slice(&self.bias, "bias")?))
+    }
 }
 
 /// The slice of an optional borrowed array.
@@ -198,11 +248,9 @@ pub fn int8_linear<'py>(
     let w = shared::<i8>(weight, "weight", None)?;
     let shape = matrix_shape(&w, "weight")?;
     let s = shared::<f32>(scales, "scales", Some(shape[0]))?;
-    let b = bias
-        .map(|b| shared::<f32>(b, "bias", Some(shape[0])))
-        .transpose()?;
+    let b = shared_bias(bias, shape[0])?;
     let (wv, sv) = (w.try_readonly()?, s.try_readonly()?);
-    let bv = b.as_ref().map(|b| b.try_readonly()).transpose()?;
+    let bv = read_opt(&b)?;
     let (q, sc) = (
         wv.as_slice().map_err(|e| invalid("weight", e))?,
         sv.as_slice().map_err(|e| invalid("scales", e))?,
@@ -232,11 +280,9 @@ pub fn fp8_linear<'py>(
     let act = activation_scale
         .map(|a| scalar(a, "activation_scale"))
         .transpose()?;
-    let b = bias
-        .map(|b| shared::<f32>(b, "bias", Some(shape[0])))
-        .transpose()?;
+    let b = shared_bias(bias, shape[0])?;
     let wv = w.try_readonly()?;
-    let bv = b.as_ref().map(|b| b.try_readonly()).transpose()?;
+    let bv = read_opt(&b)?;
     let codes = wv.as_slice().map_err(|e| invalid("weight", e))?;
     let bias = opt_slice(&bv, "bias")?;
     last_axis_matmul(x, shape[0], shape[1], |xs, _, y| {

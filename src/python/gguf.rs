@@ -1,13 +1,13 @@
 //! `GgufWeight`: one GGUF block-quantized weight of any `crate::ggml`
 //! type, its packed blocks kept as the file stores them.
 
-use numpy::{PyArray2, PyArrayDyn, PyArrayMethods};
+use numpy::{PyArrayDyn, PyArrayMethods};
 use pyo3::prelude::*;
 
-use super::borrowed::{opt_slice, shared};
+use super::borrowed::{opt_slice, read_opt, shared, shared_bias};
 use super::errors::invalid;
 use super::fp8::u8_input;
-use super::int4_asym::{last_axis_matmul, rows_array};
+use super::nibble_group::{last_axis_matmul, row_weight_methods};
 use crate::error::QuantError;
 use crate::format::{matmul_blocks, GgufBlocks, GgufWeight as Packed, WeightFormat};
 use crate::ggml::{GgmlType, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8_0};
@@ -121,13 +121,6 @@ impl PyGgufWeight {
         self.inner.name()
     }
 
-    /// `(out, in)`.
-    #[getter]
-    fn shape(&self) -> (usize, usize) {
-        let [o, i] = self.inner.shape();
-        (o, i)
-    }
-
     /// Bytes of packed blocks.
     #[getter]
     fn nbytes(&self) -> usize {
@@ -137,27 +130,6 @@ impl PyGgufWeight {
     /// The packed blocks as a uint8 array (a copy).
     fn to_bytes<'py>(&self, py: Python<'py>) -> Bound<'py, numpy::PyArray1<u8>> {
         numpy::PyArray1::from_slice(py, self.inner.bytes())
-    }
-
-    /// The float32 weight `[out, in]`, exactly as ggml decodes it.
-    fn dequantize<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray2<f32>>> {
-        let [_, i] = self.inner.shape();
-        let w = py.detach(|| self.inner.dequantize());
-        rows_array(py, w, i)
-    }
-
-    /// Rows `start .. stop` of the weight as float32 `[stop - start, in]`,
-    /// exactly as ggml decodes them (the input gradient's tiles).
-    #[pyo3(signature = (start, stop))]
-    fn dequantize_rows<'py>(
-        &self,
-        py: Python<'py>,
-        #[pyo3(from_py_with = crate::python::sizes::start)] start: usize,
-        #[pyo3(from_py_with = crate::python::sizes::stop)] stop: usize,
-    ) -> PyResult<Bound<'py, PyArray2<f32>>> {
-        let [_, i] = self.inner.shape();
-        let w = py.detach(|| self.inner.dequantize_rows(start..stop))?;
-        rows_array(py, w, i)
     }
 
     /// `x @ W.T` for float32 `x [..., in]` -> `[..., out]`.
@@ -179,6 +151,13 @@ impl PyGgufWeight {
         format!("GgufWeight(type='{}', shape=({o}, {i}))", self.inner.name())
     }
 }
+
+row_weight_methods!(
+    PyGgufWeight,
+    dequantize = "The float32 weight `[out, in]`, exactly as ggml decodes it.",
+    dequantize_rows = "Rows `start .. stop` of the weight as float32 `[stop - start, in]`,\n\
+                       exactly as ggml decodes them (the input gradient's tiles)."
+);
 
 /// `x @ W.T + bias` for float32 `x [..., in_feat]` over `W` `[out, in_feat]`
 /// given as GGUF blocks of `type` read in place from the caller's array
@@ -212,10 +191,8 @@ pub fn gguf_linear<'py>(
         return Err(QuantError::dims("data", want, format!("{} bytes", bytes.len())).into());
     }
     let out = bytes.len() / row;
-    let b = bias
-        .map(|b| shared::<f32>(b, "bias", Some(out)))
-        .transpose()?;
-    let bv = b.as_ref().map(|b| b.try_readonly()).transpose()?;
+    let b = shared_bias(bias, out)?;
+    let bv = read_opt(&b)?;
     let bias = opt_slice(&bv, "bias")?;
     last_axis_matmul(x, out, in_feat, |xs, rows, y| {
         forward(bytes, [out, in_feat], xs, rows, bias, y)

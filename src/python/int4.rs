@@ -11,6 +11,7 @@ use super::arrays::{check_shape, inplace, input};
 use super::errors::invalid;
 use super::fields::pymethods_with_getters;
 use super::gpu::CudaWeight;
+use super::nibble_group::contiguous;
 use crate::error::QuantError;
 use crate::int4::{Activations, QuantizedWeight as Core, ScaleMethod};
 use crate::linear::Device;
@@ -116,7 +117,7 @@ impl PyQuantizedWeight {
             (false, [b, k]) if *k == w.in_feat() => (*b, vec![*b, w.out_feat()]),
             _ => return Err(wrong_x().into()),
         };
-        let xs = xa.as_slice().map_err(|e| invalid("x", e))?;
+        let xs = contiguous(&xa, "x")?;
         let Some(out) = out else {
             let mut y = vec![0.0f32; batch * w.out_feat()];
             py.detach(|| w.view().matmul_act(xs, batch, &mut y, act))?;
@@ -177,8 +178,8 @@ pymethods_with_getters!(PyQuantizedWeight, {}, {
             }
         }
         let inner = Core::from_parts(
-            d.as_slice().map_err(|e| invalid("data", e))?.to_vec(),
-            s.as_slice().map_err(|e| invalid("scales", e))?.to_vec(),
+            contiguous(&d, "data")?.to_vec(),
+            contiguous(&s, "scales")?.to_vec(),
             in_feat,
             out_feat,
             num_groups,
@@ -211,21 +212,11 @@ pymethods_with_getters!(PyQuantizedWeight, {}, {
                 format!("expected 'rtn', 'full' or 'search', got {method:?}"),
             )
         })?;
-        let imp = importance
-            .map(|a| input::<f32>(a, "importance"))
+        let imp = super::nibble_group::importance(importance, "[in_feat]")?;
+        let imp = imp
+            .as_ref()
+            .map(|a| contiguous(a, "importance"))
             .transpose()?;
-        let imp = match &imp {
-            Some(a) if a.ndim() != 1 => {
-                return Err(QuantError::dims(
-                    "importance",
-                    "a 1-D array [in_feat]",
-                    format!("shape {:?}", a.shape()),
-                )
-                .into())
-            }
-            Some(a) => Some(a.as_slice().map_err(|e| invalid("importance", e))?),
-            None => None,
-        };
         let wa = input::<f32>(w, "w")?;
         let shape = wa.shape().to_vec();
         let (k, n) = match (in_feat, out_feat) {
@@ -257,7 +248,7 @@ pymethods_with_getters!(PyQuantizedWeight, {}, {
                 ))
             }
         };
-        let ws = wa.as_slice().map_err(|e| invalid("w", e))?;
+        let ws = contiguous(&wa, "w")?;
         let inner = py.detach(|| Core::quantize_method(ws, k, n, group_size, method, imp))?;
         Ok(PyQuantizedWeight::host(inner))
     }

@@ -1,25 +1,20 @@
 //! `Int4KWeight`: a k-quant-style INT4 weight (`crate::int4_k`, the
 //! registered format `int4_k`) quantized from float by group ranges or the
-//! weighted search, with its parts for NumPy and its forward.
+//! weighted search, with its parts for NumPy and its forward (the methods
+//! every nibble-group weight shares are in `nibble_group.rs`).
 
-use std::sync::Arc;
-
-use numpy::ndarray::{Array2, Array3};
-use numpy::{PyArray2, PyArray3, PyArrayDyn, PyUntypedArrayMethods};
+use numpy::ndarray::Array3;
+use numpy::PyArray3;
 use pyo3::prelude::*;
 
 use super::arrays::input;
 use super::errors::invalid;
-use super::int4_asym::{contiguous, half_pairs_array, last_axis_matmul, layer_bias, rows_array};
-use crate::error::QuantError;
-use crate::format::{Int4K, WeightFormat};
+use super::nibble_group::{
+    contiguous, exact_halves, half_pairs_array, importance, nibble_group_methods, out_in,
+    pairs_input, rtn_or_search,
+};
+use crate::format::Int4K;
 use crate::int4_k::{KMethod, KWeight};
-use crate::linear::{QuantLinear, QuantMethod};
-
-/// The `method` argument.
-fn method(obj: &Bound<'_, PyAny>) -> PyResult<String> {
-    super::scalars::str_arg(obj, "method")
-}
 
 /// A `[out, in]` weight in the k-quant-style INT4 format: per group of 32
 /// inputs, codes 0..15 with 6-bit step and minimum codes under a half pair
@@ -44,32 +39,18 @@ impl PyInt4KWeight {
     fn quantize(
         py: Python<'_>,
         w: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = self::method)] method: String,
+        #[pyo3(from_py_with = super::nibble_group::method)] method: String,
         importance: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let m = KMethod::parse(&method).ok_or_else(|| {
-            invalid(
-                "method",
-                format!("expected 'rtn' or 'search', got {method:?}"),
-            )
-        })?;
+        let m = rtn_or_search(&method, KMethod::parse)?;
         let wa = input::<f32>(w, "w")?;
-        let [o, i] = wa.shape()[..] else {
-            let got = format!("shape {:?}", wa.shape());
-            return Err(QuantError::dims("w", "a 2-D array [out, in]", got).into());
-        };
+        let [o, i] = out_in(&wa, "w")?;
         let ws = contiguous(&wa, "w")?;
-        let imp = importance
-            .map(|a| input::<f32>(a, "importance"))
+        let imp = self::importance(importance, "[in]")?;
+        let imp = imp
+            .as_ref()
+            .map(|a| contiguous(a, "importance"))
             .transpose()?;
-        let imp = match &imp {
-            Some(a) if a.ndim() != 1 => {
-                let got = format!("shape {:?}", a.shape());
-                return Err(QuantError::dims("importance", "a 1-D array [in]", got).into());
-            }
-            Some(a) => Some(contiguous(a, "importance")?),
-            None => None,
-        };
         let inner = py.detach(|| KWeight::quantize(ws, o, i, m, imp))?;
         Ok(PyInt4KWeight { inner })
     }
@@ -88,57 +69,18 @@ impl PyInt4KWeight {
         supers: &Bound<'_, PyAny>,
     ) -> PyResult<Self> {
         let ca = input::<u8>(codes, "codes")?;
-        let [o, i] = ca.shape()[..] else {
-            let got = format!("shape {:?}", ca.shape());
-            return Err(QuantError::dims("codes", "a 2-D array [out, in]", got).into());
-        };
+        let [o, i] = out_in(&ca, "codes")?;
         let groups = crate::int4_k::groups_of(o, i)?;
         let nsb = i / crate::int4_k::super_block(i);
-        let sca = input::<u8>(scale_codes, "scale_codes")?;
-        if sca.shape() != [o, groups, 2] {
-            let got = format!("shape {:?}", sca.shape());
-            return Err(QuantError::dims("scale_codes", format!("[{o}, {groups}, 2]"), got).into());
-        }
-        let sa = input::<f32>(supers, "supers")?;
-        if sa.shape() != [o, nsb, 2] {
-            let got = format!("shape {:?}", sa.shape());
-            return Err(QuantError::dims("supers", format!("[{o}, {nsb}, 2]"), got).into());
-        }
-        let halves = contiguous(&sa, "supers")?
-            .iter()
-            .enumerate()
-            .map(|(k, &v)| {
-                let h = crate::ggml::f32_to_f16(v);
-                if crate::linear::fp8_dialect::f16_to_f32(h).to_bits() == v.to_bits() {
-                    Ok(h)
-                } else {
-                    let at = format!("[{}, {}, {}]", k / (2 * nsb), (k / 2) % nsb, k % 2);
-                    Err(invalid(
-                        "supers",
-                        format!("{at} is {v}, expected a half value"),
-                    ))
-                }
-            })
-            .collect::<PyResult<Vec<u16>>>()?;
+        let sca = pairs_input::<u8>(scale_codes, "scale_codes", o, groups)?;
+        let sa = pairs_input::<f32>(supers, "supers", o, nsb)?;
+        let halves = exact_halves(contiguous(&sa, "supers")?, nsb, "supers")?;
         let pairs = contiguous(&sca, "scale_codes")?;
         let sc: Vec<u8> = pairs.iter().step_by(2).copied().collect();
         let mn: Vec<u8> = pairs.iter().skip(1).step_by(2).copied().collect();
         let cs = contiguous(&ca, "codes")?;
         let inner = py.detach(|| KWeight::from_codes(cs, &sc, &mn, halves, o, i))?;
         Ok(PyInt4KWeight { inner })
-    }
-
-    /// The format's registered name, `"int4_k"`.
-    #[getter]
-    fn r#type(&self) -> &'static str {
-        Int4K::INFO.name
-    }
-
-    /// `(out, in)`.
-    #[getter]
-    fn shape(&self) -> (usize, usize) {
-        let [o, i] = self.inner.shape();
-        (o, i)
     }
 
     /// Inputs per group (32).
@@ -157,14 +99,6 @@ impl PyInt4KWeight {
     #[getter]
     fn nbytes(&self) -> usize {
         self.inner.nbytes()
-    }
-
-    /// The codes 0..15 as uint8 `[out, in]`.
-    fn codes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray2<u8>>> {
-        let [o, i] = self.inner.shape();
-        let q: Vec<u8> = (0..o).flat_map(|r| self.inner.unpacked_row(r)).collect();
-        let arr = Array2::from_shape_vec((o, i), q).map_err(|e| invalid("codes", e))?;
-        Ok(PyArray2::from_owned_array(py, arr))
     }
 
     /// `(sc, mn)` per group as uint8 `[out, groups, 2]`.
@@ -192,49 +126,20 @@ impl PyInt4KWeight {
         )
     }
 
-    /// The float32 weight `[out, in]`, `(D sc) q - Dmin mn` in float32.
-    fn dequantize<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray2<f32>>> {
-        let [_, i] = self.inner.shape();
-        let w = py.detach(|| self.inner.dequantize());
-        rows_array(py, w, i)
-    }
-
-    /// Rows `start .. stop` of the weight as float32 `[stop - start, in]`.
-    #[pyo3(signature = (start, stop))]
-    fn dequantize_rows<'py>(
-        &self,
-        py: Python<'py>,
-        #[pyo3(from_py_with = crate::python::sizes::start)] start: usize,
-        #[pyo3(from_py_with = crate::python::sizes::stop)] stop: usize,
-    ) -> PyResult<Bound<'py, PyArray2<f32>>> {
-        let [_, i] = self.inner.shape();
-        let w = py.detach(|| self.inner.dequantize_rows(start..stop))?;
-        rows_array(py, w, i)
-    }
-
-    /// `x @ W.T` for float32 `x [..., in]` -> `[..., out]`.
-    fn matmul<'py>(&self, x: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
-        let [o, i] = self.inner.shape();
-        last_axis_matmul(x, o, i, |xs, rows, y| {
-            Int4K::matmul(&self.inner, xs, rows, None, y)
-        })
-    }
-
-    /// The weight as a `QuantLinear` layer of format `int4_k`, with float32
-    /// `bias` `[out]`: `forward`, `serialize`, `dequantize_w`.
-    #[pyo3(signature = (bias = None))]
-    fn to_layer(&self, py: Python<'_>, bias: Option<&Bound<'_, PyAny>>) -> PyResult<Py<PyAny>> {
-        let bias = layer_bias(bias, self.inner.shape()[0])?;
-        let layer = QuantLinear::<Int4K>::from_weight(self.inner.clone(), bias)?;
-        let layer: Arc<dyn QuantMethod> = Arc::new(layer);
-        super::linear::wrap(py, layer)
-    }
-
     fn __repr__(&self) -> String {
         let [o, i] = self.inner.shape();
         format!("Int4KWeight(shape=({o}, {i}))")
     }
 }
+
+nibble_group_methods!(
+    PyInt4KWeight,
+    Int4K,
+    "int4_k",
+    codes = "The codes 0..15 as uint8 `[out, in]`.",
+    dequantize = "The float32 weight `[out, in]`, `(D sc) q - Dmin mn` in float32.",
+    dequantize_rows = "Rows `start .. stop` of the weight as float32 `[stop - start, in]`."
+);
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyInt4KWeight>()

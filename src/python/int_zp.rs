@@ -1,21 +1,19 @@
 //! `IntZpWeight`: a zero-point INT weight (`crate::int_zp`, the registered
 //! format `int_zp`: GPTQ's and AWQ's `s * (q - z)`), built from its parts
 //! (what the checkpoint loaders do) or quantized from float, with its parts
-//! for NumPy and its forward.
-
-use std::sync::Arc;
+//! for NumPy and its forward (the methods every nibble-group weight shares
+//! are in `nibble_group.rs`).
 
 use numpy::ndarray::Array2;
-use numpy::{PyArray1, PyArray2, PyArrayDyn, PyUntypedArray, PyUntypedArrayMethods};
+use numpy::{PyArray1, PyArray2, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 
 use super::arrays::input;
 use super::errors::{invalid, wrong_dtype, wrong_type};
-use super::int4_asym::{contiguous, last_axis_matmul, layer_bias, rows_array};
+use super::nibble_group::{contiguous, nibble_group_methods, rows_array};
 use crate::error::QuantError;
-use crate::format::{IntZp, WeightFormat};
+use crate::format::IntZp;
 use crate::int_zp::{quantize_rtn, ZpParts, ZpWeight};
-use crate::linear::{QuantLinear, QuantMethod};
 
 /// The `bits` argument, 4 or 8 (others are refused by the weight).
 fn bits(obj: &Bound<'_, PyAny>) -> PyResult<u32> {
@@ -148,19 +146,6 @@ impl PyIntZpWeight {
         Ok(PyIntZpWeight { inner })
     }
 
-    /// The format's registered name, `"int_zp"`.
-    #[getter]
-    fn r#type(&self) -> &'static str {
-        IntZp::INFO.name
-    }
-
-    /// `(out, in)`.
-    #[getter]
-    fn shape(&self) -> (usize, usize) {
-        let [o, i] = self.inner.shape();
-        (o, i)
-    }
-
     /// Inputs per group.
     #[getter]
     fn group_size(&self) -> usize {
@@ -187,14 +172,6 @@ impl PyIntZpWeight {
         Some(PyArray1::from_iter(py, p.iter().map(|&v| i64::from(v))))
     }
 
-    /// The codes as uint8 `[out, in]`, inputs in stored order.
-    fn codes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray2<u8>>> {
-        let [o, i] = self.inner.shape();
-        let q: Vec<u8> = (0..o).flat_map(|r| self.inner.unpacked_row(r)).collect();
-        let arr = Array2::from_shape_vec((o, i), q).map_err(|e| invalid("codes", e))?;
-        Ok(PyArray2::from_owned_array(py, arr))
-    }
-
     /// The scales as float32 `[out, groups]` (exact halves).
     fn scales<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray2<f32>>> {
         let v = self
@@ -214,44 +191,6 @@ impl PyIntZpWeight {
         Ok(PyArray2::from_owned_array(py, arr))
     }
 
-    /// The float32 weight `[out, in]` (layer input order), `s * (q - z)`.
-    fn dequantize<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray2<f32>>> {
-        let [_, i] = self.inner.shape();
-        let w = py.detach(|| self.inner.dequantize());
-        rows_array(py, w, i)
-    }
-
-    /// Rows `start .. stop` of the weight as float32 `[stop - start, in]`.
-    #[pyo3(signature = (start, stop))]
-    fn dequantize_rows<'py>(
-        &self,
-        py: Python<'py>,
-        #[pyo3(from_py_with = crate::python::sizes::start)] start: usize,
-        #[pyo3(from_py_with = crate::python::sizes::stop)] stop: usize,
-    ) -> PyResult<Bound<'py, PyArray2<f32>>> {
-        let [_, i] = self.inner.shape();
-        let w = py.detach(|| self.inner.dequantize_rows(start..stop))?;
-        rows_array(py, w, i)
-    }
-
-    /// `x @ W.T` for float32 `x [..., in]` -> `[..., out]`.
-    fn matmul<'py>(&self, x: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
-        let [o, i] = self.inner.shape();
-        last_axis_matmul(x, o, i, |xs, rows, y| {
-            IntZp::matmul(&self.inner, xs, rows, None, y)
-        })
-    }
-
-    /// The weight as a `QuantLinear` layer of format `int_zp`, with float32
-    /// `bias` `[out]`: `forward`, `serialize`, `dequantize_w`.
-    #[pyo3(signature = (bias = None))]
-    fn to_layer(&self, py: Python<'_>, bias: Option<&Bound<'_, PyAny>>) -> PyResult<Py<PyAny>> {
-        let bias = layer_bias(bias, self.inner.shape()[0])?;
-        let layer = QuantLinear::<IntZp>::from_weight(self.inner.clone(), bias)?;
-        let layer: Arc<dyn QuantMethod> = Arc::new(layer);
-        super::linear::wrap(py, layer)
-    }
-
     fn __repr__(&self) -> String {
         let [o, i] = self.inner.shape();
         format!(
@@ -266,6 +205,15 @@ impl PyIntZpWeight {
         )
     }
 }
+
+nibble_group_methods!(
+    PyIntZpWeight,
+    IntZp,
+    "int_zp",
+    codes = "The codes as uint8 `[out, in]`, inputs in stored order.",
+    dequantize = "The float32 weight `[out, in]` (layer input order), `s * (q - z)`.",
+    dequantize_rows = "Rows `start .. stop` of the weight as float32 `[stop - start, in]`."
+);
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyIntZpWeight>()

@@ -32,6 +32,7 @@ mod int4_asym;
 mod int4_k;
 mod int_zp;
 mod linear;
+mod nibble_group;
 mod optim;
 mod qat;
 mod scalars;

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _packed_modules import assert_first_layer_is_packed, only_first, two_layer_model
 
 import quantrs
 
@@ -193,21 +194,9 @@ def test_quantize_routes_int4_asym_to_packed_modules():
     torch = pytest.importorskip("torch")
     import quantrs.torch as qt
 
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8))
-    w0 = model[0].weight.detach().numpy().copy()
-    calib = [torch.randn(4, 64) for _ in range(2)]
-    want = np.concatenate([c.numpy() for c in calib]).astype(np.float64)
-    imp = (want**2).mean(0).astype(np.float32)
-    only_first = lambda m, n: n == "0"  # noqa: E731
+    model, w0, calib, imp = two_layer_model(torch)
     qt.quantize_(model, "int4_asym", 32, only_first, quantizer="search", calibration=calib)
-    layer = model[0]
-    assert isinstance(layer, qt.GgufLinear) and isinstance(model[2], torch.nn.Linear)
     ref = quantrs.Int4AsymWeight.quantize(w0, group_size=32, method="search", importance=imp)
-    np.testing.assert_array_equal(layer.weight_packed.dequantize(), ref.dequantize())
-    x = torch.randn(3, 64)
-    y = layer(x).numpy()
-    exact = x.numpy().astype(np.float64) @ ref.dequantize().T.astype(np.float64)
-    np.testing.assert_allclose(y, exact + layer.bias.detach().numpy(), rtol=1e-5, atol=1e-5)
+    assert_first_layer_is_packed(torch, model, ref)
     with pytest.raises(quantrs.QuantError, match="method"):
         qt.quantize_(torch.nn.Sequential(torch.nn.Linear(64, 8)), "int4_asym", quantizer="full")
