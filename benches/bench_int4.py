@@ -23,7 +23,11 @@ shared or virtual machine the rate drifts within a minute, and a single probe
 at the start of the run would compare our kernel with whatever the neighbours
 were doing then. The last row gives the median of all probes of the run.
 
-    python benches/bench_int4.py [--quick] [--json] [--no-a8 | --a8-only]
+``--matvec`` runs only batch 1, float32 and int8 activations, g32 and g128, on
+4096x11008 and SmolLM2-135M's linears (576x1536, 1536x576, 576x576), each with
+its fraction of the read probe.
+
+    python benches/bench_int4.py [--quick] [--json] [--no-a8 | --a8-only | --matvec]
 """
 
 from __future__ import annotations
@@ -53,6 +57,61 @@ def dram_copies(quantrs, qw) -> list:
         quantrs.QuantizedWeight.from_bytes(qw.to_bytes())
         for _ in range(-(-(96 << 20) // qw.nbytes) - 1)
     ]
+
+
+def matvec_paired(probe, w, copies, x, out, act: str, pairs: int, inner: int):
+    """Batch 1 from DRAM (`copies` rotated) against NumPy's ``x @ w``, with
+    our packed-weight read rate over the read probe taken right after our
+    timing in each pair: (NumPy ms, our ms, ratio, median fraction)."""
+    cycle = itertools.cycle(copies)
+    nbytes = copies[0].nbytes
+    fracs: list[float] = []
+    base, ours, ratio = paired_ms(
+        lambda: x @ w,
+        lambda: next(cycle).matvec(x, out=out, activations=act),
+        pairs,
+        inner,
+        after_ours=lambda o: fracs.append(nbytes / (o * 1e-3) / 1e9 / probe.read()),
+    )
+    return base, ours, ratio, statistics.median(fracs)
+
+
+#: SmolLM2-135M's linears (576 hidden, 1536 MLP): the decode step of the
+#: model that benches/bench_decode.py and the quality benches use.
+SMOL_SHAPES = [(576, 1536), (1536, 576), (576, 576)]
+
+
+def matvec_rows(np, quantrs, rng, probe, shapes, quick: bool) -> list[dict]:
+    """Batch-1 ``matvec`` with float32 and int8 activations, g32 and g128,
+    each as a fraction of the read probe (the batch-1 kernels at the
+    memory limit, issue 31)."""
+    rows = []
+    pairs, inner = (3, 5) if quick else (7, 9)
+    for k, n in shapes:
+        w = rng.standard_normal((k, n), dtype=np.float32)
+        x = rng.standard_normal(k, dtype=np.float32)
+        out = np.empty(n, dtype=np.float32)
+        for gs in (32, 128):
+            qw = quantrs.QuantizedWeight.quantize(w, group_size=gs)
+            copies = dram_copies(quantrs, qw)
+            for act in ("float32", "int8"):
+                base, ours, ratio, of_bw = matvec_paired(
+                    probe, w, copies, x, out, act, pairs, inner
+                )
+                tag = "" if act == "float32" else "A8 "
+                rows.append(
+                    {
+                        "bench": f"int4 {tag}matvec {k}x{n} g{gs} b1",
+                        "ours_ms": ours,
+                        "baseline": "numpy f32 x@W",
+                        "baseline_ms": base,
+                        "ratio": ratio,
+                        "weight_GB/s": qw.nbytes / (ours * 1e-3) / 1e9,
+                        "of_read_bw": of_bw,
+                    }
+                )
+                settle()
+    return rows
 
 
 def a8_rows(np, quantrs, rng, quick: bool) -> list[dict]:
@@ -113,6 +172,9 @@ def run(quick: bool = False, a8: str = "with") -> list[dict]:
     if a8 == "only":
         return a8_rows(np, quantrs, rng, quick)
     probe = Bandwidth(np, (1 << 28) if quick else (1 << 30))
+    if a8 == "matvec":
+        shapes = [(4096, 11008)] + ([] if quick else SMOL_SHAPES)
+        return matvec_rows(np, quantrs, rng, probe, shapes, quick) + [probe_row(probe)]
     shapes = [(4096, 11008)] if quick else [(4096, 4096), (4096, 11008)]
     groups = [32] if quick else [32, 128]
     batches = [1, 128] if quick else [1, 16, 128]
@@ -168,18 +230,21 @@ def run(quick: bool = False, a8: str = "with") -> list[dict]:
     if a8 == "with":
         rows.extend(a8_rows(np, quantrs, rng, quick))
     rows.extend(bitsandbytes_rows(np, rng, [16, 128], quick))
-    rows.append(
-        {
-            "bench": f"machine read ({probe.kind}; triad {probe.triad():.1f} GB/s)",
-            "ours_ms": None,
-            "baseline": "",
-            "baseline_ms": None,
-            "ratio": None,
-            "weight_GB/s": statistics.median(probe.read_values),
-            "probe": probe.kind,
-        }
-    )
+    rows.append(probe_row(probe))
     return rows
+
+
+def probe_row(probe) -> dict:
+    """The last row: the median of every read probe of the run, and a triad."""
+    return {
+        "bench": f"machine read ({probe.kind}; triad {probe.triad():.1f} GB/s)",
+        "ours_ms": None,
+        "baseline": "",
+        "baseline_ms": None,
+        "ratio": None,
+        "weight_GB/s": statistics.median(probe.read_values),
+        "probe": probe.kind,
+    }
 
 
 def bitsandbytes_rows(np, rng, batches: list[int], quick: bool) -> list[dict]:
@@ -249,12 +314,20 @@ def main() -> None:
     a8 = ap.add_mutually_exclusive_group()
     a8.add_argument("--no-a8", action="store_true", help="skip the activations='int8' rows")
     a8.add_argument("--a8-only", action="store_true", help="only the activations='int8' rows")
+    a8.add_argument(
+        "--matvec",
+        action="store_true",
+        help="only batch 1 (float32 and int8 activations, g32 and g128) on 4096x11008 and "
+        "SmolLM2's shapes, each against the read probe",
+    )
     args = ap.parse_args()
     import quantrs
 
     if not args.json:
         print(f"quantrs {quantrs.build_info()}; {machine_note()}")
-    mode = "without" if args.no_a8 else "only" if args.a8_only else "with"
+    mode = (
+        "without" if args.no_a8 else "only" if args.a8_only else "matvec" if args.matvec else "with"
+    )
     emit(run(args.quick, mode), COLUMNS, args.json)
 
 

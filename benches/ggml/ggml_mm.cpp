@@ -16,12 +16,16 @@
 //       -lggml-cpu -Wl,-rpath,$PWD/$SP/lib -o /tmp/ggml_mm
 // Run: ggml_mm IN OUT BATCH [TYPE] [COPIES]   (TYPE a ggml type name, q4_0 by default:
 // q4_0 q4_1 q5_0 q5_1 q8_0 q4_K q5_K q6_K, lower case accepted; COPIES weights rotated:
-// from DRAM; GGML_MM_BUFTS=CPU,CPU_REPACK times only those buffer types)
+// from DRAM; GGML_MM_BUFTS=CPU,CPU_REPACK times only those buffer types; GGML_MM_THREADS=N
+// runs N threads instead of 2). Each line gives wall-clock ms and the process CPU ms per call:
+// ggml's pool spin-waits, so on a loaded machine compare the fastest calls, or the CPU time
+// with GGML_MM_THREADS=1 (no pool, nothing spins) against ours on one thread.
 #include "ggml.h"
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
 #include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -50,7 +54,8 @@ int main(int argc, char ** argv) {
     }
     int copies = argc > 5 ? atoi(argv[5]) : 1;
     ggml_backend_t be = ggml_backend_cpu_init();
-    ggml_backend_cpu_set_n_threads(be, 2);
+    const char * nt = getenv("GGML_MM_THREADS");
+    ggml_backend_cpu_set_n_threads(be, nt ? atoi(nt) : 2);
     ggml_backend_dev_t dev = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
     auto get_extra = (ggml_backend_dev_get_extra_bufts_t) ggml_backend_reg_get_proc_address(ggml_backend_dev_backend_reg(dev), "ggml_backend_dev_get_extra_bufts");
     std::vector<ggml_backend_buffer_type_t> bufts;
@@ -85,9 +90,11 @@ int main(int argc, char ** argv) {
         for (int i = 0; i < 3 * copies; ++i) ggml_backend_graph_compute(be, gs[i % copies]);
         std::vector<double> ts;
         int reps = batch >= 64 ? 10 : 60;
+        std::clock_t c0 = std::clock();
         for (int i = 0; i < reps; ++i) { double t = now_ms(); ggml_backend_graph_compute(be, gs[i % copies]); ts.push_back(now_ms() - t); }
+        double cpu_ms = 1e3 * double(std::clock() - c0) / CLOCKS_PER_SEC / reps;
         std::sort(ts.begin(), ts.end());
-        printf("%-10s %s in=%d out=%d b=%d copies=%d median %.3f ms min %.3f ms\n", ggml_backend_buft_name(buft), ggml_type_name(qt), in, out, batch, copies, ts[ts.size()/2], ts[0]);
+        printf("%-10s %s in=%d out=%d b=%d copies=%d median %.3f ms min %.3f ms cpu %.3f ms/call\n", ggml_backend_buft_name(buft), ggml_type_name(qt), in, out, batch, copies, ts[ts.size()/2], ts[0], cpu_ms);
         ggml_backend_buffer_free(bx); ggml_free(cx); ggml_backend_buffer_free(bw); ggml_free(cw);
     }
     ggml_backend_free(be);

@@ -1,6 +1,9 @@
 """quantrs INT4 g32 (float32 and int8 activations) and NumPy float32 on the
 shapes of ggml_mm.cpp (same arguments: IN OUT BATCH COPIES), the same rotation
-of weight copies, the median of the same number of calls."""
+of weight copies, the median of the same number of calls. Each entry gives the
+median wall-clock ms and the process CPU ms per call: on a loaded machine run
+both programs on one thread (``RAYON_NUM_THREADS=1`` here, ``GGML_MM_THREADS=1``
+for ggml_mm) and compare CPU times."""
 
 import sys
 import time
@@ -10,15 +13,18 @@ import numpy as np
 import quantrs
 
 
-def median_ms(fn, copies: int, reps: int) -> float:
+def median_ms(fn, copies: int, reps: int) -> tuple[float, float]:
+    """(median wall ms, mean process CPU ms) per call."""
     for i in range(3 * copies):
         fn(i)
     times = []
+    c0 = time.process_time()
     for i in range(reps):
         t0 = time.perf_counter()
         fn(i)
         times.append(time.perf_counter() - t0)
-    return float(np.median(times)) * 1e3
+    cpu = (time.process_time() - c0) / reps
+    return float(np.median(times)) * 1e3, cpu * 1e3
 
 
 def main() -> None:
@@ -43,7 +49,7 @@ def main() -> None:
     time.sleep(0.3)  # OpenBLAS's idle threads stop spinning
     rows["int4 g32"] = median_ms(ours("float32"), copies, reps)
     rows["int4 g32 a8"] = median_ms(ours("int8"), copies, reps)
-    cells = " ".join(f"{k} {v:.3f} ms" for k, v in rows.items())
+    cells = " ".join(f"{k} {v:.3f} ms (cpu {c:.3f})" for k, (v, c) in rows.items())
     print(f"in={inp} out={out} b={batch} copies={copies} {cells}")
 
 
