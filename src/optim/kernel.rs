@@ -1,5 +1,6 @@
 //! The two passes of `format.rs` for per-block v scales (4-bit or int8 m),
-//! and the finiteness check, written once over `crate::simd::F32Lanes`; [`entry_points`]
+//! and the finiteness check, written once over `crate::simd::F32Lanes` (and
+//! the 4-bit code operations of `step_lanes.rs`); [`entry_points`]
 //! instantiates them in a `#[target_feature]` function per ISA (`avx2.rs`,
 //! `avx512.rs`). Rank-1 v scales and the double-quantization search stay
 //! on the scalar twins.
@@ -16,9 +17,9 @@ use super::format::{
     m_decode, m_encode, pass1_elements, pass2_elements, Codecs, MCodec, Pass1, Pass2, StepConsts,
     VScale,
 };
-use crate::simd::F32Lanes as Lanes;
+use super::step_lanes::StepLanes as Lanes;
 
-/// Prefetch distance of pass 1, in elements.
+/// Prefetch distance of pass 1, in elements (one hint per cache line).
 const PREFETCH: usize = 512;
 
 /// Bytes per prefetch hint (one cache line).
@@ -28,7 +29,7 @@ const LINE: usize = 64;
 /// registers, or the 256-entry int8 tables (gathers).
 #[derive(Clone, Copy)]
 enum MLut<'a, V: Lanes> {
-    Four(V::Table, V::Mids),
+    Four(V::Table, V::Search),
     Eight(&'a [f32; 256], &'a [f32; 256]),
 }
 
@@ -39,7 +40,9 @@ impl<V: Lanes> MLut<'_, V> {
     unsafe fn new(m: &MCodec) -> MLut<'_, V> {
         match m {
             // SAFETY: `V`'s features per this function's contract.
-            MCodec::Four(cb) => unsafe { MLut::Four(V::table(&cb.values), V::mids(&cb.mids)) },
+            MCodec::Four(cb) => unsafe {
+                MLut::Four(V::table(&cb.values), V::search_mids(&cb.mids))
+            },
             MCodec::Eight(cb) => MLut::Eight(&cb.values, &cb.mids),
         }
     }
@@ -60,6 +63,29 @@ impl<V: Lanes> MLut<'_, V> {
         }
     }
 
+    /// Decoded (unscaled) m of elements `e..e + 2N`.
+    ///
+    /// # Safety
+    /// `V`'s features, and the codes of `e + 2N` elements in `codes`; `e`
+    /// even.
+    #[inline(always)]
+    unsafe fn decode_pair(self, codes: &[u8], e: usize) -> (V, V) {
+        // SAFETY: the caller guarantees `e + 2N` elements of codes (`N`
+        // bytes of nibbles at `e / 2`, or `2N` int8 codes at `e`).
+        unsafe {
+            match self {
+                MLut::Four(lut, _) => {
+                    let (a, b) = V::load_nibbles_pair(codes.as_ptr().add(e / 2));
+                    (V::lookup(lut, a), V::lookup(lut, b))
+                }
+                MLut::Eight(values, _) => (
+                    V::gather256(values, codes.as_ptr().add(e)),
+                    V::gather256(values, codes.as_ptr().add(e + V::LANES)),
+                ),
+            }
+        }
+    }
+
     /// Nearest codes of `N` normalized values.
     ///
     /// # Safety
@@ -69,7 +95,7 @@ impl<V: Lanes> MLut<'_, V> {
         // SAFETY: `V`'s features per this function's contract.
         unsafe {
             match self {
-                MLut::Four(_, mids) => V::search16(mids, x),
+                MLut::Four(_, mids) => V::nearest16(mids, x),
                 MLut::Eight(_, mids) => V::search256(mids, x),
             }
         }
@@ -126,19 +152,64 @@ impl<'a, V: Lanes> Update<'a, V> {
     /// slices hold `(e + N) / 2` bytes; `e` even).
     #[inline(always)]
     unsafe fn vector(&self, p: &mut Pass1<'_>, e: usize, s: (V, V), acc: &mut (V, V)) {
+        // SAFETY: per this function's contract.
+        unsafe {
+            let m = self.lut_m.decode(p.m_codes, e);
+            let v = V::lookup(self.lut_v, V::load_nibbles(p.v_codes.as_ptr().add(e / 2)));
+            self.prefetch(p, e);
+            self.apply(p, e, s, (m, v), acc);
+        }
+    }
+
+    /// Elements `e..e + 2N`, as two [`Self::vector`] calls: the codes of
+    /// both registers unpacked at once, one prefetch hint per cache line.
+    ///
+    /// # Safety
+    /// `V`'s features, and `e + 2N` within every slice of `p` (the nibble
+    /// slices hold `(e + 2N) / 2` bytes; `e` even).
+    #[inline(always)]
+    unsafe fn pair(&self, p: &mut Pass1<'_>, e: usize, s: (V, V), acc: &mut (V, V)) {
+        // SAFETY: per this function's contract.
+        unsafe {
+            let (m0, m1) = self.lut_m.decode_pair(p.m_codes, e);
+            let (c0, c1) = V::load_nibbles_pair(p.v_codes.as_ptr().add(e / 2));
+            let (v0, v1) = (V::lookup(self.lut_v, c0), V::lookup(self.lut_v, c1));
+            for off in (0..2 * V::LANES).step_by(LINE / 4) {
+                self.prefetch(p, e + off);
+            }
+            self.apply(p, e, s, (m0, v0), acc);
+            self.apply(p, e + V::LANES, s, (m1, v1), acc);
+        }
+    }
+
+    /// Hints for the weight and gradient 2 KiB past element `e`: two
+    /// streams from DRAM. The address may lie past the slice, so it is
+    /// formed with `wrapping_add`; a prefetch never faults.
+    #[inline(always)]
+    fn prefetch(&self, p: &Pass1<'_>, e: usize) {
+        // SAFETY: a prefetch hint reads nothing and cannot fault (SSE,
+        // which every x86_64 CPU has).
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T0>(p.w.as_ptr().wrapping_add(e + PREFETCH) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(p.g.as_ptr().wrapping_add(e + PREFETCH) as *const i8);
+        }
+    }
+
+    /// The element math of `e..e + N` on the decoded, unscaled `(m, v)`
+    /// table values (`format::pass1_elements`' operations, in its order).
+    ///
+    /// # Safety
+    /// `V`'s features, and `e + N` within `p.w`, `p.g`, `p.sm`, `p.su`.
+    #[inline(always)]
+    unsafe fn apply(&self, p: &mut Pass1<'_>, e: usize, s: (V, V), mv: (V, V), acc: &mut (V, V)) {
         let (sm, sv) = s;
         // SAFETY: per this function's contract.
         unsafe {
-            let m_hat = self.lut_m.decode(p.m_codes, e).mul(sm);
-            let mut v_hat = V::lookup(self.lut_v, V::load_nibbles(p.v_codes.as_ptr().add(e / 2)));
-            v_hat = v_hat.mul(sv);
+            let m_hat = mv.0.mul(sm);
+            let mut v_hat = mv.1.mul(sv);
             if self.sqrt_domain {
                 v_hat = v_hat.mul(v_hat);
             }
-            // Two streams from DRAM: a hint 2 KiB ahead (the address may
-            // lie past the slice, so it is formed with wrapping_add).
-            _mm_prefetch::<_MM_HINT_T0>(p.w.as_ptr().wrapping_add(e + PREFETCH) as *const i8);
-            _mm_prefetch::<_MM_HINT_T0>(p.g.as_ptr().wrapping_add(e + PREFETCH) as *const i8);
             let w = V::load(p.w.as_ptr().add(e));
             let g = V::load(p.g.as_ptr().add(e));
             let gp = g.add(self.l2.mul(w));
@@ -176,6 +247,10 @@ unsafe fn pass1_block<V: Lanes>(
         let s = (V::splat(p.m_scale[b]), V::splat(v_scale[b]));
         let mut acc = (V::zero(), V::zero());
         let mut e = start;
+        while e + 2 * V::LANES <= end {
+            u.pair(p, e, s, &mut acc);
+            e += 2 * V::LANES;
+        }
         while e + V::LANES <= end {
             u.vector(p, e, s, &mut acc);
             e += V::LANES;
@@ -235,7 +310,7 @@ pub(super) unsafe fn pass1<V: Lanes>(k: &StepConsts, c: &Codecs, bs: usize, mut 
 #[derive(Clone, Copy)]
 struct Encode<'a, V: Lanes> {
     mlut: MLut<'a, V>,
-    mids_v: V::Mids,
+    mids_v: V::Search,
     /// v's map is `{k/16}`: the arithmetic search.
     uniform: bool,
     eight: bool,
@@ -250,7 +325,7 @@ impl<'a, V: Lanes> Encode<'a, V> {
         unsafe {
             Encode {
                 mlut: MLut::new(&c.m),
-                mids_v: V::mids(&c.v.mids),
+                mids_v: V::search_mids(&c.v.mids),
                 uniform: (0..16).all(|k| c.v.values[k] == (k + 1) as f32 / 16.0),
                 eight: matches!(c.m, MCodec::Eight(_)),
             }
@@ -266,7 +341,7 @@ impl<'a, V: Lanes> Encode<'a, V> {
             if self.uniform {
                 V::search_uniform(x)
             } else {
-                V::search16(self.mids_v, x)
+                V::nearest16(self.mids_v, x)
             }
         }
     }
@@ -284,9 +359,9 @@ impl<'a, V: Lanes> Encode<'a, V> {
             let sm = |e: usize| V::load(p.sm.as_ptr().add(e)).mul(im);
             let su = |e: usize| V::load(p.su.as_ptr().add(e)).mul(iv);
             let (m0, m1) = (self.mlut.encode(sm(e)), self.mlut.encode(sm(e + V::LANES)));
-            V::store_nibbles2(m0, m1, p.m_codes.as_mut_ptr().add(e / 2));
+            V::store_nibbles_pair(m0, m1, p.m_codes.as_mut_ptr().add(e / 2));
             let (v0, v1) = (self.v(su(e)), self.v(su(e + V::LANES)));
-            V::store_nibbles2(v0, v1, p.v_codes.as_mut_ptr().add(e / 2));
+            V::store_nibbles_pair(v0, v1, p.v_codes.as_mut_ptr().add(e / 2));
         }
     }
 }
@@ -412,8 +487,7 @@ pub(super) unsafe fn pass2_then_1<V: Lanes>(
                 let mut acc = (V::zero(), V::zero());
                 for e in (start..end1).step_by(2 * V::LANES) {
                     x.pair(&mut p2, e, im, iv);
-                    u.vector(&mut p1, e, s, &mut acc);
-                    u.vector(&mut p1, e + V::LANES, s, &mut acc);
+                    u.pair(&mut p1, e, s, &mut acc);
                 }
                 p1.m_absmax[b] = acc.0.hmax();
                 p1.u_max[b] = acc.1.hmax();

@@ -50,6 +50,8 @@ mod multi;
 #[cfg(test)]
 mod row_layout_tests;
 mod state;
+#[cfg(target_arch = "x86_64")]
+mod step_lanes;
 #[cfg(test)]
 mod tests;
 mod traits;
