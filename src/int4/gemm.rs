@@ -29,7 +29,8 @@ const KC: usize = 256;
 const KC_AVX2: usize = 192;
 /// Most output columns per task tile (a multiple of NR).
 const NC: usize = 256;
-/// Size of a task's dequantized tile buffer.
+/// Size of a task's tile buffer (INT4's largest tile; the buffer grows if
+/// a format asks for more).
 const PACKED_LEN: usize = (NC / NR) * panel_stride(KC);
 /// Largest micro-kernel height across levels.
 const MR_MAX: usize = 12;
@@ -66,12 +67,12 @@ fn balanced(len: usize, max: usize, unit: usize) -> usize {
     len.div_ceil(blocks).next_multiple_of(unit).min(max)
 }
 
-/// The tile depth and width for `kernels` (AVX-512 keeps the fixed 256 x
-/// 256 tiles it was tuned with).
-fn tile_shape(kernels: Gemm, k: usize, n: usize) -> (usize, usize) {
+/// The tile depth and width for `kernels` (AVX-512 keeps the fixed tiles
+/// each format was tuned with, `avx512`).
+fn tile_shape(kernels: Gemm, k: usize, n: usize, avx512: (usize, usize)) -> (usize, usize) {
     match kernels {
         #[cfg(target_arch = "x86_64")]
-        Gemm::Avx512(_) => (KC, NC),
+        Gemm::Avx512(_) => avx512,
         #[cfg(target_arch = "x86_64")]
         Gemm::Avx2(_) => (balanced(k, KC_AVX2, 16), balanced(n, NC, NR)),
         Gemm::Scalar => (balanced(k, KC, 16), balanced(n, NC, NR)),
@@ -88,6 +89,46 @@ fn is_avx512(kernels: Gemm) -> bool {
     false
 }
 
+/// A block of W that [`panel_gemm`] asks its format to decode: rows `k0 ..
+/// k0 + kc`, output columns `c0 .. c0 + nc`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TileSpan {
+    /// First row of W (a multiple of the tile depth).
+    pub k0: usize,
+    /// Rows in the tile.
+    pub kc: usize,
+    /// First output column (a multiple of `NR`).
+    pub c0: usize,
+    /// Columns in the tile.
+    pub nc: usize,
+}
+
+/// The shape-only inputs of [`panel_gemm`]: `x [batch, k]` times a weight
+/// of `k` rows and `n` output columns.
+pub(crate) struct PanelGemm<'a> {
+    /// Rows of W (inputs).
+    pub k: usize,
+    /// Output columns.
+    pub n: usize,
+    /// The batch, `[batch, k]` row-major.
+    pub x: &'a [f32],
+    /// Rows of `x`.
+    pub batch: usize,
+    /// The micro-kernels of the level in force.
+    pub kernels: Gemm,
+    /// The tile (depth, width) on AVX-512, which each format keeps as it
+    /// was tuned there; the other levels take balanced tiles.
+    pub avx512_tile: (usize, usize),
+}
+
+/// Decodes one [`TileSpan`] into panels: panel `j` (columns `c0 + j * NR
+/// ..`, `NR` wide, columns past the tile zero) at `j * panel_stride(kc)`,
+/// input-major (`panel[i * NR + c]` = row `k0 + i`, column `c`).
+pub(crate) type DecodeTile<'a> = dyn Fn(&TileSpan, &mut [f32]) + Sync + 'a;
+/// Applied once to each finished block of `y`: `(c0, y[b, c0 .. c0 + nc])`
+/// for every batch row `b` of a task (a format's per-column scale and bias).
+pub(crate) type FinishRow<'a> = dyn Fn(usize, &mut [f32]) + Sync + 'a;
+
 /// `y [batch, out_feat] = x [batch, in_feat] @ W`, sizes already checked.
 pub(super) fn matmul(
     qw: &QuantizedWeightRef,
@@ -99,7 +140,46 @@ pub(super) fn matmul(
     let (k, n) = (qw.in_feat, qw.out_feat);
     debug_assert_eq!(x.len(), batch * k);
     debug_assert_eq!(y.len(), batch * n);
-    let (kc_max, mut nc_max) = tile_shape(kernels, k, n);
+    let dequant = |s: &TileSpan, packed: &mut [f32]| {
+        let tile = TileArgs {
+            data: qw.data,
+            scales: qw.scales,
+            out_feat: n,
+            group_size: qw.group_size(),
+            k0: s.k0,
+            kc: s.kc,
+            c0: s.c0,
+            nc: s.nc,
+        };
+        kernels.dequant(&tile, packed);
+    };
+    let g = PanelGemm {
+        k,
+        n,
+        x,
+        batch,
+        kernels,
+        avx512_tile: (KC, NC),
+    };
+    panel_gemm(&g, y, &dequant, None);
+}
+
+/// The blocked GEMM over a weight that `decode` turns into panels tile by
+/// tile (INT4 here, the linear layers' formats in `crate::linear`): `y =
+/// x @ W`, then `finish` on every block of `y`. Each output is summed in
+/// depth-block order by one task, so `y` is the same on any thread count.
+pub(crate) fn panel_gemm(
+    g: &PanelGemm,
+    y: &mut [f32],
+    decode: &DecodeTile,
+    finish: Option<&FinishRow>,
+) {
+    let (k, n, x, batch, kernels) = (g.k, g.n, g.x, g.batch, g.kernels);
+    assert!(x.len() >= batch * k && y.len() >= batch * n);
+    if batch == 0 || n == 0 {
+        return;
+    }
+    let (kc_max, mut nc_max) = tile_shape(kernels, k, n, g.avx512_tile);
     // Enough tasks to keep every thread busy. First narrower column tiles,
     // down to one panel each (outside AVX-512, whose tiles stay as tuned):
     // every weight is still dequantized once, and no output's sum changes
@@ -122,8 +202,9 @@ pub(super) fn matmul(
     let b_blocks = batch.div_ceil(bb);
     let yp = SendPtr(y.as_mut_ptr());
     let task = |packed: &mut Vec<f32>, t: usize| {
-        if packed.len() < PACKED_LEN {
-            packed.resize(PACKED_LEN, 0.0);
+        let need = nc_max.div_ceil(NR) * panel_stride(kc_max);
+        if packed.len() < need {
+            packed.resize(need.max(PACKED_LEN), 0.0);
         }
         let (tn, tb) = (t % tiles_n, t / tiles_n);
         let (c0, b0) = (tn * nc_max, tb * bb);
@@ -131,17 +212,7 @@ pub(super) fn matmul(
         let mut out = [[0.0f32; NR]; MR_MAX];
         for k0 in (0..k).step_by(kc_max) {
             let kc = kc_max.min(k - k0);
-            let tile = TileArgs {
-                data: qw.data,
-                scales: qw.scales,
-                out_feat: n,
-                group_size: qw.group_size(),
-                k0,
-                kc,
-                c0,
-                nc,
-            };
-            kernels.dequant(&tile, packed);
+            decode(&TileSpan { k0, kc, c0, nc }, packed);
             for j in 0..nc.div_ceil(NR) {
                 let panel = &packed[j * panel_stride(kc)..][..kc * NR];
                 let cj = c0 + j * NR;
@@ -154,7 +225,13 @@ pub(super) fn matmul(
                     // ncols <= n lie in this task's block of y, which no
                     // other task reads or writes (see SendPtr).
                     let direct = unsafe {
-                        micro_into_y(kernels, a, k, panel, kc, m, ncols, yp, b * n + cj, n, k0)
+                        let at = YAt {
+                            y: yp,
+                            at: b * n + cj,
+                            ldy: n,
+                            accumulate: k0 > 0,
+                        };
+                        micro_into_y(kernels, a, k, panel, kc, m, ncols, at)
                     };
                     if !direct {
                         kernels.micro(a, k, panel, kc, m, &mut out);
@@ -179,6 +256,14 @@ pub(super) fn matmul(
                 }
             }
         }
+        if let Some(f) = finish {
+            for b in b0..b1 {
+                // SAFETY: as above, this task's columns c0 .. c0 + nc of
+                // batch row b.
+                let yrow = unsafe { std::slice::from_raw_parts_mut(yp.get().add(b * n + c0), nc) };
+                f(c0, yrow);
+            }
+        }
     };
     let with_buffer = |t: usize| {
         PACKED.with(|p| match p.try_borrow_mut() {
@@ -196,10 +281,19 @@ pub(super) fn matmul(
     }
 }
 
+/// Where [`micro_into_y`] writes: element `at` of `y` (row stride `ldy`),
+/// overwritten at the first depth block and added to after it.
+#[derive(Clone, Copy)]
+struct YAt {
+    y: SendPtr,
+    at: usize,
+    ldy: usize,
+    accumulate: bool,
+}
+
 /// The AVX2 micro-kernel straight on `y` for a full panel (`ncols == NR`):
-/// `m` rows of `y` from `at` (stride `ldy`), written at the first depth
-/// block (`k0 == 0`) and accumulated at the later ones, with no staging
-/// buffer. Returns false (nothing done) where this does not apply.
+/// `m` rows of `y` at `y_at`, with no staging buffer. Returns false
+/// (nothing done) where this does not apply.
 ///
 /// # Safety
 /// `y` must hold rows `at / ldy .. + m` with `NR` floats each from `at`,
@@ -213,10 +307,7 @@ unsafe fn micro_into_y(
     kc: usize,
     m: usize,
     ncols: usize,
-    y: SendPtr,
-    at: usize,
-    ldy: usize,
-    k0: usize,
+    y_at: YAt,
 ) -> bool {
     #[cfg(target_arch = "x86_64")]
     if let Gemm::Avx2(t) = kernels {
@@ -228,16 +319,16 @@ unsafe fn micro_into_y(
         // the kernel reads (asserted above) and `y` the rows it writes (the
         // caller's contract).
         unsafe {
-            let yp = y.get().add(at);
+            let (yp, ldy, acc) = (y_at.y.get().add(y_at.at), y_at.ldy, y_at.accumulate);
             match m {
-                3 => super::avx2::gemm_micro_into::<3>(t, a, lda, panel, kc, yp, ldy, k0 > 0),
-                2 => super::avx2::gemm_micro_into::<2>(t, a, lda, panel, kc, yp, ldy, k0 > 0),
-                _ => super::avx2::gemm_micro_into::<1>(t, a, lda, panel, kc, yp, ldy, k0 > 0),
+                3 => super::avx2::gemm_micro_into::<3>(t, a, lda, panel, kc, yp, ldy, acc),
+                2 => super::avx2::gemm_micro_into::<2>(t, a, lda, panel, kc, yp, ldy, acc),
+                _ => super::avx2::gemm_micro_into::<1>(t, a, lda, panel, kc, yp, ldy, acc),
             }
         }
         return true;
     }
-    let _ = (kernels, a, lda, panel, kc, m, ncols, y, at, ldy, k0);
+    let _ = (kernels, a, lda, panel, kc, m, ncols, y_at);
     false
 }
 

@@ -57,6 +57,7 @@ pub use a8::Activations;
 pub(crate) use dispatch::Gemm as GemmKernels;
 pub use dispatch::MatvecKernel;
 pub(crate) use format::{panel_stride, NR as PANEL_WIDTH};
+pub(crate) use gemm::{panel_gemm, PanelGemm, TileSpan};
 pub use scale_search::ScaleMethod;
 pub use weight_ref::QuantizedWeightRef;
 

@@ -99,32 +99,7 @@ pub(super) unsafe fn transpose8(_: Avx2, rows: &[f32], kc: usize, panel: &mut [f
         // i < kc (asserted above).
         unsafe {
             let r: [__m256; 8] = std::array::from_fn(|c| _mm256_loadu_ps(src.add(c * kc + i0)));
-            let t0 = _mm256_unpacklo_ps(r[0], r[1]);
-            let t1 = _mm256_unpackhi_ps(r[0], r[1]);
-            let t2 = _mm256_unpacklo_ps(r[2], r[3]);
-            let t3 = _mm256_unpackhi_ps(r[2], r[3]);
-            let t4 = _mm256_unpacklo_ps(r[4], r[5]);
-            let t5 = _mm256_unpackhi_ps(r[4], r[5]);
-            let t6 = _mm256_unpacklo_ps(r[6], r[7]);
-            let t7 = _mm256_unpackhi_ps(r[6], r[7]);
-            let s0 = _mm256_shuffle_ps::<0x44>(t0, t2);
-            let s1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
-            let s2 = _mm256_shuffle_ps::<0x44>(t1, t3);
-            let s3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
-            let s4 = _mm256_shuffle_ps::<0x44>(t4, t6);
-            let s5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
-            let s6 = _mm256_shuffle_ps::<0x44>(t5, t7);
-            let s7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
-            let cols = [
-                _mm256_permute2f128_ps::<0x20>(s0, s4),
-                _mm256_permute2f128_ps::<0x20>(s1, s5),
-                _mm256_permute2f128_ps::<0x20>(s2, s6),
-                _mm256_permute2f128_ps::<0x20>(s3, s7),
-                _mm256_permute2f128_ps::<0x31>(s0, s4),
-                _mm256_permute2f128_ps::<0x31>(s1, s5),
-                _mm256_permute2f128_ps::<0x31>(s2, s6),
-                _mm256_permute2f128_ps::<0x31>(s3, s7),
-            ];
+            let cols = transpose_8x8(r);
             for (i, v) in cols.iter().enumerate() {
                 _mm256_storeu_ps(dst.add((i0 + i) * width), *v);
             }
@@ -133,6 +108,88 @@ pub(super) unsafe fn transpose8(_: Avx2, rows: &[f32], kc: usize, panel: &mut [f
     for i in full..kc {
         for c in 0..8 {
             panel[i * width + c] = rows[c * kc + i];
+        }
+    }
+}
+
+/// The 8 x 8 transpose of `r` (`out[i]` lane `c` = `r[c]` lane `i`): two
+/// rounds of unpack / shuffle within 128-bit lanes, then the lane exchange.
+#[target_feature(enable = "avx2")]
+fn transpose_8x8(r: [__m256; 8]) -> [__m256; 8] {
+    let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+    let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+    let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+    let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+    let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    let s0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+    let s1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+    let s2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+    let s3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+    let s4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+    let s5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+    let s6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+    let s7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+    [
+        _mm256_permute2f128_ps::<0x20>(s0, s4),
+        _mm256_permute2f128_ps::<0x20>(s1, s5),
+        _mm256_permute2f128_ps::<0x20>(s2, s6),
+        _mm256_permute2f128_ps::<0x20>(s3, s7),
+        _mm256_permute2f128_ps::<0x31>(s0, s4),
+        _mm256_permute2f128_ps::<0x31>(s1, s5),
+        _mm256_permute2f128_ps::<0x31>(s2, s6),
+        _mm256_permute2f128_ps::<0x31>(s3, s7),
+    ]
+}
+
+/// `panel[i * width + c] = E4M3(codes[c * ldc + i])` for the 8 rows `c`
+/// and every `i < kc`: the GEMM panel of 8 weight rows straight from their
+/// codes, with no f32 copy of the rows in between. 8 codes of a row become
+/// a float16 (`sign << 15 | magnitude << 7`, the value times 2^-8,
+/// subnormals included; see `avx512.rs`), widen exactly to f32 and are
+/// multiplied by 2^8 (exact); 8 rows of 8 are then transposed in registers
+/// ([`transpose_8x8`]). The `kc % 8` tail decodes through `table`. Equals
+/// the table's decode bit for bit on every code but the NaNs (which the
+/// layers reject).
+///
+/// # Safety
+/// None beyond the token: it proves AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn e4m3_panel8(
+    _: Avx2F16c,
+    codes: &[u8],
+    ldc: usize,
+    kc: usize,
+    panel: &mut [f32],
+    width: usize,
+    table: &[f32; 256],
+) {
+    assert!(width >= 8 && (kc == 0 || codes.len() >= 7 * ldc + kc));
+    assert!(kc == 0 || panel.len() >= (kc - 1) * width + 8);
+    let full = kc / 8 * 8;
+    let (src, dst) = (codes.as_ptr(), panel.as_mut_ptr());
+    let mask = _mm_set1_epi16(0xBF80u16 as i16);
+    let two8 = _mm256_set1_ps(256.0);
+    for i0 in (0..full).step_by(8) {
+        // SAFETY: row c's load reads codes[c * ldc + i0 .. + 8] with i0 + 8
+        // <= kc, and the stores write panel[(i0 + i) * width .. + 8] with
+        // i0 + i < kc (asserted above).
+        unsafe {
+            let r: [__m256; 8] = std::array::from_fn(|c| {
+                let b = _mm_loadl_epi64(src.add(c * ldc + i0).cast());
+                let h = _mm_and_si128(_mm_slli_epi16::<7>(_mm_cvtepi8_epi16(b)), mask);
+                _mm256_mul_ps(_mm256_cvtph_ps(h), two8)
+            });
+            for (i, v) in transpose_8x8(r).iter().enumerate() {
+                _mm256_storeu_ps(dst.add((i0 + i) * width), *v);
+            }
+        }
+    }
+    for c in 0..8 {
+        for i in full..kc {
+            panel[i * width + c] = table[codes[c * ldc + i] as usize];
         }
     }
 }

@@ -9,11 +9,13 @@
 //!   output rows; each task decodes a tile `[RB, KC]` of the weight into an
 //!   f32 buffer that stays in cache and runs a 4x4 register-blocked dot
 //!   micro-kernel over it for every batch row.
-//! - Many batch rows: the INT4 blocked GEMM's design (src/int4/gemm.rs) with
-//!   its micro-kernels: each task decodes a tile of `GNC` output rows by
-//!   `GKC` inputs into panels of `PANEL_WIDTH` output rows, input-major (the
+//! - Many batch rows: the INT4 blocked GEMM itself (`crate::int4::panel_gemm`:
+//!   its tiles, task split, per-thread tile buffers and micro-kernels, which
+//!   on AVX2 write `y` directly): each task decodes a tile of output rows by
+//!   inputs into panels of `PANEL_WIDTH` output rows, input-major (the
 //!   layout the micro-kernels broadcast `x` against), and runs every batch row
-//!   of its block through an `MR x PANEL_WIDTH` FMA micro-kernel.
+//!   of its block through an `MR x PANEL_WIDTH` FMA micro-kernel. E4M3 rows
+//!   go from their codes to the panels in one pass (`Dots::e4m3_panel8`).
 //!
 //! Either way the weight is decoded once per call (per batch block) and never
 //! materialized whole.
@@ -27,7 +29,7 @@ use rayon::prelude::*;
 pub(crate) use super::common::Epilogue;
 use super::common::OutPtr;
 use super::dispatch::Dots;
-use crate::int4::{panel_stride, GemmKernels, PANEL_WIDTH};
+use crate::int4::{panel_gemm, panel_stride, GemmKernels, PanelGemm, TileSpan, PANEL_WIDTH};
 
 /// A weight stored as rows; values are "unscaled" (the layer's multiplier per
 /// output row is applied after accumulation).
@@ -64,12 +66,13 @@ const KC: usize = 512;
 /// tile transposed, one scalar store per weight, which at 16 rows still
 /// costs more than its micro-kernel saves (docs/benchmarks.md).
 const GEMM_MIN_ROWS: usize = 32;
-/// Inputs per GEMM tile: a panel is `GKC x PANEL_WIDTH` f32 = 32 KiB.
+/// Inputs per GEMM tile on AVX-512 (the other levels take the INT4 GEMM's
+/// balanced tiles, at most this deep): a panel is `GKC x PANEL_WIDTH` f32
+/// = 32 KiB.
 const GKC: usize = 256;
-/// Output rows per GEMM tile (one rayon task): four panels, 128 KiB, in L2.
+/// Output rows per GEMM tile on AVX-512 (one rayon task): four panels,
+/// 128 KiB, in L2.
 const GNC: usize = 128;
-/// Largest micro-kernel height across levels (`GemmKernels::mr`).
-const MR_MAX: usize = 12;
 
 /// `y[b, r] = dot(x[b], R[r]) * scale(r) + bias[r]` for `b < m`, `r < n`.
 /// `x` is `[m, k]`, `y` is `[m, n]`, row-major.
@@ -191,12 +194,13 @@ pub(crate) fn matmul_rows<S: RowSource>(
     });
 }
 
-/// The panel GEMM of `matmul_rows` (`m >= GEMM_MIN_ROWS`, `k > 0`): tasks
-/// own `GNC` output rows of a block of batch rows; per `GKC` inputs they
-/// decode the tile into panels (`panel[i * PANEL_WIDTH + c]` = input `i` of
-/// output row `c` of the panel, rows past `n` zero) and add each batch row's
-/// products into `y`; the epilogue applies scale and bias at the end. Every
-/// element of `y` is summed by one task in input order.
+/// The panel GEMM of `matmul_rows` (`m >= GEMM_MIN_ROWS`, `k > 0`): the INT4
+/// GEMM's driver (`crate::int4::panel_gemm`: its tiles, task split, tile
+/// buffers and micro-kernels) with this format's rows decoded into its
+/// panels (`panel[i * PANEL_WIDTH + c]` = input `i` of output row `c` of
+/// the panel, rows past `n` zero); scale and bias are applied to each
+/// finished block. Every element of `y` is summed by one task in input
+/// order.
 #[allow(clippy::too_many_arguments)]
 fn gemm_rows<S: RowSource>(
     src: &S,
@@ -209,89 +213,55 @@ fn gemm_rows<S: RowSource>(
     scale: &(dyn Fn(usize) -> f32 + Sync),
     gemm: GemmKernels,
 ) {
-    let mr = gemm.mr();
-    let tiles = n.div_ceil(GNC);
-    // Enough tasks for every thread: split the batch when there are few
-    // tiles (each block then decodes the tile again).
-    let want = 2 * rayon::current_num_threads().max(1);
-    let b_blocks = if tiles >= want {
-        1
-    } else {
-        want.div_ceil(tiles).min(m.div_ceil(mr)).max(1)
-    };
-    let bb = m.div_ceil(b_blocks).next_multiple_of(mr);
-    let b_blocks = m.div_ceil(bb);
-    let out = OutPtr(y.as_mut_ptr());
-    let panels = GNC / PANEL_WIDTH;
-    let scratch = || (vec![0f32; panels * panel_stride(GKC)], vec![0f32; 8 * GKC]);
     let dots = Dots::current();
-    (0..tiles * b_blocks)
-        .into_par_iter()
-        .for_each_init(scratch, |(packed, rows8), t| {
-            let (r0, b0) = ((t % tiles) * GNC, (t / tiles) * bb);
-            let (nr, b1) = (GNC.min(n - r0), (b0 + bb).min(m));
-            let mut part = [[0f32; PANEL_WIDTH]; MR_MAX];
-            for k0 in (0..k).step_by(GKC) {
-                let kc = GKC.min(k - k0);
-                for j in 0..nr.div_ceil(PANEL_WIDTH) {
-                    let panel = &mut packed[j * panel_stride(kc)..][..kc * PANEL_WIDTH];
-                    // Eight weight rows decoded, then turned input-major
-                    // together (one scalar store per weight was the cost
-                    // that kept this path behind torch at M = 64).
-                    for c8 in (0..PANEL_WIDTH).step_by(8) {
-                        for (c, dst) in rows8.chunks_exact_mut(kc).take(8).enumerate() {
-                            let r = r0 + j * PANEL_WIDTH + c8 + c;
-                            if r < r0 + nr {
-                                src.decode(r, k0, dst);
-                            } else {
-                                dst.fill(0.0);
-                            }
-                        }
-                        dots.transpose8(&rows8[..8 * kc], kc, &mut panel[c8..], PANEL_WIDTH);
+    let decode = |t: &TileSpan, packed: &mut [f32]| {
+        // Eight weight rows decoded, then turned input-major together (one
+        // scalar store per weight was the cost that kept this path behind
+        // torch at M = 64); E4M3 rows in one pass from their codes where
+        // the level has it (the table gather and the f32 copy of the rows
+        // were a third of an FP8 prefill call on Zen 3).
+        let mut rows8 = [0f32; 8 * GKC];
+        let rows8 = &mut rows8[..8 * t.kc];
+        for j in 0..t.nc.div_ceil(PANEL_WIDTH) {
+            let panel = &mut packed[j * panel_stride(t.kc)..][..t.kc * PANEL_WIDTH];
+            for c8 in (0..PANEL_WIDTH).step_by(8) {
+                let r8 = t.c0 + j * PANEL_WIDTH + c8;
+                if let Some(codes) = src.e4m3_codes().filter(|_| r8 + 8 <= t.c0 + t.nc) {
+                    let rows = &codes[r8 * k + t.k0..];
+                    if dots.e4m3_panel8(rows, k, t.kc, &mut panel[c8..], PANEL_WIDTH) {
+                        continue;
                     }
                 }
-                for j in 0..nr.div_ceil(PANEL_WIDTH) {
-                    let panel = &packed[j * panel_stride(kc)..][..kc * PANEL_WIDTH];
-                    let cj = r0 + j * PANEL_WIDTH;
-                    let ncols = PANEL_WIDTH.min(r0 + nr - cj);
-                    let mut b = b0;
-                    while b < b1 {
-                        let h = mr.min(b1 - b);
-                        let a = &x[b * k + k0..(b + h - 1) * k + k0 + kc];
-                        gemm.micro(a, k, panel, kc, h, &mut part);
-                        for (bi, p) in part.iter().take(h).enumerate() {
-                            let o = out;
-                            // SAFETY: batch row b + bi < m and output rows cj ..
-                            // cj + ncols <= n belong to this task only (its tile
-                            // of rows, its block of the batch).
-                            let yrow = unsafe {
-                                std::slice::from_raw_parts_mut(o.0.add((b + bi) * n + cj), ncols)
-                            };
-                            if k0 == 0 {
-                                yrow.copy_from_slice(&p[..ncols]);
-                            } else {
-                                for (yv, pv) in yrow.iter_mut().zip(p) {
-                                    *yv += pv;
-                                }
-                            }
-                        }
-                        b += h;
+                for (c, dst) in rows8.chunks_exact_mut(t.kc).enumerate() {
+                    let r = t.c0 + j * PANEL_WIDTH + c8 + c;
+                    if r < t.c0 + t.nc {
+                        src.decode(r, t.k0, dst);
+                    } else {
+                        dst.fill(0.0);
                     }
                 }
+                dots.transpose8(rows8, t.kc, &mut panel[c8..], PANEL_WIDTH);
             }
-            // The tile's scales and biases once: through the `dyn Fn`s for
-            // every element they took a tenth of a prefill call.
-            let (scales, biases): (Vec<f32>, Vec<f32>) =
-                (r0..r0 + nr).map(|r| (scale(r), b_at(r))).unzip();
-            for b in b0..b1 {
-                let o = out;
-                // SAFETY: as above, this task's rows r0 .. r0 + nr of batch row b.
-                let yrow = unsafe { std::slice::from_raw_parts_mut(o.0.add(b * n + r0), nr) };
-                for ((v, s), c) in yrow.iter_mut().zip(&scales).zip(&biases) {
-                    *v = *v * s + c;
-                }
-            }
-        });
+        }
+    };
+    // Scales and biases once per call: through the `dyn Fn`s for every
+    // element they took a tenth of a prefill call.
+    let (scales, biases): (Vec<f32>, Vec<f32>) = (0..n).map(|r| (scale(r), b_at(r))).unzip();
+    let finish = |c0: usize, row: &mut [f32]| {
+        let (s, b) = (&scales[c0..c0 + row.len()], &biases[c0..c0 + row.len()]);
+        for ((v, s), b) in row.iter_mut().zip(s).zip(b) {
+            *v = *v * s + b;
+        }
+    };
+    let g = PanelGemm {
+        k,
+        n,
+        x,
+        batch: m,
+        kernels: gemm,
+        avx512_tile: (GKC, GNC),
+    };
+    panel_gemm(&g, y, &decode, Some(&finish));
 }
 
 #[cfg(test)]
@@ -421,6 +391,66 @@ mod tests {
                     assert!(
                         (got - want).abs() <= 1e-5 * mag * (0.5 + r as f64) + 1e-5,
                         "m={m} n={n} k={k} ({b},{r})"
+                    );
+                }
+            }
+        }
+    }
+
+    /// E4M3 codes as a row source that offers them to the panel decode.
+    struct Codes<'a>(&'a [u8], usize);
+    impl RowSource for Codes<'_> {
+        fn decode(&self, r: usize, k0: usize, out: &mut [f32]) {
+            let t = crate::fp8::decode_table(crate::fp8::Fp8Format::E4M3);
+            for (o, &c) in out.iter_mut().zip(&self.0[r * self.1 + k0..]) {
+                *o = t[c as usize];
+            }
+        }
+        fn dot(&self, dots: Dots, r: usize, x: &[f32]) -> f32 {
+            dots.e4m3(&self.0[r * self.1..(r + 1) * self.1], x)
+        }
+        fn e4m3_codes(&self) -> Option<&[u8]> {
+            Some(self.0)
+        }
+    }
+
+    /// The panel GEMM on E4M3 rows (their panels decoded straight from the
+    /// codes where the level has it) against float64 sums of the table's
+    /// values: output rows that are not a multiple of 8 or of the panel
+    /// width, depths with a tail of 8 and more than one depth block; the
+    /// same on one thread as on the pool.
+    #[test]
+    fn e4m3_panel_gemm_matches_f64_and_is_thread_independent() {
+        let table = crate::fp8::decode_table(crate::fp8::Fp8Format::E4M3);
+        for (m, n, k) in [(32, 8, 8), (37, 41, 300), (64, 100, 577), (70, 33, 1031)] {
+            let w = codes(n * k, 21);
+            let x = rng_vals(m * k, 22);
+            let bias = rng_vals(n, 23);
+            let epi = Epilogue {
+                scale: &|r| 0.25 + r as f32 / 8.0,
+                bias: Some(&bias),
+            };
+            let mut y = vec![f32::NAN; m * n];
+            matmul_rows(&Codes(&w, k), n, k, &x, m, &mut y, &epi);
+            let mut y1 = vec![f32::NAN; m * n];
+            crate::testutil::on_one_thread(|| {
+                matmul_rows(&Codes(&w, k), n, k, &x, m, &mut y1, &epi)
+            });
+            assert_eq!(y, y1, "m={m} n={n} k={k}: one thread vs the pool");
+            for b in 0..m {
+                for r in 0..n {
+                    let (mut s, mut mag) = (0f64, 0f64);
+                    for i in 0..k {
+                        let p = f64::from(x[b * k + i]) * f64::from(table[w[r * k + i] as usize]);
+                        s += p;
+                        mag += p.abs();
+                    }
+                    let sc = 0.25 + r as f64 / 8.0;
+                    let want = s * sc + f64::from(bias[r]);
+                    let got = f64::from(y[b * n + r]);
+                    assert!(
+                        (got - want).abs() <= 1e-5 * mag * sc + 1e-5,
+                        "m={m} n={n} k={k} ({b},{r}): {got} vs {want}"
                     );
                 }
             }
