@@ -14,9 +14,12 @@
 //! - the codes of 32 weights stay in one register (`GgmlType::codes32_x86`,
 //!   the extraction the int8-activation bodies use) and are widened to f32
 //!   lanes from it: no trip through memory;
-//! - a block's maps (`GgmlType::factors`: for the k-quants the 6-bit scales
-//!   unpacked and multiplied out) are computed once per row and call, when
-//!   the pass reaches the block;
+//! - the maps of a pass's rows (`GgmlType::factors`: the halves converted
+//!   and, for the k-quants, the 6-bit scales unpacked and multiplied out)
+//!   are written to a buffer once per row and call, before the pass: the
+//!   pass itself then has no call in it (the half conversion's rare path is
+//!   a call, and a call inside the loop forces every accumulator out to the
+//!   stack, all vector registers being caller-saved);
 //! - one product chain per row and sub-block, one FMA with `a_j` into the
 //!   row's total, and one FMA `c_j * sum(x)` into the row's minimum total:
 //!   the rows' chains are independent.
@@ -29,7 +32,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{Factors, GgmlType};
+use super::GgmlType;
 use crate::simd::{Avx2, F32Lanes};
 
 /// Output rows one pass serves: per row a total, a minimum total and the
@@ -52,12 +55,23 @@ pub(crate) fn dot_rows<T: GgmlType>(
             && x.len() == row_bytes / T::BYTES * T::ELEMS
             && data.len() >= (r0 + out.len()) * row_bytes
     );
+    let blocks = x.len() / T::ELEMS;
+    let subs = blocks * (T::ELEMS / T::SUB);
+    // Per row of a pass, `a_j` of every sub-block then `c_j` of every one.
+    let mut dm = vec![0f32; ROWS * 2 * subs];
     for (p, o) in out.chunks_mut(ROWS).enumerate() {
         let first = r0 + p * ROWS;
-        let at = |i: usize| data[(first + i) * row_bytes..].as_ptr();
-        // SAFETY: (every arm) the token proves AVX2 and FMA; each row
-        // pointer starts `row_bytes` readable bytes (asserted above), the
-        // whole blocks that `x` spans.
+        for (i, m) in dm.chunks_exact_mut(2 * subs).take(o.len()).enumerate() {
+            let row = &data[(first + i) * row_bytes..(first + i + 1) * row_bytes];
+            row_maps::<T>(row, m);
+        }
+        let at = |i: usize| Row {
+            codes: data[(first + i) * row_bytes..].as_ptr(),
+            dm: dm[i * 2 * subs..].as_ptr(),
+        };
+        // SAFETY: (every arm) the token proves AVX2 and FMA; each row's
+        // codes start `row_bytes` readable bytes (asserted above), the whole
+        // blocks that `x` spans, and its maps `2 * subs` floats.
         unsafe {
             match o.len() {
                 4 => o.copy_from_slice(&kernel::<T, 4>(t, x, [at(0), at(1), at(2), at(3)])),
@@ -66,6 +80,38 @@ pub(crate) fn dot_rows<T: GgmlType>(
                 _ => o.copy_from_slice(&kernel::<T, 1>(t, x, [at(0)])),
             }
         }
+    }
+}
+
+/// One row of a pass: its code bytes and its maps (`a` of its `n`
+/// sub-blocks, then `c`).
+#[derive(Clone, Copy)]
+struct Row {
+    codes: *const u8,
+    dm: *const f32,
+}
+
+/// The maps of `row` (whole blocks of `T`) into `dm`: `a_j` at `j`, `c_j`
+/// at `n + j` for its `n = dm.len() / 2` sub-blocks.
+fn row_maps<T: GgmlType>(row: &[u8], dm: &mut [f32]) {
+    let (a, c) = dm.split_at_mut(dm.len() / 2);
+    if T::ELEMS == 32 {
+        // One map per block: its halves (`factors` would form 32 floats).
+        for ((b, a), c) in row.chunks_exact(T::BYTES).zip(a).zip(c) {
+            let (fa, fc) = T::factors(b);
+            (*a, *c) = (fa[0], fc[0]);
+        }
+        return;
+    }
+    let per = T::ELEMS / T::SUB;
+    for ((b, ab), cb) in row
+        .chunks_exact(T::BYTES)
+        .zip(a.chunks_exact_mut(per))
+        .zip(c.chunks_exact_mut(per))
+    {
+        let (fa, fc) = T::factors(b);
+        ab.copy_from_slice(&fa[..per]);
+        cb.copy_from_slice(&fc[..per]);
     }
 }
 
@@ -87,49 +133,24 @@ unsafe fn widen(q: __m256i) -> [__m256; 4] {
     }
 }
 
-/// Block `k` of the row at `row`.
-///
-/// # Safety
-/// The row holds at least `k + 1` blocks of `T`.
-#[inline(always)]
-unsafe fn block<'a, T: GgmlType>(row: *const u8, k: usize) -> &'a [u8] {
-    // SAFETY: the caller's contract.
-    unsafe { std::slice::from_raw_parts(row.add(k * T::BYTES), T::BYTES) }
-}
-
 /// The dots of `R` rows (see the module docs).
 ///
 /// # Safety
-/// None beyond the token (AVX2 and FMA); each row pointer has
-/// `x.len() / ELEMS * BYTES` readable bytes and `x.len()` is a multiple of
-/// `ELEMS`.
+/// None beyond the token (AVX2 and FMA); each row's `codes` has
+/// `x.len() / ELEMS * BYTES` readable bytes and its `dm` two floats per
+/// sub-block of `x.len()` (a multiple of `ELEMS`) inputs.
 #[target_feature(enable = "avx2,fma")]
-unsafe fn kernel<T: GgmlType, const R: usize>(
-    _: Avx2,
-    x: &[f32],
-    rows: [*const u8; R],
-) -> [f32; R] {
+unsafe fn kernel<T: GgmlType, const R: usize>(_: Avx2, x: &[f32], rows: [Row; R]) -> [f32; R] {
     let blocks = x.len() / T::ELEMS;
+    let subs = x.len() / T::SUB;
     let px = x.as_ptr();
     let mut tot = [_mm256_setzero_ps(); R];
     let mut mins = [_mm256_setzero_ps(); R];
-    // The maps of the k-quants' eight or sixteen sub-blocks, per row. A
-    // plain array and loop, not `std::array::from_fn`: the closure form is
-    // not inlined into this `#[target_feature]` function. The one-map
-    // types (32 weights per block) read theirs beside the codes instead,
-    // so that only `a_0` and `c_0` are formed, not 32 floats per row.
-    let mut maps: [Factors; R] = [([0f32; super::MAX_SUBS], [0f32; super::MAX_SUBS]); R];
     for k in 0..blocks {
-        if T::ELEMS > 32 {
-            for (m, &row) in maps.iter_mut().zip(&rows) {
-                // SAFETY: block `k < blocks` is inside the row (the
-                // function's contract).
-                *m = T::factors(unsafe { block::<T>(row, k) });
-            }
-        }
         for c in 0..T::ELEMS / 32 {
-            // SAFETY: the chunk's 32 inputs are inside `x` and its codes
-            // inside the row's block `k` (the function's contract).
+            // SAFETY: the chunk's 32 inputs are inside `x`, its codes inside
+            // each row's block `k`, and sub-block `j < subs` has its maps in
+            // each row's `dm` (the function's contract).
             unsafe {
                 let xc = px.add(k * T::ELEMS + 32 * c);
                 let xv = [
@@ -150,31 +171,30 @@ unsafe fn kernel<T: GgmlType, const R: usize>(
                 } else {
                     (_mm256_setzero_ps(), _mm256_setzero_ps())
                 };
+                // The chunk's first sub-block.
+                let j = (k * T::ELEMS + 32 * c) / T::SUB;
                 for i in 0..R {
-                    let b = block::<T>(rows[i], k);
-                    let w = widen(T::codes32_x86(b.as_ptr(), c));
+                    let row = rows[i];
+                    let w = widen(T::codes32_x86(row.codes.add(k * T::BYTES), c));
+                    // (Pointers, not closures: a closure is not inlined
+                    // into a `#[target_feature]` function.)
+                    let (pa, pc) = (row.dm.add(j), row.dm.add(subs + j));
                     let p0 = _mm256_fmadd_ps(w[1], xv[1], _mm256_mul_ps(w[0], xv[0]));
                     if T::SUB == 32 {
-                        let (a, cm) = if T::ELEMS == 32 {
-                            let (a, cm) = T::factors(b);
-                            (a[0], cm[0])
-                        } else {
-                            (maps[i].0[c], maps[i].1[c])
-                        };
                         let p = _mm256_fmadd_ps(w[2], xv[2], p0);
                         let p = _mm256_fmadd_ps(w[3], xv[3], p);
-                        tot[i] = _mm256_fmadd_ps(p, _mm256_set1_ps(a), tot[i]);
+                        tot[i] = _mm256_fmadd_ps(p, _mm256_broadcast_ss(&*pa), tot[i]);
                         if T::AFFINE {
-                            mins[i] = _mm256_fmadd_ps(s0, _mm256_set1_ps(cm), mins[i]);
+                            mins[i] = _mm256_fmadd_ps(s0, _mm256_broadcast_ss(&*pc), mins[i]);
                         }
                     } else {
-                        let (a, cm) = (&maps[i].0, &maps[i].1);
                         let p1 = _mm256_fmadd_ps(w[3], xv[3], _mm256_mul_ps(w[2], xv[2]));
-                        tot[i] = _mm256_fmadd_ps(p0, _mm256_set1_ps(a[2 * c]), tot[i]);
-                        tot[i] = _mm256_fmadd_ps(p1, _mm256_set1_ps(a[2 * c + 1]), tot[i]);
+                        tot[i] = _mm256_fmadd_ps(p0, _mm256_broadcast_ss(&*pa), tot[i]);
+                        tot[i] = _mm256_fmadd_ps(p1, _mm256_broadcast_ss(&*pa.add(1)), tot[i]);
                         if T::AFFINE {
-                            mins[i] = _mm256_fmadd_ps(s0, _mm256_set1_ps(cm[2 * c]), mins[i]);
-                            mins[i] = _mm256_fmadd_ps(s1, _mm256_set1_ps(cm[2 * c + 1]), mins[i]);
+                            mins[i] = _mm256_fmadd_ps(s0, _mm256_broadcast_ss(&*pc), mins[i]);
+                            mins[i] =
+                                _mm256_fmadd_ps(s1, _mm256_broadcast_ss(&*pc.add(1)), mins[i]);
                         }
                     }
                 }
