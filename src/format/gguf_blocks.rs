@@ -15,7 +15,7 @@ use super::row_forward::forward_rows;
 use super::weight_format::{Block, FormatInfo, RowOrder, ScaleStorage, WeightFormat};
 use crate::error::{QuantError, Result};
 use crate::ggml::{
-    bad_scale, decode_block, dot_row, dot_row_a8, A8Dots, GgmlType, Xq, MAX_BLOCK_ELEMS,
+    bad_scale, decode_block, dot_row, dot_row_a8, dot_rows, A8Dots, GgmlType, Xq, MAX_BLOCK_ELEMS,
 };
 use crate::linear::dispatch::Dots;
 use crate::linear::kernels::RowSource;
@@ -147,7 +147,8 @@ fn row_bytes<T: GgmlType>(out_feat: usize, in_feat: usize) -> Result<usize> {
 }
 
 /// The rows of a [`GgufWeight`] for the shared forward engine: the fused
-/// row dot (`crate::ggml::dot_row`) at batch 1-3, the block decode of the
+/// row dot (`crate::ggml::dot_rows`, several rows per pass at AVX2) at
+/// batch 1-3, the block decode of the
 /// level in force (`crate::ggml::decode_block`) for the tiles of larger
 /// batches.
 struct BlockRows<'a, T> {
@@ -184,6 +185,11 @@ impl<T: GgmlType> RowSource for BlockRows<'_, T> {
             &self.data[r * self.row_bytes..(r + 1) * self.row_bytes],
             x,
         )
+    }
+
+    /// Several rows per pass over `x` at AVX2 (`crate::ggml::dot_rows`).
+    fn dot_rows(&self, dots: Dots, r0: usize, x: &[f32], out: &mut [f32]) {
+        dot_rows::<T>(dots, self.data, self.row_bytes, r0, x, out);
     }
 }
 

@@ -25,7 +25,7 @@ use crate::linear::serde::{DType, Reader, Writer};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct IntZp;
 
-row_source!(ZpWeight);
+row_source!(ZpWeight, dot_rows);
 
 /// The fields of the blob's `dims` tensor: out, in, group size, bits,
 /// whether a permutation follows.

@@ -1,5 +1,6 @@
-//! The bodies of the AVX2 and AVX-512 kernels of every block type, written
-//! once over the f32 register type `L` (`crate::simd::F32Lanes`): the codes
+//! The bodies of the AVX-512 row dot and of the AVX2 / AVX-512 block decode
+//! of every block type, written once over the f32 register type `L`
+//! (`crate::simd::F32Lanes`; the AVX2 row dot is `rows_avx2.rs`): the codes
 //! of a block come from `GgmlType::codes_x86` into an int8 buffer of one
 //! block (256 bytes, in L1), are widened to f32 lanes and multiply-added
 //! with `x` per sub-block, then scaled by the sub-block's `a_j` (and its

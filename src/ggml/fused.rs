@@ -23,8 +23,33 @@ pub(crate) fn dot_row<T: GgmlType>(dots: Dots, row: &[u8], x: &[f32]) -> f32 {
         Dots::Avx512(t) => unsafe { avx512::dot_row::<T>(t, row, x) },
         // SAFETY: the token proves AVX2 and FMA; lengths checked above.
         #[cfg(target_arch = "x86_64")]
-        Dots::Avx2(t, _) => unsafe { avx2::dot_row::<T>(t, row, x) },
+        Dots::Avx2(t, _) => avx2::dot_row::<T>(t, row, x),
         Dots::Scalar => dot_row_scalar::<T>(row, x),
+    }
+}
+
+/// `out[i] = row (r0 + i) . x` for the rows of `data` (`row_bytes` bytes
+/// of whole blocks of `T` each): at AVX2 several rows per pass over `x`
+/// (`rows_avx2.rs`), at the other levels [`dot_row`] row by row. Each
+/// value is within [`dot_row`]'s bound.
+pub(crate) fn dot_rows<T: GgmlType>(
+    dots: Dots,
+    data: &[u8],
+    row_bytes: usize,
+    r0: usize,
+    x: &[f32],
+    out: &mut [f32],
+) {
+    assert!(data.len() >= (r0 + out.len()) * row_bytes);
+    match dots {
+        #[cfg(target_arch = "x86_64")]
+        Dots::Avx2(t, _) => super::rows_avx2::dot_rows::<T>(t, data, row_bytes, r0, x, out),
+        _ => {
+            for (i, o) in out.iter_mut().enumerate() {
+                let r = r0 + i;
+                *o = dot_row::<T>(dots, &data[r * row_bytes..(r + 1) * row_bytes], x);
+            }
+        }
     }
 }
 

@@ -17,7 +17,8 @@
 //! map on f32 lanes. The scalar code extraction ([`GgmlType::codes`]) is the
 //! reference; `codes_x86.rs` extracts the same codes with AVX2 integer
 //! instructions for the AVX2 and AVX-512 bodies (`avx2.rs`, `avx512.rs`,
-//! one generic body in `body.rs`).
+//! one generic body in `body.rs`; the AVX2 row dot is the multi-row kernel
+//! of `rows_avx2.rs`).
 
 mod a8;
 #[cfg(target_arch = "x86_64")]
@@ -41,13 +42,15 @@ mod q5_1;
 mod q5_k;
 mod q6_k;
 mod q8_0;
+#[cfg(target_arch = "x86_64")]
+mod rows_avx2;
 mod xq;
 
 use std::fmt::Debug;
 
 pub(crate) use a8::{dot_row_a8, A8Dots};
 pub(crate) use f16::{f16_at, f32_to_f16, put_f16};
-pub(crate) use fused::{decode_block, dot_row};
+pub(crate) use fused::{decode_block, dot_row, dot_rows};
 pub use q4_0::Q4_0;
 pub use q4_1::Q4_1;
 pub use q4_k::Q4K;

@@ -195,21 +195,7 @@ fn check_dot<T: GgmlType>() {
     }
     let n = blocks * T::ELEMS;
     let x: Vec<f32> = rand_vec(n, 7).iter().map(|v| 2.0 * v - 1.0).collect();
-    let (mut exact, mut mag) = (0f64, 0f64);
-    let mut w = vec![0f32; T::ELEMS];
-    let mut q: Codes = [0; MAX_BLOCK_ELEMS];
-    for (b, xb) in row.chunks_exact(T::BYTES).zip(x.chunks_exact(T::ELEMS)) {
-        T::dequantize_block(b, &mut w);
-        T::codes(b, &mut q);
-        let (a, c) = T::factors(b);
-        for i in 0..T::ELEMS {
-            let j = i / T::SUB;
-            exact += f64::from(w[i]) * f64::from(xb[i]);
-            mag += (f64::from(a[j] * f32::from(q[i])).abs() + f64::from(c[j]).abs())
-                * f64::from(xb[i]).abs();
-        }
-    }
-    let bound = (n + 2) as f64 * f64::from(f32::EPSILON) * mag;
+    let (exact, bound) = exact_and_bound::<T>(&row, &x);
     let scalar = fused::dot_row_scalar::<T>(&row, &x);
     for level in available_levels() {
         let got = f64::from(dot_row::<T>(Dots::at(level).unwrap(), &row, &x));
@@ -226,6 +212,75 @@ fn check_dot<T: GgmlType>() {
     }
 }
 
+/// The float64 dot of the dequantized `row` with `x`, and `fused.rs`'s
+/// bound `(in + 2) * eps * sum (|a q| + |c|) |x|` around it.
+fn exact_and_bound<T: GgmlType>(row: &[u8], x: &[f32]) -> (f64, f64) {
+    let (mut exact, mut mag) = (0f64, 0f64);
+    let mut w = vec![0f32; T::ELEMS];
+    let mut q: Codes = [0; MAX_BLOCK_ELEMS];
+    for (b, xb) in row.chunks_exact(T::BYTES).zip(x.chunks_exact(T::ELEMS)) {
+        T::dequantize_block(b, &mut w);
+        T::codes(b, &mut q);
+        let (a, c) = T::factors(b);
+        for i in 0..T::ELEMS {
+            let j = i / T::SUB;
+            exact += f64::from(w[i]) * f64::from(xb[i]);
+            mag += (f64::from(a[j] * f32::from(q[i])).abs() + f64::from(c[j]).abs())
+                * f64::from(xb[i]).abs();
+        }
+    }
+    (exact, (x.len() + 2) as f64 * f64::from(f32::EPSILON) * mag)
+}
+
+/// `dot_rows` (the AVX2 multi-row kernel: four rows per pass, then three,
+/// two or one) on 1 to 11 rows from an offset row, 1 to 3 blocks of random
+/// bytes per row (every code bit pattern, scales of both signs): each
+/// output within the bound of the float64 dot of its dequantized row and
+/// of the scalar twin, at every level.
+fn check_dot_rows<T: GgmlType>() {
+    for blocks in 1..=3 {
+        let in_feat = blocks * T::ELEMS;
+        let rows = 13;
+        let mut data = Vec::new();
+        for r in 0..rows * blocks {
+            data.extend(random_block::<T>(5000 + r as u64));
+        }
+        let row_bytes = blocks * T::BYTES;
+        let x: Vec<f32> = rand_vec(in_feat, 3 + blocks as u64)
+            .iter()
+            .map(|v| 4.0 * v - 2.0)
+            .collect();
+        for (r0, n) in [
+            (0, 1),
+            (1, 2),
+            (2, 3),
+            (0, 4),
+            (1, 5),
+            (2, 7),
+            (0, 8),
+            (2, 11),
+        ] {
+            for level in available_levels() {
+                let mut out = vec![f32::NAN; n];
+                dot_rows::<T>(Dots::at(level).unwrap(), &data, row_bytes, r0, &x, &mut out);
+                for (i, &got) in out.iter().enumerate() {
+                    let row = &data[(r0 + i) * row_bytes..(r0 + i + 1) * row_bytes];
+                    let (exact, bound) = exact_and_bound::<T>(row, &x);
+                    let scalar = fused::dot_row_scalar::<T>(row, &x);
+                    let got = f64::from(got);
+                    assert!(
+                        (got - exact).abs() <= bound,
+                        "{} {level:?} rows {r0}+{i} of {n}, {blocks} blocks: {got} vs {exact} \
+                         (bound {bound})",
+                        T::NAME
+                    );
+                    assert!((got - f64::from(scalar)).abs() <= 2.0 * bound);
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn codes_and_maps_give_the_exact_weights_at_every_level() {
     each_type!(check_codes);
@@ -234,6 +289,11 @@ fn codes_and_maps_give_the_exact_weights_at_every_level() {
 #[test]
 fn fused_dot_matches_float64_at_every_level() {
     each_type!(check_dot);
+}
+
+#[test]
+fn multi_row_dot_matches_float64_for_every_row_count() {
+    each_type!(check_dot_rows);
 }
 
 #[test]

@@ -7,14 +7,59 @@
 //! generic group loop of `body.rs`), picked from the proof tokens of
 //! `crate::linear::dispatch::Dots`.
 //!
+//! At AVX2 the 4-bit rows go several per pass through the multi-row kernel
+//! that `int4_asym` and `int4_k` share (`crate::int4_asym::rows_avx2`:
+//! the same runs of 16 bytes, `sum(x)` per group once per call, four rows
+//! per load of `x`) with `(d_g, c_g) = (s_g, -(s_g z_g))` ([`ZpWeight::dot_rows`]);
+//! `c_g` rounds once, which the bound below absorbs (`eps / 2 * |s z| *
+//! |sum(x)|` per group).
+//!
 //! Rounding: the result is within `(in + 3) * eps_f32 * sum_i |s| (|q_i| +
 //! |z|) |x_i|` of the exact value (the sums reassociate; each group adds
 //! one product, one difference and one scaled sum).
 
 #[cfg(target_arch = "x86_64")]
 use super::{avx2, avx512};
-use super::{half, unpack_run, Row, RUN};
+use super::{half, unpack_run, Row, ZpWeight, RUN};
 use crate::linear::dispatch::Dots;
+
+impl ZpWeight {
+    /// `out[i]` = the dot of row `r0 + i` with `x` (stored input order):
+    /// 4-bit rows at AVX2 through the multi-row kernel (module docs), the
+    /// others row by row ([`ZpWeight::dot_row`]).
+    pub(crate) fn dot_rows(&self, dots: Dots, r0: usize, x: &[f32], out: &mut [f32]) {
+        assert!(r0 + out.len() <= self.out_feat && x.len() == self.in_feat);
+        #[cfg(target_arch = "x86_64")]
+        if let (Dots::Avx2(t, _), 4) = (dots, self.bits) {
+            crate::int4_asym::rows_avx2::dot_rows(t, dots, self, &self.codes, r0, x, out);
+            return;
+        }
+        for (i, o) in out.iter_mut().enumerate() {
+            *o = self.dot_row(dots, r0 + i, x);
+        }
+    }
+}
+
+/// The 4-bit rows' `(d_g, c_g)` for the shared AVX2 kernel: `w = s (q - z)
+/// = s q + (-(s z))`.
+#[cfg(target_arch = "x86_64")]
+impl crate::int4_asym::rows_avx2::GroupScales for ZpWeight {
+    fn group_runs(&self) -> usize {
+        self.group_size / RUN
+    }
+
+    fn group_scales(&self, _: Dots, r: usize, dm: &mut [f32]) {
+        let g = self.groups();
+        let (s, z) = (
+            &self.scales[r * g..(r + 1) * g],
+            &self.zeros[r * g..(r + 1) * g],
+        );
+        for ((p, &s), &z) in dm.chunks_exact_mut(2).zip(s).zip(z) {
+            let s = half(s);
+            (p[0], p[1]) = (s, -(s * f32::from(z)));
+        }
+    }
+}
 
 /// The dot of `row` with `x` (`in` floats, a multiple of 32) at the level
 /// `dots` proves.

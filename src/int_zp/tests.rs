@@ -123,6 +123,58 @@ fn the_fused_dot_matches_float64_and_scalar_at_every_level() {
     }
 }
 
+/// `dot_rows` (at AVX2 the shared multi-row kernel: four rows per pass,
+/// then three, two or one; groups of one run, several, and a short last
+/// group) on 1 to 11 rows from an offset, `x` of both signs: each output
+/// within the bound of the float64 formula and of the scalar twin, at
+/// every level.
+#[test]
+fn the_multi_row_dot_matches_float64_for_every_row_count() {
+    for (bits, gs) in [(4, 32), (4, 64), (4, 96), (8, 64)] {
+        let (out_feat, in_feat) = (13, 160);
+        let w = random(out_feat, in_feat, gs, bits, false);
+        let x: Vec<f32> = rand_vec(in_feat, 11)
+            .iter()
+            .map(|v| 4.0 * v - 2.0)
+            .collect();
+        for (r0, n) in [
+            (0, 1),
+            (1, 2),
+            (2, 3),
+            (0, 4),
+            (1, 5),
+            (2, 7),
+            (0, 8),
+            (2, 11),
+        ] {
+            for level in available_levels() {
+                let dots = Dots::at(level).unwrap();
+                let mut out = vec![f32::NAN; n];
+                w.dot_rows(dots, r0, &x, &mut out);
+                for (i, &got) in out.iter().enumerate() {
+                    let r = r0 + i;
+                    let (mut exact, mut mag) = (0f64, 0f64);
+                    let q = w.unpacked_row(r);
+                    for (j, &xj) in x.iter().enumerate() {
+                        let g = r * w.groups() + j / gs;
+                        let (s, z) = (half(w.scales()[g]) as f64, w.zeros()[g] as f64);
+                        exact += s * (q[j] as f64 - z) * xj as f64;
+                        mag += s.abs() * (q[j] as f64 + z) * (xj as f64).abs();
+                    }
+                    let bound = (in_feat + 3) as f64 * f32::EPSILON as f64 * mag;
+                    let got = got as f64;
+                    assert!(
+                        (got - exact).abs() <= bound,
+                        "{bits} gs {gs} {level:?} row {r}: {got} vs {exact} (bound {bound})"
+                    );
+                    let scalar = w.dot_row(Dots::Scalar, r, &x) as f64;
+                    assert!((got - scalar).abs() <= 2.0 * bound);
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn gather_and_scatter_follow_the_permutation() {
     let w = random(2, 64, 32, 4, true);
