@@ -259,3 +259,77 @@ mod tests {
         }
     }
 }
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod timing {
+    //! `cargo test --release --lib scales::timing -- --ignored --nocapture`:
+    //! the guess-and-walk encode against the binary search, alternating in
+    //! one process (a timing, not a check: speed is held by benches/).
+    use super::*;
+    use std::time::Instant;
+
+    #[test]
+    #[ignore]
+    fn walk_against_bisect() {
+        let groups: Vec<Vec<f32>> = (0..64u32)
+            .map(|g| {
+                (0..256u32)
+                    .map(|i| {
+                        let h = super::coin::splitmix64(((g as u64) << 32) | i as u64);
+                        // Absmax-like scales over about a decade and a half.
+                        1e-3 * (1.0 + (h >> 40) as f32 / 16_777_216.0 * 30.0)
+                    })
+                    .collect()
+            })
+            .collect();
+        let levels: Vec<(&str, ScaleCodec)> = vec![
+            ("scalar", ScaleCodec::new(None, None)),
+            ("avx2", ScaleCodec::new(None, Avx2::new())),
+        ];
+        for (name, k) in levels {
+            let (mut walk, mut bisect) = (0f64, 0f64);
+            for _ in 0..20 {
+                for use_walk in [true, false] {
+                    let t0 = Instant::now();
+                    for _ in 0..20 {
+                        for g in &groups {
+                            let mut s = g.clone();
+                            let mut c = [0u8; 256];
+                            let mut t = [0f32; 256];
+                            if use_walk {
+                                match k.avx2 {
+                                    Some(tok) => {
+                                        avx2::encode_table_walk(tok, &mut s, &mut c, &mut t)
+                                    }
+                                    None => scalar::encode_with_table(
+                                        &mut s,
+                                        &mut c,
+                                        scalar::fill_table,
+                                        None,
+                                        &mut t,
+                                    ),
+                                };
+                            } else {
+                                k.encode_table(&mut s, &mut c, &mut t);
+                            }
+                            std::hint::black_box((&s, &c));
+                        }
+                    }
+                    let dt = t0.elapsed().as_secs_f64();
+                    if use_walk {
+                        walk += dt
+                    } else {
+                        bisect += dt
+                    }
+                }
+            }
+            let n = (20 * 20 * groups.len()) as f64;
+            eprintln!(
+                "{name}: encode per group walk {:.2} us, bisect {:.2} us, ratio {:.3}",
+                walk / n * 1e6,
+                bisect / n * 1e6,
+                bisect / walk
+            );
+        }
+    }
+}
