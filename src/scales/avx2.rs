@@ -21,8 +21,24 @@ pub(super) fn table(_proof: Avx2, max: f32, step: f32, t: &mut [f32; 256]) {
     unsafe { imp(max, step, t) }
 }
 
-/// [`scalar::encode_with_table`] on the scalar table.
+/// [`scalar::encode_bisect_with_table`] on the scalar table.
 pub(super) fn encode_table(
+    _proof: Avx2,
+    s: &mut [f32],
+    codes: &mut [u8],
+    t: &mut [f32; 256],
+) -> (f32, f32) {
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn imp(s: &mut [f32], codes: &mut [u8], t: &mut [f32; 256]) -> (f32, f32) {
+        scalar::encode_bisect_with_table(s, codes, scalar::fill_table, t)
+    }
+    // SAFETY: the token proves AVX2 and FMA.
+    unsafe { imp(s, codes, t) }
+}
+
+/// The guess-and-walk encode compiled for AVX2 (the timing's baseline).
+#[cfg(test)]
+pub(super) fn encode_table_walk(
     _proof: Avx2,
     s: &mut [f32],
     codes: &mut [u8],

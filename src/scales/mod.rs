@@ -38,6 +38,7 @@
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+mod bisect;
 pub(crate) mod coin;
 pub(crate) mod direct;
 #[cfg(target_arch = "x86_64")]
@@ -156,7 +157,7 @@ impl ScaleCodec {
         if let Some(tok) = self.avx2 {
             return avx2::encode_table(tok, s, codes, t);
         }
-        scalar::encode_with_table(s, codes, scalar::fill_table, None, t)
+        scalar::encode_bisect_with_table(s, codes, scalar::fill_table, t)
     }
 }
 
@@ -172,7 +173,8 @@ pub(crate) fn scalar_table(max: f32, step: f32) -> [f32; 256] {
 
 #[cfg(test)]
 mod tests {
-    //! The AVX-512 and AVX2 twins against the scalar one, where the CPU has them.
+    //! The AVX-512 and AVX2 twins (where the CPU has them) and the scalar
+    //! codec's binary search against the scalar walk.
     use super::*;
 
     #[test]
@@ -180,10 +182,8 @@ mod tests {
         let codecs = [
             Avx512::new().map(|t| ScaleCodec::new(Some(t), None)),
             Avx2::new().map(|t| ScaleCodec::new(None, Some(t))),
+            Some(ScaleCodec::new(None, None)),
         ];
-        if codecs.iter().all(Option::is_none) {
-            eprintln!("skipped: no SIMD level in force, only the scalar twin would run");
-        }
         for k in codecs.into_iter().flatten() {
             codes_and_tables_match_scalar_with(k);
         }
@@ -256,6 +256,80 @@ mod tests {
                     assert_eq!((m0, &c0, &s0), (m1, &c1, &s1), "{spread} {n} {dither:?}");
                 }
             }
+        }
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod timing {
+    //! `cargo test --release --lib scales::timing -- --ignored --nocapture`:
+    //! the guess-and-walk encode against the binary search, alternating in
+    //! one process (a timing, not a check: speed is held by benches/).
+    use super::*;
+    use std::time::Instant;
+
+    #[test]
+    #[ignore]
+    fn walk_against_bisect() {
+        let groups: Vec<Vec<f32>> = (0..64u32)
+            .map(|g| {
+                (0..256u32)
+                    .map(|i| {
+                        let h = super::coin::splitmix64(((g as u64) << 32) | i as u64);
+                        // Absmax-like scales over about a decade and a half.
+                        1e-3 * (1.0 + (h >> 40) as f32 / 16_777_216.0 * 30.0)
+                    })
+                    .collect()
+            })
+            .collect();
+        let levels: Vec<(&str, ScaleCodec)> = vec![
+            ("scalar", ScaleCodec::new(None, None)),
+            ("avx2", ScaleCodec::new(None, Avx2::new())),
+        ];
+        for (name, k) in levels {
+            let (mut walk, mut bisect) = (0f64, 0f64);
+            for _ in 0..20 {
+                for use_walk in [true, false] {
+                    let t0 = Instant::now();
+                    for _ in 0..20 {
+                        for g in &groups {
+                            let mut s = g.clone();
+                            let mut c = [0u8; 256];
+                            let mut t = [0f32; 256];
+                            if use_walk {
+                                match k.avx2 {
+                                    Some(tok) => {
+                                        avx2::encode_table_walk(tok, &mut s, &mut c, &mut t)
+                                    }
+                                    None => scalar::encode_with_table(
+                                        &mut s,
+                                        &mut c,
+                                        scalar::fill_table,
+                                        None,
+                                        &mut t,
+                                    ),
+                                };
+                            } else {
+                                k.encode_table(&mut s, &mut c, &mut t);
+                            }
+                            std::hint::black_box((&s, &c));
+                        }
+                    }
+                    let dt = t0.elapsed().as_secs_f64();
+                    if use_walk {
+                        walk += dt
+                    } else {
+                        bisect += dt
+                    }
+                }
+            }
+            let n = (20 * 20 * groups.len()) as f64;
+            eprintln!(
+                "{name}: encode per group walk {:.2} us, bisect {:.2} us, ratio {:.3}",
+                walk / n * 1e6,
+                bisect / n * 1e6,
+                bisect / walk
+            );
         }
     }
 }

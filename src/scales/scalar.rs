@@ -178,6 +178,49 @@ pub(crate) struct GroupTable<'a> {
 /// many leading entries it encoded`.
 pub(crate) type PrefixSearch<'a> = &'a dyn Fn(&mut [f32], &mut [u8], &GroupTable<'_>) -> usize;
 
+/// The group's `(max, step)` and its table in `t`; `None` for an all-zero
+/// group, whose codes, scales and table it has then written (255, 0, 0).
+#[inline(always)]
+fn group_table(
+    s: &mut [f32],
+    codes: &mut [u8],
+    fill: impl FnOnce(f32, f32, &mut [f32; 256]),
+    t: &mut [f32; 256],
+) -> Option<(f32, f32)> {
+    let max = s.iter().fold(0f32, |a, &x| a.max(x));
+    let min = s
+        .iter()
+        .filter(|&&x| x > 0.0)
+        .fold(f32::INFINITY, |a, &x| a.min(x));
+    if max == 0.0 {
+        codes.fill(ZERO_CODE);
+        s.fill(0.0);
+        t.fill(0.0);
+        return None;
+    }
+    let step = log2_step(max, min);
+    table_with(max, step, t, fill);
+    Some((max, step))
+}
+
+/// [`encode_with_table`] with the branch-free binary search
+/// (`super::bisect`) in place of the guesses and walks: the same codes,
+/// tables and decoded scales (tested against it), at a fixed cost per
+/// scale. The scalar and AVX2 codecs use it.
+#[inline(always)]
+pub(crate) fn encode_bisect_with_table(
+    s: &mut [f32],
+    codes: &mut [u8],
+    fill: impl FnOnce(f32, f32, &mut [f32; 256]),
+    t: &mut [f32; 256],
+) -> (f32, f32) {
+    let Some((max, step)) = group_table(s, codes, fill, t) else {
+        return (0.0, 0.0);
+    };
+    super::bisect::encode_all(s, codes, t);
+    (max, step)
+}
+
 /// Encode the (non-negative, finite) scales `s` of one group: writes the
 /// codes, returns `(max, step)` and overwrites `s` with the decoded scales.
 /// Each code is the largest `c <= 254` with `t[c] >= s`, so every decoded
@@ -195,20 +238,10 @@ pub(crate) fn encode_with_table(
     prefix: Option<PrefixSearch<'_>>,
     t: &mut [f32; 256],
 ) -> (f32, f32) {
-    let max = s.iter().fold(0f32, |a, &x| a.max(x));
-    let min = s
-        .iter()
-        .filter(|&&x| x > 0.0)
-        .fold(f32::INFINITY, |a, &x| a.min(x));
-    if max == 0.0 {
-        codes.fill(ZERO_CODE);
-        s.fill(0.0);
-        t.fill(0.0);
+    let Some((max, step)) = group_table(s, codes, fill, t) else {
         return (0.0, 0.0);
-    }
-    let step = log2_step(max, min);
+    };
     let inv_step = if step < 0.0 { 1.0 / step } else { 0.0 };
-    table_with(max, step, t, fill);
     // The fast logarithm is good to ~1e-5: with code steps below 1e-3
     // (max/min < 1.2) the exact one keeps the walk short.
     let fast = step < -1e-3;
@@ -241,7 +274,8 @@ pub(crate) fn encode_with_table(
     (max, step)
 }
 
-/// [`encode_with_table`] on the scalar table, no SIMD prefix: the scalar twin.
+/// [`encode_with_table`] on the scalar table, no SIMD prefix: the
+/// reference every other search is tested against.
 #[cfg(test)]
 pub(crate) fn encode(s: &mut [f32], codes: &mut [u8]) -> (f32, f32) {
     let mut t = [0f32; 256];
