@@ -4,13 +4,16 @@
     python benches/bench_e2e.py            # the table of docs/benchmarks.md
     python benches/bench_e2e.py --quick    # fewer tokens, one run each
     python benches/bench_e2e.py --compile  # also each variant under torch.compile
+    python benches/bench_e2e.py --compile --static-cache  # compiled decode on a static KV cache
     python benches/bench_e2e.py --only speed --variants "float32,INT4 g32"  # a subset
 
 Rows: decode tokens/s (``generate``, a 32-token prompt, 128 new tokens, greedy) and prefill
 tokens/s (one 512-token forward) for torch float32 / bfloat16 and ``quantrs.torch.quantize_``
 variants, medians of 3 runs alternated across the variants; with ``--compile`` each variant
 again with ``model.forward = torch.compile(model.forward)`` (what transformers documents:
-``generate`` then calls the compiled forward); FP8 W8A32 and W8A8 (activation scales
+``generate`` then calls the compiled forward; ``--static-cache`` gives the compiled rows
+transformers' static KV cache, ``cache_implementation="static"``, whose fixed shapes let one
+graph serve every decode step); FP8 W8A32 and W8A8 (activation scales
 calibrated on 128 tokens); torch's ``aten._weight_int4pack_mm_for_cpu`` INT4 g32 on a
 bfloat16 model as the stand-in for torchao's INT4 (the kernel torchao's CPU layout calls;
 torchao 0.18 has no CPU INT4 path without its ``mslk`` extension or CUDA: ``_aten_int4.py``);
@@ -81,10 +84,15 @@ def _ids(tok, n: int) -> torch.Tensor:
 
 
 @torch.no_grad()
-def decode_tps(model, prompt: torch.Tensor, new: int) -> float:
+def decode_tps(model, prompt: torch.Tensor, new: int, **generate_kw) -> float:
     t0 = time.perf_counter()
     out = model.generate(
-        prompt, max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=0
+        prompt,
+        max_new_tokens=new,
+        min_new_tokens=new,
+        do_sample=False,
+        pad_token_id=0,
+        **generate_kw,
     )
     return (out.shape[1] - prompt.shape[1]) / (time.perf_counter() - t0)
 
@@ -125,15 +133,22 @@ def speed(args) -> list[dict]:
         if args.compile:
             models[name + ", compiled"] = _compiled(variants[name](copy.deepcopy(base)).eval())
     del base
-    runners = {n: (_torch_runs(m, prompt, long_ids, new)) for n, m in models.items()}
+    static = {"cache_implementation": "static"} if args.static_cache else {}
+    runners = {
+        n: _torch_runs(m, prompt, long_ids, new, **(static if n.endswith(", compiled") else {}))
+        for n, m in models.items()
+    }
     llama = _llama_cpp_runs(prompt, long_ids, new) if args.llama_cpp else None
     if llama is not None:
         runners["llama.cpp, the file's Q4_1 (llama-cpp-python 0.3.36)"] = llama
     dec = {n: [] for n in runners}
     pre = {n: [] for n in runners}
+    # a static cache is sized by the prompt and max_new_tokens: warm up with the timed
+    # length, or the timed run would compile again for the new cache shape
+    warm_new = new if args.static_cache else 4
     for n, (dec_run, pre_run) in runners.items():  # warm-up (compilation included)
         t0 = time.perf_counter()
-        dec_run(4)
+        dec_run(warm_new)
         pre_run(64)
         pre_run(None)
         print(f"warm-up {n}: {time.perf_counter() - t0:.1f} s", flush=True)
@@ -151,9 +166,9 @@ def speed(args) -> list[dict]:
     ]
 
 
-def _torch_runs(model, prompt: torch.Tensor, long_ids: torch.Tensor, new: int):
+def _torch_runs(model, prompt: torch.Tensor, long_ids: torch.Tensor, new: int, **generate_kw):
     def dec(n: int) -> float:
-        return decode_tps(model, prompt, n)
+        return decode_tps(model, prompt, n, **generate_kw)
 
     def pre(n: int | None) -> float:
         return prefill_tps(model, long_ids if n is None else long_ids[:, :n])
@@ -416,6 +431,11 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true")
     p.add_argument("--compile", action="store_true")
+    p.add_argument(
+        "--static-cache",
+        action="store_true",
+        help="compiled rows decode on transformers' static KV cache",
+    )
     p.add_argument("--llama-cpp", action="store_true", help="add llama-cpp-python's row")
     p.add_argument("--variants", help="comma-separated parts of the variant names to run")
     p.add_argument("--quality", type=int, default=0, help="perplexity windows (0: skip)")
