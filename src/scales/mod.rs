@@ -39,6 +39,8 @@ mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 mod bisect;
+#[cfg(test)]
+mod bisect_tests;
 pub(crate) mod coin;
 pub(crate) mod direct;
 #[cfg(target_arch = "x86_64")]
