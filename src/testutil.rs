@@ -31,6 +31,19 @@ impl Xorshift {
 }
 
 /// `n` uniform f32 in [-1, 1) from `seed`.
+/// `(first row, rows)` windows for multi-row kernels: every count from 1 to 5, 7, 8 and
+/// 11 (tails after full passes of 4), starting at offsets 0-2.
+pub(crate) const ROW_WINDOWS: [(usize, usize); 8] = [
+    (0, 1),
+    (1, 2),
+    (2, 3),
+    (0, 4),
+    (1, 5),
+    (2, 7),
+    (0, 8),
+    (2, 11),
+];
+
 pub(crate) fn rand_vec(n: usize, seed: u64) -> Vec<f32> {
     let mut r = Xorshift::new(seed);
     (0..n).map(|_| r.next_f32()).collect()

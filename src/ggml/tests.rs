@@ -250,16 +250,7 @@ fn check_dot_rows<T: GgmlType>() {
             .iter()
             .map(|v| 4.0 * v - 2.0)
             .collect();
-        for (r0, n) in [
-            (0, 1),
-            (1, 2),
-            (2, 3),
-            (0, 4),
-            (1, 5),
-            (2, 7),
-            (0, 8),
-            (2, 11),
-        ] {
+        for (r0, n) in crate::testutil::ROW_WINDOWS {
             for level in available_levels() {
                 let mut out = vec![f32::NAN; n];
                 dot_rows::<T>(Dots::at(level).unwrap(), &data, row_bytes, r0, &x, &mut out);

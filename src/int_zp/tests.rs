@@ -137,16 +137,7 @@ fn the_multi_row_dot_matches_float64_for_every_row_count() {
             .iter()
             .map(|v| 4.0 * v - 2.0)
             .collect();
-        for (r0, n) in [
-            (0, 1),
-            (1, 2),
-            (2, 3),
-            (0, 4),
-            (1, 5),
-            (2, 7),
-            (0, 8),
-            (2, 11),
-        ] {
+        for (r0, n) in crate::testutil::ROW_WINDOWS {
             for level in available_levels() {
                 let dots = Dots::at(level).unwrap();
                 let mut out = vec![f32::NAN; n];
