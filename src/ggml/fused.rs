@@ -43,7 +43,12 @@ pub(crate) fn dot_rows<T: GgmlType>(
     assert!(data.len() >= (r0 + out.len()) * row_bytes);
     match dots {
         #[cfg(target_arch = "x86_64")]
-        Dots::Avx2(t, _) => super::rows_avx2::dot_rows::<T>(t, data, row_bytes, r0, x, out),
+        Dots::Avx2(t, f16c) => {
+            if let (256, Some(f)) = (T::ELEMS, f16c) {
+                return super::rows_k_avx2::dot_rows::<T>(f, data, row_bytes, r0, x, out);
+            }
+            super::rows_avx2::dot_rows::<T>(t, data, row_bytes, r0, x, out)
+        }
         _ => {
             for (i, o) in out.iter_mut().enumerate() {
                 let r = r0 + i;

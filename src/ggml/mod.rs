@@ -44,6 +44,8 @@ mod q6_k;
 mod q8_0;
 #[cfg(target_arch = "x86_64")]
 mod rows_avx2;
+#[cfg(target_arch = "x86_64")]
+mod rows_k_avx2;
 mod xq;
 
 use std::fmt::Debug;
