@@ -47,6 +47,7 @@
 //! that).
 
 use std::arch::x86_64::*;
+use std::cell::RefCell;
 
 use super::fused::dot_row_scalar;
 use super::{GgmlType, Q4K, Q5K, Q6K};
@@ -72,20 +73,40 @@ pub(crate) fn dot_rows<T: GgmlType>(
             && x.len() == row_bytes / T::BYTES * T::ELEMS
             && data.len() >= (r0 + out.len()) * row_bytes
     );
-    // SAFETY: the token proves AVX2, FMA and F16C; `x` is whole 32-blocks.
-    let Some(prep) = (unsafe { Prepared::new(t, x) }) else {
+    let done = PREP.with(|prep| {
+        let mut prep = prep.borrow_mut();
+        // SAFETY: the token proves AVX2, FMA and F16C; `x` is whole
+        // 32-blocks.
+        if !unsafe { prep.fill(t, x) } {
+            return false;
+        }
+        match T::GGML_TYPE {
+            12 => passes::<Q4K>(t, &prep, data, row_bytes, r0, out),
+            13 => passes::<Q5K>(t, &prep, data, row_bytes, r0, out),
+            14 => passes::<Q6K>(t, &prep, data, row_bytes, r0, out),
+            _ => unreachable!("{} is not a k-quant", T::NAME),
+        }
+        true
+    });
+    if !done {
         for (i, o) in out.iter_mut().enumerate() {
             let r = r0 + i;
             *o = dot_row_scalar::<T>(&data[r * row_bytes..(r + 1) * row_bytes], x);
         }
-        return;
-    };
-    match T::GGML_TYPE {
-        12 => passes::<Q4K>(t, &prep, data, row_bytes, r0, out),
-        13 => passes::<Q5K>(t, &prep, data, row_bytes, r0, out),
-        14 => passes::<Q6K>(t, &prep, data, row_bytes, r0, out),
-        _ => unreachable!("{} is not a k-quant", T::NAME),
     }
+}
+
+thread_local! {
+    /// Each thread's prepared `x`, refilled in place on every call: no
+    /// allocation and no zeroing per call (the row engine calls once per
+    /// task of 8 to 64 rows, and a fresh buffer of a long `x` cost a
+    /// noticeable part of a short task).
+    static PREP: RefCell<Prepared> = const {
+        RefCell::new(Prepared {
+            xp: Vec::new(),
+            sx: Vec::new(),
+        })
+    };
 }
 
 /// `x` in the lane order of the code shuffles and the sum of each of its
@@ -99,15 +120,18 @@ struct Prepared {
 }
 
 impl Prepared {
-    /// `None` when some `|x_i| >= 2^64` or is not finite.
+    /// Refill from `x`; `false` (the contents then undefined) when some
+    /// `|x_i| >= 2^64` or is not finite.
     ///
     /// # Safety
     /// None beyond the token; `x.len()` a multiple of 32.
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn new(_: Avx2F16c, x: &[f32]) -> Option<Prepared> {
+    unsafe fn fill(&mut self, _: Avx2F16c, x: &[f32]) -> bool {
         let n = x.len() / 32;
-        let mut xp = vec![0f32; 32 * n];
-        let mut sx = vec![0f32; n];
+        // Same length as the last call: nothing to write before the loop.
+        self.xp.resize(32 * n, 0.0);
+        self.sx.resize(n, 0.0);
+        let (xp, sx) = (&mut self.xp, &mut self.sx);
         let abs = _mm256_set1_epi32(0x7FFF_FFFF);
         let mut top = _mm256_setzero_si256();
         for (m, s) in sx.iter_mut().enumerate() {
@@ -133,7 +157,7 @@ impl Prepared {
             }
         }
         let over = _mm256_cmpgt_epi32(top, _mm256_set1_epi32(X_LIMIT_BITS - 1));
-        (_mm256_movemask_epi8(over) == 0).then_some(Prepared { xp, sx })
+        _mm256_movemask_epi8(over) == 0
     }
 }
 
@@ -187,7 +211,8 @@ unsafe fn kernel<K: KQuant>(_: Avx2F16c, prep: &Prepared, row: *const u8) -> f32
             )
         }
     }
-    _mm256_sub_ps(_mm256_add_ps(acc.tot[0], acc.tot[1]), acc.mins).hsum()
+    // SAFETY: AVX2 is enabled.
+    unsafe { _mm256_sub_ps(_mm256_add_ps(acc.tot[0], acc.tot[1]), acc.mins).hsum() }
 }
 
 /// The per-type body: one super-block of one row into its sums.

@@ -164,8 +164,13 @@ fn prepared_x_is_the_shuffle_order_and_the_sub_block_sums() {
     let Some(t) = token() else { return };
     let mut rng = Xorshift::new(9);
     let x: Vec<f32> = (0..512).map(|_| 3.0 * rng.next_f32()).collect();
+    let mut p = Prepared {
+        xp: vec![f32::NAN; 7],
+        sx: Vec::new(),
+    };
     // SAFETY: the token proves the features; 512 is whole 32-blocks.
-    let p = unsafe { Prepared::new(t, &x) }.unwrap();
+    assert!(unsafe { p.fill(t, &x) });
+    assert_eq!((p.xp.len(), p.sx.len()), (512, 16));
     for (m, xs) in x.chunks_exact(32).enumerate() {
         for k in 0..4 {
             for i in 0..4 {
