@@ -39,12 +39,37 @@ pub(crate) fn prepare_fp8(
     match activation_scale {
         None => (Cow::Borrowed(x), weight_scale_inv),
         Some(a) => {
-            let mut q: Vec<f32> = x.par_iter().with_min_len(1 << 14).map(|v| v / a).collect();
-            round_to_grid_slice(&mut q, FMT, true);
+            // One pass over `x`: each piece is divided into the output and
+            // rounded there while it is in L1 (a division pass, then a
+            // rounding pass over the whole copy, read it twice). Small
+            // inputs (a decode step's) stay on the calling thread: a rayon
+            // call from Python's thread costs a pool wake-up, more than the
+            // work.
+            let mut q = vec![0f32; x.len()];
+            let fill = |(qc, xc): (&mut [f32], &[f32])| {
+                for (d, &v) in qc.iter_mut().zip(xc) {
+                    *d = v / a;
+                }
+                round_to_grid_slice(qc, FMT, true);
+            };
+            if x.len() < PREPARE_PAR_MIN {
+                q.chunks_mut(PREPARE_PIECE)
+                    .zip(x.chunks(PREPARE_PIECE))
+                    .for_each(fill);
+            } else {
+                q.par_chunks_mut(PREPARE_PIECE)
+                    .zip(x.par_chunks(PREPARE_PIECE))
+                    .for_each(fill);
+            }
             (Cow::Owned(q), a * weight_scale_inv)
         }
     }
 }
+
+/// Activations per piece of the W8A8 rounding (16 KiB of f32, in L1).
+const PREPARE_PIECE: usize = 4096;
+/// Activations from which the W8A8 rounding runs on the pool.
+const PREPARE_PAR_MIN: usize = 1 << 16;
 
 /// Per-tensor FP8 linear layer with optional static activation scaling.
 ///
