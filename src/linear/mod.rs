@@ -45,6 +45,7 @@ pub mod borrowed;
 pub(crate) mod dispatch;
 #[cfg(target_arch = "x86_64")]
 mod dots;
+mod e4m3_round;
 mod e4m3_rows;
 mod format;
 pub(crate) mod fp8_dialect;
