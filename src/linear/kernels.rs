@@ -2,10 +2,12 @@
 //! for a weight stored as rows `R [out, in]` in some compressed format.
 //!
 //! - Few batch rows (`m < TILE_MIN_ROWS`): every output row is one fused
-//!   decode-and-dot over the stored row (SIMD per format, rayon over output
-//!   rows). Each weight byte is read once per batch row, straight from
-//!   memory: the batch-1 case is bound by the weight's size.
-//! - Up to `GEMM_MIN_ROWS` batch rows: rayon over blocks of `RB`
+//!   decode-and-dot over the stored row (SIMD per format; E4M3 rows on AVX2
+//!   four at a time, `e4m3_rows.rs`), in tasks of output rows run by
+//!   `crate::par::for_each_block` (the caller works at once, pool threads
+//!   join as they wake). Each weight byte is read once per batch row,
+//!   straight from memory: the batch-1 case is bound by the weight's size.
+//! - Up to `GEMM_MIN_ROWS` batch rows: `for_each_block` over blocks of `RB`
 //!   output rows; each task decodes a tile `[RB, KC]` of the weight into an
 //!   f32 buffer that stays in cache and runs a 4x4 register-blocked dot
 //!   micro-kernel over it for every batch row.
