@@ -99,8 +99,8 @@ pub(crate) fn dot_rows<T: GgmlType>(
 thread_local! {
     /// Each thread's prepared `x`, refilled in place on every call: no
     /// allocation and no zeroing per call (the row engine calls once per
-    /// task of 8 to 64 rows, and a fresh buffer of a long `x` cost a
-    /// noticeable part of a short task).
+    /// task of 8 to 64 rows, so a long `x` would otherwise be allocated and
+    /// zeroed for every few rows).
     static PREP: RefCell<Prepared> = const {
         RefCell::new(Prepared {
             xp: Vec::new(),
