@@ -17,9 +17,9 @@
 //! dequantized row, plus float32 rounding of the per-block products and
 //! the sums (`tests.rs` checks it).
 
-#[cfg(target_arch = "x86_64")]
-use super::a8_x86;
 use super::xq::{Xq, XqRow};
+#[cfg(target_arch = "x86_64")]
+use super::{a8_legacy_x86, a8_x86};
 use super::{Codes, GgmlType, MAX_BLOCK_ELEMS};
 use crate::simd::{self, SimdLevel};
 #[cfg(target_arch = "x86_64")]
@@ -62,28 +62,83 @@ impl A8Dots {
 /// Rows of activations one pass over a weight row serves.
 const PASS_ROWS: usize = 4;
 
-/// `row . x` for every row of `x` into `out` (one per row): `row` whole
-/// blocks of `T`, `x` quantized for `T` by [`Xq::quantize`]. Rows go four
-/// at a time through one pass over `row`, each with the same operations
-/// as alone.
-pub(crate) fn dot_row_a8<T: GgmlType>(dots: A8Dots, row: &[u8], x: &Xq, out: &mut [f32]) {
-    let nb = row.len() / T::BYTES;
+impl A8Dots {
+    /// Weight rows per call of [`dot_row_a8`] that its widest body serves
+    /// in one pass (the legacy types' AVX2 body); callers that split the
+    /// rows of a weight give it this many at a time.
+    pub(crate) const WEIGHT_ROWS: usize = 8;
+}
+
+#[cfg(target_arch = "x86_64")]
+const _: () = assert!(a8_legacy_x86::LEGACY_ROWS == A8Dots::WEIGHT_ROWS);
+
+/// `w . x` for every weight row `w` of `rows` (one or more whole rows of
+/// blocks of `T`) and every row of `x` into `out` `[weight rows, x rows]`:
+/// `x` quantized for `T` by [`Xq::quantize`]. Activation rows go four at a
+/// time through one pass over the weight rows; with AVX2 the legacy types
+/// run eight weight rows per pass (`a8_legacy_x86.rs`). Every result is
+/// [`dot_row_a8_scalar`]'s bit for bit.
+pub(crate) fn dot_row_a8<T: GgmlType>(dots: A8Dots, rows: &[u8], x: &Xq, out: &mut [f32]) {
+    let stride = x.in_feat / T::ELEMS * T::BYTES;
+    let batch = x.q.len() / x.in_feat.max(1);
     assert!(
-        row.len().is_multiple_of(T::BYTES)
-            && x.elems == T::ELEMS
+        x.elems == T::ELEMS
             && x.sub == T::SUB
-            && x.in_feat == nb * T::ELEMS
-            && out.len() * x.in_feat == x.q.len()
+            && x.in_feat.is_multiple_of(T::ELEMS)
+            && stride > 0
+            && rows.len().is_multiple_of(stride)
+            && out.len() == rows.len() / stride * batch
+            && batch * x.in_feat == x.q.len()
     );
-    let mut b = 0;
-    while b + PASS_ROWS <= out.len() {
-        let xs: [XqRow<'_>; PASS_ROWS] = std::array::from_fn(|i| x.row(b + i));
-        out[b..b + PASS_ROWS].copy_from_slice(&dots_rows::<T, PASS_ROWS>(dots, row, &xs));
-        b += PASS_ROWS;
+    let mut done = 0;
+    #[cfg(target_arch = "x86_64")]
+    if let (A8Dots::Avx2(t), 32) = (dots, T::ELEMS) {
+        use a8_legacy_x86::{dot_rows8_avx2, LEGACY_ROWS};
+        let group = LEGACY_ROWS * stride;
+        for (w8, o8) in rows
+            .chunks_exact(group)
+            .zip(out.chunks_exact_mut(LEGACY_ROWS * batch))
+        {
+            let put = |o8: &mut [f32], b: usize, v: &[f32; LEGACY_ROWS]| {
+                for (w, &y) in v.iter().enumerate() {
+                    o8[w * batch + b] = y;
+                }
+            };
+            let mut b = 0;
+            while b + PASS_ROWS <= batch {
+                let xs: [XqRow<'_>; PASS_ROWS] = std::array::from_fn(|i| x.row(b + i));
+                // SAFETY: the token proves AVX2, FMA and F16C; `T` has 32
+                // weights per block; lengths checked above.
+                let v = unsafe { dot_rows8_avx2::<T, PASS_ROWS>(t, w8, stride, &xs) };
+                for (i, vi) in v.iter().enumerate() {
+                    put(o8, b + i, vi);
+                }
+                b += PASS_ROWS;
+            }
+            while b < batch {
+                // SAFETY: as above.
+                let v = unsafe { dot_rows8_avx2::<T, 1>(t, w8, stride, &[x.row(b)]) };
+                put(o8, b, &v[0]);
+                b += 1;
+            }
+            done += LEGACY_ROWS;
+        }
     }
-    while b < out.len() {
-        out[b] = dots_rows::<T, 1>(dots, row, &[x.row(b)])[0];
-        b += 1;
+    for (row, o) in rows
+        .chunks_exact(stride)
+        .zip(out.chunks_exact_mut(batch))
+        .skip(done)
+    {
+        let mut b = 0;
+        while b + PASS_ROWS <= batch {
+            let xs: [XqRow<'_>; PASS_ROWS] = std::array::from_fn(|i| x.row(b + i));
+            o[b..b + PASS_ROWS].copy_from_slice(&dots_rows::<T, PASS_ROWS>(dots, row, &xs));
+            b += PASS_ROWS;
+        }
+        while b < batch {
+            o[b] = dots_rows::<T, 1>(dots, row, &[x.row(b)])[0];
+            b += 1;
+        }
     }
 }
 
