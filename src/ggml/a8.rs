@@ -11,6 +11,10 @@
 //! `vpmaddubsw` / `vpmaddwd`, AVX-512 VNNI `vpdpbusd` / `vpdpwssd`) may
 //! add them in any order; the block values go into four float
 //! accumulators by block index mod 4, combined `(a0 + a1) + (a2 + a3)`.
+//! With AVX2, eight weight rows share one pass over `x`
+//! (`a8_legacy_x86.rs`, `a8_kquant_x86.rs`): their exact block sums fold
+//! into the lanes of one register per block, and each lane evaluates the
+//! same block value and accumulators as the twin.
 //!
 //! Error: with `|x_i - dx xq_i| <= dx / 2` per activation block, the dot
 //! is within `sum_blocks dx / 2 * sum_i |w_i|` of the float64 dot of the
@@ -19,7 +23,7 @@
 
 use super::xq::{Xq, XqRow};
 #[cfg(target_arch = "x86_64")]
-use super::{a8_legacy_x86, a8_x86};
+use super::{a8_kquant_x86, a8_legacy_x86, a8_x86};
 use super::{Codes, GgmlType, MAX_BLOCK_ELEMS};
 use crate::simd::{self, SimdLevel};
 #[cfg(target_arch = "x86_64")]
@@ -63,20 +67,24 @@ impl A8Dots {
 const PASS_ROWS: usize = 4;
 
 impl A8Dots {
-    /// Weight rows per call of [`dot_row_a8`] that its widest body serves
-    /// in one pass (the legacy types' AVX2 body); callers that split the
-    /// rows of a weight give it this many at a time.
+    /// Weight rows that one pass of [`dot_row_a8`]'s widest bodies serves
+    /// (the AVX2 eight-row bodies); callers that split the rows of a
+    /// weight give it this many at a time.
     pub(crate) const WEIGHT_ROWS: usize = 8;
 }
 
 #[cfg(target_arch = "x86_64")]
-const _: () = assert!(a8_legacy_x86::LEGACY_ROWS == A8Dots::WEIGHT_ROWS);
+const _: () = assert!(
+    a8_legacy_x86::LEGACY_ROWS == A8Dots::WEIGHT_ROWS
+        && a8_kquant_x86::KQUANT_ROWS == A8Dots::WEIGHT_ROWS
+);
 
 /// `w . x` for every weight row `w` of `rows` (one or more whole rows of
 /// blocks of `T`) and every row of `x` into `out` `[weight rows, x rows]`:
 /// `x` quantized for `T` by [`Xq::quantize`]. Activation rows go four at a
-/// time through one pass over the weight rows; with AVX2 the legacy types
-/// run eight weight rows per pass (`a8_legacy_x86.rs`). Every result is
+/// time through one pass over the weight rows; with AVX2 eight weight rows
+/// go through one pass where the type has such a body
+/// (`eight_rows_avx2`). Every result is
 /// [`dot_row_a8_scalar`]'s bit for bit.
 pub(crate) fn dot_row_a8<T: GgmlType>(dots: A8Dots, rows: &[u8], x: &Xq, out: &mut [f32]) {
     let stride = x.in_feat / T::ELEMS * T::BYTES;
@@ -92,37 +100,8 @@ pub(crate) fn dot_row_a8<T: GgmlType>(dots: A8Dots, rows: &[u8], x: &Xq, out: &m
     );
     let mut done = 0;
     #[cfg(target_arch = "x86_64")]
-    if let (A8Dots::Avx2(t), 32) = (dots, T::ELEMS) {
-        use a8_legacy_x86::{dot_rows8_avx2, LEGACY_ROWS};
-        let group = LEGACY_ROWS * stride;
-        for (w8, o8) in rows
-            .chunks_exact(group)
-            .zip(out.chunks_exact_mut(LEGACY_ROWS * batch))
-        {
-            let put = |o8: &mut [f32], b: usize, v: &[f32; LEGACY_ROWS]| {
-                for (w, &y) in v.iter().enumerate() {
-                    o8[w * batch + b] = y;
-                }
-            };
-            let mut b = 0;
-            while b + PASS_ROWS <= batch {
-                let xs: [XqRow<'_>; PASS_ROWS] = std::array::from_fn(|i| x.row(b + i));
-                // SAFETY: the token proves AVX2, FMA and F16C; `T` has 32
-                // weights per block; lengths checked above.
-                let v = unsafe { dot_rows8_avx2::<T, PASS_ROWS>(t, w8, stride, &xs) };
-                for (i, vi) in v.iter().enumerate() {
-                    put(o8, b + i, vi);
-                }
-                b += PASS_ROWS;
-            }
-            while b < batch {
-                // SAFETY: as above.
-                let v = unsafe { dot_rows8_avx2::<T, 1>(t, w8, stride, &[x.row(b)]) };
-                put(o8, b, &v[0]);
-                b += 1;
-            }
-            done += LEGACY_ROWS;
-        }
+    if let A8Dots::Avx2(t) = dots {
+        done = eight_rows_avx2::<T>(t, rows, stride, x, batch, out);
     }
     for (row, o) in rows
         .chunks_exact(stride)
@@ -140,6 +119,74 @@ pub(crate) fn dot_row_a8<T: GgmlType>(dots: A8Dots, rows: &[u8], x: &Xq, out: &m
             b += 1;
         }
     }
+}
+
+/// The AVX2 eight-row passes of [`dot_row_a8`] over the first whole
+/// groups of eight weight rows; returns how many rows they did (0 for a
+/// type without an eight-row body). Legacy types: activation rows four at
+/// a time, then one at a time (`a8_legacy_x86.rs`). K-quants: groups of
+/// four activation rows share each code extraction in the one-row body,
+/// the rest (batch 1) go eight weight rows per pass (`a8_kquant_x86.rs`).
+#[cfg(target_arch = "x86_64")]
+fn eight_rows_avx2<T: GgmlType>(
+    t: Avx2F16c,
+    rows: &[u8],
+    stride: usize,
+    x: &Xq,
+    batch: usize,
+    out: &mut [f32],
+) -> usize {
+    use a8_kquant_x86::{dot_rows8_kquant_avx2, has_kquant_body};
+    use a8_legacy_x86::dot_rows8_avx2;
+    const W: usize = A8Dots::WEIGHT_ROWS;
+    let legacy = T::ELEMS == 32;
+    if !legacy && !(T::ELEMS == 256 && has_kquant_body(T::GGML_TYPE)) {
+        return 0;
+    }
+    let put = |o8: &mut [f32], b: usize, v: &[f32; W]| {
+        for (w, &y) in v.iter().enumerate() {
+            o8[w * batch + b] = y;
+        }
+    };
+    let mut done = 0;
+    for (w8, o8) in rows
+        .chunks_exact(W * stride)
+        .zip(out.chunks_exact_mut(W * batch))
+    {
+        let mut b = 0;
+        while b + PASS_ROWS <= batch {
+            let xs: [XqRow<'_>; PASS_ROWS] = std::array::from_fn(|i| x.row(b + i));
+            if legacy {
+                // SAFETY: the token proves AVX2, FMA and F16C; `T` has 32
+                // weights per block; lengths checked by `dot_row_a8`.
+                let v = unsafe { dot_rows8_avx2::<T, PASS_ROWS>(t, w8, stride, &xs) };
+                for (i, vi) in v.iter().enumerate() {
+                    put(o8, b + i, vi);
+                }
+            } else {
+                for (w, row) in w8.chunks_exact(stride).enumerate() {
+                    // SAFETY: as above (the one-row body takes any type).
+                    let v = unsafe { a8_x86::dot_rows_avx2::<T, PASS_ROWS>(t, row, &xs) };
+                    o8[w * batch + b..w * batch + b + PASS_ROWS].copy_from_slice(&v);
+                }
+            }
+            b += PASS_ROWS;
+        }
+        while b < batch {
+            let v = if legacy {
+                // SAFETY: as above.
+                let v = unsafe { dot_rows8_avx2::<T, 1>(t, w8, stride, &[x.row(b)]) };
+                v[0]
+            } else {
+                // SAFETY: as above; `T` is a k-quant of `has_kquant_body`.
+                unsafe { dot_rows8_kquant_avx2::<T>(t, w8, stride, x.row(b)) }
+            };
+            put(o8, b, &v);
+            b += 1;
+        }
+        done += W;
+    }
+    done
 }
 
 /// `row . xs[r]` for `R` rows at the level `dots` (lengths checked by

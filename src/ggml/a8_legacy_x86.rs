@@ -46,7 +46,7 @@ pub(super) const fn code_bias(ggml_type: u32) -> Option<i8> {
 /// # Safety
 /// F16C in force; two readable bytes at each `p + w * stride + o`.
 #[inline(always)]
-unsafe fn halves8(p: *const u8, stride: usize, o: usize) -> __m256 {
+pub(super) unsafe fn halves8(p: *const u8, stride: usize, o: usize) -> __m256 {
     // SAFETY: the caller's contract.
     unsafe {
         let h = |w: usize| p.add(w * stride + o).cast::<i16>().read_unaligned();
@@ -68,7 +68,7 @@ unsafe fn halves8(p: *const u8, stride: usize, o: usize) -> __m256 {
 /// # Safety
 /// AVX2 in force.
 #[inline(always)]
-unsafe fn lane_sums8(v: &[__m256i; 8]) -> __m256i {
+pub(super) unsafe fn lane_sums8(v: &[__m256i; 8]) -> __m256i {
     // SAFETY: the caller's contract.
     unsafe {
         // Per 128-bit half: [v0, v1, v2, v3] after two levels, each a
@@ -102,26 +102,33 @@ unsafe fn block_step<T: GgmlType, const R: usize>(
     // SAFETY: the caller's contract: the eight blocks and block `bi` of
     // every row of `xs` are inside their slices.
     unsafe {
-        let q: [__m256i; 8] = std::array::from_fn(|w| T::codes32_x86(p.add(w * stride), 0));
+        // No closures here: a closure does not inherit the caller's target
+        // features, so the intrinsics in it would not inline.
         let bias = code_bias(T::GGML_TYPE);
+        let mut q = [_mm256_setzero_si256(); 8];
         // The unsigned operand of `vpmaddubsw`: `q + bias`, or `|q|`.
-        let u: [__m256i; 8] = match bias {
-            Some(c) => q.map(|v| _mm256_add_epi8(v, _mm256_set1_epi8(c))),
-            None => q.map(|v| _mm256_abs_epi8(v)),
-        };
+        let mut u = q;
+        for w in 0..8 {
+            q[w] = T::codes32_x86(p.add(w * stride), 0);
+            u[w] = match bias {
+                Some(c) => _mm256_add_epi8(q[w], _mm256_set1_epi8(c)),
+                None => _mm256_abs_epi8(q[w]),
+            };
+        }
         let d = halves8(p, stride, 0);
         let m = if T::AFFINE { halves8(p, stride, 2) } else { d };
         let ones = _mm256_set1_epi16(1);
         for (a, x) in acc.iter_mut().zip(xs) {
             let xv = _mm256_loadu_si256(x.q.as_ptr().add(bi * 32).cast());
-            let dots: [__m256i; 8] = std::array::from_fn(|w| {
+            let mut dots = [_mm256_setzero_si256(); 8];
+            for w in 0..8 {
                 let s = if bias.is_some() {
                     xv
                 } else {
                     _mm256_sign_epi8(xv, q[w])
                 };
-                _mm256_madd_epi16(_mm256_maddubs_epi16(u[w], s), ones)
-            });
+                dots[w] = _mm256_madd_epi16(_mm256_maddubs_epi16(u[w], s), ones);
+            }
             let xsum = x.sums[bi];
             let mut isum = lane_sums8(&dots);
             if let Some(c) = bias {
@@ -166,23 +173,24 @@ pub(super) unsafe fn dot_rows8_avx2<T: GgmlType, const R: usize>(
     // `w * stride + bi * BYTES`, inside `rows`; the rest is the caller's
     // contract.
     unsafe {
-        let at = |bi: usize| p.add(bi * T::BYTES);
         let mut bi = 0;
         while bi + 4 <= nb {
-            block_step::<T, R>(&mut a0, at(bi), stride, xs, bi);
-            block_step::<T, R>(&mut a1, at(bi + 1), stride, xs, bi + 1);
-            block_step::<T, R>(&mut a2, at(bi + 2), stride, xs, bi + 2);
-            block_step::<T, R>(&mut a3, at(bi + 3), stride, xs, bi + 3);
+            let pb = p.add(bi * T::BYTES);
+            block_step::<T, R>(&mut a0, pb, stride, xs, bi);
+            block_step::<T, R>(&mut a1, pb.add(T::BYTES), stride, xs, bi + 1);
+            block_step::<T, R>(&mut a2, pb.add(2 * T::BYTES), stride, xs, bi + 2);
+            block_step::<T, R>(&mut a3, pb.add(3 * T::BYTES), stride, xs, bi + 3);
             bi += 4;
         }
+        let pb = p.add(bi * T::BYTES);
         if bi < nb {
-            block_step::<T, R>(&mut a0, at(bi), stride, xs, bi);
+            block_step::<T, R>(&mut a0, pb, stride, xs, bi);
         }
         if bi + 1 < nb {
-            block_step::<T, R>(&mut a1, at(bi + 1), stride, xs, bi + 1);
+            block_step::<T, R>(&mut a1, pb.add(T::BYTES), stride, xs, bi + 1);
         }
         if bi + 2 < nb {
-            block_step::<T, R>(&mut a2, at(bi + 2), stride, xs, bi + 2);
+            block_step::<T, R>(&mut a2, pb.add(2 * T::BYTES), stride, xs, bi + 2);
         }
         let mut out = [[0f32; LEGACY_ROWS]; R];
         for (r, o) in out.iter_mut().enumerate() {
