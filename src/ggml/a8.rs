@@ -123,10 +123,9 @@ pub(crate) fn dot_row_a8<T: GgmlType>(dots: A8Dots, rows: &[u8], x: &Xq, out: &m
 
 /// The AVX2 eight-row passes of [`dot_row_a8`] over the first whole
 /// groups of eight weight rows; returns how many rows they did (0 for a
-/// type without an eight-row body). Legacy types: activation rows four at
-/// a time, then one at a time (`a8_legacy_x86.rs`). K-quants: groups of
-/// four activation rows share each code extraction in the one-row body,
-/// the rest (batch 1) go eight weight rows per pass (`a8_kquant_x86.rs`).
+/// type without an eight-row body): activation rows four at a time, then
+/// one at a time, through `a8_legacy_x86.rs` (32 weights per block) or
+/// `a8_kquant_x86.rs`.
 #[cfg(target_arch = "x86_64")]
 fn eight_rows_avx2<T: GgmlType>(
     t: Avx2F16c,
@@ -156,32 +155,32 @@ fn eight_rows_avx2<T: GgmlType>(
         let mut b = 0;
         while b + PASS_ROWS <= batch {
             let xs: [XqRow<'_>; PASS_ROWS] = std::array::from_fn(|i| x.row(b + i));
-            if legacy {
-                // SAFETY: the token proves AVX2, FMA and F16C; `T` has 32
-                // weights per block; lengths checked by `dot_row_a8`.
-                let v = unsafe { dot_rows8_avx2::<T, PASS_ROWS>(t, w8, stride, &xs) };
-                for (i, vi) in v.iter().enumerate() {
-                    put(o8, b + i, vi);
+            // SAFETY: the token proves AVX2, FMA and F16C; `T` is a legacy
+            // type (32 weights per block) or a k-quant of
+            // `has_kquant_body`; lengths checked by `dot_row_a8`.
+            let v = unsafe {
+                if legacy {
+                    dot_rows8_avx2::<T, PASS_ROWS>(t, w8, stride, &xs)
+                } else {
+                    dot_rows8_kquant_avx2::<T, PASS_ROWS>(t, w8, stride, &xs)
                 }
-            } else {
-                for (w, row) in w8.chunks_exact(stride).enumerate() {
-                    // SAFETY: as above (the one-row body takes any type).
-                    let v = unsafe { a8_x86::dot_rows_avx2::<T, PASS_ROWS>(t, row, &xs) };
-                    o8[w * batch + b..w * batch + b + PASS_ROWS].copy_from_slice(&v);
-                }
+            };
+            for (i, vi) in v.iter().enumerate() {
+                put(o8, b + i, vi);
             }
             b += PASS_ROWS;
         }
         while b < batch {
-            let v = if legacy {
-                // SAFETY: as above.
-                let v = unsafe { dot_rows8_avx2::<T, 1>(t, w8, stride, &[x.row(b)]) };
-                v[0]
-            } else {
-                // SAFETY: as above; `T` is a k-quant of `has_kquant_body`.
-                unsafe { dot_rows8_kquant_avx2::<T>(t, w8, stride, x.row(b)) }
+            let xs = [x.row(b)];
+            // SAFETY: as above.
+            let v = unsafe {
+                if legacy {
+                    dot_rows8_avx2::<T, 1>(t, w8, stride, &xs)
+                } else {
+                    dot_rows8_kquant_avx2::<T, 1>(t, w8, stride, &xs)
+                }
             };
-            put(o8, b, &v);
+            put(o8, b, &v[0]);
             b += 1;
         }
         done += W;

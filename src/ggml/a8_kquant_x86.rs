@@ -1,6 +1,7 @@
 //! The AVX2 int8-activation body of the k-quants (256 weights per block:
-//! Q4_K, Q5_K, Q6_K) over [`KQUANT_ROWS`] weight rows and one activation
-//! row at once (batch 1, where each weight row is read once per call).
+//! Q4_K, Q5_K, Q6_K) over [`KQUANT_ROWS`] weight rows and up to four
+//! activation rows at once: each row's codes and scales are extracted once
+//! per block for all activation rows.
 //!
 //! Per block, each row's `sum_j k_j dot_j` (and, with a minimum, its
 //! `m_j * sum_j(xq)` products) accumulate in int32 lanes as in the one-row
@@ -60,65 +61,73 @@ unsafe fn block_values<T: GgmlType>(
     }
 }
 
-/// Row `w`'s int32 lane vectors of block `bi` (at `b`): `sum_j k_j dot_j`
-/// and, for the types with a minimum, `m_j * sums_j` per sub-block.
+/// Row `w`'s int32 lane vectors of block `bi` (at `b`) against each row
+/// `r` of `xs`, into `isums[r][w]` / `msums[r][w]`: `sum_j k_j dot_j` and,
+/// for the types with a minimum, `m_j * sums_j` per sub-block. The codes
+/// and scales are extracted once for all rows of `xs`.
 ///
 /// # Safety
-/// As [`dot_rows8_kquant_avx2`]; `b` is block `bi` of a row.
+/// As [`dot_rows8_kquant_avx2`]; `b` is block `bi` of a row, `w < 8`.
 #[inline(always)]
-unsafe fn row_block<T: GgmlType>(b: *const u8, x: &XqRow<'_>, bi: usize) -> (__m256i, __m256i) {
+unsafe fn row_block<T: GgmlType, const R: usize>(
+    b: *const u8,
+    xs: &[XqRow<'_>; R],
+    bi: usize,
+    w: usize,
+    isums: &mut [[__m256i; 8]; R],
+    msums: &mut [[__m256i; 8]; R],
+) {
     // SAFETY: the caller's contract: the block's bytes and block `bi` of
-    // `x` (its 256 codes and its sub-block sums) are inside.
+    // each row of `xs` (its 256 codes and its sub-block sums) are inside.
+    // No closures: they would not inherit the target features, and their
+    // intrinsics would not inline.
     unsafe {
         let (k, m) = T::a8_ints_x86(b);
         let (k_lo, k_hi) = (
             _mm256_permute2x128_si256::<0x00>(k, k),
             _mm256_permute2x128_si256::<0x11>(k, k),
         );
-        let xp = x.q.as_ptr().add(bi * T::ELEMS);
-        // Two chains: independent adds.
-        let (mut v0, mut v1) = (_mm256_setzero_si256(), _mm256_setzero_si256());
-        let mut c = 0;
-        // No closure for the step: it would not inherit the target
-        // features, and its intrinsics would not inline.
-        while c < T::ELEMS / 32 {
-            let x0 = _mm256_loadu_si256(xp.add(32 * c).cast());
-            let x1 = _mm256_loadu_si256(xp.add(32 * c + 32).cast());
-            let p0 = pair_sums::<T>(T::codes32_x86(b, c), x0);
-            let p1 = pair_sums::<T>(T::codes32_x86(b, c + 1), x1);
-            v0 = _mm256_add_epi32(v0, _mm256_madd_epi16(p0, k_lanes::<T>(k_lo, k_hi, c)));
-            v1 = _mm256_add_epi32(v1, _mm256_madd_epi16(p1, k_lanes::<T>(k_lo, k_hi, c + 1)));
-            c += 2;
+        let mut v = [_mm256_setzero_si256(); R];
+        for c in 0..T::ELEMS / 32 {
+            let q = T::codes32_x86(b, c);
+            let kc = k_lanes::<T>(k_lo, k_hi, c);
+            for r in 0..R {
+                let xv = _mm256_loadu_si256(xs[r].q.as_ptr().add(bi * T::ELEMS + 32 * c).cast());
+                let d = _mm256_madd_epi16(pair_sums::<T>(q, xv), kc);
+                v[r] = _mm256_add_epi32(v[r], d);
+            }
         }
-        let mv = if T::AFFINE {
-            let s = _mm256_loadu_si256(x.sums.as_ptr().add(bi * (T::ELEMS / T::SUB)).cast());
-            _mm256_mullo_epi32(_mm256_cvtepi16_epi32(m), s)
-        } else {
-            _mm256_setzero_si256()
-        };
-        (_mm256_add_epi32(v0, v1), mv)
+        let m32 = _mm256_cvtepi16_epi32(m);
+        for r in 0..R {
+            isums[r][w] = v[r];
+            if T::AFFINE {
+                let sp = xs[r].sums.as_ptr().add(bi * (T::ELEMS / T::SUB));
+                let s = _mm256_loadu_si256(sp.cast());
+                msums[r][w] = _mm256_mullo_epi32(m32, s);
+            }
+        }
     }
 }
 
-/// `rows[w] . x` for the [`KQUANT_ROWS`] weight rows of `rows` (each
+/// `rows[w] . xs[r]` for the [`KQUANT_ROWS`] weight rows of `rows` (each
 /// `stride` bytes of whole blocks of `T`, a k-quant of
-/// [`has_kquant_body`]) and one activation row.
+/// [`has_kquant_body`]) and the `R` activation rows `xs`, as `out[r][w]`.
 ///
 /// # Safety
 /// The token proves AVX2, FMA and F16C; `T::ELEMS == 256` and
 /// `has_kquant_body(T::GGML_TYPE)`; `rows` holds eight rows of `stride`
-/// bytes; `x` is a row of an `Xq` of `T` for `stride / T::BYTES` blocks
-/// (the checks of `a8::dot_row_a8`).
+/// bytes; every row of `xs` is of an `Xq` of `T` for `stride / T::BYTES`
+/// blocks (the checks of `a8::dot_row_a8`).
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn dot_rows8_kquant_avx2<T: GgmlType>(
+pub(super) unsafe fn dot_rows8_kquant_avx2<T: GgmlType, const R: usize>(
     _: Avx2F16c,
     rows: &[u8],
     stride: usize,
-    x: XqRow<'_>,
-) -> [f32; KQUANT_ROWS] {
+    xs: &[XqRow<'_>; R],
+) -> [[f32; KQUANT_ROWS]; R] {
     debug_assert!(T::ELEMS == 256 && rows.len() == KQUANT_ROWS * stride);
     let nb = stride / T::BYTES;
-    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut acc = [[_mm256_setzero_ps(); 4]; R];
     let p = rows.as_ptr();
     // SAFETY: block `bi < nb` of row `w < 8` is `BYTES` bytes at
     // `w * stride + bi * BYTES`, inside `rows`; the rest is the caller's
@@ -126,20 +135,29 @@ pub(super) unsafe fn dot_rows8_kquant_avx2<T: GgmlType>(
     unsafe {
         for bi in 0..nb {
             let pb = p.add(bi * T::BYTES);
-            let mut isums = [_mm256_setzero_si256(); 8];
-            let mut msums = [_mm256_setzero_si256(); 8];
+            let mut isums = [[_mm256_setzero_si256(); 8]; R];
+            let mut msums = isums;
             for w in 0..8 {
-                (isums[w], msums[w]) = row_block::<T>(pb.add(w * stride), &x, bi);
+                row_block::<T, R>(pb.add(w * stride), xs, bi, w, &mut isums, &mut msums);
             }
-            let isum = lane_sums8(&isums);
-            let msum = if T::AFFINE { lane_sums8(&msums) } else { isum };
-            let dx = _mm256_set1_ps(x.d[bi]);
-            let v = block_values::<T>(pb, stride, dx, isum, msum);
-            acc[bi % 4] = _mm256_add_ps(acc[bi % 4], v);
+            for r in 0..R {
+                let isum = lane_sums8(&isums[r]);
+                let msum = if T::AFFINE {
+                    lane_sums8(&msums[r])
+                } else {
+                    isum
+                };
+                let dx = _mm256_set1_ps(xs[r].d[bi]);
+                let v = block_values::<T>(pb, stride, dx, isum, msum);
+                acc[r][bi % 4] = _mm256_add_ps(acc[r][bi % 4], v);
+            }
         }
-        let s = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
-        let mut out = [0f32; KQUANT_ROWS];
-        _mm256_storeu_ps(out.as_mut_ptr(), s);
+        let mut out = [[0f32; KQUANT_ROWS]; R];
+        for r in 0..R {
+            let a = &acc[r];
+            let s = _mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3]));
+            _mm256_storeu_ps(out[r].as_mut_ptr(), s);
+        }
         out
     }
 }
