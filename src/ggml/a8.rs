@@ -139,7 +139,8 @@ fn eight_rows_avx2<T: GgmlType>(
     use a8_legacy_x86::dot_rows8_avx2;
     const W: usize = A8Dots::WEIGHT_ROWS;
     let legacy = T::ELEMS == 32;
-    if !legacy && !(T::ELEMS == 256 && has_kquant_body(T::GGML_TYPE)) {
+    let kquant = T::ELEMS == 256 && has_kquant_body(T::GGML_TYPE);
+    if !(legacy || kquant) {
         return 0;
     }
     let put = |o8: &mut [f32], b: usize, v: &[f32; W]| {
