@@ -281,11 +281,23 @@ impl<T: GgmlType> WeightFormat for GgufBlocks<T> {
         let row = k / T::ELEMS * T::BYTES;
         // `[out, rows]`, so that each task writes one contiguous run.
         let mut yt = vec![0f32; n * rows];
-        let min_rows = (1 << 15) / row + 1;
-        yt.par_chunks_mut(rows)
-            .zip(w.data.par_chunks(row))
-            .with_min_len(min_rows)
-            .for_each(|(yr, wr)| dot_row_a8::<T>(dots, wr, &xq, yr));
+        // Tasks of `WEIGHT_ROWS` weight rows: the kernels' widest pass.
+        let group = A8Dots::WEIGHT_ROWS;
+        let task = |(yr, wr): (&mut [f32], &[u8])| dot_row_a8::<T>(dots, wr, &xq, yr);
+        if rayon::current_num_threads() == 1 {
+            // On the caller's thread: a split hands the work to the pool's
+            // sleeping worker, whose wake-up cost tens of microseconds on a
+            // loaded machine, the time of a whole small matvec.
+            yt.chunks_mut(rows * group)
+                .zip(w.data.chunks(row * group))
+                .for_each(task);
+        } else {
+            let min_tasks = ((1 << 15) / row + 1).div_ceil(group);
+            yt.par_chunks_mut(rows * group)
+                .zip(w.data.par_chunks(row * group))
+                .with_min_len(min_tasks)
+                .for_each(task);
+        }
         for (r, yr) in yt.chunks_exact(rows).enumerate() {
             for (b, &v) in yr.iter().enumerate() {
                 y[b * n + r] = v;
