@@ -11,8 +11,18 @@
 
 use std::arch::x86_64::*;
 
-use super::e4m3_rows::{e4m3_bits_scalar, UNSCALE};
 use crate::simd::{Avx2, F32Lanes};
+
+/// The kernel's sums are multiplied by this: `2^8` (`2^120 / 2^112`, the
+/// codes' `2^-120` against `x`'s `e4m3_rows::X_SCALE`).
+pub(super) const UNSCALE: f32 = 256.0;
+
+/// The float32 whose bits are `sext(code) << 20 & 0x87FF_FFFF`:
+/// `E4M3(code) * 2^-120` (see `e4m3_rows.rs`).
+#[inline(always)]
+pub(super) fn e4m3_bits_scalar(code: u8) -> f32 {
+    f32::from_bits((((code as i8 as i32) << 20) as u32) & 0x87FF_FFFF)
+}
 
 /// Bits kept of `sext(code) << 20`: the sign and the 7 magnitude bits,
 /// clearing the copies of the sign that the shift leaves in bits 27-30.

@@ -23,18 +23,9 @@ use super::dispatch::Dots;
 
 /// `x` is multiplied by this before the kernel: `2^112`.
 pub(crate) const X_SCALE: f32 = f32::from_bits((127 + 112) << 23);
-/// The kernel's sums are multiplied by this: `2^8` (`2^120 / 2^112`).
-pub(super) const UNSCALE: f32 = 256.0;
 /// Every `|x|` must be below this for [`prescaled`]: `2^16`, so that
 /// `x * 2^112 < 2^128`.
 const X_LIMIT: f32 = 65536.0;
-
-/// The float32 whose bits are `sext(code) << 20 & 0x87FF_FFFF`:
-/// `E4M3(code) * 2^-120` (see the module docs).
-#[inline(always)]
-pub(super) fn e4m3_bits_scalar(code: u8) -> f32 {
-    f32::from_bits((((code as i8 as i32) << 20) as u32) & 0x87FF_FFFF)
-}
 
 /// `x * 2^112`, or `None` when some `|x|` is `>= 2^16` or not finite.
 pub(crate) fn prescaled(x: &[f32]) -> Option<Vec<f32>> {
@@ -90,6 +81,8 @@ impl Dots {
 mod tests {
     use super::*;
     use crate::fp8::{decode_table, Fp8Format};
+    #[cfg(target_arch = "x86_64")]
+    use crate::linear::avx2_e4m3::e4m3_bits_scalar;
     use crate::linear::format::dot_e4m3_scalar;
     use crate::simd::available_levels;
 
@@ -97,6 +90,7 @@ mod tests {
     /// subnormals and `+-0` included, the sign of zero kept), against the
     /// codec's table.
     #[test]
+    #[cfg(target_arch = "x86_64")]
     fn bits_decode_is_exact_on_every_code() {
         let table = decode_table(Fp8Format::E4M3);
         for c in 0..=255u8 {
