@@ -8,6 +8,7 @@
 
 use std::marker::PhantomData;
 use std::ops::Range;
+use std::sync::Mutex;
 
 use rayon::prelude::*;
 
@@ -110,6 +111,10 @@ pub fn matmul_blocks<T: GgmlType>(
     if let Some(b) = bias.filter(|b| b.len() != out_feat) {
         return Err(QuantError::dims("bias", format!("[{out_feat}]"), b.len()));
     }
+    if rows == 1 && crate::range::shifts(x, in_feat).is_none() {
+        matvec_blocks::<T>(data, row, [out_feat, in_feat], x, bias, y);
+        return Ok(());
+    }
     let src = BlockRows::<T> {
         data,
         row_bytes: row,
@@ -117,6 +122,45 @@ pub fn matmul_blocks<T: GgmlType>(
         kind: PhantomData,
     };
     forward_rows(&src, [out_feat, in_feat], &|_| 1.0, bias, x, rows, y)
+}
+
+/// Fewer weights than this run on the calling thread alone at batch 1 (as
+/// INT4's matvec).
+const PAR_MIN_WEIGHTS: usize = 1 << 18;
+
+/// Batch 1 (`x` within the range that needs no scaling, `crate::range`):
+/// the fused row dots over bands of output rows of about 64 Ki weights (a
+/// multiple of 4 rows, the AVX2 kernels' rows per pass), forked with
+/// `crate::par`, whose calling thread works too. Why not the shared
+/// engine's rayon split (which gives the same values): called from Python,
+/// rayon puts the caller to sleep until the pool is done, and on the loaded
+/// 2-core Zen 3 host that wake-up cost about 20 us per call, a quarter of a
+/// `[576, 1536]` matvec (docs/benchmarks.md, "GGUF block weights").
+fn matvec_blocks<T: GgmlType>(
+    data: &[u8],
+    row_bytes: usize,
+    [out_feat, in_feat]: [usize; 2],
+    x: &[f32],
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+) {
+    let dots = Dots::current();
+    let band = if out_feat * in_feat < PAR_MIN_WEIGHTS {
+        out_feat
+    } else {
+        ((1 << 16) / in_feat + 1).next_multiple_of(4)
+    };
+    // One band per slot; each is locked once, by the thread that runs it.
+    let slots: Vec<Mutex<&mut [f32]>> = y.chunks_mut(band).map(Mutex::new).collect();
+    crate::par::for_each_block(slots.len(), |c| {
+        let mut out = slots[c].lock().unwrap_or_else(|e| e.into_inner());
+        dot_rows::<T>(dots, data, row_bytes, c * band, x, &mut out);
+        if let Some(b) = bias {
+            for (v, bb) in out.iter_mut().zip(&b[c * band..]) {
+                *v += bb;
+            }
+        }
+    });
 }
 
 /// Bytes per row, after checking the shape and that `len` bytes are exactly

@@ -276,7 +276,7 @@ fn check_dot_rows<T: GgmlType>() {
     }
 }
 
-/// Block `g` of a row set for the 32-weight kernel (`legacy_avx2.rs`):
+/// Block `g` of a row set (for the 32-weight kernel, `legacy_avx2.rs`):
 /// its code bytes cycle through every byte value over consecutive blocks
 /// (so every nibble, fifth-bit byte and int8 code occurs at every
 /// position), its halves are `+0`, `-0`, a subnormal, the largest finite
@@ -298,7 +298,11 @@ fn legacy_block<T: GgmlType>(g: usize) -> Vec<u8> {
             0 => 0,
             1 => 0x0001 + (g as u16 * 97) % 0x3FF,
             2 => 0x7BFF,
-            _ => u16::from_le_bytes([b[o], b[o + 1]]) & 0x7FFF,
+            // (Exponent 31 cleared to 15: finite.)
+            _ => match u16::from_le_bytes([b[o], b[o + 1]]) & 0x7FFF {
+                h if h >= 0x7C00 => h & 0x3FFF,
+                h => h,
+            },
         };
         b[o..o + 2].copy_from_slice(&(sign | h).to_le_bytes());
     }
@@ -421,3 +425,48 @@ fn f32_to_f16_rounds_to_nearest_even() {
 
 #[path = "a8_tests.rs"]
 mod a8_tests;
+
+/// The batch-1 forward (`gguf_blocks::matvec_blocks`: bands forked with the
+/// calling thread working) against the shared engine's rows at batch 2 (the
+/// same row dots, rayon over rows) on a shape below and one above the fork
+/// threshold, with a bias: the same values bit for bit, and the same again
+/// under a one-thread cap.
+fn check_batch1_forward<T: GgmlType>() {
+    use crate::format::matmul_blocks;
+    for (out, blocks) in [(7, 3), (300, 30)] {
+        let inf = blocks * T::ELEMS;
+        let mut data = Vec::new();
+        for g in 0..out * blocks {
+            data.extend(legacy_block::<T>(g));
+        }
+        let x: Vec<f32> = rand_vec(2 * inf, 21)
+            .iter()
+            .map(|v| 2.0 * v - 1.0)
+            .collect();
+        let bias: Vec<f32> = rand_vec(out, 22);
+        let mut y2 = vec![0f32; 2 * out];
+        matmul_blocks::<T>(&data, [out, inf], &x, 2, Some(&bias), &mut y2).unwrap();
+        for r in 0..2 {
+            let mut y1 = vec![f32::NAN; out];
+            let xr = &x[r * inf..(r + 1) * inf];
+            matmul_blocks::<T>(&data, [out, inf], xr, 1, Some(&bias), &mut y1).unwrap();
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&y1),
+                bits(&y2[r * out..(r + 1) * out]),
+                "{} {out} row {r}",
+                T::NAME
+            );
+            let prev = crate::par::set_thread_limit(Some(1));
+            let mut y1c = vec![f32::NAN; out];
+            matmul_blocks::<T>(&data, [out, inf], xr, 1, Some(&bias), &mut y1c).unwrap();
+            crate::par::set_thread_limit(prev);
+            assert_eq!(bits(&y1c), bits(&y1), "{} {out} one thread", T::NAME);
+        }
+    }
+}
+
+#[test]
+fn batch1_forward_equals_the_engine_rows_with_bias() {
+    each_type!(check_batch1_forward);
+}
