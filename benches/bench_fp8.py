@@ -1,7 +1,7 @@
 """FP8 benchmarks: codecs against ml_dtypes, PerTensorFP8Linear.forward against NumPy.
 
     python benches/bench_fp8.py [--quick] [--json] [--repeats 7] [--warm]
-                                [--only codecs|forward]
+                                [--only codecs|forward|smol]
 
 - encode / decode of 2^24 values: quantrs.fp8 vs ml_dtypes casts (fresh output
   arrays on both sides); medians of ``--repeats`` calls.
@@ -16,6 +16,13 @@
   larger than the caches: each side's calls rotate over enough copies of its
   weights (>= 96 MiB in all, three times the L3) that none is still cached when
   reused; ``--warm`` times a single copy, which stays in cache.
+- ``--only smol``: batch 1 on SmolLM2-135M's linear shapes (one copy, in cache,
+  as in a small model's decode step) against NumPy's GEMV, and the per-call
+  cost of ``forward`` on a 32x32 layer (the kernel under a microsecond: what
+  the call costs around it), wall clock and process CPU time.
+
+Every run that times the forward ends with the machine's 2-thread read
+bandwidth (``_bandwidth.Bandwidth``), probed next to the timings.
 
 Ratios are NumPy (or ml_dtypes) time / quantrs time: > 1 means quantrs is faster.
 """
@@ -147,6 +154,67 @@ def _forward_shape(np, rng, m, k, batches, act_scale, warm, where, repeats) -> l
     return rows
 
 
+def smol(rng, repeats: int) -> list[dict]:
+    """Batch 1 on SmolLM2-135M's shapes, in cache, and the per-call cost."""
+    import numpy as np
+
+    from quantrs import PerTensorFP8Linear
+
+    act_scale = float(np.float32(4.0 / 448))
+    rows = []
+    for m, k in [(576, 576), (192, 576), (1536, 576), (576, 1536)]:
+        w = (rng.standard_normal((m, k)) / 64).astype(np.float32)
+        x = rng.standard_normal(k).astype(np.float32)
+        for kind, a in [("W8A32", None), ("W8A8", act_scale)]:
+            layer = PerTensorFP8Linear.from_float(w, activation_scale=a)
+            base, ours, ratio = paired_ms(
+                lambda w=w, x=x: w @ x, lambda f=layer.forward, x=x: f(x), repeats, 200
+            )
+            rows.append(
+                {
+                    "bench": f"fp8 forward {m}x{k} (out x in) b1 {kind} (cache)",
+                    "ours_ms": ours,
+                    "baseline": "numpy f32 W@x",
+                    "baseline_ms": base,
+                    "ratio": ratio,
+                    "weight_GB/s": m * k / (ours * 1e-3) / 1e9,
+                }
+            )
+            settle()
+    rows += _call_cost(np, rng, repeats)
+    return rows
+
+
+def _call_cost(np, rng, repeats: int) -> list[dict]:
+    """``forward`` on a 32x32 layer at batch 1: wall and process CPU per call."""
+    import time
+
+    from quantrs import PerTensorFP8Linear
+
+    w = rng.standard_normal((32, 32)).astype(np.float32)
+    x = rng.standard_normal((1, 32)).astype(np.float32)
+    rows = []
+    for kind, a in [("W8A32", None), ("W8A8", 0.01)]:
+        f = PerTensorFP8Linear.from_float(w, activation_scale=a).forward
+        walls, cpus, n = [], [], 20000
+        for _ in range(repeats):
+            t, c = time.perf_counter_ns(), time.process_time_ns()
+            for _ in range(n):
+                f(x)
+            walls.append((time.perf_counter_ns() - t) / n / 1e3)
+            cpus.append((time.process_time_ns() - c) / n / 1e3)
+        rows.append(
+            {
+                "bench": f"fp8 forward call 32x32 b1 {kind}",
+                "ours_ms": float(np.median(walls)) / 1e3,
+                "baseline": "process CPU us per call",
+                "baseline_ms": float(np.median(cpus)) / 1e3,
+                "ratio": float("nan"),
+            }
+        )
+    return rows
+
+
 def run(
     quick: bool = False,
     repeats: int | None = None,
@@ -159,10 +227,18 @@ def run(
         repeats = 3 if quick else 7
     rng = np.random.default_rng(0)
     rows = []
-    if only != "forward":
+    if only in (None, "codecs"):
         rows += codecs(rng, repeats)
-    if only != "codecs":
+    if only in (None, "forward"):
         rows += forward(rng, repeats, warm, quick)
+    if only == "smol":
+        rows += smol(rng, repeats)
+    if only != "codecs":
+        from _bandwidth import Bandwidth
+
+        bw = Bandwidth(np, threads=2)
+        bw.read()
+        rows.append({"bench": f"read bandwidth ({bw.kind})", **bw.summary()})
     return rows
 
 
@@ -176,6 +252,7 @@ COLUMNS = [
     "weight_GB/s",
     "ours_GFLOP/s",
     "numpy_GFLOP/s",
+    "read_GB/s",
 ]
 
 
@@ -189,7 +266,9 @@ def main() -> None:
         "--repeats", type=int, help="codec repeats / forward pairs (default 7, --quick 3)"
     )
     ap.add_argument("--warm", action="store_true", help="one copy of the weights (in cache)")
-    ap.add_argument("--only", choices=["codecs", "forward"], help="run one half")
+    ap.add_argument(
+        "--only", choices=["codecs", "forward", "smol"], help="run one part (smol: not by default)"
+    )
     args = ap.parse_args()
     import ml_dtypes
     import numpy as np

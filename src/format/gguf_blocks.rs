@@ -8,7 +8,6 @@
 
 use std::marker::PhantomData;
 use std::ops::Range;
-use std::sync::Mutex;
 
 use rayon::prelude::*;
 
@@ -111,10 +110,6 @@ pub fn matmul_blocks<T: GgmlType>(
     if let Some(b) = bias.filter(|b| b.len() != out_feat) {
         return Err(QuantError::dims("bias", format!("[{out_feat}]"), b.len()));
     }
-    if rows == 1 && crate::range::shifts(x, in_feat).is_none() {
-        matvec_blocks::<T>(data, row, [out_feat, in_feat], x, bias, y);
-        return Ok(());
-    }
     let src = BlockRows::<T> {
         data,
         row_bytes: row,
@@ -122,45 +117,6 @@ pub fn matmul_blocks<T: GgmlType>(
         kind: PhantomData,
     };
     forward_rows(&src, [out_feat, in_feat], &|_| 1.0, bias, x, rows, y)
-}
-
-/// Fewer weights than this run on the calling thread alone at batch 1 (as
-/// INT4's matvec).
-const PAR_MIN_WEIGHTS: usize = 1 << 18;
-
-/// Batch 1 (`x` within the range that needs no scaling, `crate::range`):
-/// the fused row dots over bands of output rows of about 64 Ki weights (a
-/// multiple of 4 rows, the AVX2 kernels' rows per pass), forked with
-/// `crate::par`, whose calling thread works too. Why not the shared
-/// engine's rayon split (which gives the same values): called from Python,
-/// rayon puts the caller to sleep until the pool is done, and on the loaded
-/// 2-core Zen 3 host that wake-up cost about 20 us per call, a quarter of a
-/// `[576, 1536]` matvec (docs/benchmarks.md, "GGUF block weights").
-fn matvec_blocks<T: GgmlType>(
-    data: &[u8],
-    row_bytes: usize,
-    [out_feat, in_feat]: [usize; 2],
-    x: &[f32],
-    bias: Option<&[f32]>,
-    y: &mut [f32],
-) {
-    let dots = Dots::current();
-    let band = if out_feat * in_feat < PAR_MIN_WEIGHTS {
-        out_feat
-    } else {
-        ((1 << 16) / in_feat + 1).next_multiple_of(4)
-    };
-    // One band per slot; each is locked once, by the thread that runs it.
-    let slots: Vec<Mutex<&mut [f32]>> = y.chunks_mut(band).map(Mutex::new).collect();
-    crate::par::for_each_block(slots.len(), |c| {
-        let mut out = slots[c].lock().unwrap_or_else(|e| e.into_inner());
-        dot_rows::<T>(dots, data, row_bytes, c * band, x, &mut out);
-        if let Some(b) = bias {
-            for (v, bb) in out.iter_mut().zip(&b[c * band..]) {
-                *v += bb;
-            }
-        }
-    });
 }
 
 /// Bytes per row, after checking the shape and that `len` bytes are exactly
@@ -325,11 +281,23 @@ impl<T: GgmlType> WeightFormat for GgufBlocks<T> {
         let row = k / T::ELEMS * T::BYTES;
         // `[out, rows]`, so that each task writes one contiguous run.
         let mut yt = vec![0f32; n * rows];
-        let min_rows = (1 << 15) / row + 1;
-        yt.par_chunks_mut(rows)
-            .zip(w.data.par_chunks(row))
-            .with_min_len(min_rows)
-            .for_each(|(yr, wr)| dot_row_a8::<T>(dots, wr, &xq, yr));
+        // Tasks of `WEIGHT_ROWS` weight rows: the kernels' widest pass.
+        let group = A8Dots::WEIGHT_ROWS;
+        let task = |(yr, wr): (&mut [f32], &[u8])| dot_row_a8::<T>(dots, wr, &xq, yr);
+        if rayon::current_num_threads() == 1 {
+            // On the caller's thread: a split hands the work to the pool's
+            // sleeping worker, whose wake-up cost tens of microseconds on a
+            // loaded machine, the time of a whole small matvec.
+            yt.chunks_mut(rows * group)
+                .zip(w.data.chunks(row * group))
+                .for_each(task);
+        } else {
+            let min_tasks = ((1 << 15) / row + 1).div_ceil(group);
+            yt.par_chunks_mut(rows * group)
+                .zip(w.data.par_chunks(row * group))
+                .with_min_len(min_tasks)
+                .for_each(task);
+        }
         for (r, yr) in yt.chunks_exact(rows).enumerate() {
             for (b, &v) in yr.iter().enumerate() {
                 y[b * n + r] = v;

@@ -11,15 +11,19 @@
 //! `vpmaddubsw` / `vpmaddwd`, AVX-512 VNNI `vpdpbusd` / `vpdpwssd`) may
 //! add them in any order; the block values go into four float
 //! accumulators by block index mod 4, combined `(a0 + a1) + (a2 + a3)`.
+//! With AVX2, eight weight rows share one pass over `x`
+//! (`a8_legacy_x86.rs`, `a8_kquant_x86.rs`): their exact block sums fold
+//! into the lanes of one register per block, and each lane evaluates the
+//! same block value and accumulators as the twin.
 //!
 //! Error: with `|x_i - dx xq_i| <= dx / 2` per activation block, the dot
 //! is within `sum_blocks dx / 2 * sum_i |w_i|` of the float64 dot of the
 //! dequantized row, plus float32 rounding of the per-block products and
 //! the sums (`tests.rs` checks it).
 
-#[cfg(target_arch = "x86_64")]
-use super::a8_x86;
 use super::xq::{Xq, XqRow};
+#[cfg(target_arch = "x86_64")]
+use super::{a8_kquant_x86, a8_legacy_x86, a8_x86};
 use super::{Codes, GgmlType, MAX_BLOCK_ELEMS};
 use crate::simd::{self, SimdLevel};
 #[cfg(target_arch = "x86_64")]
@@ -62,29 +66,127 @@ impl A8Dots {
 /// Rows of activations one pass over a weight row serves.
 const PASS_ROWS: usize = 4;
 
-/// `row . x` for every row of `x` into `out` (one per row): `row` whole
-/// blocks of `T`, `x` quantized for `T` by [`Xq::quantize`]. Rows go four
-/// at a time through one pass over `row`, each with the same operations
-/// as alone.
-pub(crate) fn dot_row_a8<T: GgmlType>(dots: A8Dots, row: &[u8], x: &Xq, out: &mut [f32]) {
-    let nb = row.len() / T::BYTES;
+impl A8Dots {
+    /// Weight rows that one pass of [`dot_row_a8`]'s widest bodies serves
+    /// (the AVX2 eight-row bodies); callers that split the rows of a
+    /// weight give it this many at a time.
+    pub(crate) const WEIGHT_ROWS: usize = 8;
+}
+
+#[cfg(target_arch = "x86_64")]
+const _: () = assert!(
+    a8_legacy_x86::LEGACY_ROWS == A8Dots::WEIGHT_ROWS
+        && a8_kquant_x86::KQUANT_ROWS == A8Dots::WEIGHT_ROWS
+);
+
+/// `w . x` for every weight row `w` of `rows` (one or more whole rows of
+/// blocks of `T`) and every row of `x` into `out` `[weight rows, x rows]`:
+/// `x` quantized for `T` by [`Xq::quantize`]. Activation rows go four at a
+/// time through one pass over the weight rows; with AVX2 eight weight rows
+/// go through one pass where the type has such a body
+/// (`eight_rows_avx2`). Every result is
+/// [`dot_row_a8_scalar`]'s bit for bit.
+pub(crate) fn dot_row_a8<T: GgmlType>(dots: A8Dots, rows: &[u8], x: &Xq, out: &mut [f32]) {
+    let stride = x.in_feat / T::ELEMS * T::BYTES;
+    let batch = x.q.len() / x.in_feat.max(1);
     assert!(
-        row.len().is_multiple_of(T::BYTES)
-            && x.elems == T::ELEMS
+        x.elems == T::ELEMS
             && x.sub == T::SUB
-            && x.in_feat == nb * T::ELEMS
-            && out.len() * x.in_feat == x.q.len()
+            && x.in_feat.is_multiple_of(T::ELEMS)
+            && stride > 0
+            && rows.len().is_multiple_of(stride)
+            && out.len() == rows.len() / stride * batch
+            && batch * x.in_feat == x.q.len()
     );
-    let mut b = 0;
-    while b + PASS_ROWS <= out.len() {
-        let xs: [XqRow<'_>; PASS_ROWS] = std::array::from_fn(|i| x.row(b + i));
-        out[b..b + PASS_ROWS].copy_from_slice(&dots_rows::<T, PASS_ROWS>(dots, row, &xs));
-        b += PASS_ROWS;
+    let mut done = 0;
+    #[cfg(target_arch = "x86_64")]
+    if let A8Dots::Avx2(t) = dots {
+        done = eight_rows_avx2::<T>(t, rows, stride, x, batch, out);
     }
-    while b < out.len() {
-        out[b] = dots_rows::<T, 1>(dots, row, &[x.row(b)])[0];
-        b += 1;
+    for (row, o) in rows
+        .chunks_exact(stride)
+        .zip(out.chunks_exact_mut(batch))
+        .skip(done)
+    {
+        let mut b = 0;
+        while b + PASS_ROWS <= batch {
+            let xs: [XqRow<'_>; PASS_ROWS] = std::array::from_fn(|i| x.row(b + i));
+            o[b..b + PASS_ROWS].copy_from_slice(&dots_rows::<T, PASS_ROWS>(dots, row, &xs));
+            b += PASS_ROWS;
+        }
+        while b < batch {
+            o[b] = dots_rows::<T, 1>(dots, row, &[x.row(b)])[0];
+            b += 1;
+        }
     }
+}
+
+/// The AVX2 eight-row passes of [`dot_row_a8`] over the first whole
+/// groups of eight weight rows; returns how many rows they did (0 for a
+/// type without an eight-row body): activation rows four at a time, then
+/// one at a time, through `a8_legacy_x86.rs` (32 weights per block) or
+/// `a8_kquant_x86.rs`.
+#[cfg(target_arch = "x86_64")]
+fn eight_rows_avx2<T: GgmlType>(
+    t: Avx2F16c,
+    rows: &[u8],
+    stride: usize,
+    x: &Xq,
+    batch: usize,
+    out: &mut [f32],
+) -> usize {
+    use a8_kquant_x86::{dot_rows8_kquant_avx2, has_kquant_body};
+    use a8_legacy_x86::dot_rows8_avx2;
+    const W: usize = A8Dots::WEIGHT_ROWS;
+    let legacy = T::ELEMS == 32;
+    let kquant = T::ELEMS == 256 && has_kquant_body(T::GGML_TYPE);
+    if !(legacy || kquant) {
+        return 0;
+    }
+    let put = |o8: &mut [f32], b: usize, v: &[f32; W]| {
+        for (w, &y) in v.iter().enumerate() {
+            o8[w * batch + b] = y;
+        }
+    };
+    let mut done = 0;
+    for (w8, o8) in rows
+        .chunks_exact(W * stride)
+        .zip(out.chunks_exact_mut(W * batch))
+    {
+        let mut b = 0;
+        while b + PASS_ROWS <= batch {
+            let xs: [XqRow<'_>; PASS_ROWS] = std::array::from_fn(|i| x.row(b + i));
+            // SAFETY: the token proves AVX2, FMA and F16C; `T` is a legacy
+            // type (32 weights per block) or a k-quant of
+            // `has_kquant_body`; lengths checked by `dot_row_a8`.
+            let v = unsafe {
+                if legacy {
+                    dot_rows8_avx2::<T, PASS_ROWS>(t, w8, stride, &xs)
+                } else {
+                    dot_rows8_kquant_avx2::<T, PASS_ROWS>(t, w8, stride, &xs)
+                }
+            };
+            for (i, vi) in v.iter().enumerate() {
+                put(o8, b + i, vi);
+            }
+            b += PASS_ROWS;
+        }
+        while b < batch {
+            let xs = [x.row(b)];
+            // SAFETY: as above.
+            let v = unsafe {
+                if legacy {
+                    dot_rows8_avx2::<T, 1>(t, w8, stride, &xs)
+                } else {
+                    dot_rows8_kquant_avx2::<T, 1>(t, w8, stride, &xs)
+                }
+            };
+            put(o8, b, &v[0]);
+            b += 1;
+        }
+        done += W;
+    }
+    done
 }
 
 /// `row . xs[r]` for `R` rows at the level `dots` (lengths checked by

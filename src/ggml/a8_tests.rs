@@ -156,3 +156,136 @@ fn a8_matmul_batches_equal_their_rows() {
         assert_eq!(&y[b * 3..(b + 1) * 3], &yb[..]);
     }
 }
+
+/// `n` rows of `blocks` blocks of `T`: random blocks, except that row 0
+/// walks its code bytes through every byte value (every code and high-bit
+/// pattern of the legacy types) and one block of row 1 has zero halves.
+fn weight_rows<T: GgmlType>(n: usize, blocks: usize, seed: u64) -> Vec<u8> {
+    let mut data: Vec<u8> = (0..n * blocks)
+        .flat_map(|i| random_block::<T>(seed * 1000 + i as u64))
+        .collect();
+    let mut v = 0u8;
+    for b in data[..blocks * T::BYTES].chunks_exact_mut(T::BYTES) {
+        for (o, byte) in b.iter_mut().enumerate() {
+            if !T::HALF_SCALES.iter().any(|&h| o == h || o == h + 1) {
+                *byte = v;
+                v = v.wrapping_add(1);
+            }
+        }
+    }
+    if n > 1 {
+        let b = &mut data[(blocks + blocks / 2) * T::BYTES..][..T::BYTES];
+        for &h in T::HALF_SCALES {
+            b[h..h + 2].copy_from_slice(&[0, 0x80]); // -0.0
+        }
+    }
+    data
+}
+
+/// Every level's [`dot_row_a8`] over windows of weight rows (1-11 rows
+/// from an offset: the eight-row passes and their tails) and batches 1-17
+/// equals the scalar twin per weight row and activation row, bit for bit.
+fn check_weight_row_windows<T: GgmlType>() {
+    for blocks in [1, 2, 3, 5, 8] {
+        let stride = blocks * T::BYTES;
+        let data = weight_rows::<T>(13, blocks, blocks as u64);
+        let inf = blocks * T::ELEMS;
+        let (_, x) = row_and_x::<T>(blocks * 17, 9);
+        let x: Vec<f32> = x.chunks_exact(inf).flat_map(|c| c.to_vec()).collect();
+        for batch in 1..=17 {
+            let xq = Xq::quantize::<T>(&x[..batch * inf], batch, inf).unwrap();
+            for (r0, n) in crate::testutil::ROW_WINDOWS {
+                let rows = &data[r0 * stride..(r0 + n) * stride];
+                let want: Vec<f32> = rows
+                    .chunks_exact(stride)
+                    .flat_map(|w| (0..batch).map(|b| dot_row_a8_scalar::<T>(w, xq.row(b))))
+                    .collect();
+                for dots in a8_levels() {
+                    let mut got = vec![f32::NAN; n * batch];
+                    dot_row_a8::<T>(dots, rows, &xq, &mut got);
+                    let same = got
+                        .iter()
+                        .zip(&want)
+                        .all(|(g, w)| g.to_bits() == w.to_bits());
+                    assert!(
+                        same,
+                        "{} {dots:?} {blocks} blocks, rows {r0}+{n}, batch {batch}: \
+                         {got:?} vs {want:?}",
+                        T::NAME
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a8_weight_row_windows_equal_the_scalar_twin_bit_for_bit() {
+    each_type!(check_weight_row_windows);
+}
+
+/// The unsigned code forms the AVX2 legacy body feeds to `vpmaddubsw`:
+/// `q + bias` in `0..=31` for every code of every block, and Q8_0 (full
+/// signed bytes) without one.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn legacy_code_bias_makes_the_codes_unsigned() {
+    use crate::ggml::a8_legacy_x86::code_bias;
+    fn check<T: GgmlType>(want: Option<i8>) {
+        assert_eq!(code_bias(T::GGML_TYPE), want, "{}", T::NAME);
+        let Some(bias) = want else { return };
+        let data = weight_rows::<T>(2, 16, 5);
+        let mut q: Codes = [0; MAX_BLOCK_ELEMS];
+        let mut seen = [false; 32];
+        for b in data.chunks_exact(T::BYTES) {
+            T::codes(b, &mut q);
+            for &c in &q[..32] {
+                let u = i16::from(c) + i16::from(bias);
+                assert!((0..=31).contains(&u), "{}: {c} + {bias}", T::NAME);
+                seen[u as usize] = true;
+            }
+        }
+        let top = if T::NAME.starts_with("q4") { 16 } else { 32 };
+        assert!(seen[..top].iter().all(|&s| s), "{}: {seen:?}", T::NAME);
+    }
+    check::<Q4_0>(Some(8));
+    check::<Q4_1>(Some(0));
+    check::<Q5_0>(Some(16));
+    check::<Q5_1>(Some(0));
+    check::<Q8_0>(None);
+    check::<Q4K>(None);
+}
+
+/// The activation codes equal the textbook formula (`round_ties_even` of
+/// the true quotient, clamped) on every level, including ties, values a
+/// hair from the clamp and zero / subnormal blocks.
+#[test]
+fn activation_codes_equal_round_ties_even_of_the_quotient() {
+    let mut x: Vec<f32> = rand_vec(32 * 64, 11).iter().map(|v| v * 300.0).collect();
+    // Ties: block 1 scaled so that d = 1 and codes sit on halves.
+    for (i, v) in x[32..64].iter_mut().enumerate() {
+        *v = (i as f32 - 16.0) + 0.5;
+    }
+    x[63] = 127.0;
+    x[64..96].fill(0.0);
+    x[96..128].fill(1e-39);
+    let xq = Xq::quantize::<Q4_0>(&x, 1, x.len()).unwrap();
+    let r = xq.row(0);
+    for (b, xb) in x.chunks_exact(32).enumerate() {
+        let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let s = amax / 127.0;
+        for (i, &v) in xb.iter().enumerate() {
+            let want = if s < f32::MIN_POSITIVE {
+                0
+            } else {
+                (v / s).round_ties_even().clamp(-127.0, 127.0) as i8
+            };
+            assert_eq!(r.q[b * 32 + i], want, "block {b} elem {i}: {v} / {s}");
+        }
+    }
+    assert_eq!(&r.q[32..36], &[-16, -14, -14, -12]);
+    // The portable twin (the body compiled without AVX2) gives the same.
+    let (mut q, mut d) = (vec![0i8; x.len()], vec![0f32; x.len() / 32]);
+    crate::ggml::xq::quantize_blocks(&x, 32, &mut q, &mut d);
+    assert_eq!((&q[..], &d[..]), (r.q, r.d));
+}

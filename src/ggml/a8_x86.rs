@@ -44,7 +44,7 @@ unsafe fn signed_pair(q: __m256i, x: __m256i) -> (__m256i, __m256i) {
 /// they are never negative (`GgmlType::A8_UNSIGNED`), else through
 /// [`signed_pair`].
 #[inline(always)]
-unsafe fn pair_sums<T: GgmlType>(q: __m256i, x: __m256i) -> __m256i {
+pub(super) unsafe fn pair_sums<T: GgmlType>(q: __m256i, x: __m256i) -> __m256i {
     // SAFETY: the callers run with AVX2.
     unsafe {
         if T::A8_UNSIGNED {
@@ -159,7 +159,7 @@ unsafe fn halves4<T: GgmlType>(p: *const u8, o: usize) -> __m128 {
 /// 8-15 in both halves): one sub-block's `k_j` in all lanes (`SUB` 32), or
 /// `k_2c` in the low half and `k_2c+1` in the high half (`SUB` 16).
 #[inline(always)]
-unsafe fn k_lanes<T: GgmlType>(k_lo: __m256i, k_hi: __m256i, c: usize) -> __m256i {
+pub(super) unsafe fn k_lanes<T: GgmlType>(k_lo: __m256i, k_hi: __m256i, c: usize) -> __m256i {
     // Shuffle control: int16 lane `e` of each half in every lane.
     let pick = |e: usize| (((2 * e + 1) << 8) | (2 * e)) as i16;
     // SAFETY: AVX2 (the caller).
@@ -249,11 +249,12 @@ unsafe fn dot_body<T: GgmlType, D: IntDot, const R: usize>(
                 let m = if T::AFFINE { halves4::<T>(p, 2) } else { d };
                 for (x, a) in xs.iter().zip(acc4.iter_mut()) {
                     let xp = x.q.as_ptr().add(bi * 32);
-                    let xv = |t: usize| _mm256_loadu_si256(xp.add(32 * t).cast());
-                    let s0 = D::dot(zero, q[0], xv(0));
-                    let s1 = D::dot(zero, q[1], xv(1));
-                    let s2 = D::dot(zero, q[2], xv(2));
-                    let s3 = D::dot(zero, q[3], xv(3));
+                    // Plain loads, not a closure: a closure would not
+                    // inherit the target features.
+                    let s0 = D::dot(zero, q[0], _mm256_loadu_si256(xp.cast()));
+                    let s1 = D::dot(zero, q[1], _mm256_loadu_si256(xp.add(32).cast()));
+                    let s2 = D::dot(zero, q[2], _mm256_loadu_si256(xp.add(64).cast()));
+                    let s3 = D::dot(zero, q[3], _mm256_loadu_si256(xp.add(96).cast()));
                     let isum = _mm_cvtepi32_ps(hsum4_i32(s0, s1, s2, s3));
                     let dx = _mm_loadu_ps(x.d.as_ptr().add(bi));
                     let mut v = _mm_mul_ps(_mm_mul_ps(d, dx), isum);

@@ -41,9 +41,9 @@ pub(crate) fn dot_row<T: GgmlType>(dots: Dots, row: &[u8], x: &[f32]) -> f32 {
 
 /// `out[i] = row (r0 + i) . x` for the rows of `data` (`row_bytes` bytes
 /// of whole blocks of `T` each): at AVX2 several rows per pass over `x`
-/// (`legacy_avx2.rs` for the 32-weight types where F16C is there,
-/// `rows_avx2.rs` otherwise), at the other levels [`dot_row`] row by row. Each
-/// value is within [`dot_row`]'s bound.
+/// (with F16C `legacy_avx2.rs` for the 32-weight types and `rows_k_avx2.rs`
+/// for the k-quants, `rows_avx2.rs` otherwise), at the other levels
+/// [`dot_row`] row by row. Each value is within [`dot_row`]'s bound.
 pub(crate) fn dot_rows<T: GgmlType>(
     dots: Dots,
     data: &[u8],
@@ -55,11 +55,13 @@ pub(crate) fn dot_rows<T: GgmlType>(
     assert!(data.len() >= (r0 + out.len()) * row_bytes);
     match dots {
         #[cfg(target_arch = "x86_64")]
-        Dots::Avx2(_, Some(f)) if T::LEGACY != Legacy::No => {
-            super::legacy_avx2::dot_rows::<T>(f, data, row_bytes, r0, x, out)
-        }
-        #[cfg(target_arch = "x86_64")]
-        Dots::Avx2(t, _) => super::rows_avx2::dot_rows::<T>(t, data, row_bytes, r0, x, out),
+        Dots::Avx2(t, f16c) => match (T::ELEMS, T::LEGACY, f16c) {
+            (256, _, Some(f)) => super::rows_k_avx2::dot_rows::<T>(f, data, row_bytes, r0, x, out),
+            (_, l, Some(f)) if l != Legacy::No => {
+                super::legacy_avx2::dot_rows::<T>(f, data, row_bytes, r0, x, out)
+            }
+            _ => super::rows_avx2::dot_rows::<T>(t, data, row_bytes, r0, x, out),
+        },
         _ => {
             for (i, o) in out.iter_mut().enumerate() {
                 let r = r0 + i;

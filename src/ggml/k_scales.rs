@@ -21,7 +21,7 @@ pub(crate) fn scale_min(j: usize, s: &[u8]) -> (u8, u8) {
 }
 
 /// Pack 8 (scale, min) pairs (each < 64) the way [`scale_min`] reads them.
-fn pack_scale_min(sc: &[u8; 8], m: &[u8; 8], s: &mut [u8]) {
+pub(crate) fn pack_scale_min(sc: &[u8; 8], m: &[u8; 8], s: &mut [u8]) {
     s[..12].fill(0);
     for j in 0..8 {
         if j < 4 {

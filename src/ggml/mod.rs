@@ -22,6 +22,10 @@
 
 mod a8;
 #[cfg(target_arch = "x86_64")]
+mod a8_kquant_x86;
+#[cfg(target_arch = "x86_64")]
+mod a8_legacy_x86;
+#[cfg(target_arch = "x86_64")]
 mod a8_x86;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -47,6 +51,8 @@ mod q6_k;
 mod q8_0;
 #[cfg(target_arch = "x86_64")]
 mod rows_avx2;
+#[cfg(target_arch = "x86_64")]
+mod rows_k_avx2;
 mod xq;
 
 use std::fmt::Debug;

@@ -426,11 +426,10 @@ fn f32_to_f16_rounds_to_nearest_even() {
 #[path = "a8_tests.rs"]
 mod a8_tests;
 
-/// The batch-1 forward (`gguf_blocks::matvec_blocks`: bands forked with the
-/// calling thread working) against the shared engine's rows at batch 2 (the
-/// same row dots, rayon over rows) on a shape below and one above the fork
-/// threshold, with a bias: the same values bit for bit, and the same again
-/// under a one-thread cap.
+/// The batch-1 forward against batch 2 (the same row dots, `crate::par`
+/// over bands of rows) on a small shape and one of several bands, with a
+/// bias: the same values bit for bit, and the same again under a one-thread
+/// cap.
 fn check_batch1_forward<T: GgmlType>() {
     use crate::format::matmul_blocks;
     for (out, blocks) in [(7, 3), (300, 30)] {

@@ -91,7 +91,12 @@ impl crate::int4_asym::rows_avx2::GroupScales for OneRow<'_> {
         1
     }
 
-    fn group_scales(&self, _: Dots, _: usize, dm: &mut [f32]) {
-        super::row_dm(self.sc_row, self.supers, self.gps, dm);
+    fn group_scales(&self, dots: Dots, _: usize, dm: &mut [f32]) {
+        match dots {
+            Dots::Avx2(_, Some(f)) => {
+                super::row_dm_avx2::row_dm_f16c(f, self.sc_row, self.supers, self.gps, dm)
+            }
+            _ => super::row_dm(self.sc_row, self.supers, self.gps, dm),
+        }
     }
 }

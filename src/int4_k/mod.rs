@@ -28,6 +28,8 @@ mod avx512;
 mod body;
 mod dot;
 mod quantize;
+#[cfg(target_arch = "x86_64")]
+mod row_dm_avx2;
 
 use std::ops::Range;
 
@@ -431,9 +433,13 @@ impl crate::int4_asym::rows_avx2::GroupScales for KWeight {
         1
     }
 
-    fn group_scales(&self, _: Dots, r: usize, dm: &mut [f32]) {
+    fn group_scales(&self, dots: Dots, r: usize, dm: &mut [f32]) {
         let (_, sr, hr) = self.row_parts(r);
-        row_dm(sr, hr, self.super_block() / GROUP, dm);
+        let gps = self.super_block() / GROUP;
+        match dots {
+            Dots::Avx2(_, Some(f)) => row_dm_avx2::row_dm_f16c(f, sr, hr, gps, dm),
+            _ => row_dm(sr, hr, gps, dm),
+        }
     }
 }
 

@@ -177,3 +177,49 @@ fn bad_inputs_are_errors() {
     let e = KWeight::from_codes(&[0; 64], &[64, 0], &[0, 0], vec![0, 0], 1, 64).unwrap_err();
     assert!(e.to_string().contains("sc[0, 0] is 64"), "{e}");
 }
+
+/// The AVX2 + F16C unpack of the `(d, -m)` pairs is the scalar `row_dm`
+/// bit for bit: every 6-bit scale and minimum at every group position,
+/// halves of both signs (zero, subnormals, the largest), 1 to 4 super-blocks
+/// of 256, and rows whose super-block is the whole row (the scalar path).
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn vector_row_dm_is_the_scalar_one() {
+    let Some(t) = crate::simd::Avx2::new().and_then(|a| a.f16c()) else {
+        return;
+    };
+    let halves: [u16; 12] = [
+        0x0000, 0x8000, 0x0001, 0x8001, 0x03FF, 0x83FF, 0x3C00, 0xBC00, 0x7BFF, 0xFBFF, 0x2E66,
+        0xA0A3,
+    ];
+    for (in_feat, rows) in [(256, 64), (512, 32), (1024, 16), (96, 4), (576, 4)] {
+        let groups = in_feat / GROUP;
+        let gps = super_block(in_feat) / GROUP;
+        let nsb = groups / gps;
+        for r in 0..rows {
+            // Group `g` of row `r`: scale `r + 3g`, minimum `5r + g + 1` (mod
+            // 64): 64 rows of 8 groups hold every value at every position.
+            let sc: Vec<u8> = (0..groups).map(|g| ((r + 3 * g) % 64) as u8).collect();
+            let mn: Vec<u8> = (0..groups).map(|g| ((5 * r + g + 1) % 64) as u8).collect();
+            let mut packed = vec![0u8; scale_code_bytes(groups)];
+            pack_scale_codes(&sc, &mn, &mut packed);
+            let supers: Vec<u16> = (0..2 * nsb).map(|i| halves[(r + 5 * i) % 12]).collect();
+            let (mut want, mut got) = (vec![0f32; 2 * groups], vec![f32::NAN; 2 * groups]);
+            row_dm(&packed, &supers, gps, &mut want);
+            row_dm_avx2::row_dm_f16c(t, &packed, &supers, gps, &mut got);
+            for (g, (w, v)) in want.iter().zip(&got).enumerate() {
+                assert_eq!(w.to_bits(), v.to_bits(), "in {in_feat}, row {r}, slot {g}");
+            }
+            // And the scalar pairs are the format's `(D sc, -(Dmin mn))`.
+            for g in 0..groups {
+                let s = g / gps;
+                let d = f16_to_f32(supers[2 * s]) * f32::from(sc[g]);
+                let m = -(f16_to_f32(supers[2 * s + 1]) * f32::from(mn[g]));
+                assert_eq!(
+                    (want[2 * g].to_bits(), want[2 * g + 1].to_bits()),
+                    (d.to_bits(), m.to_bits())
+                );
+            }
+        }
+    }
+}

@@ -14,6 +14,7 @@ use std::path::Path;
 
 use rayon::prelude::*;
 
+use super::e4m3_round::div_round_e4m3;
 use super::kernels::{matmul_rows, Epilogue};
 use super::serde::{self as ser, DType, Reader, Writer, FLAG_ACT_SCALE, FLAG_BIAS};
 use super::stats::Stats;
@@ -23,7 +24,7 @@ use crate::format::{
     check_codes, check_float_weight, check_scale, dequantize_e4m3, quantize_e4m3, E4m3Rows,
     FormatId, Fp8E4M3, WeightFormat,
 };
-use crate::fp8::{round_to_grid_slice, Fp8Format};
+use crate::fp8::Fp8Format;
 use crate::st;
 
 const FMT: Fp8Format = Fp8Format::E4M3;
@@ -39,12 +40,31 @@ pub(crate) fn prepare_fp8(
     match activation_scale {
         None => (Cow::Borrowed(x), weight_scale_inv),
         Some(a) => {
-            let mut q: Vec<f32> = x.par_iter().with_min_len(1 << 14).map(|v| v / a).collect();
-            round_to_grid_slice(&mut q, FMT, true);
+            // One pass over `x`, each value divided and rounded in float32
+            // (`e4m3_round.rs`: the codec's encode-then-decode, without the
+            // codes and the decode's table gather). Small inputs (a decode
+            // step's) stay on the calling thread: a rayon call from
+            // Python's thread costs a pool wake-up, more than the work.
+            let mut q = vec![0f32; x.len()];
+            let fill = |(qc, xc): (&mut [f32], &[f32])| div_round_e4m3(xc, a, qc);
+            if x.len() < PREPARE_PAR_MIN {
+                q.chunks_mut(PREPARE_PIECE)
+                    .zip(x.chunks(PREPARE_PIECE))
+                    .for_each(fill);
+            } else {
+                q.par_chunks_mut(PREPARE_PIECE)
+                    .zip(x.par_chunks(PREPARE_PIECE))
+                    .for_each(fill);
+            }
             (Cow::Owned(q), a * weight_scale_inv)
         }
     }
 }
+
+/// Activations per piece of the W8A8 rounding (16 KiB of f32, in L1).
+const PREPARE_PIECE: usize = 4096;
+/// Activations from which the W8A8 rounding runs on the pool.
+const PREPARE_PAR_MIN: usize = 1 << 16;
 
 /// Per-tensor FP8 linear layer with optional static activation scaling.
 ///

@@ -2,10 +2,12 @@
 //! for a weight stored as rows `R [out, in]` in some compressed format.
 //!
 //! - Few batch rows (`m < TILE_MIN_ROWS`): every output row is one fused
-//!   decode-and-dot over the stored row (SIMD per format, rayon over output
-//!   rows). Each weight byte is read once per batch row, straight from
-//!   memory: the batch-1 case is bound by the weight's size.
-//! - Up to `GEMM_MIN_ROWS` batch rows: rayon over blocks of `RB`
+//!   decode-and-dot over the stored row (SIMD per format; E4M3 rows on AVX2
+//!   four at a time, `e4m3_rows.rs`), in tasks of output rows run by
+//!   `crate::par::for_each_block` (the caller works at once, pool threads
+//!   join as they wake). Each weight byte is read once per batch row,
+//!   straight from memory: the batch-1 case is bound by the weight's size.
+//! - Up to `GEMM_MIN_ROWS` batch rows: `for_each_block` over blocks of `RB`
 //!   output rows; each task decodes a tile `[RB, KC]` of the weight into an
 //!   f32 buffer that stays in cache and runs a 4x4 register-blocked dot
 //!   micro-kernel over it for every batch row.
@@ -22,8 +24,6 @@
 //!
 //! Each output element is computed by one task in a fixed order, so results
 //! do not depend on the thread count.
-
-use rayon::prelude::*;
 
 // Re-exported: the layers name the epilogue with `matmul_rows`, from here.
 pub(crate) use super::common::Epilogue;
@@ -121,15 +121,34 @@ pub(crate) fn matmul_rows<S: RowSource>(
     if m < TILE_MIN_ROWS || k == 0 {
         // Tasks of about 64 Ki weights, in calls of at most DOT_ROWS rows
         // (a multiple of 4, the rows per pass of the multi-row kernels).
+        // Run by `par::for_each_block`, not a rayon `par_iter`: called from
+        // Python's thread, rayon queues the job and puts the caller to sleep
+        // until the pool is done, and that wake-up was most of a batch-1
+        // call on a small layer (576 x 576: ~75 us of wall time for ~15 us
+        // of work on Zen 3; docs/benchmarks.md, "What bounds the batch-1
+        // FP8 forward"). Here the caller starts at once and helpers join
+        // when they wake. Each output row is still summed by one task.
         let rows_per_task = ((1 << 16) / k.max(1) + 1).next_multiple_of(4);
         let chunk = rows_per_task.min(DOT_ROWS);
-        (0..n.div_ceil(chunk)).into_par_iter().for_each(|c| {
+        // E4M3 rows where the level has the multi-row kernel: `x` scaled
+        // once per call for it (`e4m3_rows.rs`: exact, and refused for an
+        // `x` it would overflow).
+        let e4m3 = src
+            .e4m3_codes()
+            .filter(|_| dots.has_e4m3_rows() && k > 0)
+            .and_then(|codes| Some((codes, super::e4m3_rows::prescaled(x)?)));
+        crate::par::for_each_block(n.div_ceil(chunk), |c| {
             let rows = c * chunk..((c + 1) * chunk).min(n);
             let mut v = [0f32; DOT_ROWS];
             let v = &mut v[..rows.len()];
             for b in 0..m {
-                if k > 0 {
-                    src.dot_rows(dots, rows.start, &x[b * k..(b + 1) * k], v);
+                let xb = b * k..(b + 1) * k;
+                let by_rows = e4m3.as_ref().is_some_and(|(codes, xs)| {
+                    let block = &codes[rows.start * k..rows.end * k];
+                    dots.e4m3_rows(block, k, &xs[xb.clone()], v)
+                });
+                if k > 0 && !by_rows {
+                    src.dot_rows(dots, rows.start, &x[xb], v);
                 }
                 for (r, &vr) in rows.clone().zip(v.iter()) {
                     let o = out;
@@ -146,7 +165,8 @@ pub(crate) fn matmul_rows<S: RowSource>(
         gemm_rows(src, n, k, x, m, y, &b_at, scale, gemm);
         return;
     }
-    (0..n.div_ceil(RB)).into_par_iter().for_each(|blk| {
+    // `par::for_each_block` for the reason given at the batch-1 path.
+    crate::par::for_each_block(n.div_ceil(RB), |blk| {
         let r0 = blk * RB;
         let rb = RB.min(n - r0);
         let mut acc = vec![0f32; m * rb];
@@ -452,6 +472,63 @@ mod tests {
                         (got - want).abs() <= 1e-5 * mag * sc + 1e-5,
                         "m={m} n={n} k={k} ({b},{r}): {got} vs {want}"
                     );
+                }
+            }
+        }
+    }
+
+    /// Batch 1-3 on E4M3 rows (the multi-row kernel of `e4m3_rows.rs`
+    /// where the level has it, in groups of four rows plus the rest)
+    /// against float64 sums of the table's values, for row counts that are
+    /// not multiples of four or of a task's rows and depths with tails; an
+    /// `x` with an element of 2^17 (which the kernel's scaled copy refuses:
+    /// the per-row dot runs) gives the same within rounding; the same on one
+    /// thread as on the pool.
+    #[test]
+    fn e4m3_few_rows_match_f64_and_are_thread_independent() {
+        let table = crate::fp8::decode_table(crate::fp8::Fp8Format::E4M3);
+        for (m, n, k) in [
+            (1, 1, 1),
+            (1, 7, 33),
+            (2, 65, 577),
+            (3, 130, 1100),
+            (1, 203, 64),
+        ] {
+            let w = codes(n * k, 31);
+            for big in [false, true] {
+                let mut x = rng_vals(m * k, 32);
+                if big {
+                    x[k / 2] = 131072.0;
+                }
+                let bias = rng_vals(n, 33);
+                let epi = Epilogue {
+                    scale: &|r| 0.25 + r as f32 / 8.0,
+                    bias: Some(&bias),
+                };
+                let mut y = vec![f32::NAN; m * n];
+                matmul_rows(&Codes(&w, k), n, k, &x, m, &mut y, &epi);
+                let mut y1 = vec![f32::NAN; m * n];
+                crate::testutil::on_one_thread(|| {
+                    matmul_rows(&Codes(&w, k), n, k, &x, m, &mut y1, &epi)
+                });
+                assert_eq!(y, y1, "m={m} n={n} k={k}: one thread vs the pool");
+                for b in 0..m {
+                    for r in 0..n {
+                        let (mut s, mut mag) = (0f64, 0f64);
+                        for i in 0..k {
+                            let p =
+                                f64::from(x[b * k + i]) * f64::from(table[w[r * k + i] as usize]);
+                            s += p;
+                            mag += p.abs();
+                        }
+                        let sc = 0.25 + r as f64 / 8.0;
+                        let want = s * sc + f64::from(bias[r]);
+                        let got = f64::from(y[b * n + r]);
+                        assert!(
+                            (got - want).abs() <= 1e-5 * mag * sc + 1e-5,
+                            "m={m} n={n} k={k} big={big} ({b},{r}): {got} vs {want}"
+                        );
+                    }
                 }
             }
         }

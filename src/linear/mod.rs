@@ -38,11 +38,15 @@ mod common;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
+mod avx2_e4m3;
+#[cfg(target_arch = "x86_64")]
 mod avx512;
 pub mod borrowed;
 pub(crate) mod dispatch;
 #[cfg(target_arch = "x86_64")]
 mod dots;
+mod e4m3_round;
+mod e4m3_rows;
 mod format;
 pub(crate) mod fp8_dialect;
 mod fp8_linear;

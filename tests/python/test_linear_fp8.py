@@ -77,6 +77,26 @@ def test_big_layer_both_paths():
 
 
 @pytest.mark.kernel
+@pytest.mark.parametrize("act", [None, 0.02])
+def test_small_batch_is_the_same_under_every_thread_cap(act):
+    # 1001 output rows (tasks of 64 rows, the 4-row kernel's groups and a
+    # remainder) and a depth with a tail: bit-identical under quantrs.threads(1)
+    # and the whole pool, and within the float32 bound of the float64 reference.
+    w = rand((1001, 577), 6)
+    layer = PerTensorFP8Linear.from_float(w, activation_scale=act)
+    wd = decoded(layer)
+    for rows in (1, 3):
+        x = rand((rows, 577), 7 + rows)
+        y = layer.forward(x)
+        with quantrs.threads(1):
+            y1 = layer.forward(x)
+        assert np.array_equal(y, y1)
+        ref = fp8_linear_forward(x, wd, layer.weight_scale_inv, act)
+        xs = x if act is None else fp8_round(x / np.float32(act), "e4m3", True) * act
+        assert np.all(np.abs(y - ref) <= bound(xs, wd * layer.weight_scale_inv))
+
+
+@pytest.mark.kernel
 @pytest.mark.parametrize("rows", [8, 17, 40, 128])
 @pytest.mark.parametrize("act", [None, 0.05])
 def test_batched_forward_matches_reference(rows, act):

@@ -1,0 +1,163 @@
+//! The AVX2 int8-activation body of the k-quants (256 weights per block:
+//! Q4_K, Q5_K, Q6_K) over [`KQUANT_ROWS`] weight rows and up to four
+//! activation rows at once: each row's codes and scales are extracted once
+//! per block for all activation rows.
+//!
+//! Per block, each row's `sum_j k_j dot_j` (and, with a minimum, its
+//! `m_j * sum_j(xq)` products) accumulate in int32 lanes as in the one-row
+//! body (`a8_x86.rs`); the eight rows' lane vectors then fold in one
+//! `vphaddd` tree ([`lane_sums8`]) into one register whose lane `w` is row
+//! `w`'s exact `isum` (`msum`), and the block value ([`block_values`],
+//! each type's `GgmlType::a8_value` with the same roundings) runs on the
+//! eight lanes into four accumulators by block index mod 4: lane `w` is
+//! row `w`'s accumulator of the scalar twin (`a8::dot_row_a8_scalar`), so
+//! every result is the twin's bit for bit.
+
+use std::arch::x86_64::*;
+
+use super::a8_legacy_x86::{halves8, lane_sums8};
+use super::a8_x86::{k_lanes, pair_sums};
+use super::xq::XqRow;
+use super::GgmlType;
+use crate::simd::Avx2F16c;
+
+/// Weight rows one pass of [`dot_rows8_kquant_avx2`] serves.
+pub(super) const KQUANT_ROWS: usize = 8;
+
+/// Whether [`block_values`] has `T`'s block value (by ggml type number:
+/// Q4_K 12, Q5_K 13, Q6_K 14).
+pub(super) const fn has_kquant_body(ggml_type: u32) -> bool {
+    matches!(ggml_type, 12..=14)
+}
+
+/// The k-quant block values of eight rows (lanes) against an activation
+/// block of scale `dx`: Q4_K / Q5_K `(d dx) isum - (dmin dx) msum` (`d`,
+/// `dmin` the halves at bytes 0 and 2, `k_scales::k_a8_value`), Q6_K
+/// `(d dx) isum` (`d` the half at byte 208).
+///
+/// # Safety
+/// AVX2 and F16C in force; the eight blocks at `p + w * stride` readable.
+#[inline(always)]
+unsafe fn block_values<T: GgmlType>(
+    p: *const u8,
+    stride: usize,
+    dx: __m256,
+    isum: __m256i,
+    msum: __m256i,
+) -> __m256 {
+    // SAFETY: the caller's contract.
+    unsafe {
+        if T::GGML_TYPE == 14 {
+            let d = halves8(p, stride, 208);
+            _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(isum))
+        } else {
+            let d = halves8(p, stride, 0);
+            let dmin = halves8(p, stride, 2);
+            _mm256_sub_ps(
+                _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(isum)),
+                _mm256_mul_ps(_mm256_mul_ps(dmin, dx), _mm256_cvtepi32_ps(msum)),
+            )
+        }
+    }
+}
+
+/// Row `w`'s int32 lane vectors of block `bi` (at `b`) against each row
+/// `r` of `xs`, into `isums[r][w]` / `msums[r][w]`: `sum_j k_j dot_j` and,
+/// for the types with a minimum, `m_j * sums_j` per sub-block. The codes
+/// and scales are extracted once for all rows of `xs`.
+///
+/// # Safety
+/// As [`dot_rows8_kquant_avx2`]; `b` is block `bi` of a row, `w < 8`.
+#[inline(always)]
+unsafe fn row_block<T: GgmlType, const R: usize>(
+    b: *const u8,
+    xs: &[XqRow<'_>; R],
+    bi: usize,
+    w: usize,
+    isums: &mut [[__m256i; 8]; R],
+    msums: &mut [[__m256i; 8]; R],
+) {
+    // SAFETY: the caller's contract: the block's bytes and block `bi` of
+    // each row of `xs` (its 256 codes and its sub-block sums) are inside.
+    // No closures: they would not inherit the target features, and their
+    // intrinsics would not inline.
+    unsafe {
+        let (k, m) = T::a8_ints_x86(b);
+        let (k_lo, k_hi) = (
+            _mm256_permute2x128_si256::<0x00>(k, k),
+            _mm256_permute2x128_si256::<0x11>(k, k),
+        );
+        let mut v = [_mm256_setzero_si256(); R];
+        for c in 0..T::ELEMS / 32 {
+            let q = T::codes32_x86(b, c);
+            let kc = k_lanes::<T>(k_lo, k_hi, c);
+            for r in 0..R {
+                let xv = _mm256_loadu_si256(xs[r].q.as_ptr().add(bi * T::ELEMS + 32 * c).cast());
+                let d = _mm256_madd_epi16(pair_sums::<T>(q, xv), kc);
+                v[r] = _mm256_add_epi32(v[r], d);
+            }
+        }
+        let m32 = _mm256_cvtepi16_epi32(m);
+        for r in 0..R {
+            isums[r][w] = v[r];
+            if T::AFFINE {
+                let sp = xs[r].sums.as_ptr().add(bi * (T::ELEMS / T::SUB));
+                let s = _mm256_loadu_si256(sp.cast());
+                msums[r][w] = _mm256_mullo_epi32(m32, s);
+            }
+        }
+    }
+}
+
+/// `rows[w] . xs[r]` for the [`KQUANT_ROWS`] weight rows of `rows` (each
+/// `stride` bytes of whole blocks of `T`, a k-quant of
+/// [`has_kquant_body`]) and the `R` activation rows `xs`, as `out[r][w]`.
+///
+/// # Safety
+/// The token proves AVX2, FMA and F16C; `T::ELEMS == 256` and
+/// `has_kquant_body(T::GGML_TYPE)`; `rows` holds eight rows of `stride`
+/// bytes; every row of `xs` is of an `Xq` of `T` for `stride / T::BYTES`
+/// blocks (the checks of `a8::dot_row_a8`).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn dot_rows8_kquant_avx2<T: GgmlType, const R: usize>(
+    _: Avx2F16c,
+    rows: &[u8],
+    stride: usize,
+    xs: &[XqRow<'_>; R],
+) -> [[f32; KQUANT_ROWS]; R] {
+    debug_assert!(T::ELEMS == 256 && rows.len() == KQUANT_ROWS * stride);
+    let nb = stride / T::BYTES;
+    let mut acc = [[_mm256_setzero_ps(); 4]; R];
+    let p = rows.as_ptr();
+    // SAFETY: block `bi < nb` of row `w < 8` is `BYTES` bytes at
+    // `w * stride + bi * BYTES`, inside `rows`; the rest is the caller's
+    // contract.
+    unsafe {
+        for bi in 0..nb {
+            let pb = p.add(bi * T::BYTES);
+            let mut isums = [[_mm256_setzero_si256(); 8]; R];
+            let mut msums = isums;
+            for w in 0..8 {
+                row_block::<T, R>(pb.add(w * stride), xs, bi, w, &mut isums, &mut msums);
+            }
+            for r in 0..R {
+                let isum = lane_sums8(&isums[r]);
+                let msum = if T::AFFINE {
+                    lane_sums8(&msums[r])
+                } else {
+                    isum
+                };
+                let dx = _mm256_set1_ps(xs[r].d[bi]);
+                let v = block_values::<T>(pb, stride, dx, isum, msum);
+                acc[r][bi % 4] = _mm256_add_ps(acc[r][bi % 4], v);
+            }
+        }
+        let mut out = [[0f32; KQUANT_ROWS]; R];
+        for r in 0..R {
+            let a = &acc[r];
+            let s = _mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3]));
+            _mm256_storeu_ps(out[r].as_mut_ptr(), s);
+        }
+        out
+    }
+}

@@ -1,0 +1,69 @@
+//! [`super::row_dm`] with AVX2 + F16C for rows of 256-input super-blocks
+//! (8 groups, 12 scale-code bytes each): the multi-row kernel
+//! (`crate::int4_asym::rows_avx2`) asks for every row's `(d, -m)` pairs on
+//! every call, and the scalar unpack (two integer-to-float conversions and
+//! two multiplies per group, software half conversions) cost about as much
+//! as the group's dot. Here a super-block's 8 groups are unpacked at once:
+//! one in-lane byte shuffle puts each group's 12-bit field in a 32-bit lane
+//! (groups 0-3 from bytes 0-5, 4-7 from bytes 6-11 of the broadcast
+//! bytes), one per-lane shift aligns the odd groups' fields, two masks give
+//! `sc` and `mn`, and the products with `D` and `-Dmin` (halves by F16C)
+//! are the scalar ones bit for bit (the same f32 multiplications).
+
+use std::arch::x86_64::*;
+
+use super::{row_dm, GROUP, SUPER};
+use crate::simd::Avx2F16c;
+
+/// Groups per 256-input super-block.
+const GPS: usize = SUPER / GROUP;
+
+/// [`super::row_dm`] (the same values): vector code where super-blocks are
+/// 8 groups, the scalar unpack otherwise.
+pub(crate) fn row_dm_f16c(t: Avx2F16c, sc_row: &[u8], supers: &[u16], gps: usize, dm: &mut [f32]) {
+    let groups = dm.len() / 2;
+    if gps != GPS || !groups.is_multiple_of(GPS) {
+        return row_dm(sc_row, supers, gps, dm);
+    }
+    assert!(sc_row.len() >= groups / 2 * 3 && supers.len() >= 2 * (groups / GPS));
+    // SAFETY: the token proves AVX2, FMA and F16C; lengths checked above.
+    unsafe { unpack(t, sc_row, supers, dm) }
+}
+
+/// Per super-block `s` (12 code bytes at `12 s`, halves `2 s`, `2 s + 1`),
+/// the 16 floats `dm[16 s..]`.
+///
+/// # Safety
+/// None beyond the token; `dm.len() / 16` super-blocks of codes and
+/// halves present (checked by [`row_dm_f16c`]).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn unpack(_: Avx2F16c, sc_row: &[u8], supers: &[u16], dm: &mut [f32]) {
+    // Lane `g` of each 128-bit half: bytes `3(g/2) + g%2` and the next,
+    // zero-extended to 32 bits (half 1 starts at byte 6).
+    let ctl = _mm256_setr_epi8(
+        0, 1, -1, -1, 1, 2, -1, -1, 3, 4, -1, -1, 4, 5, -1, -1, //
+        6, 7, -1, -1, 7, 8, -1, -1, 9, 10, -1, -1, 10, 11, -1, -1,
+    );
+    let shift = _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4);
+    let six = _mm256_set1_epi32(0x3F);
+    let mut bytes = [0u8; 16];
+    for (s, out) in dm.chunks_exact_mut(2 * GPS).enumerate() {
+        bytes[..12].copy_from_slice(&sc_row[12 * s..12 * s + 12]);
+        // SAFETY: 16 bytes in `bytes`, 16 floats in `out`.
+        unsafe {
+            let v = _mm256_broadcastsi128_si256(_mm_loadu_si128(bytes.as_ptr().cast()));
+            let f = _mm256_srlv_epi32(_mm256_shuffle_epi8(v, ctl), shift);
+            let sc = _mm256_cvtepi32_ps(_mm256_and_si256(f, six));
+            let mn = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32::<6>(f), six));
+            let big_d = _mm256_cvtph_ps(_mm_set1_epi16(supers[2 * s] as i16));
+            let dmin = _mm256_cvtph_ps(_mm_set1_epi16(supers[2 * s + 1] as i16));
+            let d = _mm256_mul_ps(big_d, sc);
+            // Negating `Dmin` is exact, so `(-Dmin) * mn` is `-(Dmin * mn)`.
+            let m = _mm256_mul_ps(_mm256_xor_ps(dmin, _mm256_set1_ps(-0.0)), mn);
+            let (lo, hi) = (_mm256_unpacklo_ps(d, m), _mm256_unpackhi_ps(d, m));
+            let p = out.as_mut_ptr();
+            _mm256_storeu_ps(p, _mm256_permute2f128_ps::<0x20>(lo, hi));
+            _mm256_storeu_ps(p.add(8), _mm256_permute2f128_ps::<0x31>(lo, hi));
+        }
+    }
+}
