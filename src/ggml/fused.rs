@@ -6,11 +6,15 @@
 //! over the sub-blocks `j` of every block (`GgmlType::factors`, `codes`):
 //! no float weight is formed. It reassociates the exact weight's products,
 //! so it is within `(in + 2) * eps_f32 * sum_i (|a q_i| + |c|) |x_i|` of the
-//! float64 dot of the dequantized row.
+//! float64 dot of the dequantized row. The AVX2 kernel of the 32-weight
+//! types (`legacy_avx2.rs`) sums the unsigned codes `n = q + bias` and
+//! `-bias * sum(x)` instead (`GgmlType::LEGACY`): for it `(a, q, c)` above
+//! read `(d, n, c - bias d)`, a bound at most `1 + 2 bias / |q|` times
+//! larger per weight (Q4_0: bias 8; Q5_0: 16; the others 0).
 
 #[cfg(target_arch = "x86_64")]
 use super::{avx2, avx512};
-use super::{Codes, GgmlType, MAX_BLOCK_ELEMS};
+use super::{Codes, GgmlType, Legacy, MAX_BLOCK_ELEMS};
 use crate::linear::dispatch::Dots;
 
 /// `row . x` for `row` whole blocks of `T` and `x` their weights' inputs.
@@ -21,6 +25,13 @@ pub(crate) fn dot_row<T: GgmlType>(dots: Dots, row: &[u8], x: &[f32]) -> f32 {
         // checked above.
         #[cfg(target_arch = "x86_64")]
         Dots::Avx512(t) => unsafe { avx512::dot_row::<T>(t, row, x) },
+        // A 32-weight type with F16C: its own kernel (one row).
+        #[cfg(target_arch = "x86_64")]
+        Dots::Avx2(_, Some(f)) if T::LEGACY != Legacy::No => {
+            let mut out = [0f32];
+            super::legacy_avx2::dot_rows::<T>(f, row, row.len(), 0, x, &mut out);
+            out[0]
+        }
         // SAFETY: the token proves AVX2 and FMA; lengths checked above.
         #[cfg(target_arch = "x86_64")]
         Dots::Avx2(t, _) => avx2::dot_row::<T>(t, row, x),
@@ -30,8 +41,9 @@ pub(crate) fn dot_row<T: GgmlType>(dots: Dots, row: &[u8], x: &[f32]) -> f32 {
 
 /// `out[i] = row (r0 + i) . x` for the rows of `data` (`row_bytes` bytes
 /// of whole blocks of `T` each): at AVX2 several rows per pass over `x`
-/// (`rows_avx2.rs`), at the other levels [`dot_row`] row by row. Each
-/// value is within [`dot_row`]'s bound.
+/// (with F16C `legacy_avx2.rs` for the 32-weight types and `rows_k_avx2.rs`
+/// for the k-quants, `rows_avx2.rs` otherwise), at the other levels
+/// [`dot_row`] row by row. Each value is within [`dot_row`]'s bound.
 pub(crate) fn dot_rows<T: GgmlType>(
     dots: Dots,
     data: &[u8],
@@ -43,12 +55,13 @@ pub(crate) fn dot_rows<T: GgmlType>(
     assert!(data.len() >= (r0 + out.len()) * row_bytes);
     match dots {
         #[cfg(target_arch = "x86_64")]
-        Dots::Avx2(t, f16c) => {
-            if let (256, Some(f)) = (T::ELEMS, f16c) {
-                return super::rows_k_avx2::dot_rows::<T>(f, data, row_bytes, r0, x, out);
+        Dots::Avx2(t, f16c) => match (T::ELEMS, T::LEGACY, f16c) {
+            (256, _, Some(f)) => super::rows_k_avx2::dot_rows::<T>(f, data, row_bytes, r0, x, out),
+            (_, l, Some(f)) if l != Legacy::No => {
+                super::legacy_avx2::dot_rows::<T>(f, data, row_bytes, r0, x, out)
             }
-            super::rows_avx2::dot_rows::<T>(t, data, row_bytes, r0, x, out)
-        }
+            _ => super::rows_avx2::dot_rows::<T>(t, data, row_bytes, r0, x, out),
+        },
         _ => {
             for (i, o) in out.iter_mut().enumerate() {
                 let r = r0 + i;

@@ -38,6 +38,9 @@ mod codes_x86;
 mod f16;
 mod fused;
 mod k_scales;
+mod legacy;
+#[cfg(target_arch = "x86_64")]
+mod legacy_avx2;
 mod q4_0;
 mod q4_1;
 mod q4_k;
@@ -57,6 +60,7 @@ use std::fmt::Debug;
 pub(crate) use a8::{dot_row_a8, A8Dots};
 pub(crate) use f16::{f16_at, f32_to_f16, put_f16};
 pub(crate) use fused::{decode_block, dot_row, dot_rows};
+pub use legacy::Legacy;
 pub use q4_0::Q4_0;
 pub use q4_1::Q4_1;
 pub use q4_k::Q4K;
@@ -103,6 +107,10 @@ pub trait GgmlType: Copy + Debug + Default + Send + Sync + 'static {
     /// Encode `x` (`ELEMS` finite floats) into block `b` (`BYTES` bytes),
     /// round to nearest.
     fn quantize_block(x: &[f32], b: &mut [u8]);
+
+    /// Where a 32-weight block keeps its codes, for the AVX2 row dot of
+    /// those types (`Legacy::No`, the default, for the others).
+    const LEGACY: Legacy = Legacy::No;
 
     /// Weights per sub-block (one affine map each): 32, or 16 (Q6_K).
     const SUB: usize = 32;

@@ -2,7 +2,7 @@
 //! weight); byte `j` holds weight `j` (low nibble) and `j + 16` (high);
 //! `w = d * (q - 8)`.
 
-use super::{f16_at, inverse, put_f16, signed_absmax, Codes, GgmlType};
+use super::{f16_at, inverse, put_f16, signed_absmax, Codes, GgmlType, Legacy};
 
 /// ggml's Q4_0.
 #[derive(Clone, Copy, Debug, Default)]
@@ -14,6 +14,7 @@ impl GgmlType for Q4_0 {
     const ELEMS: usize = 32;
     const BYTES: usize = 18;
     const HALF_SCALES: &'static [usize] = &[0];
+    const LEGACY: Legacy = Legacy::Nibbles { qs: 2, bias: 8 };
     fn codes(b: &[u8], q: &mut Codes) {
         for (j, &v) in b[2..18].iter().enumerate() {
             q[j] = (v & 0x0F) as i8 - 8;

@@ -1,7 +1,7 @@
 //! Q4_1: 32 weights, `{ f16 d; f16 m; u8 qs[16] }` (20 bytes, 5 bits per
 //! weight); nibbles as Q4_0; `w = d * q + m`.
 
-use super::{f16_at, put_f16, Codes, Factors, GgmlType, MAX_SUBS};
+use super::{f16_at, put_f16, Codes, Factors, GgmlType, Legacy, MAX_SUBS};
 use crate::ggml::{f32_to_f16, inverse};
 
 /// ggml's Q4_1.
@@ -31,6 +31,7 @@ impl GgmlType for Q4_1 {
     const ELEMS: usize = 32;
     const BYTES: usize = 20;
     const HALF_SCALES: &'static [usize] = &[0, 2];
+    const LEGACY: Legacy = Legacy::Nibbles { qs: 4, bias: 0 };
     const AFFINE: bool = true;
 
     #[inline(always)]

@@ -2,7 +2,7 @@
 //! per weight); low nibbles as Q4_0, bit `j` of the little-endian u32 `qh`
 //! is the fifth bit of weight `j`; `w = d * (q - 16)`.
 
-use super::{f16_at, inverse, put_f16, signed_absmax, Codes, GgmlType};
+use super::{f16_at, inverse, put_f16, signed_absmax, Codes, GgmlType, Legacy};
 
 /// ggml's Q5_0.
 #[derive(Clone, Copy, Debug, Default)]
@@ -37,6 +37,11 @@ impl GgmlType for Q5_0 {
     const ELEMS: usize = 32;
     const BYTES: usize = 22;
     const HALF_SCALES: &'static [usize] = &[0];
+    const LEGACY: Legacy = Legacy::Fifth {
+        qh: 2,
+        qs: 6,
+        bias: 16,
+    };
     fn codes(b: &[u8], q: &mut Codes) {
         for (c, v) in q.iter_mut().zip(codes5(&b[2..6], &b[6..22])) {
             *c = v as i8 - 16;

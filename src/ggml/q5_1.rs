@@ -3,7 +3,7 @@
 
 use super::q4_1::{min_step, scale_and_min};
 use super::q5_0::{codes5, pack5};
-use super::{f16_at, inverse, put_f16, Codes, Factors, GgmlType};
+use super::{f16_at, inverse, put_f16, Codes, Factors, GgmlType, Legacy};
 
 /// ggml's Q5_1.
 #[derive(Clone, Copy, Debug, Default)]
@@ -15,6 +15,11 @@ impl GgmlType for Q5_1 {
     const ELEMS: usize = 32;
     const BYTES: usize = 24;
     const HALF_SCALES: &'static [usize] = &[0, 2];
+    const LEGACY: Legacy = Legacy::Fifth {
+        qh: 4,
+        qs: 8,
+        bias: 0,
+    };
     const AFFINE: bool = true;
 
     #[inline(always)]

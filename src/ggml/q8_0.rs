@@ -1,7 +1,7 @@
 //! Q8_0: 32 weights, `{ f16 d; i8 qs[32] }` (34 bytes, 8.5 bits per
 //! weight); `w = d * q`.
 
-use super::{f16_at, inverse, put_f16, Codes, GgmlType};
+use super::{f16_at, inverse, put_f16, Codes, GgmlType, Legacy};
 
 /// ggml's Q8_0.
 #[derive(Clone, Copy, Debug, Default)]
@@ -13,6 +13,7 @@ impl GgmlType for Q8_0 {
     const ELEMS: usize = 32;
     const BYTES: usize = 34;
     const HALF_SCALES: &'static [usize] = &[0];
+    const LEGACY: Legacy = Legacy::Bytes { qs: 2 };
     fn codes(b: &[u8], q: &mut Codes) {
         for (c, &v) in q.iter_mut().zip(&b[2..34]) {
             *c = v as i8;

@@ -213,19 +213,23 @@ fn check_dot<T: GgmlType>() {
 }
 
 /// The float64 dot of the dequantized `row` with `x`, and `fused.rs`'s
-/// bound `(in + 2) * eps * sum (|a q| + |c|) |x|` around it.
+/// bound `(in + 2) * eps * sum (|a q| + |c|) |x|` around it, with `(a, q,
+/// c)` read as `(a, q + bias, c - bias a)` (`GgmlType::LEGACY`: the AVX2
+/// kernel of the 32-weight types sums the unsigned codes).
 fn exact_and_bound<T: GgmlType>(row: &[u8], x: &[f32]) -> (f64, f64) {
     let (mut exact, mut mag) = (0f64, 0f64);
     let mut w = vec![0f32; T::ELEMS];
     let mut q: Codes = [0; MAX_BLOCK_ELEMS];
+    let bias = f64::from(T::LEGACY.bias());
     for (b, xb) in row.chunks_exact(T::BYTES).zip(x.chunks_exact(T::ELEMS)) {
         T::dequantize_block(b, &mut w);
         T::codes(b, &mut q);
         let (a, c) = T::factors(b);
         for i in 0..T::ELEMS {
             let j = i / T::SUB;
+            let (a, c) = (f64::from(a[j]), f64::from(c[j]));
             exact += f64::from(w[i]) * f64::from(xb[i]);
-            mag += (f64::from(a[j] * f32::from(q[i])).abs() + f64::from(c[j]).abs())
+            mag += ((a * (f64::from(q[i]) + bias)).abs() + (c - bias * a).abs())
                 * f64::from(xb[i]).abs();
         }
     }
@@ -272,6 +276,111 @@ fn check_dot_rows<T: GgmlType>() {
     }
 }
 
+/// Block `g` of a row set (for the 32-weight kernel, `legacy_avx2.rs`):
+/// its code bytes cycle through every byte value over consecutive blocks
+/// (so every nibble, fifth-bit byte and int8 code occurs at every
+/// position), its halves are `+0`, `-0`, a subnormal, the largest finite
+/// half or a random finite one, each of either sign.
+fn legacy_block<T: GgmlType>(g: usize) -> Vec<u8> {
+    let mut b = random_block::<T>(9000 + g as u64);
+    let first = T::HALF_SCALES.len() * 2;
+    for (j, v) in b.iter_mut().enumerate().skip(first) {
+        *v = ((g * 16 + j * 37) % 256) as u8;
+    }
+    if let Legacy::Fifth { qh, .. } = T::LEGACY {
+        for p in 0..4 {
+            b[qh + p] = ((g + 64 * p) % 256) as u8;
+        }
+    }
+    for (n, &o) in T::HALF_SCALES.iter().enumerate() {
+        let sign = if (g / 5 + n) % 2 == 1 { 0x8000u16 } else { 0 };
+        let h = match (g + 2 * n) % 5 {
+            0 => 0,
+            1 => 0x0001 + (g as u16 * 97) % 0x3FF,
+            2 => 0x7BFF,
+            // (Exponent 31 cleared to 15: finite.)
+            _ => match u16::from_le_bytes([b[o], b[o + 1]]) & 0x7FFF {
+                h if h >= 0x7C00 => h & 0x3FFF,
+                h => h,
+            },
+        };
+        b[o..o + 2].copy_from_slice(&(sign | h).to_le_bytes());
+    }
+    b
+}
+
+/// The AVX2 kernel of the 32-weight types (four rows per pass, halves
+/// converted per span of 32 blocks) through `dot_rows` at every level, on
+/// 1 to 11 rows from an offset and block counts around the span: each
+/// output within the float64 bound of its dequantized row, and within
+/// twice that of the scalar twin.
+fn check_legacy_rows<T: GgmlType>() {
+    for blocks in [1, 2, 5, 18, 31, 32, 33, 48, 70] {
+        let in_feat = blocks * T::ELEMS;
+        let rows = 13;
+        let mut data = Vec::new();
+        for g in 0..rows * blocks {
+            data.extend(legacy_block::<T>(g));
+        }
+        let row_bytes = blocks * T::BYTES;
+        let x: Vec<f32> = rand_vec(in_feat, 11 + blocks as u64)
+            .iter()
+            .map(|v| 4.0 * v - 2.0)
+            .collect();
+        for (r0, n) in crate::testutil::ROW_WINDOWS {
+            for level in available_levels() {
+                let mut out = vec![f32::NAN; n];
+                dot_rows::<T>(Dots::at(level).unwrap(), &data, row_bytes, r0, &x, &mut out);
+                for (i, &got) in out.iter().enumerate() {
+                    let row = &data[(r0 + i) * row_bytes..(r0 + i + 1) * row_bytes];
+                    let (exact, bound) = exact_and_bound::<T>(row, &x);
+                    let scalar = f64::from(fused::dot_row_scalar::<T>(row, &x));
+                    let got = f64::from(got);
+                    let at = format!(
+                        "{} {level:?} rows {r0}+{i} of {n}, {blocks} blocks",
+                        T::NAME
+                    );
+                    assert!(
+                        (got - exact).abs() <= bound,
+                        "{at}: {got} vs {exact} ({bound})"
+                    );
+                    assert!(
+                        (got - scalar).abs() <= 2.0 * bound,
+                        "{at}: {got} vs {scalar}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn legacy_kernel_matches_float64_on_every_code_and_scale() {
+    check_legacy_rows::<Q8_0>();
+    check_legacy_rows::<Q4_0>();
+    check_legacy_rows::<Q4_1>();
+    check_legacy_rows::<Q5_0>();
+    check_legacy_rows::<Q5_1>();
+}
+
+/// The table of fifth bits and the layouts the kernel reads by: each
+/// `LEGACY` names the type's code offset and the 32-weight types only.
+#[test]
+fn legacy_layouts_name_the_code_offsets() {
+    assert_eq!(Q4_0::LEGACY.bias(), 8);
+    assert_eq!(Q5_0::LEGACY.bias(), 16);
+    for bias in [
+        Q4_1::LEGACY.bias(),
+        Q5_1::LEGACY.bias(),
+        Q8_0::LEGACY.bias(),
+    ] {
+        assert_eq!(bias, 0);
+    }
+    assert_eq!(Q4K::LEGACY, Legacy::No);
+    assert_eq!(Q5K::LEGACY, Legacy::No);
+    assert_eq!(Q6K::LEGACY, Legacy::No);
+}
+
 #[test]
 fn codes_and_maps_give_the_exact_weights_at_every_level() {
     each_type!(check_codes);
@@ -316,3 +425,47 @@ fn f32_to_f16_rounds_to_nearest_even() {
 
 #[path = "a8_tests.rs"]
 mod a8_tests;
+
+/// The batch-1 forward against batch 2 (the same row dots, `crate::par`
+/// over bands of rows) on a small shape and one of several bands, with a
+/// bias: the same values bit for bit, and the same again under a one-thread
+/// cap.
+fn check_batch1_forward<T: GgmlType>() {
+    use crate::format::matmul_blocks;
+    for (out, blocks) in [(7, 3), (300, 30)] {
+        let inf = blocks * T::ELEMS;
+        let mut data = Vec::new();
+        for g in 0..out * blocks {
+            data.extend(legacy_block::<T>(g));
+        }
+        let x: Vec<f32> = rand_vec(2 * inf, 21)
+            .iter()
+            .map(|v| 2.0 * v - 1.0)
+            .collect();
+        let bias: Vec<f32> = rand_vec(out, 22);
+        let mut y2 = vec![0f32; 2 * out];
+        matmul_blocks::<T>(&data, [out, inf], &x, 2, Some(&bias), &mut y2).unwrap();
+        for r in 0..2 {
+            let mut y1 = vec![f32::NAN; out];
+            let xr = &x[r * inf..(r + 1) * inf];
+            matmul_blocks::<T>(&data, [out, inf], xr, 1, Some(&bias), &mut y1).unwrap();
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&y1),
+                bits(&y2[r * out..(r + 1) * out]),
+                "{} {out} row {r}",
+                T::NAME
+            );
+            let prev = crate::par::set_thread_limit(Some(1));
+            let mut y1c = vec![f32::NAN; out];
+            matmul_blocks::<T>(&data, [out, inf], xr, 1, Some(&bias), &mut y1c).unwrap();
+            crate::par::set_thread_limit(prev);
+            assert_eq!(bits(&y1c), bits(&y1), "{} {out} one thread", T::NAME);
+        }
+    }
+}
+
+#[test]
+fn batch1_forward_equals_the_engine_rows_with_bias() {
+    each_type!(check_batch1_forward);
+}
