@@ -56,7 +56,14 @@ pub(crate) fn dot_rows<T: GgmlType>(
     match dots {
         #[cfg(target_arch = "x86_64")]
         Dots::Avx2(t, f16c) => match (T::ELEMS, T::LEGACY, f16c) {
-            (256, _, Some(f)) => super::rows_k_avx2::dot_rows::<T>(f, data, row_bytes, r0, x, out),
+            (256, _, Some(f)) => {
+                if !super::rows_k_avx2::dot_rows::<T>(f, data, row_bytes, r0, x, out) {
+                    for (i, o) in out.iter_mut().enumerate() {
+                        let r = r0 + i;
+                        *o = dot_row_scalar::<T>(&data[r * row_bytes..(r + 1) * row_bytes], x);
+                    }
+                }
+            }
             (_, l, Some(f)) if l != Legacy::No => {
                 super::legacy_avx2::dot_rows::<T>(f, data, row_bytes, r0, x, out)
             }

@@ -49,7 +49,6 @@
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 
-use super::fused::dot_row_scalar;
 use super::{GgmlType, Q4K, Q5K, Q6K};
 use crate::simd::{Avx2F16c, F32Lanes};
 
@@ -58,7 +57,10 @@ const X_LIMIT_BITS: i32 = 0x5F80_0000;
 
 /// `out[i] = row (r0 + i) . x` for the rows of `data`, `row_bytes` bytes
 /// (whole super-blocks of `T`, one of Q4_K, Q5_K, Q6_K) each, `x` their
-/// `row_bytes / BYTES * 256` inputs.
+/// `row_bytes / BYTES * 256` inputs; false, with `out` untouched, for an
+/// `x` this kernel declines (some `|x_i| >= 2^64` or not finite: the caller,
+/// `fused::dot_rows`, then runs the scalar twin).
+#[must_use]
 pub(crate) fn dot_rows<T: GgmlType>(
     t: Avx2F16c,
     data: &[u8],
@@ -66,14 +68,14 @@ pub(crate) fn dot_rows<T: GgmlType>(
     r0: usize,
     x: &[f32],
     out: &mut [f32],
-) {
+) -> bool {
     assert!(
         T::ELEMS == 256
             && row_bytes.is_multiple_of(T::BYTES)
             && x.len() == row_bytes / T::BYTES * T::ELEMS
             && data.len() >= (r0 + out.len()) * row_bytes
     );
-    let done = PREP.with(|prep| {
+    PREP.with(|prep| {
         let mut prep = prep.borrow_mut();
         // SAFETY: the token proves AVX2, FMA and F16C; `x` is whole
         // 32-blocks.
@@ -87,13 +89,7 @@ pub(crate) fn dot_rows<T: GgmlType>(
             _ => unreachable!("{} is not a k-quant", T::NAME),
         }
         true
-    });
-    if !done {
-        for (i, o) in out.iter_mut().enumerate() {
-            let r = r0 + i;
-            *o = dot_row_scalar::<T>(&data[r * row_bytes..(r + 1) * row_bytes], x);
-        }
-    }
+    })
 }
 
 thread_local! {

@@ -10,7 +10,7 @@ use crate::ggml::fused::{dot_row_scalar, dot_rows};
 use crate::ggml::k_scales::{multipliers, pack_scale_min};
 use crate::ggml::{Codes, GgmlType, MAX_BLOCK_ELEMS, Q4K, Q5K, Q6K};
 use crate::linear::dispatch::Dots;
-use crate::simd::{available_levels, Avx2, Avx2F16c};
+use crate::simd::{available_levels, Avx2, Avx2F16c, SimdLevel};
 use crate::testutil::{Xorshift, ROW_WINDOWS};
 
 /// Half scales the blocks cycle through: zero and minus zero, the smallest
@@ -89,7 +89,7 @@ fn check_rows<T: GgmlType>() {
             }
             if let Some(t) = token() {
                 let mut out = vec![f32::NAN; n];
-                super::dot_rows::<T>(t, &data, row_bytes, r0, &x, &mut out);
+                assert!(super::dot_rows::<T>(t, &data, row_bytes, r0, &x, &mut out));
                 outs.push(("rows_k_avx2".into(), out));
             }
             for (what, out) in &outs {
@@ -196,8 +196,15 @@ fn huge_or_non_finite_inputs_run_the_scalar_twin() {
         for big in [2f32.powi(64), 3e38, f32::INFINITY, f32::NAN] {
             let mut x: Vec<f32> = (0..512).map(|_| rng.next_f32()).collect();
             x[77] = big;
-            let mut out = [0f32; 3];
-            super::super::rows_k_avx2::dot_rows::<T>(t, &data, row_bytes, 0, &x, &mut out);
+            // The kernel declines and leaves `out` alone; `fused::dot_rows`
+            // at the AVX2 level then runs the scalar twin.
+            let mut out = [7f32; 3];
+            assert!(!super::super::rows_k_avx2::dot_rows::<T>(
+                t, &data, row_bytes, 0, &x, &mut out
+            ));
+            assert_eq!(out, [7f32; 3]);
+            let avx2 = Dots::at(SimdLevel::Avx2).expect("AVX2 (the token exists)");
+            dot_rows::<T>(avx2, &data, row_bytes, 0, &x, &mut out);
             for (r, &got) in out.iter().enumerate() {
                 let want = dot_row_scalar::<T>(&data[r * row_bytes..(r + 1) * row_bytes], &x);
                 assert!(
@@ -211,7 +218,9 @@ fn huge_or_non_finite_inputs_run_the_scalar_twin() {
         let mut x: Vec<f32> = (0..512).map(|_| rng.next_f32()).collect();
         x[5] = 2f32.powi(63) * 1.9;
         let mut out = [0f32; 3];
-        super::super::rows_k_avx2::dot_rows::<T>(t, &data, row_bytes, 0, &x, &mut out);
+        assert!(super::super::rows_k_avx2::dot_rows::<T>(
+            t, &data, row_bytes, 0, &x, &mut out
+        ));
         for (r, &got) in out.iter().enumerate() {
             let (exact, bound) =
                 exact_and_bound::<T>(&data[r * row_bytes..(r + 1) * row_bytes], &x);

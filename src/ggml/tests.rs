@@ -296,7 +296,7 @@ fn legacy_block<T: GgmlType>(g: usize) -> Vec<u8> {
         let sign = if (g / 5 + n) % 2 == 1 { 0x8000u16 } else { 0 };
         let h = match (g + 2 * n) % 5 {
             0 => 0,
-            1 => 0x0001 + (g as u16 * 97) % 0x3FF,
+            1 => 0x0001 + ((g * 97) % 0x3FF) as u16,
             2 => 0x7BFF,
             // (Exponent 31 cleared to 15: finite.)
             _ => match u16::from_le_bytes([b[o], b[o + 1]]) & 0x7FFF {
