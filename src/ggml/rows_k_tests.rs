@@ -8,7 +8,8 @@
 use super::{k_maps, Prepared};
 use crate::ggml::fused::{dot_row_scalar, dot_rows};
 use crate::ggml::k_scales::{multipliers, pack_scale_min};
-use crate::ggml::{Codes, GgmlType, MAX_BLOCK_ELEMS, Q4K, Q5K, Q6K};
+use crate::ggml::tests::exact_and_bound;
+use crate::ggml::{GgmlType, Q4K, Q5K, Q6K};
 use crate::linear::dispatch::Dots;
 use crate::simd::{available_levels, Avx2, Avx2F16c, SimdLevel};
 use crate::testutil::{Xorshift, ROW_WINDOWS};
@@ -45,26 +46,6 @@ fn block<T: GgmlType>(rng: &mut Xorshift, t: usize) -> Vec<u8> {
         pack_scale_min(&sc, &m, &mut b[4..16]);
     }
     b
-}
-
-/// The float64 dot of `row`'s dequantized weights with `x`, and the bound
-/// `(in + 2) eps_f32 sum_i (|a q_i| + |c|) |x_i|`.
-fn exact_and_bound<T: GgmlType>(row: &[u8], x: &[f32]) -> (f64, f64) {
-    let (mut exact, mut mag) = (0f64, 0f64);
-    let mut w = [0f32; MAX_BLOCK_ELEMS];
-    let mut q: Codes = [0; MAX_BLOCK_ELEMS];
-    for (b, xb) in row.chunks_exact(T::BYTES).zip(x.chunks_exact(T::ELEMS)) {
-        T::dequantize_block(b, &mut w);
-        T::codes(b, &mut q);
-        let (a, c) = T::factors(b);
-        for i in 0..T::ELEMS {
-            let j = i / T::SUB;
-            exact += f64::from(w[i]) * f64::from(xb[i]);
-            mag += (f64::from(a[j] * f32::from(q[i])).abs() + f64::from(c[j]).abs())
-                * f64::from(xb[i]).abs();
-        }
-    }
-    (exact, (x.len() + 2) as f64 * f64::from(f32::EPSILON) * mag)
 }
 
 /// Every row window of 13 rows of 1, 2, 3 and 5 super-blocks, through

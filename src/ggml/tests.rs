@@ -216,7 +216,7 @@ fn check_dot<T: GgmlType>() {
 /// bound `(in + 2) * eps * sum (|a q| + |c|) |x|` around it, with `(a, q,
 /// c)` read as `(a, q + bias, c - bias a)` (`GgmlType::LEGACY`: the AVX2
 /// kernel of the 32-weight types sums the unsigned codes).
-fn exact_and_bound<T: GgmlType>(row: &[u8], x: &[f32]) -> (f64, f64) {
+pub(super) fn exact_and_bound<T: GgmlType>(row: &[u8], x: &[f32]) -> (f64, f64) {
     let (mut exact, mut mag) = (0f64, 0f64);
     let mut w = vec![0f32; T::ELEMS];
     let mut q: Codes = [0; MAX_BLOCK_ELEMS];

@@ -441,39 +441,10 @@ mod tests {
     /// same on one thread as on the pool.
     #[test]
     fn e4m3_panel_gemm_matches_f64_and_is_thread_independent() {
-        let table = crate::fp8::decode_table(crate::fp8::Fp8Format::E4M3);
         for (m, n, k) in [(32, 8, 8), (37, 41, 300), (64, 100, 577), (70, 33, 1031)] {
             let w = codes(n * k, 21);
             let x = rng_vals(m * k, 22);
-            let bias = rng_vals(n, 23);
-            let epi = Epilogue {
-                scale: &|r| 0.25 + r as f32 / 8.0,
-                bias: Some(&bias),
-            };
-            let mut y = vec![f32::NAN; m * n];
-            matmul_rows(&Codes(&w, k), n, k, &x, m, &mut y, &epi);
-            let mut y1 = vec![f32::NAN; m * n];
-            crate::testutil::on_one_thread(|| {
-                matmul_rows(&Codes(&w, k), n, k, &x, m, &mut y1, &epi)
-            });
-            assert_eq!(y, y1, "m={m} n={n} k={k}: one thread vs the pool");
-            for b in 0..m {
-                for r in 0..n {
-                    let (mut s, mut mag) = (0f64, 0f64);
-                    for i in 0..k {
-                        let p = f64::from(x[b * k + i]) * f64::from(table[w[r * k + i] as usize]);
-                        s += p;
-                        mag += p.abs();
-                    }
-                    let sc = 0.25 + r as f64 / 8.0;
-                    let want = s * sc + f64::from(bias[r]);
-                    let got = f64::from(y[b * n + r]);
-                    assert!(
-                        (got - want).abs() <= 1e-5 * mag * sc + 1e-5,
-                        "m={m} n={n} k={k} ({b},{r}): {got} vs {want}"
-                    );
-                }
-            }
+            check_e4m3_rows(&w, &x, &rng_vals(n, 23), (m, n, k), "");
         }
     }
 
@@ -486,7 +457,6 @@ mod tests {
     /// thread as on the pool.
     #[test]
     fn e4m3_few_rows_match_f64_and_are_thread_independent() {
-        let table = crate::fp8::decode_table(crate::fp8::Fp8Format::E4M3);
         for (m, n, k) in [
             (1, 1, 1),
             (1, 7, 33),
@@ -500,36 +470,48 @@ mod tests {
                 if big {
                     x[k / 2] = 131072.0;
                 }
-                let bias = rng_vals(n, 33);
-                let epi = Epilogue {
-                    scale: &|r| 0.25 + r as f32 / 8.0,
-                    bias: Some(&bias),
-                };
-                let mut y = vec![f32::NAN; m * n];
-                matmul_rows(&Codes(&w, k), n, k, &x, m, &mut y, &epi);
-                let mut y1 = vec![f32::NAN; m * n];
-                crate::testutil::on_one_thread(|| {
-                    matmul_rows(&Codes(&w, k), n, k, &x, m, &mut y1, &epi)
-                });
-                assert_eq!(y, y1, "m={m} n={n} k={k}: one thread vs the pool");
-                for b in 0..m {
-                    for r in 0..n {
-                        let (mut s, mut mag) = (0f64, 0f64);
-                        for i in 0..k {
-                            let p =
-                                f64::from(x[b * k + i]) * f64::from(table[w[r * k + i] as usize]);
-                            s += p;
-                            mag += p.abs();
-                        }
-                        let sc = 0.25 + r as f64 / 8.0;
-                        let want = s * sc + f64::from(bias[r]);
-                        let got = f64::from(y[b * n + r]);
-                        assert!(
-                            (got - want).abs() <= 1e-5 * mag * sc + 1e-5,
-                            "m={m} n={n} k={k} big={big} ({b},{r}): {got} vs {want}"
-                        );
-                    }
+                let what = if big { " (an |x| of 2^17)" } else { "" };
+                check_e4m3_rows(&w, &x, &rng_vals(n, 33), (m, n, k), what);
+            }
+        }
+    }
+
+    /// `matmul_rows` of the E4M3 codes `w` (`[n, k]`) with the row scales
+    /// `0.25 + r / 8` and `bias`: the same bits on one thread as on the
+    /// pool, and each output within `1e-5` of the float64 sum of the
+    /// table's values (relative to the sum of the products' magnitudes).
+    fn check_e4m3_rows(
+        w: &[u8],
+        x: &[f32],
+        bias: &[f32],
+        (m, n, k): (usize, usize, usize),
+        what: &str,
+    ) {
+        let table = crate::fp8::decode_table(crate::fp8::Fp8Format::E4M3);
+        let epi = Epilogue {
+            scale: &|r| 0.25 + r as f32 / 8.0,
+            bias: Some(bias),
+        };
+        let mut y = vec![f32::NAN; m * n];
+        matmul_rows(&Codes(w, k), n, k, x, m, &mut y, &epi);
+        let mut y1 = vec![f32::NAN; m * n];
+        crate::testutil::on_one_thread(|| matmul_rows(&Codes(w, k), n, k, x, m, &mut y1, &epi));
+        assert_eq!(y, y1, "m={m} n={n} k={k}{what}: one thread vs the pool");
+        for b in 0..m {
+            for r in 0..n {
+                let (mut s, mut mag) = (0f64, 0f64);
+                for i in 0..k {
+                    let p = f64::from(x[b * k + i]) * f64::from(table[w[r * k + i] as usize]);
+                    s += p;
+                    mag += p.abs();
                 }
+                let sc = 0.25 + r as f64 / 8.0;
+                let want = s * sc + f64::from(bias[r]);
+                let got = f64::from(y[b * n + r]);
+                assert!(
+                    (got - want).abs() <= 1e-5 * mag * sc + 1e-5,
+                    "m={m} n={n} k={k}{what} ({b},{r}): {got} vs {want}"
+                );
             }
         }
     }
