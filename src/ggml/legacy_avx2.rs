@@ -39,7 +39,7 @@
 use std::arch::x86_64::*;
 
 use super::{GgmlType, Legacy};
-use crate::simd::{Avx2F16c, F32Lanes};
+use crate::simd::Avx2F16c;
 
 /// Output rows one pass serves: per row a total and (types with a minimum)
 /// a minimum total beside the four `x` registers, `sum(x)`, the chain and
@@ -222,16 +222,6 @@ unsafe fn kernel<T: GgmlType, const R: usize>(
             }
         }
     }
-    let mut out = [0f32; R];
-    for (o, (t, m)) in out.iter_mut().zip(tot.iter().zip(&mins)) {
-        // SAFETY: AVX2 is enabled.
-        *o = unsafe {
-            if T::AFFINE {
-                _mm256_add_ps(*t, *m).hsum()
-            } else {
-                t.hsum()
-            }
-        };
-    }
-    out
+    // SAFETY: AVX2 is enabled.
+    unsafe { super::rows_avx2::row_totals(&tot, &mins, T::AFFINE) }
 }

@@ -201,12 +201,28 @@ unsafe fn kernel<T: GgmlType, const R: usize>(_: Avx2, x: &[f32], rows: [Row; R]
             }
         }
     }
+    // SAFETY: AVX2 is enabled.
+    unsafe { row_totals(&tot, &mins, T::AFFINE) }
+}
+
+/// Each row's dot from its lanes: the horizontal sum of its total plus, for
+/// the types with a minimum (`affine`), its minimum total (no `+ 0.0`
+/// otherwise: it would turn a -0.0 dot into +0.0). Shared by the AVX2
+/// multi-row kernels (`legacy_avx2.rs` too).
+///
+/// # Safety
+/// AVX2 in force (the caller's features).
+#[inline(always)]
+pub(super) unsafe fn row_totals<const R: usize>(
+    tot: &[__m256; R],
+    mins: &[__m256; R],
+    affine: bool,
+) -> [f32; R] {
     let mut out = [0f32; R];
-    for (o, (t, m)) in out.iter_mut().zip(tot.iter().zip(&mins)) {
-        // SAFETY: AVX2 is enabled.
-        // (No `+ 0.0` for the types without a minimum.)
+    for (o, (t, m)) in out.iter_mut().zip(tot.iter().zip(mins)) {
+        // SAFETY: the caller's features.
         *o = unsafe {
-            if T::AFFINE {
+            if affine {
                 _mm256_add_ps(*t, *m).hsum()
             } else {
                 t.hsum()

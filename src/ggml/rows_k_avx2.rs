@@ -425,25 +425,10 @@ impl KQuant for Q6K {
         unsafe {
             let d = _mm256_mul_ps(half8(b.add(208)), _mm256_set1_ps(1.0 / 16_777_216.0));
             let a = [signed8(b.add(192), d), signed8(b.add(200), d)];
-            let m4 = _mm256_set1_epi8(0x0F);
-            let m2 = _mm256_set1_epi8(0x30);
             for c in 0..8 {
                 let n = c / 4;
-                let l = _mm256_loadu_si256(b.add(64 * n + 32 * (c % 2)).cast());
-                let h = _mm256_loadu_si256(b.add(128 + 32 * n).cast());
-                let (lo, top) = match c % 4 {
-                    0 => (_mm256_and_si256(l, m4), _mm256_slli_epi16::<4>(h)),
-                    1 => (_mm256_and_si256(l, m4), _mm256_slli_epi16::<2>(h)),
-                    2 => (_mm256_and_si256(_mm256_srli_epi16::<4>(l), m4), h),
-                    _ => (
-                        _mm256_and_si256(_mm256_srli_epi16::<4>(l), m4),
-                        _mm256_srli_epi16::<2>(h),
-                    ),
-                };
-                let q = _mm256_sub_epi8(
-                    _mm256_or_si256(lo, _mm256_and_si256(top, m2)),
-                    _mm256_set1_epi8(32),
-                );
+                // The signed codes, as the int8-activation bodies read them.
+                let q = super::codes_x86::q6_k_reg(b, c);
                 let p = chain(q, &TOP, xp.add(32 * c));
                 // Lanes 0-3: scale `2c`, lanes 4-7: `2c + 1` (of `a[n]`,
                 // which holds scales `8n..8n + 8`).

@@ -242,15 +242,24 @@ pub(super) fn exact_and_bound<T: GgmlType>(row: &[u8], x: &[f32]) -> (f64, f64) 
 /// output within the bound of the float64 dot of its dequantized row and
 /// of the scalar twin, at every level.
 fn check_dot_rows<T: GgmlType>() {
-    for blocks in 1..=3 {
-        let in_feat = blocks * T::ELEMS;
+    check_row_windows::<T>(&[1, 2, 3], |r| random_block::<T>(5000 + r as u64), 3);
+}
+
+/// 13 rows of `blocks` blocks each (block `g` of the row set from
+/// `block(g)`) for every count of `block_counts`, `x` uniform in [-2, 2)
+/// from `x_seed + blocks`: `dot_rows` at every level on the row windows of
+/// `testutil::ROW_WINDOWS`, each output within the bound of the float64 dot
+/// of its dequantized row and within twice that of the scalar twin.
+fn check_row_windows<T: GgmlType>(
+    block_counts: &[usize],
+    block: impl Fn(usize) -> Vec<u8>,
+    x_seed: u64,
+) {
+    for &blocks in block_counts {
         let rows = 13;
-        let mut data = Vec::new();
-        for r in 0..rows * blocks {
-            data.extend(random_block::<T>(5000 + r as u64));
-        }
+        let data: Vec<u8> = (0..rows * blocks).flat_map(&block).collect();
         let row_bytes = blocks * T::BYTES;
-        let x: Vec<f32> = rand_vec(in_feat, 3 + blocks as u64)
+        let x: Vec<f32> = rand_vec(blocks * T::ELEMS, x_seed + blocks as u64)
             .iter()
             .map(|v| 4.0 * v - 2.0)
             .collect();
@@ -261,15 +270,20 @@ fn check_dot_rows<T: GgmlType>() {
                 for (i, &got) in out.iter().enumerate() {
                     let row = &data[(r0 + i) * row_bytes..(r0 + i + 1) * row_bytes];
                     let (exact, bound) = exact_and_bound::<T>(row, &x);
-                    let scalar = fused::dot_row_scalar::<T>(row, &x);
+                    let scalar = f64::from(fused::dot_row_scalar::<T>(row, &x));
                     let got = f64::from(got);
-                    assert!(
-                        (got - exact).abs() <= bound,
-                        "{} {level:?} rows {r0}+{i} of {n}, {blocks} blocks: {got} vs {exact} \
-                         (bound {bound})",
+                    let at = format!(
+                        "{} {level:?} rows {r0}+{i} of {n}, {blocks} blocks",
                         T::NAME
                     );
-                    assert!((got - f64::from(scalar)).abs() <= 2.0 * bound);
+                    assert!(
+                        (got - exact).abs() <= bound,
+                        "{at}: {got} vs {exact} ({bound})"
+                    );
+                    assert!(
+                        (got - scalar).abs() <= 2.0 * bound,
+                        "{at}: {got} vs {scalar}"
+                    );
                 }
             }
         }
@@ -315,43 +329,7 @@ fn legacy_block<T: GgmlType>(g: usize) -> Vec<u8> {
 /// output within the float64 bound of its dequantized row, and within
 /// twice that of the scalar twin.
 fn check_legacy_rows<T: GgmlType>() {
-    for blocks in [1, 2, 5, 18, 31, 32, 33, 48, 70] {
-        let in_feat = blocks * T::ELEMS;
-        let rows = 13;
-        let mut data = Vec::new();
-        for g in 0..rows * blocks {
-            data.extend(legacy_block::<T>(g));
-        }
-        let row_bytes = blocks * T::BYTES;
-        let x: Vec<f32> = rand_vec(in_feat, 11 + blocks as u64)
-            .iter()
-            .map(|v| 4.0 * v - 2.0)
-            .collect();
-        for (r0, n) in crate::testutil::ROW_WINDOWS {
-            for level in available_levels() {
-                let mut out = vec![f32::NAN; n];
-                dot_rows::<T>(Dots::at(level).unwrap(), &data, row_bytes, r0, &x, &mut out);
-                for (i, &got) in out.iter().enumerate() {
-                    let row = &data[(r0 + i) * row_bytes..(r0 + i + 1) * row_bytes];
-                    let (exact, bound) = exact_and_bound::<T>(row, &x);
-                    let scalar = f64::from(fused::dot_row_scalar::<T>(row, &x));
-                    let got = f64::from(got);
-                    let at = format!(
-                        "{} {level:?} rows {r0}+{i} of {n}, {blocks} blocks",
-                        T::NAME
-                    );
-                    assert!(
-                        (got - exact).abs() <= bound,
-                        "{at}: {got} vs {exact} ({bound})"
-                    );
-                    assert!(
-                        (got - scalar).abs() <= 2.0 * bound,
-                        "{at}: {got} vs {scalar}"
-                    );
-                }
-            }
-        }
-    }
+    check_row_windows::<T>(&[1, 2, 5, 18, 31, 32, 33, 48, 70], legacy_block::<T>, 11);
 }
 
 #[test]
