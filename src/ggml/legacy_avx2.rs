@@ -27,9 +27,9 @@
 //!   row one 4-lane FMA of the converted `(d, m)` pair against the broadcast
 //!   sum (lane 1 carries `m * sum(x)`) replaces a second broadcast half and
 //!   an 8-lane FMA (on Zen 3, one thread, paired with the body that did
-//!   that: Q4_1 12-20 % and Q5_1 5-11 % less time per call);
+//!   that: Q4_1 7-20 % and Q5_1 5-11 % less time per call);
 //! - a full pass prefetches the next pass's rows, as far ahead in them as
-//!   it is in its own (Q8_0 4-14 % less time, the others within the noise).
+//!   it is in its own (Q8_0 4-12 % less time, the others within the noise).
 //!
 //! Tried on the same machine and no faster (within the noise of the paired
 //! runs): converting a pass's halves 8 at a time into a buffer first, the
