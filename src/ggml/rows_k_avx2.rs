@@ -11,8 +11,14 @@
 //! - `x` is copied once per call into the lane order that one in-lane byte
 //!   shuffle produces ([`Prepared`]: lanes 0-3 inputs `4k..4k + 4`, lanes
 //!   4-7 inputs `16 + 4k..16 + 4k + 4` of every 32), so a code byte becomes
-//!   an f32 lane with one `vpshufb` and one conversion, and the sum of `x`
-//!   over each sub-block is formed once per call for every row;
+//!   an f32 lane with one `vpshufb` and one conversion (Q5_K, Q6_K), and
+//!   the sum of `x` over each sub-block is formed once per call for every
+//!   row;
+//! - Q4_K reads `x` as it is: its nibbles are widened from memory as the
+//!   32-weight kernel does (`vpmovzxbd` of 8 bytes, an `and` for the low
+//!   nibbles of sub-block `2i`, a shift for the high ones of `2i + 1`),
+//!   which on Zen 3 took 4-10 % less time than the shuffles of the same
+//!   codes (a throwaway harness, one thread, alternating);
 //! - the maps of a super-block are built inside the pass with vector code:
 //!   `d` / `dmin` by F16C, the 6-bit scales and minimums unpacked with
 //!   integer-register shifts (ggml's `utmp` steps, `k_scales.rs`) and
@@ -79,13 +85,13 @@ pub(crate) fn dot_rows<T: GgmlType>(
         let mut prep = prep.borrow_mut();
         // SAFETY: the token proves AVX2, FMA and F16C; `x` is whole
         // 32-blocks.
-        if !unsafe { prep.fill(t, x) } {
+        if !unsafe { prep.fill(t, x, T::GGML_TYPE != 12) } {
             return false;
         }
         match T::GGML_TYPE {
-            12 => passes::<Q4K>(t, &prep, data, row_bytes, r0, out),
-            13 => passes::<Q5K>(t, &prep, data, row_bytes, r0, out),
-            14 => passes::<Q6K>(t, &prep, data, row_bytes, r0, out),
+            12 => passes::<Q4K>(t, &prep, x, data, row_bytes, r0, out),
+            13 => passes::<Q5K>(t, &prep, x, data, row_bytes, r0, out),
+            14 => passes::<Q6K>(t, &prep, x, data, row_bytes, r0, out),
             _ => unreachable!("{} is not a k-quant", T::NAME),
         }
         true
@@ -116,16 +122,19 @@ struct Prepared {
 }
 
 impl Prepared {
-    /// Refill from `x`; `false` (the contents then undefined) when some
-    /// `|x_i| >= 2^64` or is not finite.
+    /// Refill from `x` (`xp` only where `shuffled`: the kernels that read
+    /// it); `false` (the contents then undefined) when some `|x_i| >= 2^64`
+    /// or is not finite.
     ///
     /// # Safety
     /// None beyond the token; `x.len()` a multiple of 32.
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn fill(&mut self, _: Avx2F16c, x: &[f32]) -> bool {
+    unsafe fn fill(&mut self, _: Avx2F16c, x: &[f32], shuffled: bool) -> bool {
         let n = x.len() / 32;
         // Same length as the last call: nothing to write before the loop.
-        self.xp.resize(32 * n, 0.0);
+        if shuffled {
+            self.xp.resize(32 * n, 0.0);
+        }
         self.sx.resize(n, 0.0);
         let (xp, sx) = (&mut self.xp, &mut self.sx);
         let abs = _mm256_set1_epi32(0x7FFF_FFFF);
@@ -143,11 +152,13 @@ impl Prepared {
                 for w in v {
                     top = _mm256_max_epi32(top, _mm256_and_si256(_mm256_castps_si256(w), abs));
                 }
-                let q = xp.as_mut_ptr().add(32 * m);
-                _mm256_storeu_ps(q, _mm256_permute2f128_ps::<0x20>(v[0], v[2]));
-                _mm256_storeu_ps(q.add(8), _mm256_permute2f128_ps::<0x31>(v[0], v[2]));
-                _mm256_storeu_ps(q.add(16), _mm256_permute2f128_ps::<0x20>(v[1], v[3]));
-                _mm256_storeu_ps(q.add(24), _mm256_permute2f128_ps::<0x31>(v[1], v[3]));
+                if shuffled {
+                    let q = xp.as_mut_ptr().add(32 * m);
+                    _mm256_storeu_ps(q, _mm256_permute2f128_ps::<0x20>(v[0], v[2]));
+                    _mm256_storeu_ps(q.add(8), _mm256_permute2f128_ps::<0x31>(v[0], v[2]));
+                    _mm256_storeu_ps(q.add(16), _mm256_permute2f128_ps::<0x20>(v[1], v[3]));
+                    _mm256_storeu_ps(q.add(24), _mm256_permute2f128_ps::<0x31>(v[1], v[3]));
+                }
                 let t = _mm256_add_ps(_mm256_add_ps(v[0], v[1]), _mm256_add_ps(v[2], v[3]));
                 *s = t.hsum();
             }
@@ -161,6 +172,7 @@ impl Prepared {
 fn passes<K: KQuant>(
     t: Avx2F16c,
     prep: &Prepared,
+    x: &[f32],
     data: &[u8],
     row_bytes: usize,
     r0: usize,
@@ -171,7 +183,7 @@ fn passes<K: KQuant>(
         // SAFETY: the token proves the features; the row has `row_bytes`
         // readable bytes (asserted by `dot_rows`), the whole super-blocks
         // that `prep` spans.
-        *o = unsafe { kernel::<K>(t, prep, row) };
+        *o = unsafe { kernel::<K>(t, prep, x, row) };
     }
 }
 
@@ -183,13 +195,16 @@ struct Acc {
     mins: __m256,
 }
 
-/// The dot of one row against `prep`.
+/// The dot of one row against `prep` (and `x`, for a kernel that reads it
+/// in input order: `K::IN_ORDER`).
 ///
 /// # Safety
 /// None beyond the token; the row has `prep.sx.len() / 8` super-blocks of
-/// `K::BYTES` readable bytes.
+/// `K::BYTES` readable bytes; `x.len() == 32 * prep.sx.len()`, and so is
+/// `prep.xp.len()` unless `K::IN_ORDER`.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn kernel<K: KQuant>(_: Avx2F16c, prep: &Prepared, row: *const u8) -> f32 {
+unsafe fn kernel<K: KQuant>(_: Avx2F16c, prep: &Prepared, x: &[f32], row: *const u8) -> f32 {
+    let xs = if K::IN_ORDER { x } else { &prep.xp };
     let zero = _mm256_setzero_ps();
     let mut acc = Acc {
         tot: [zero; 2],
@@ -201,7 +216,7 @@ unsafe fn kernel<K: KQuant>(_: Avx2F16c, prep: &Prepared, row: *const u8) -> f32
         unsafe {
             K::block(
                 row.add(k * K::BYTES),
-                prep.xp.as_ptr().add(256 * k),
+                xs.as_ptr().add(256 * k),
                 prep.sx.as_ptr().add(8 * k),
                 &mut acc,
             )
@@ -215,6 +230,8 @@ unsafe fn kernel<K: KQuant>(_: Avx2F16c, prep: &Prepared, row: *const u8) -> f32
 trait KQuant {
     /// Bytes per super-block.
     const BYTES: usize;
+    /// Whether `block` reads `x` in input order (else `Prepared::xp`).
+    const IN_ORDER: bool = false;
 
     /// Adds super-block `b`'s terms against the prepared inputs `xp` (256)
     /// and sub-block sums `sx` (8) to `acc`.
@@ -359,32 +376,31 @@ unsafe fn fifth(qh: __m256i, c: usize) -> __m256i {
     }
 }
 
-/// Q4_K and Q5_K: per pair of sub-blocks, 32 bytes of nibbles (low:
-/// sub-block `2i`, high: `2i + 1`), for Q5_K with bits `2i`, `2i + 1` of
-/// the 32 `qh` bytes as their fifth bits.
+/// Q5_K: per pair of sub-blocks, 32 bytes of nibbles (low: sub-block
+/// `2i`, high: `2i + 1`) with bits `2i`, `2i + 1` of the 32 `qh` bytes as
+/// their fifth bits.
 ///
 /// # Safety
-/// AVX2, FMA and F16C in force; 144 (Q4_K) or 176 (Q5_K) bytes at `b`.
+/// AVX2, FMA and F16C in force; 176 bytes at `b`.
 #[inline(always)]
-unsafe fn k_block<const QH: bool>(b: *const u8, xp: *const f32, sx: *const f32, acc: &mut Acc) {
-    // SAFETY: the caller's contract; the offsets are the layouts of
-    // `q4_k.rs` / `q5_k.rs`.
+unsafe fn q5_k_block(b: *const u8, xp: *const f32, sx: *const f32, acc: &mut Acc) {
+    // SAFETY: the caller's contract; the offsets are the layout of
+    // `q5_k.rs`.
     unsafe {
         let (a, c) = k_maps(b);
         acc.mins = _mm256_fmadd_ps(c, _mm256_loadu_ps(sx), acc.mins);
         let mut av = [0f32; 8];
         _mm256_storeu_ps(av.as_mut_ptr(), a);
         let m4 = _mm256_set1_epi8(0x0F);
-        let qs = b.add(if QH { 48 } else { 16 });
+        let qs = b.add(48);
         let qh = _mm256_loadu_si256(b.add(16).cast());
         for i in 0..4 {
             let v = _mm256_loadu_si256(qs.add(32 * i).cast());
-            let mut lo = _mm256_and_si256(v, m4);
-            let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4);
-            if QH {
-                lo = _mm256_or_si256(lo, fifth(qh, 2 * i));
-                hi = _mm256_or_si256(hi, fifth(qh, 2 * i + 1));
-            }
+            let lo = _mm256_or_si256(_mm256_and_si256(v, m4), fifth(qh, 2 * i));
+            let hi = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4),
+                fifth(qh, 2 * i + 1),
+            );
             let plo = chain(lo, &ZX, xp.add(64 * i));
             let phi = chain(hi, &ZX, xp.add(64 * i + 32));
             acc.tot[0] = _mm256_fmadd_ps(plo, _mm256_broadcast_ss(&av[2 * i]), acc.tot[0]);
@@ -395,11 +411,41 @@ unsafe fn k_block<const QH: bool>(b: *const u8, xp: *const f32, sx: *const f32, 
 
 impl KQuant for Q4K {
     const BYTES: usize = 144;
+    const IN_ORDER: bool = true;
 
+    /// Per pair of sub-blocks `2i`, `2i + 1` and 8 of its 32 bytes at a
+    /// time: the bytes widened to i32 lanes, their low nibbles (weights
+    /// `64i + 8h..`) and high nibbles (`64i + 32 + 8h..`) converted and
+    /// multiplied into one chain each against `x` in input order.
     #[inline(always)]
-    unsafe fn block(b: *const u8, xp: *const f32, sx: *const f32, acc: &mut Acc) {
-        // SAFETY: the caller's contract.
-        unsafe { k_block::<false>(b, xp, sx, acc) }
+    unsafe fn block(b: *const u8, x: *const f32, sx: *const f32, acc: &mut Acc) {
+        // SAFETY: the caller's contract; the offsets are the layout of
+        // `q4_k.rs` (the 128 nibble bytes at 16).
+        unsafe {
+            let (a, c) = k_maps(b);
+            acc.mins = _mm256_fmadd_ps(c, _mm256_loadu_ps(sx), acc.mins);
+            let mut av = [0f32; 8];
+            _mm256_storeu_ps(av.as_mut_ptr(), a);
+            let m15 = _mm256_set1_epi32(15);
+            let qs = b.add(16);
+            for i in 0..4 {
+                let (mut plo, mut phi) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+                for h in 0..4 {
+                    let v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(qs.add(32 * i + 8 * h).cast()));
+                    let lo = _mm256_cvtepi32_ps(_mm256_and_si256(v, m15));
+                    let hi = _mm256_cvtepi32_ps(_mm256_srli_epi32::<4>(v));
+                    let xl = _mm256_loadu_ps(x.add(64 * i + 8 * h));
+                    let xh = _mm256_loadu_ps(x.add(64 * i + 32 + 8 * h));
+                    (plo, phi) = if h == 0 {
+                        (_mm256_mul_ps(lo, xl), _mm256_mul_ps(hi, xh))
+                    } else {
+                        (_mm256_fmadd_ps(lo, xl, plo), _mm256_fmadd_ps(hi, xh, phi))
+                    };
+                }
+                acc.tot[0] = _mm256_fmadd_ps(plo, _mm256_broadcast_ss(&av[2 * i]), acc.tot[0]);
+                acc.tot[1] = _mm256_fmadd_ps(phi, _mm256_broadcast_ss(&av[2 * i + 1]), acc.tot[1]);
+            }
+        }
     }
 }
 
@@ -409,7 +455,7 @@ impl KQuant for Q5K {
     #[inline(always)]
     unsafe fn block(b: *const u8, xp: *const f32, sx: *const f32, acc: &mut Acc) {
         // SAFETY: the caller's contract.
-        unsafe { k_block::<true>(b, xp, sx, acc) }
+        unsafe { q5_k_block(b, xp, sx, acc) }
     }
 }
 

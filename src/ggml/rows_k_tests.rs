@@ -139,7 +139,9 @@ unsafe fn maps_of(_: Avx2F16c, b: &[u8]) -> ([f32; 8], [f32; 8]) {
 }
 
 /// The prepared `x`: the shuffle order of every 32 inputs, and each
-/// sub-block's sum within its 31 roundings of the float64 sum.
+/// sub-block's sum within its 31 roundings of the float64 sum; without the
+/// shuffled copy (Q4_K reads `x` in input order) the same sums and `xp`
+/// left as it was.
 #[test]
 fn prepared_x_is_the_shuffle_order_and_the_sub_block_sums() {
     let Some(t) = token() else { return };
@@ -150,8 +152,17 @@ fn prepared_x_is_the_shuffle_order_and_the_sub_block_sums() {
         sx: Vec::new(),
     };
     // SAFETY: the token proves the features; 512 is whole 32-blocks.
-    assert!(unsafe { p.fill(t, &x) });
+    assert!(unsafe { p.fill(t, &x, true) });
     assert_eq!((p.xp.len(), p.sx.len()), (512, 16));
+    let mut sums_only = Prepared {
+        xp: vec![f32::NAN; 7],
+        sx: Vec::new(),
+    };
+    // SAFETY: as above.
+    assert!(unsafe { sums_only.fill(t, &x, false) });
+    assert_eq!(sums_only.xp.len(), 7);
+    let bits = |v: &[f32]| v.iter().map(|s| s.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&sums_only.sx), bits(&p.sx));
     for (m, xs) in x.chunks_exact(32).enumerate() {
         for k in 0..4 {
             for i in 0..4 {
