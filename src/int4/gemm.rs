@@ -14,8 +14,6 @@
 
 use std::cell::RefCell;
 
-use rayon::prelude::*;
-
 use super::dispatch::Gemm;
 use super::format::{panel_stride, TileArgs, NR};
 use super::QuantizedWeightRef;
@@ -268,8 +266,8 @@ pub(crate) fn panel_gemm(
     let with_buffer = |t: usize| {
         PACKED.with(|p| match p.try_borrow_mut() {
             Ok(mut packed) => task(&mut packed, t),
-            // Only if a task ran inside another on this thread (rayon work
-            // stealing while blocked): a buffer of its own.
+            // Only if a task ran inside another on this thread (a caller
+            // already inside a task): a buffer of its own.
             Err(_) => task(&mut Vec::new(), t),
         })
     };
@@ -277,7 +275,13 @@ pub(crate) fn panel_gemm(
     if tasks == 1 || (batch * k * n) < (1 << 20) {
         (0..tasks).for_each(with_buffer);
     } else {
-        (0..tasks).into_par_iter().for_each(with_buffer);
+        // `par::for_each_block`, not a rayon `par_iter`: called from
+        // Python's thread, rayon queues the job and puts the caller to sleep
+        // until the pool is done; here the caller starts on the first task at
+        // once and the helpers take tasks as they wake. On a 2-thread Zen 3
+        // a 576 -> 576 call at M = 64 went from 0.51 to 0.32 ms (best of 21).
+        // Which thread runs a task does not change what it computes.
+        crate::par::for_each_block(tasks, with_buffer);
     }
 }
 

@@ -12,8 +12,7 @@
 use std::borrow::Cow;
 use std::path::Path;
 
-use rayon::prelude::*;
-
+use super::common::OutPtr;
 use super::e4m3_round::div_round_e4m3;
 use super::kernels::{matmul_rows, Epilogue};
 use super::serde::{self as ser, DType, Reader, Writer, FLAG_ACT_SCALE, FLAG_BIAS};
@@ -43,18 +42,25 @@ pub(crate) fn prepare_fp8(
             // One pass over `x`, each value divided and rounded in float32
             // (`e4m3_round.rs`: the codec's encode-then-decode, without the
             // codes and the decode's table gather). Small inputs (a decode
-            // step's) stay on the calling thread: a rayon call from
-            // Python's thread costs a pool wake-up, more than the work.
+            // step's) stay on the calling thread; larger ones go to
+            // `par::for_each_block`, where the caller starts at once rather
+            // than sleeping until a rayon job is done (a prefill call's
+            // rounding is a few tens of microseconds).
             let mut q = vec![0f32; x.len()];
-            let fill = |(qc, xc): (&mut [f32], &[f32])| div_round_e4m3(xc, a, qc);
             if x.len() < PREPARE_PAR_MIN {
                 q.chunks_mut(PREPARE_PIECE)
                     .zip(x.chunks(PREPARE_PIECE))
-                    .for_each(fill);
+                    .for_each(|(qc, xc)| div_round_e4m3(xc, a, qc));
             } else {
-                q.par_chunks_mut(PREPARE_PIECE)
-                    .zip(x.par_chunks(PREPARE_PIECE))
-                    .for_each(fill);
+                let (out, len) = (OutPtr(q.as_mut_ptr()), x.len());
+                crate::par::for_each_block(len.div_ceil(PREPARE_PIECE), |p| {
+                    let o = out;
+                    let r = p * PREPARE_PIECE..((p + 1) * PREPARE_PIECE).min(len);
+                    // SAFETY: piece `p` alone writes `q[r]`, and `r` lies in
+                    // `q` (`len` long), which outlives the call.
+                    let qc = unsafe { std::slice::from_raw_parts_mut(o.0.add(r.start), r.len()) };
+                    div_round_e4m3(&x[r], a, qc);
+                });
             }
             (Cow::Owned(q), a * weight_scale_inv)
         }
@@ -361,3 +367,50 @@ impl QuantMethod for PerTensorFP8Linear {
 }
 
 impl_quantized_serde!(PerTensorFP8Linear, "pertensor-fp8-linear", s => s.weight.len() / s.in_features());
+
+#[cfg(test)]
+mod tests {
+    use super::super::e4m3_round::round_e4m3_sat;
+    use super::*;
+    use crate::testutil::{on_one_thread, xorshift_f32};
+
+    /// The W8A8 rounding of `x` on every size path (the calling thread
+    /// alone, and the fork-join from `PREPARE_PAR_MIN` with a last piece
+    /// shorter than `PREPARE_PIECE`) equals the scalar rounding of each
+    /// `x / s_a`, on one thread as on the pool; saturation included.
+    #[test]
+    fn w8a8_rounding_matches_scalar_on_every_path() {
+        let (a, s_w_inv) = (4.0f32 / 448.0, 0.25f32);
+        for len in [
+            1usize,
+            4095,
+            4097,
+            PREPARE_PAR_MIN - 1,
+            PREPARE_PAR_MIN,
+            3 * PREPARE_PIECE * 7 + 37,
+        ] {
+            let x = xorshift_f32(7 + len as u64, len, 6.0);
+            let want: Vec<f32> = x.iter().map(|&v| round_e4m3_sat(v / a)).collect();
+            let (q, mult) = prepare_fp8(&x, Some(a), s_w_inv);
+            assert_eq!(mult, a * s_w_inv);
+            let same = |got: &[f32], what: &str| {
+                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                    assert_eq!(g.to_bits(), w.to_bits(), "len {len} [{i}] {what}");
+                }
+                assert_eq!(got.len(), want.len());
+            };
+            same(&q, "pool");
+            let q1 = on_one_thread(|| prepare_fp8(&x, Some(a), s_w_inv).0.into_owned());
+            same(&q1, "one thread");
+            if len > 1000 {
+                assert!(
+                    want.iter().any(|v| v.abs() == 448.0),
+                    "len {len}: saturates"
+                );
+            }
+        }
+        let x = [1.5f32, -2.0];
+        let (q, mult) = prepare_fp8(&x, None, s_w_inv);
+        assert!(matches!(q, Cow::Borrowed(_)) && *q == x && mult == s_w_inv);
+    }
+}
