@@ -1,7 +1,7 @@
 //! The AVX2 int8-activation body of the legacy types (32 weights and one
 //! scale per block: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) over [`LEGACY_ROWS`]
 //! weight rows at once: each activation load serves eight weight rows and
-//! each code extraction serves up to four activation rows, and the eight
+//! each code extraction serves up to eight activation rows, and the eight
 //! rows' float work runs on the eight lanes of one register.
 //!
 //! Per block and activation row, the eight rows' exact block sums land in

@@ -296,8 +296,8 @@ fn activation_codes_equal_round_ties_even_of_the_quotient() {
 /// `0x77`: the largest and smallest codes, 6-bit scales and minimums of 63,
 /// Q6_K scales of -128 and 127) against activations whose codes are all
 /// `+-127` with one sign, alternating, or by sub-block, eleven weight rows
-/// (a pass of eight and a tail), batches 1-6: every level equals the scalar
-/// twin bit for bit.
+/// (a pass of eight and a tail), batches 1-13 (passes of eight, four and
+/// one activation rows): every level equals the scalar twin bit for bit.
 fn check_extreme_codes<T: GgmlType>() {
     const PATTERNS: [u8; 6] = [0x00, 0xFF, 0x80, 0x7F, 0x88, 0x77];
     let blocks = 5;
@@ -318,7 +318,7 @@ fn check_extreme_codes<T: GgmlType>() {
         |i| if i % 2 == 0 { 1.0 } else { -1.0 },
         |i| if (i / 16) % 2 == 0 { -1.0 } else { 1.0 },
     ];
-    for batch in 1..=6 {
+    for batch in 1..=13 {
         let x: Vec<f32> = (0..batch * inf)
             .map(|i| signs[(i / inf) % signs.len()](i % inf))
             .collect();
