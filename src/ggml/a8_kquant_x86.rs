@@ -24,6 +24,9 @@ use crate::simd::Avx2F16c;
 /// Weight rows one pass of [`dot_rows8_kquant_avx2`] serves.
 pub(super) const KQUANT_ROWS: usize = 8;
 
+/// How many blocks ahead [`dot_rows8_kquant_avx2`] prefetches its rows.
+const PREFETCH_BLOCKS: usize = 2;
+
 /// Whether [`block_values`] has `T`'s block value (by ggml type number:
 /// Q4_K 12, Q5_K 13, Q6_K 14).
 pub(super) const fn has_kquant_body(ggml_type: u32) -> bool {
@@ -182,6 +185,19 @@ pub(super) unsafe fn dot_rows8_kquant_avx2<T: GgmlType, const R: usize>(
     unsafe {
         for bi in 0..nb {
             let pb = p.add(bi * T::BYTES);
+            if bi + PREFETCH_BLOCKS < nb {
+                // Eight rows stream at once, `stride` bytes apart: ask for
+                // their blocks `PREFETCH_BLOCKS` ahead, one request per
+                // 64-byte line.
+                let ahead = pb.add(PREFETCH_BLOCKS * T::BYTES);
+                for w in 0..8 {
+                    let mut o = 0;
+                    while o < T::BYTES {
+                        _mm_prefetch::<_MM_HINT_T0>(ahead.add(w * stride + o).cast());
+                        o += 64;
+                    }
+                }
+            }
             let mut isums = [[_mm256_setzero_si256(); 8]; R];
             let mut msums = isums;
             let mut xsums = [_mm256_setzero_si256(); R];
