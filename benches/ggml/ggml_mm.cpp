@@ -16,7 +16,9 @@
 //       -lggml-cpu -Wl,-rpath,$PWD/$SP/lib -o /tmp/ggml_mm
 // Run: ggml_mm IN OUT BATCH [TYPE] [COPIES]   (TYPE a ggml type name, q4_0 by default:
 // q4_0 q4_1 q5_0 q5_1 q8_0 q4_K q5_K q6_K, lower case accepted; COPIES weights rotated:
-// from DRAM; GGML_MM_BUFTS=CPU,CPU_REPACK times only those buffer types; GGML_MM_THREADS=N
+// from DRAM; GGML_MM_BUFTS=CPU,CPU_REPACK times only those buffer types: set GGML_MM_BUFTS=CPU
+// for every type but q4_0 / q4_K, whose CPU_REPACK buffer this ggml build cannot fill (the
+// tensor upload aborts or segfaults: q8_0 segfaults, q6_K aborts); GGML_MM_THREADS=N
 // runs N threads instead of 2). Each line gives wall-clock ms and the process CPU ms per call:
 // ggml's pool spin-waits, so on a loaded machine compare the fastest calls, or the CPU time
 // with GGML_MM_THREADS=1 (no pool, nothing spins) against ours on one thread.

@@ -66,6 +66,16 @@ impl A8Dots {
 /// Rows of activations one pass over a weight row serves.
 const PASS_ROWS: usize = 4;
 
+/// Rows of activations one pass of the AVX2 eight-row legacy body serves
+/// first (then [`PASS_ROWS`], then one): its codes of a block are
+/// extracted and transposed once for this many rows. The k-quant body
+/// stays at [`PASS_ROWS`]: with eight, its per-row lane vectors (eight
+/// activation rows times eight weight rows, twice) live on the stack, and
+/// one paired run on Zen 3 (load 8-9) measured Q4_K / Q5_K 8 % slower at
+/// batch 16.
+#[cfg(target_arch = "x86_64")]
+const WIDE_PASS_ROWS: usize = 8;
+
 impl A8Dots {
     /// Weight rows that one pass of [`dot_row_a8`]'s widest bodies serves
     /// (the AVX2 eight-row bodies); callers that split the rows of a
@@ -84,8 +94,8 @@ const _: () = assert!(
 /// `x` quantized for `T` by [`Xq::quantize`]. Activation rows go four at a
 /// time through one pass over the weight rows; with AVX2 eight weight rows
 /// go through one pass where the type has such a body
-/// (`eight_rows_avx2`). Every result is
-/// [`dot_row_a8_scalar`]'s bit for bit.
+/// (`eight_rows_avx2`, legacy types eight activation rows at a time, then
+/// four). Every result is [`dot_row_a8_scalar`]'s bit for bit.
 pub(crate) fn dot_row_a8<T: GgmlType>(dots: A8Dots, rows: &[u8], x: &Xq, out: &mut [f32]) {
     let stride = x.in_feat / T::ELEMS * T::BYTES;
     let batch = x.q.len() / x.in_feat.max(1);
@@ -123,9 +133,9 @@ pub(crate) fn dot_row_a8<T: GgmlType>(dots: A8Dots, rows: &[u8], x: &Xq, out: &m
 
 /// The AVX2 eight-row passes of [`dot_row_a8`] over the first whole
 /// groups of eight weight rows; returns how many rows they did (0 for a
-/// type without an eight-row body): activation rows four at a time, then
-/// one at a time, through `a8_legacy_x86.rs` (32 weights per block) or
-/// `a8_kquant_x86.rs`.
+/// type without an eight-row body): activation rows eight (legacy types)
+/// or four at a time, then one at a time, through `a8_legacy_x86.rs` (32
+/// weights per block) or `a8_kquant_x86.rs`.
 #[cfg(target_arch = "x86_64")]
 fn eight_rows_avx2<T: GgmlType>(
     t: Avx2F16c,
@@ -154,6 +164,16 @@ fn eight_rows_avx2<T: GgmlType>(
         .zip(out.chunks_exact_mut(W * batch))
     {
         let mut b = 0;
+        while legacy && b + WIDE_PASS_ROWS <= batch {
+            let xs: [XqRow<'_>; WIDE_PASS_ROWS] = std::array::from_fn(|i| x.row(b + i));
+            // SAFETY: the token proves AVX2, FMA and F16C; `T` is a legacy
+            // type (32 weights per block); lengths checked by `dot_row_a8`.
+            let v = unsafe { dot_rows8_avx2::<T, WIDE_PASS_ROWS>(t, w8, stride, &xs) };
+            for (i, vi) in v.iter().enumerate() {
+                put(o8, b + i, vi);
+            }
+            b += WIDE_PASS_ROWS;
+        }
         while b + PASS_ROWS <= batch {
             let xs: [XqRow<'_>; PASS_ROWS] = std::array::from_fn(|i| x.row(b + i));
             // SAFETY: the token proves AVX2, FMA and F16C; `T` is a legacy

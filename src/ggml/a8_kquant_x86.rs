@@ -24,6 +24,9 @@ use crate::simd::Avx2F16c;
 /// Weight rows one pass of [`dot_rows8_kquant_avx2`] serves.
 pub(super) const KQUANT_ROWS: usize = 8;
 
+/// How many blocks ahead [`dot_rows8_kquant_avx2`] prefetches its rows.
+const PREFETCH_BLOCKS: usize = 2;
+
 /// Whether [`block_values`] has `T`'s block value (by ggml type number:
 /// Q4_K 12, Q5_K 13, Q6_K 14).
 pub(super) const fn has_kquant_body(ggml_type: u32) -> bool {
@@ -61,10 +64,43 @@ unsafe fn block_values<T: GgmlType>(
     }
 }
 
+/// The offset that makes a k-quant's codes unsigned for `vpmaddubsw`, by
+/// ggml type number: Q6_K stores `q + 32` in `0..=63` (its 6-bit field);
+/// Q4_K and Q5_K store their codes as they are (`GgmlType::A8_UNSIGNED`).
+/// With the offset, a block's sum is corrected by `32 * sum_j k_j sums_j`
+/// (exact), instead of moving the sign of `q` onto `x` per 32 codes and
+/// activation row (`vpabsb`, `vpsignb`).
+pub(super) const fn kquant_code_bias(ggml_type: u32) -> Option<i8> {
+    match ggml_type {
+        14 => Some(32),
+        _ => None,
+    }
+}
+
+/// An activation row's sixteen sub-block sums of block `bi` as int16 lanes
+/// in sub-block order (each at most `16 * 127` in magnitude), for the
+/// Q6_K offset correction.
+///
+/// # Safety
+/// AVX2 in force; `x.sums` holds 16 sums at `16 * bi`.
+#[inline(always)]
+unsafe fn sums16(x: &XqRow<'_>, bi: usize) -> __m256i {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let sp = x.sums.as_ptr().add(16 * bi);
+        let lo = _mm256_loadu_si256(sp.cast());
+        let hi = _mm256_loadu_si256(sp.add(8).cast());
+        // `vpackssdw` packs per 128-bit half: sums 0-3, 8-11, 4-7, 12-15;
+        // the 64-bit permute puts them back in order (exact: |s| < 2^15).
+        _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packs_epi32(lo, hi))
+    }
+}
+
 /// Row `w`'s int32 lane vectors of block `bi` (at `b`) against each row
 /// `r` of `xs`, into `isums[r][w]` / `msums[r][w]`: `sum_j k_j dot_j` and,
 /// for the types with a minimum, `m_j * sums_j` per sub-block. The codes
-/// and scales are extracted once for all rows of `xs`.
+/// and scales are extracted once for all rows of `xs`; `xsums[r]` is row
+/// `r`'s [`sums16`] (Q6_K only).
 ///
 /// # Safety
 /// As [`dot_rows8_kquant_avx2`]; `b` is block `bi` of a row, `w < 8`.
@@ -72,6 +108,7 @@ unsafe fn block_values<T: GgmlType>(
 unsafe fn row_block<T: GgmlType, const R: usize>(
     b: *const u8,
     xs: &[XqRow<'_>; R],
+    xsums: &[__m256i; R],
     bi: usize,
     w: usize,
     isums: &mut [[__m256i; 8]; R],
@@ -82,6 +119,7 @@ unsafe fn row_block<T: GgmlType, const R: usize>(
     // No closures: they would not inherit the target features, and their
     // intrinsics would not inline.
     unsafe {
+        let bias = kquant_code_bias(T::GGML_TYPE);
         let (k, m) = T::a8_ints_x86(b);
         let (k_lo, k_hi) = (
             _mm256_permute2x128_si256::<0x00>(k, k),
@@ -93,8 +131,20 @@ unsafe fn row_block<T: GgmlType, const R: usize>(
             let kc = k_lanes::<T>(k_lo, k_hi, c);
             for r in 0..R {
                 let xv = _mm256_loadu_si256(xs[r].q.as_ptr().add(bi * T::ELEMS + 32 * c).cast());
-                let d = _mm256_madd_epi16(pair_sums::<T>(q, xv), kc);
-                v[r] = _mm256_add_epi32(v[r], d);
+                // `|(q + 32) pair| <= 2 * 63 * 127`: no saturation.
+                let p = match bias {
+                    Some(o) => _mm256_maddubs_epi16(_mm256_add_epi8(q, _mm256_set1_epi8(o)), xv),
+                    None => pair_sums::<T>(q, xv),
+                };
+                v[r] = _mm256_add_epi32(v[r], _mm256_madd_epi16(p, kc));
+            }
+        }
+        if let Some(o) = bias {
+            // `o * k_j` fits int16 (`|k_j| <= 128`), its products with the
+            // sums int32.
+            let ko = _mm256_mullo_epi16(k, _mm256_set1_epi16(i16::from(o)));
+            for r in 0..R {
+                v[r] = _mm256_sub_epi32(v[r], _mm256_madd_epi16(ko, xsums[r]));
             }
         }
         let m32 = _mm256_cvtepi16_epi32(m);
@@ -135,10 +185,30 @@ pub(super) unsafe fn dot_rows8_kquant_avx2<T: GgmlType, const R: usize>(
     unsafe {
         for bi in 0..nb {
             let pb = p.add(bi * T::BYTES);
+            if bi + PREFETCH_BLOCKS < nb {
+                // Eight rows stream at once, `stride` bytes apart: ask for
+                // their blocks `PREFETCH_BLOCKS` ahead, one request per
+                // 64-byte line.
+                let ahead = pb.add(PREFETCH_BLOCKS * T::BYTES);
+                for w in 0..8 {
+                    let mut o = 0;
+                    while o < T::BYTES {
+                        _mm_prefetch::<_MM_HINT_T0>(ahead.add(w * stride + o).cast());
+                        o += 64;
+                    }
+                }
+            }
             let mut isums = [[_mm256_setzero_si256(); 8]; R];
             let mut msums = isums;
+            let mut xsums = [_mm256_setzero_si256(); R];
+            if kquant_code_bias(T::GGML_TYPE).is_some() {
+                for (s, x) in xsums.iter_mut().zip(xs) {
+                    *s = sums16(x, bi);
+                }
+            }
             for w in 0..8 {
-                row_block::<T, R>(pb.add(w * stride), xs, bi, w, &mut isums, &mut msums);
+                let b = pb.add(w * stride);
+                row_block::<T, R>(b, xs, &xsums, bi, w, &mut isums, &mut msums);
             }
             for r in 0..R {
                 let isum = lane_sums8(&isums[r]);

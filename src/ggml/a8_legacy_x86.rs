@@ -1,12 +1,14 @@
 //! The AVX2 int8-activation body of the legacy types (32 weights and one
 //! scale per block: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) over [`LEGACY_ROWS`]
 //! weight rows at once: each activation load serves eight weight rows and
-//! each code extraction serves up to four activation rows, and the eight
+//! each code extraction serves up to eight activation rows, and the eight
 //! rows' float work runs on the eight lanes of one register.
 //!
-//! Per block and activation row, the eight rows' integer dots (int32 lanes
-//! from `vpmaddubsw` / `vpmaddwd`) fold in one `vphaddd` tree into one
-//! register whose lane `w` is row `w`'s exact block sum; `GgmlType::a8_value`'s
+//! Per block and activation row, the eight rows' exact block sums land in
+//! the int32 lanes of one register, lane `w` for row `w` ([`block_isums`]:
+//! codes transposed once per block for several activation rows, two rows
+//! per register for one row of the 4- and 5-bit types, a `vphaddd` tree for
+//! one row of Q8_0); `GgmlType::a8_value`'s
 //! default then runs on the eight lanes with the same roundings, into four
 //! accumulators by block index mod 4 (lane `w` is row `w`'s accumulator of
 //! the scalar twin, `a8::dot_row_a8_scalar`). So every result is the
@@ -22,6 +24,12 @@ use std::arch::x86_64::*;
 use super::xq::XqRow;
 use super::GgmlType;
 use crate::simd::Avx2F16c;
+use pairs::{nibble_layout, pair_isums};
+
+// The one-activation-row step of the 4- and 5-bit types, in its own file;
+// a child module, so that it needs no line in `ggml/mod.rs`.
+#[path = "a8_legacy_pairs_x86.rs"]
+mod pairs;
 
 /// Weight rows one pass of [`dot_rows8_avx2`] serves: the lanes of one
 /// f32 register.
@@ -86,8 +94,186 @@ pub(super) unsafe fn lane_sums8(v: &[__m256i; 8]) -> __m256i {
     }
 }
 
+/// How many `vpmaddubsw` results (int16 pair sums) of a type may add in
+/// int16 lanes without overflow: each is at most `2 * top * 127` in
+/// magnitude, with `top` the largest unsigned operand (15 for the 4-bit
+/// codes of Q4_0 / Q4_1, 31 for the 5-bit ones, 128 for `|q|` of Q8_0), so
+/// `floor(32767 / (254 * top))` of them: 8, 4 and 1.
+pub(super) const fn int16_terms(ggml_type: u32) -> usize {
+    let top = match ggml_type {
+        2 | 3 => 15,
+        6 | 7 => 31,
+        _ => 128,
+    };
+    32767 / (254 * top)
+}
+
+/// The 8 x 8 transpose of int32 lanes: lane `w` of result `k` is lane `k`
+/// of `v[w]` (unpack 32, unpack 64, then the 128-bit halves).
+///
+/// # Safety
+/// AVX2 in force.
+#[inline(always)]
+pub(super) unsafe fn transpose8_epi32(v: &[__m256i; 8]) -> [__m256i; 8] {
+    // SAFETY: the caller's contract.
+    unsafe {
+        // Per 128-bit half `h`, `t[2i]` = `[v2i[0], v2i+1[0], v2i[1],
+        // v2i+1[1]]` of that half's lanes and `t[2i + 1]` the same of
+        // lanes 2 and 3.
+        let mut t = [_mm256_setzero_si256(); 8];
+        for i in 0..4 {
+            t[2 * i] = _mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
+            t[2 * i + 1] = _mm256_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+        }
+        // `s[4g + k]`, k < 4: lane `k` (low half) / `4 + k` (high half)
+        // of rows `4g..4g + 4`.
+        let mut s = t;
+        for g in 0..2 {
+            let (a, b, c, d) = (t[4 * g], t[4 * g + 1], t[4 * g + 2], t[4 * g + 3]);
+            s[4 * g] = _mm256_unpacklo_epi64(a, c);
+            s[4 * g + 1] = _mm256_unpackhi_epi64(a, c);
+            s[4 * g + 2] = _mm256_unpacklo_epi64(b, d);
+            s[4 * g + 3] = _mm256_unpackhi_epi64(b, d);
+        }
+        let mut out = s;
+        for k in 0..4 {
+            out[k] = _mm256_permute2x128_si256::<0x20>(s[k], s[4 + k]);
+            out[4 + k] = _mm256_permute2x128_si256::<0x31>(s[k], s[4 + k]);
+        }
+        out
+    }
+}
+
+/// The eight rows' exact block sums of `u * xq` (`u = q + bias`, or `q`
+/// for Q8_0) against each row of `xs`, lane `w` for row `w`, into
+/// `isums[r]`: by transposed codes ([`transposed_isums`]) for several
+/// activation rows, by row pairs (`a8_legacy_pairs_x86.rs`) or one
+/// `vphaddd` tree ([`hsum_isums`], Q8_0) for one.
+///
+/// # Safety
+/// As [`dot_rows8_avx2`]; `bi` a block of the rows.
+#[inline(always)]
+unsafe fn block_isums<T: GgmlType, const R: usize>(
+    p: *const u8,
+    stride: usize,
+    xs: &[XqRow<'_>; R],
+    bi: usize,
+) -> [__m256i; R] {
+    // SAFETY: the caller's contract.
+    unsafe {
+        if R == 1 {
+            let s = if nibble_layout(T::GGML_TYPE).is_some() {
+                pair_isums::<T>(p, stride, &xs[0], bi)
+            } else {
+                hsum_isums::<T>(p, stride, &xs[0], bi)
+            };
+            [s; R]
+        } else {
+            transposed_isums::<T, R>(p, stride, xs, bi)
+        }
+    }
+}
+
+/// [`block_isums`] for one activation row: per weight row `w` its int32
+/// lane vector (`vpmaddubsw`, `vpmaddwd` by ones), the eight folded by
+/// [`lane_sums8`].
+///
+/// # Safety
+/// As [`block_isums`].
+#[inline(always)]
+unsafe fn hsum_isums<T: GgmlType>(
+    p: *const u8,
+    stride: usize,
+    x: &XqRow<'_>,
+    bi: usize,
+) -> __m256i {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let bias = code_bias(T::GGML_TYPE);
+        let xv = _mm256_loadu_si256(x.q.as_ptr().add(bi * 32).cast());
+        let ones = _mm256_set1_epi16(1);
+        let mut dots = [_mm256_setzero_si256(); 8];
+        for (w, dw) in dots.iter_mut().enumerate() {
+            let q = T::codes32_x86(p.add(w * stride), 0);
+            // The operands of `vpmaddubsw`: `(q + bias, xq)`, or
+            // `(|q|, xq sign(q))`.
+            let (u, s) = match bias {
+                Some(c) => (_mm256_add_epi8(q, _mm256_set1_epi8(c)), xv),
+                None => (_mm256_abs_epi8(q), _mm256_sign_epi8(xv, q)),
+            };
+            *dw = _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), ones);
+        }
+        lane_sums8(&dots)
+    }
+}
+
+/// [`block_isums`] for several activation rows. The eight rows' codes are
+/// transposed once per block (int32 lane `w` of `t[k]` holds codes
+/// `4k..4k + 4` of row `w`), so that per activation row `vpmaddubsw` of
+/// `t[k]` with the broadcast activation bytes `4k..4k + 4` puts row `w`'s
+/// products in int16 lanes `2w, 2w + 1`: up to [`int16_terms`] of those
+/// add in int16, one `vpmaddwd` by ones then leaves row `w`'s exact block
+/// sum in int32 lane `w`, with no horizontal sums per activation row.
+///
+/// # Safety
+/// As [`block_isums`].
+#[inline(always)]
+unsafe fn transposed_isums<T: GgmlType, const R: usize>(
+    p: *const u8,
+    stride: usize,
+    xs: &[XqRow<'_>; R],
+    bi: usize,
+) -> [__m256i; R] {
+    // SAFETY: the caller's contract.
+    unsafe {
+        // No closures here: a closure does not inherit the caller's target
+        // features, so the intrinsics in it would not inline.
+        let bias = code_bias(T::GGML_TYPE);
+        let terms = int16_terms(T::GGML_TYPE);
+        let mut q = [_mm256_setzero_si256(); 8];
+        for (w, qw) in q.iter_mut().enumerate() {
+            *qw = T::codes32_x86(p.add(w * stride), 0);
+            if let Some(c) = bias {
+                *qw = _mm256_add_epi8(*qw, _mm256_set1_epi8(c));
+            }
+        }
+        // `t`: the codes (`q + bias`, or signed `q`) by row in lanes; `u`
+        // the unsigned operand of `vpmaddubsw` (`q + bias`, or `|q|`).
+        let t = transpose8_epi32(&q);
+        let mut u = t;
+        if bias.is_none() {
+            for k in 0..8 {
+                u[k] = _mm256_abs_epi8(t[k]);
+            }
+        }
+        let ones = _mm256_set1_epi16(1);
+        let mut out = [_mm256_setzero_si256(); R];
+        for (isum, x) in out.iter_mut().zip(xs) {
+            let xp = x.q.as_ptr().add(bi * 32).cast::<i32>();
+            let mut k = 0;
+            while k < 8 {
+                let mut s16 = _mm256_setzero_si256();
+                for j in k..k + terms {
+                    let xv = _mm256_set1_epi32(xp.add(j).read_unaligned());
+                    let s = if bias.is_some() {
+                        xv
+                    } else {
+                        _mm256_sign_epi8(xv, t[j])
+                    };
+                    s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(u[j], s));
+                }
+                *isum = _mm256_add_epi32(*isum, _mm256_madd_epi16(s16, ones));
+                k += terms;
+            }
+        }
+        out
+    }
+}
+
 /// One block `bi` of the eight rows at `p` (block `bi` of row 0; rows
-/// `stride` bytes apart) against every row of `xs`, added into `acc[r]`.
+/// `stride` bytes apart) against every row of `xs`, added into `acc[r]`:
+/// [`block_isums`], the offset correction `bias * sum(xq)`, then
+/// `GgmlType::a8_value`'s default lane by lane.
 ///
 /// # Safety
 /// As [`dot_rows8_avx2`]; `bi` a block of the rows.
@@ -102,41 +288,17 @@ unsafe fn block_step<T: GgmlType, const R: usize>(
     // SAFETY: the caller's contract: the eight blocks and block `bi` of
     // every row of `xs` are inside their slices.
     unsafe {
-        // No closures here: a closure does not inherit the caller's target
-        // features, so the intrinsics in it would not inline.
         let bias = code_bias(T::GGML_TYPE);
-        let mut q = [_mm256_setzero_si256(); 8];
-        // The unsigned operand of `vpmaddubsw`: `q + bias`, or `|q|`.
-        let mut u = q;
-        for w in 0..8 {
-            q[w] = T::codes32_x86(p.add(w * stride), 0);
-            u[w] = match bias {
-                Some(c) => _mm256_add_epi8(q[w], _mm256_set1_epi8(c)),
-                None => _mm256_abs_epi8(q[w]),
-            };
-        }
+        let isums = block_isums::<T, R>(p, stride, xs, bi);
         let d = halves8(p, stride, 0);
         let m = if T::AFFINE { halves8(p, stride, 2) } else { d };
-        let ones = _mm256_set1_epi16(1);
-        for (a, x) in acc.iter_mut().zip(xs) {
-            let xv = _mm256_loadu_si256(x.q.as_ptr().add(bi * 32).cast());
-            let mut dots = [_mm256_setzero_si256(); 8];
-            for w in 0..8 {
-                let s = if bias.is_some() {
-                    xv
-                } else {
-                    _mm256_sign_epi8(xv, q[w])
-                };
-                dots[w] = _mm256_madd_epi16(_mm256_maddubs_epi16(u[w], s), ones);
-            }
+        for ((a, x), mut isum) in acc.iter_mut().zip(xs).zip(isums) {
             let xsum = x.sums[bi];
-            let mut isum = lane_sums8(&dots);
             if let Some(c) = bias {
                 if c != 0 {
                     isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(i32::from(c) * xsum));
                 }
             }
-            // `GgmlType::a8_value`'s default, lane by lane.
             let dx = _mm256_set1_ps(x.d[bi]);
             let mut v = _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(isum));
             if T::AFFINE {
@@ -147,7 +309,6 @@ unsafe fn block_step<T: GgmlType, const R: usize>(
         }
     }
 }
-
 /// `rows[w] . xs[r]` for the [`LEGACY_ROWS`] weight rows of `rows` (each
 /// `stride` bytes of whole blocks of `T`, a legacy type) and the `R`
 /// activation rows `xs`, as `out[r][w]`.

@@ -289,3 +289,103 @@ fn activation_codes_equal_round_ties_even_of_the_quotient() {
     crate::ggml::xq::quantize_blocks(&x, 32, &mut q, &mut d);
     assert_eq!((&q[..], &d[..]), (r.q, r.d));
 }
+
+/// The integer bounds of the AVX2 bodies (int16 sums of `vpmaddubsw`
+/// results, the Q6_K offset correction): rows whose code and scale bytes
+/// are all one extreme pattern (`0x00`, `0xFF`, `0x80`, `0x7F`, `0x88`,
+/// `0x77`: the largest and smallest codes, 6-bit scales and minimums of 63,
+/// Q6_K scales of -128 and 127) against activations whose codes are all
+/// `+-127` with one sign, alternating, or by sub-block, eleven weight rows
+/// (a pass of eight and a tail), batches 1-13 (passes of eight, four and
+/// one activation rows): every level equals the scalar twin bit for bit.
+fn check_extreme_codes<T: GgmlType>() {
+    const PATTERNS: [u8; 6] = [0x00, 0xFF, 0x80, 0x7F, 0x88, 0x77];
+    let blocks = 5;
+    let stride = blocks * T::BYTES;
+    let mut data = vec![0u8; 11 * stride];
+    for (w, row) in data.chunks_exact_mut(stride).enumerate() {
+        for b in row.chunks_exact_mut(T::BYTES) {
+            b.fill(PATTERNS[w % PATTERNS.len()]);
+            for &h in T::HALF_SCALES {
+                b[h..h + 2].copy_from_slice(&0x3C00u16.to_le_bytes()); // 1.0
+            }
+        }
+    }
+    let inf = blocks * T::ELEMS;
+    let signs: [fn(usize) -> f32; 4] = [
+        |_| 1.0,
+        |_| -1.0,
+        |i| if i % 2 == 0 { 1.0 } else { -1.0 },
+        |i| if (i / 16) % 2 == 0 { -1.0 } else { 1.0 },
+    ];
+    for batch in 1..=13 {
+        let x: Vec<f32> = (0..batch * inf)
+            .map(|i| signs[(i / inf) % signs.len()](i % inf))
+            .collect();
+        let xq = Xq::quantize::<T>(&x, batch, inf).unwrap();
+        assert!(xq.q.iter().all(|&v| v.abs() == 127));
+        let want: Vec<f32> = data
+            .chunks_exact(stride)
+            .flat_map(|w| (0..batch).map(|b| dot_row_a8_scalar::<T>(w, xq.row(b))))
+            .collect();
+        for dots in a8_levels() {
+            let mut got = vec![f32::NAN; 11 * batch];
+            dot_row_a8::<T>(dots, &data, &xq, &mut got);
+            let same = got
+                .iter()
+                .zip(&want)
+                .all(|(g, w)| g.to_bits() == w.to_bits());
+            assert!(
+                same,
+                "{} {dots:?} batch {batch}: {got:?} vs {want:?}",
+                T::NAME
+            );
+        }
+    }
+}
+
+#[test]
+fn a8_extreme_codes_and_activations_equal_the_scalar_twin() {
+    each_type!(check_extreme_codes);
+}
+
+/// The unsigned operand bounds behind `a8_legacy_x86::int16_terms`: the
+/// sums of that many `vpmaddubsw` results stay within int16 for the
+/// largest codes (15, 31, `|q| = 128`) and activations (`127`).
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn legacy_int16_terms_stay_within_int16() {
+    use crate::ggml::a8_legacy_x86::int16_terms;
+    for (ty, top, want) in [(2, 15, 8), (3, 15, 8), (6, 31, 4), (7, 31, 4), (8, 128, 1)] {
+        let n = int16_terms(ty);
+        assert_eq!(n, want, "type {ty}");
+        assert!(n * 2 * top * 127 <= 32767 && 8 % n == 0, "type {ty}");
+    }
+}
+
+/// Q6_K's offset form: every 6-bit field `0..=63` is `q + 32` of its code,
+/// and every field occurs.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn kquant_code_bias_makes_q6_k_codes_unsigned() {
+    use crate::ggml::a8_kquant_x86::kquant_code_bias;
+    assert_eq!(kquant_code_bias(Q6K::GGML_TYPE), Some(32));
+    assert_eq!(kquant_code_bias(Q4K::GGML_TYPE), None);
+    assert_eq!(kquant_code_bias(Q5K::GGML_TYPE), None);
+    // Blocks of low-nibble bytes `v` (every value) and high-bit bytes
+    // whose four bit pairs are all `h` (`0x00`, `0x55`, `0xAA`, `0xFF`):
+    // the 6-bit fields cover `0..=63`.
+    let mut q: Codes = [0; MAX_BLOCK_ELEMS];
+    let mut seen = [false; 64];
+    for (v, h) in (0..=255u8).flat_map(|v| [0x00u8, 0x55, 0xAA, 0xFF].map(|h| (v, h))) {
+        let mut b = [v; Q6K::BYTES];
+        b[128..192].fill(h);
+        Q6K::codes(&b, &mut q);
+        for &c in &q[..] {
+            let u = i16::from(c) + 32;
+            assert!((0..=63).contains(&u), "{c}");
+            seen[u as usize] = true;
+        }
+    }
+    assert!(seen.iter().all(|&s| s), "{seen:?}");
+}
