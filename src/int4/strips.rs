@@ -225,22 +225,67 @@ pub(super) unsafe fn strip<L: StripLanes, const V: usize>(
     let p_end = slab.pairs.end;
     assert!(slab.pairs.start >= g * half && p_end <= (g + 1) * half);
     assert!(p_end * n <= args.data.len() && c0 + lanes * V <= n && 2 * p_end <= x.len());
-    let mut carry = slab.carry;
-    assert!((first && last) || carry.as_ref().is_some_and(|c| c.len() == lanes * V));
-    // SAFETY: the caller guarantees the instruction set; the carry holds
-    // LANES V floats (asserted above).
-    let mut acc: [L; V] = std::array::from_fn(|v| unsafe {
-        match &carry {
-            Some(c) if !first => L::load(c.as_ptr().add(lanes * v)),
-            _ => L::zero(),
+    let acc = match slab.carry {
+        // A whole group: the sums start at zero (its own copy of the loop,
+        // so that the accumulators stay in registers).
+        None => {
+            assert!(first && last);
+            // SAFETY: the caller guarantees the instruction set; the
+            // indices are checked above.
+            unsafe { sum_pairs::<L, V>(args, slab.pairs, c0, [L::zero(); V], ahead) }
         }
-    });
-    if last {
-        ahead.prefetch_scales(args, g, c0, (4 * lanes * V).div_ceil(64));
+        Some(carry) => {
+            assert_eq!(carry.len(), lanes * V);
+            // SAFETY: as above.
+            let mut acc = [unsafe { L::zero() }; V];
+            if !first {
+                for (v, a) in acc.iter_mut().enumerate() {
+                    // SAFETY: the carry holds LANES V floats (asserted).
+                    *a = unsafe { L::load(carry.as_ptr().add(lanes * v)) };
+                }
+            }
+            // SAFETY: as above.
+            let acc = unsafe { sum_pairs::<L, V>(args, slab.pairs, c0, acc, ahead) };
+            if !last {
+                for (v, a) in acc.iter().enumerate() {
+                    // SAFETY: the carry holds LANES V floats (asserted).
+                    unsafe { a.store(carry.as_mut_ptr().add(lanes * v)) };
+                }
+                return;
+            }
+            acc
+        }
+    };
+    ahead.prefetch_scales(args, g, c0, (4 * lanes * V).div_ceil(64));
+    let srow = &args.scales[g * n + c0..g * n + c0 + lanes * V];
+    for (v, a) in acc.iter().enumerate() {
+        // SAFETY: y and srow hold LANES V floats; unaligned loads and stores.
+        unsafe {
+            let yp = y.as_mut_ptr().add(lanes * v);
+            let s = L::load(srow.as_ptr().add(lanes * v));
+            L::fmadd(*a, s, L::load(yp)).store(yp);
+        }
     }
-    for p in slab.pairs {
-        // SAFETY: p < num_pairs and c0 + LANES V <= out_feat (asserted
-        // above), so the row slice is inside `data`; 2p + 1 < x.len().
+}
+
+/// `acc` plus the pairs `pairs` of `V * L::LANES` columns from `c0`: per
+/// pair of rows, two FMAs per vector (low nibbles times `x[2p]`, high
+/// nibbles times `x[2p + 1]`), in order.
+///
+/// # Safety
+/// As for [`strip`], which checks the indices.
+#[inline(always)]
+unsafe fn sum_pairs<L: StripLanes, const V: usize>(
+    args: &MatvecArgs,
+    pairs: Range<usize>,
+    c0: usize,
+    mut acc: [L; V],
+    ahead: Ahead,
+) -> [L; V] {
+    let (n, x, lanes) = (args.out_feat, L::x(args), L::LANES);
+    for p in pairs {
+        // SAFETY: p < num_pairs and c0 + LANES V <= out_feat (asserted by
+        // the caller), so the row slice is inside `data`; 2p + 1 < x.len().
         unsafe {
             let row = args.data.as_ptr().add(p * n + c0);
             // The strips of a slab walk its rows side by side, which the
@@ -256,24 +301,7 @@ pub(super) unsafe fn strip<L: StripLanes, const V: usize>(
             }
         }
     }
-    if !last {
-        if let Some(c) = carry.as_mut() {
-            for (v, a) in acc.iter().enumerate() {
-                // SAFETY: the carry holds LANES V floats (asserted above).
-                unsafe { a.store(c.as_mut_ptr().add(lanes * v)) };
-            }
-        }
-        return;
-    }
-    let srow = &args.scales[g * n + c0..g * n + c0 + lanes * V];
-    for (v, a) in acc.iter().enumerate() {
-        // SAFETY: y and srow hold LANES V floats; unaligned loads and stores.
-        unsafe {
-            let yp = y.as_mut_ptr().add(lanes * v);
-            let s = L::load(srow.as_ptr().add(lanes * v));
-            L::fmadd(*a, s, L::load(yp)).store(yp);
-        }
-    }
+    acc
 }
 
 /// The matvec of one instruction set: `matvec` (the token's entry point,

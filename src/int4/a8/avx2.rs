@@ -73,6 +73,40 @@ pub(super) unsafe fn cols(
         half
     };
     let mut carry = vec![0i32; if slab_pairs < half { count * main } else { 0 }];
+    // SAFETY: the features are this function's; the sizes are checked.
+    unsafe {
+        if carry.is_empty() {
+            walk::<false>(args, rows.clone(), o0, ys, width, slab_pairs, &mut carry)
+        } else {
+            walk::<true>(args, rows.clone(), o0, ys, width, slab_pairs, &mut carry)
+        }
+    }
+    if main < width {
+        let mut tails: Vec<&mut [f32]> = ys.iter_mut().map(|y| &mut y[main..]).collect();
+        cols_scalar(args, rows, o0 + main, &mut tails);
+    }
+}
+
+/// The whole strips of [`cols`] (`width` columns from `o0`, `ys` zeroed),
+/// each group in slabs of `slab_pairs` pairs; `CARRY`: the slabs cut the
+/// groups, their sums carried in `carry` (one instance per case, so that
+/// whole groups run without the carry's branches).
+///
+/// # Safety
+/// None beyond the features (AVX2), which the caller's token proves; every
+/// index is checked.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn walk<const CARRY: bool>(
+    args: &A8Args,
+    rows: Range<usize>,
+    o0: usize,
+    ys: &mut [&mut [f32]],
+    width: usize,
+    slab_pairs: usize,
+    carry: &mut [i32],
+) {
+    let (count, half) = (rows.len(), args.group_size / 2);
+    let main = width / STRIP * STRIP;
     for g in args.groups.clone() {
         for p0 in (g * half..(g + 1) * half).step_by(slab_pairs) {
             let pairs = p0..(p0 + slab_pairs).min((g + 1) * half);
@@ -91,7 +125,7 @@ pub(super) unsafe fn cols(
                     let slab = Slab {
                         g,
                         pairs: pairs.clone(),
-                        carry: &mut carry,
+                        carry: &mut *carry,
                         pitch: main,
                     };
                     // SAFETY: (every arm) the features are this function's;
@@ -101,14 +135,14 @@ pub(super) unsafe fn cols(
                     unsafe {
                         let (o, r0) = (o0 + c, rows.start);
                         match (count, h) {
-                            (4, 2) => strip::<4, 2>(args, slab, o, c, r0, ys),
-                            (4, _) => strip::<4, 1>(args, slab, o, c, r0, ys),
-                            (3, 2) => strip::<3, 2>(args, slab, o, c, r0, ys),
-                            (3, _) => strip::<3, 1>(args, slab, o, c, r0, ys),
-                            (2, 2) => strip::<2, 2>(args, slab, o, c, r0, ys),
-                            (2, _) => strip::<2, 1>(args, slab, o, c, r0, ys),
-                            (_, 2) => strip::<1, 2>(args, slab, o, c, r0, ys),
-                            _ => strip::<1, 1>(args, slab, o, c, r0, ys),
+                            (4, 2) => strip::<4, 2, CARRY>(args, slab, o, c, r0, ys),
+                            (4, _) => strip::<4, 1, CARRY>(args, slab, o, c, r0, ys),
+                            (3, 2) => strip::<3, 2, CARRY>(args, slab, o, c, r0, ys),
+                            (3, _) => strip::<3, 1, CARRY>(args, slab, o, c, r0, ys),
+                            (2, 2) => strip::<2, 2, CARRY>(args, slab, o, c, r0, ys),
+                            (2, _) => strip::<2, 1, CARRY>(args, slab, o, c, r0, ys),
+                            (_, 2) => strip::<1, 2, CARRY>(args, slab, o, c, r0, ys),
+                            _ => strip::<1, 1, CARRY>(args, slab, o, c, r0, ys),
                         }
                     }
                 } else {
@@ -125,10 +159,6 @@ pub(super) unsafe fn cols(
                 c += h * STRIP;
             }
         }
-    }
-    if main < width {
-        let mut tails: Vec<&mut [f32]> = ys.iter_mut().map(|y| &mut y[main..]).collect();
-        cols_scalar(args, rows, o0 + main, &mut tails);
     }
 }
 
@@ -204,7 +234,7 @@ struct Slab<'a> {
 /// None beyond the features (AVX2), which the caller's token proves; every
 /// index is checked.
 #[target_feature(enable = "avx2,fma")]
-unsafe fn strip<const R: usize, const H: usize>(
+unsafe fn strip<const R: usize, const H: usize, const CARRY: bool>(
     args: &A8Args,
     slab: Slab,
     col: usize,
@@ -216,7 +246,9 @@ unsafe fn strip<const R: usize, const H: usize>(
     assert!(ys.len() == R);
     let (p0, p_end) = strip_pairs(args, g, col, H * STRIP, yoff, r0, ys);
     let pairs = slab.pairs;
-    let (first, last) = (pairs.start == p0, pairs.end == p_end);
+    // Whole groups (`CARRY` false) compile without the carry's branches.
+    let (first, last) = (!CARRY || pairs.start == p0, !CARRY || pairs.end == p_end);
+    assert!(CARRY || (pairs.start == p0 && pairs.end == p_end));
     assert!(p0 <= pairs.start && pairs.end <= p_end && pairs.len().is_multiple_of(BATCH_PAIRS));
     let (carry, pitch) = (slab.carry, slab.pitch);
     assert!((first && last) || (R - 1) * pitch + yoff + H * STRIP <= carry.len());
