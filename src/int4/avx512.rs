@@ -15,12 +15,7 @@ use crate::simd::Avx512;
 /// Row pairs ahead that the GEMM tile dequantizer prefetches.
 const DEQUANT_PREFETCH_PAIRS: usize = 16;
 
-matvec_kernels!(
-    "avx512f,avx512bw,avx512vl,avx2,fma",
-    Avx512,
-    __m512,
-    super::strips::NO_SLABS
-);
+matvec_kernels!("avx512f,avx512bw,avx512vl,avx2,fma", Avx512, __m512);
 
 /// The 16-entry nibble table: lane `i` holds the two's complement value of
 /// the nibble `i`, and `vpermps` reads only the low 4 bits of each index, so

@@ -368,13 +368,12 @@ fn large_parallel_matvec_is_deterministic() {
     }
 }
 
-/// The AVX2 matvec walks groups above 32 in slabs of 16 pairs, carrying
-/// each column's sum between them: the same bits as the multi-row kernel,
-/// which walks whole groups in the same per-column order, on widths with
-/// vector and scalar tails, and the same for any thread count.
+/// The AVX2 matvec against the multi-row kernel, which sums each column in
+/// the same order, on groups above 32 and widths with vector and scalar
+/// tails, and the same for any thread count.
 #[test]
 #[cfg(target_arch = "x86_64")]
-fn avx2_matvec_in_slabs_matches_whole_groups() {
+fn avx2_matvec_on_large_groups_matches_the_rows_kernel() {
     if crate::simd::Avx2::at(simd::level()).is_none() {
         eprintln!("skipped: AVX2 is not in force here (CPU or QUANTRS_SIMD)");
         return;
@@ -401,7 +400,7 @@ fn avx2_matvec_in_slabs_matches_whole_groups() {
         assert_close(&qw, &x[..k], 1, &y, &what);
         if k * n < matvec::PAR_MIN_WEIGHTS {
             // One piece: the rows kernel's sums, bit for bit.
-            assert_eq!(y, rows[..n], "{what}: slabs vs whole groups");
+            assert_eq!(y, rows[..n], "{what}: matvec vs rows kernel");
         }
         let mut y1 = vec![f32::NAN; n];
         on_one_thread(|| qw.matvec_with(&x[..k], &mut y1, MatvecKernel::Avx2)).unwrap();
