@@ -368,6 +368,46 @@ fn large_parallel_matvec_is_deterministic() {
     }
 }
 
+/// The AVX2 matvec against the multi-row kernel, which sums each column in
+/// the same order, on groups above 32 and widths with vector and scalar
+/// tails, and the same for any thread count.
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn avx2_matvec_on_large_groups_matches_the_rows_kernel() {
+    if crate::simd::Avx2::at(simd::level()).is_none() {
+        eprintln!("skipped: AVX2 is not in force here (CPU or QUANTRS_SIMD)");
+        return;
+    }
+    for (i, &(k, n, gs)) in [
+        (128, 75, 64),
+        (384, 131, 128),
+        (512, 64, 256),
+        (96, 200, 48),
+        (2048, 1003, 128),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let qw =
+            QuantizedWeight::quantize_grouped(&rand_vec(k * n, 400 + i as u64), k, n, gs).unwrap();
+        let x = mixed_range_x(2 * k, 410 + i as u64);
+        let what = format!("[{k}x{n}] gs {gs}");
+        let mut rows = vec![f32::NAN; 2 * n];
+        qw.matmul_with(&x, 2, &mut rows, SimdLevel::Avx2, false)
+            .unwrap();
+        let mut y = vec![f32::NAN; n];
+        qw.matvec_with(&x[..k], &mut y, MatvecKernel::Avx2).unwrap();
+        assert_close(&qw, &x[..k], 1, &y, &what);
+        if k * n < matvec::PAR_MIN_WEIGHTS {
+            // One piece: the rows kernel's sums, bit for bit.
+            assert_eq!(y, rows[..n], "{what}: matvec vs rows kernel");
+        }
+        let mut y1 = vec![f32::NAN; n];
+        on_one_thread(|| qw.matvec_with(&x[..k], &mut y1, MatvecKernel::Avx2)).unwrap();
+        assert_eq!(y, y1, "{what}: one thread vs the pool");
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 

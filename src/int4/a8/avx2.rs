@@ -61,49 +61,24 @@ pub(super) unsafe fn cols(
         y[..main].fill(0.0);
     }
     let count = rows.len();
-    let full = width == args.out_feat;
-    for g in args.groups.clone() {
-        let mut c = 0;
-        while c < main {
-            // Two strips at once where they fit: a strip uses half of each
-            // cache line it loads, and with a row pitch that is a multiple
-            // of 4 KiB the group's rows all fall in one L1 set, so the line
-            // would be gone before the next strip came back for its other
-            // half.
-            let h = if c + 2 * STRIP <= main { 2 } else { 1 };
-            for k in 0..h {
-                prefetch_next_group(args, g, o0, c + k * STRIP, full);
-            }
-            if count <= ROWS_PER_PASS {
-                // SAFETY: (every arm) the features are this function's;
-                // `ys` holds exactly the arm's row count, and the strips'
-                // columns lie inside the matrix and every row (checked
-                // above and in `strip`).
-                unsafe {
-                    let (o, r0) = (o0 + c, rows.start);
-                    match (count, h) {
-                        (4, 2) => strip::<4, 2>(args, g, o, c, r0, ys),
-                        (4, _) => strip::<4, 1>(args, g, o, c, r0, ys),
-                        (3, 2) => strip::<3, 2>(args, g, o, c, r0, ys),
-                        (3, _) => strip::<3, 1>(args, g, o, c, r0, ys),
-                        (2, 2) => strip::<2, 2>(args, g, o, c, r0, ys),
-                        (2, _) => strip::<2, 1>(args, g, o, c, r0, ys),
-                        (_, 2) => strip::<1, 2>(args, g, o, c, r0, ys),
-                        _ => strip::<1, 1>(args, g, o, c, r0, ys),
-                    }
-                }
-            } else {
-                for k in 0..h {
-                    let cs = c + k * STRIP;
-                    for (b, part) in ys.chunks_mut(ROW_BLOCK).enumerate() {
-                        let r0 = rows.start + b * ROW_BLOCK;
-                        // SAFETY: as above; `part` holds at most ROW_BLOCK
-                        // rows.
-                        unsafe { strip_block(args, g, o0 + cs, cs, r0, part) }
-                    }
-                }
-            }
-            c += h * STRIP;
+    let half = args.group_size / 2;
+    // The per-row strips (up to four rows) walk a group in slabs of at most
+    // SLAB_PAIRS pairs, carrying their i32 sums between slabs (exact): a
+    // group of 128 walked whole is 64 concurrent streams, which Zen 3 reads
+    // from DRAM at a third of the rate of 16. The blocked rows are compute-
+    // bound and keep whole groups.
+    let slab_pairs = if count <= ROWS_PER_PASS {
+        SLAB_PAIRS.min(half)
+    } else {
+        half
+    };
+    let mut carry = vec![0i32; if slab_pairs < half { count * main } else { 0 }];
+    // SAFETY: the features are this function's; the sizes are checked.
+    unsafe {
+        if carry.is_empty() {
+            walk::<false>(args, rows.clone(), o0, ys, width, slab_pairs, &mut carry)
+        } else {
+            walk::<true>(args, rows.clone(), o0, ys, width, slab_pairs, &mut carry)
         }
     }
     if main < width {
@@ -112,31 +87,115 @@ pub(super) unsafe fn cols(
     }
 }
 
-/// Prefetch, while strip `c` (column `o0 + c`) of group `g` runs, a
-/// strip's share of group `g + 1`: a group's worth of strips ahead, about
-/// the DRAM latency. When the call spans every column (`full`) a group's
-/// packed rows are one contiguous block, fetched in order (a single
-/// sequential stream, what DRAM serves fastest); otherwise the same
-/// columns of the next group's rows (a task's rows are too short for the
-/// hardware prefetchers to lock on), every other strip.
+/// The whole strips of [`cols`] (`width` columns from `o0`, `ys` zeroed),
+/// each group in slabs of `slab_pairs` pairs; `CARRY`: the slabs cut the
+/// groups, their sums carried in `carry` (one instance per case, so that
+/// whole groups run without the carry's branches).
+///
+/// # Safety
+/// None beyond the features (AVX2), which the caller's token proves; every
+/// index is checked.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn walk<const CARRY: bool>(
+    args: &A8Args,
+    rows: Range<usize>,
+    o0: usize,
+    ys: &mut [&mut [f32]],
+    width: usize,
+    slab_pairs: usize,
+    carry: &mut [i32],
+) {
+    let (count, half) = (rows.len(), args.group_size / 2);
+    let main = width / STRIP * STRIP;
+    let full = width == args.out_feat;
+    for g in args.groups.clone() {
+        for p0 in (g * half..(g + 1) * half).step_by(slab_pairs) {
+            let pairs = p0..(p0 + slab_pairs).min((g + 1) * half);
+            let mut c = 0;
+            while c < main {
+                // Two strips at once where they fit: a strip uses half of
+                // each cache line it loads, and with a row pitch that is a
+                // multiple of 4 KiB the slab's rows all fall in one L1 set,
+                // so the line would be gone before the next strip came back
+                // for its other half.
+                let h = if c + 2 * STRIP <= main { 2 } else { 1 };
+                for k in 0..h {
+                    prefetch_next_slab(args, g, &pairs, o0, c + k * STRIP, full);
+                }
+                if count <= ROWS_PER_PASS {
+                    let slab = Slab {
+                        g,
+                        pairs: pairs.clone(),
+                        carry: &mut *carry,
+                        pitch: main,
+                    };
+                    // SAFETY: (every arm) the features are this function's;
+                    // `ys` holds exactly the arm's row count, and the
+                    // strips' columns lie inside the matrix, every row and
+                    // the carry (checked above and in `strip`).
+                    unsafe {
+                        let (o, r0) = (o0 + c, rows.start);
+                        match (count, h) {
+                            (4, 2) => strip::<4, 2, CARRY>(args, slab, o, c, r0, ys),
+                            (4, _) => strip::<4, 1, CARRY>(args, slab, o, c, r0, ys),
+                            (3, 2) => strip::<3, 2, CARRY>(args, slab, o, c, r0, ys),
+                            (3, _) => strip::<3, 1, CARRY>(args, slab, o, c, r0, ys),
+                            (2, 2) => strip::<2, 2, CARRY>(args, slab, o, c, r0, ys),
+                            (2, _) => strip::<2, 1, CARRY>(args, slab, o, c, r0, ys),
+                            (_, 2) => strip::<1, 2, CARRY>(args, slab, o, c, r0, ys),
+                            _ => strip::<1, 1, CARRY>(args, slab, o, c, r0, ys),
+                        }
+                    }
+                } else {
+                    for k in 0..h {
+                        let cs = c + k * STRIP;
+                        for (b, part) in ys.chunks_mut(ROW_BLOCK).enumerate() {
+                            let r0 = rows.start + b * ROW_BLOCK;
+                            // SAFETY: as above; `part` holds at most
+                            // ROW_BLOCK rows.
+                            unsafe { strip_block(args, g, o0 + cs, cs, r0, part) }
+                        }
+                    }
+                }
+                c += h * STRIP;
+            }
+        }
+    }
+}
+
+/// Prefetch, while strip `c` (column `o0 + c`) of the slab `pairs` of
+/// group `g` runs, a strip's share of the next slab (the next group's first
+/// where this one ends it): a slab's worth of strips ahead, about the DRAM
+/// latency. When the call spans every column (`full`) a slab's packed rows
+/// are one contiguous block, fetched in order (a single sequential stream;
+/// fetching each row 512 bytes ahead instead was 0.8x as fast from DRAM at
+/// 4096 columns, where the rows' pitch is a multiple of 4 KiB); otherwise
+/// the same columns of the next slab's rows, every other strip.
 #[inline(always)]
-fn prefetch_next_group(args: &A8Args, g: usize, o0: usize, c: usize, full: bool) {
-    let (n, half) = (args.out_feat, args.group_size / 2);
-    let next = args.data.as_ptr().wrapping_add((g + 1) * half * n);
+fn prefetch_next_slab(
+    args: &A8Args,
+    g: usize,
+    pairs: &Range<usize>,
+    o0: usize,
+    c: usize,
+    full: bool,
+) {
+    let (n, len) = (args.out_feat, pairs.len());
+    let next = args.data.as_ptr().wrapping_add(pairs.end * n);
     if full {
-        // Strip c of n / 32 covers bytes c * half .. (c + 32) * half of the
-        // block of half * n bytes.
-        let at = next.wrapping_add(c * half);
-        for line in 0..(STRIP * half).div_ceil(64) {
+        // Strip c of n / 32 covers bytes c * len .. (c + 32) * len of the
+        // block of len * n bytes.
+        let at = next.wrapping_add(c * len);
+        for line in 0..(STRIP * len).div_ceil(64) {
             prefetch(at.wrapping_add(64 * line));
         }
-    } else if c.is_multiple_of(64) {
+    } else if c.is_multiple_of(2 * STRIP) {
         let row = next.wrapping_add(o0 + c);
-        for p in 0..half {
+        for p in 0..len {
             prefetch(row.wrapping_add(p * n));
         }
     }
-    if c.is_multiple_of(64) {
+    if c.is_multiple_of(2 * STRIP) {
         let s = args.scales.as_ptr().wrapping_add((g + 1) * n + o0 + c);
         prefetch(s as *const u8);
         prefetch(s.wrapping_add(16) as *const u8);
@@ -152,39 +211,72 @@ fn prefetch(at: *const u8) {
     unsafe { _mm_prefetch::<_MM_HINT_T1>(at as *const i8) };
 }
 
-/// Group `g`'s contribution to the `32 H` columns from `col` (column
-/// `yoff` of each `ys[j]`) for the `R` rows of `x` from `r0`: per batch of
-/// eight pairs, each 32-column half in turn, so that the batch's eight
-/// cache lines are read whole while they are in L1.
+/// Most pairs of rows a per-row strip walks side by side (a multiple of
+/// `BATCH_PAIRS`): see `cols`.
+const SLAB_PAIRS: usize = 16;
+
+/// The pairs `pairs` of group `g` for a per-row [`strip`], and the i32 sums
+/// carried between the slabs of a cut group: row `j`'s sum of task column
+/// `c` at `carry[j * pitch + c]` (empty when the group is whole).
+struct Slab<'a> {
+    g: usize,
+    pairs: Range<usize>,
+    carry: &'a mut [i32],
+    pitch: usize,
+}
+
+/// The slab `slab.pairs` of group `slab.g` against the `32 H` columns from
+/// `col` (column `yoff` of each `ys[j]`) for the `R` rows of `x` from `r0`:
+/// per batch of eight pairs, each 32-column half in turn, so that the
+/// batch's eight cache lines are read whole while they are in L1. The sums
+/// start from the nibbles' offset on the group's first pair (else from the
+/// carry) and go through the epilogue after its last (else to the carry).
 ///
 /// # Safety
 /// None beyond the features (AVX2), which the caller's token proves; every
 /// index is checked.
 #[target_feature(enable = "avx2,fma")]
-unsafe fn strip<const R: usize, const H: usize>(
+unsafe fn strip<const R: usize, const H: usize, const CARRY: bool>(
     args: &A8Args,
-    g: usize,
+    slab: Slab,
     col: usize,
     yoff: usize,
     r0: usize,
     ys: &mut [&mut [f32]],
 ) {
-    let (n, x) = (args.out_feat, args.x);
-    let half = args.group_size / 2;
-    debug_assert!(half.is_multiple_of(BATCH_PAIRS));
+    let (n, x, g) = (args.out_feat, args.x, slab.g);
     assert!(ys.len() == R);
-    let (p0, _) = strip_pairs(args, g, col, H * STRIP, yoff, r0, ys);
-    // Raw pointers stepped along the group (fixed trip counts, no index
+    let (p0, p_end) = strip_pairs(args, g, col, H * STRIP, yoff, r0, ys);
+    let pairs = slab.pairs;
+    // Whole groups (`CARRY` false) compile without the carry's branches.
+    let (first, last) = (!CARRY || pairs.start == p0, !CARRY || pairs.end == p_end);
+    assert!(CARRY || (pairs.start == p0 && pairs.end == p_end));
+    assert!(p0 <= pairs.start && pairs.end <= p_end && pairs.len().is_multiple_of(BATCH_PAIRS));
+    let (carry, pitch) = (slab.carry, slab.pitch);
+    assert!((first && last) || (R - 1) * pitch + yoff + H * STRIP <= carry.len());
+    // Raw pointers stepped along the slab (fixed trip counts, no index
     // arithmetic in the loop): the weights one row pitch per pair, each
     // row's codes two per pair. In bounds by the asserts above (`strip_pairs`).
-    let base = args.data.as_ptr().wrapping_add(p0 * n + col);
-    let xrow: [*const i8; R] = std::array::from_fn(|j| x.row(r0 + j).as_ptr().wrapping_add(2 * p0));
+    let base = args.data.as_ptr().wrapping_add(pairs.start * n + col);
+    let xrow: [*const i8; R] =
+        std::array::from_fn(|j| x.row(r0 + j).as_ptr().wrapping_add(2 * pairs.start));
     // The sums start at -8 sum(x_q), the offset of the nibbles (see the
     // module docs): the same integers as subtracting it at the end.
     let start: [[__m256i; 4]; R] =
         std::array::from_fn(|j| [_mm256_set1_epi32(-8 * x.sums[(r0 + j) * x.num_groups + g]); 4]);
     let mut acc32: [[[__m256i; 4]; R]; H] = [start; H];
-    for b in 0..half / BATCH_PAIRS {
+    if !first {
+        for (h, acc_h) in acc32.iter_mut().enumerate() {
+            for (j, a) in acc_h.iter_mut().enumerate() {
+                for (v, av) in a.iter_mut().enumerate() {
+                    let at = j * pitch + yoff + h * STRIP + 8 * v;
+                    // SAFETY: `at + 8 <= carry.len()` (asserted above).
+                    *av = unsafe { _mm256_loadu_si256(carry.as_ptr().add(at) as *const __m256i) };
+                }
+            }
+        }
+    }
+    for b in 0..pairs.len() / BATCH_PAIRS {
         for (h, acc_h) in acc32.iter_mut().enumerate() {
             let mut wp = base.wrapping_add(b * BATCH_PAIRS * n + h * STRIP);
             let mut xp = xrow.map(|p| p.wrapping_add(2 * b * BATCH_PAIRS));
@@ -210,6 +302,18 @@ unsafe fn strip<const R: usize, const H: usize>(
                 unsafe { widen_add(a32, a16) };
             }
         }
+    }
+    if !last {
+        for (h, acc_h) in acc32.iter().enumerate() {
+            for (j, a) in acc_h.iter().enumerate() {
+                for (v, av) in a.iter().enumerate() {
+                    let at = j * pitch + yoff + h * STRIP + 8 * v;
+                    // SAFETY: as for the loads above.
+                    unsafe { _mm256_storeu_si256(carry.as_mut_ptr().add(at) as *mut __m256i, *av) };
+                }
+            }
+        }
+        return;
     }
     for (h, acc) in acc32.iter().enumerate() {
         // SAFETY: the features are this function's; `acc` holds a row per

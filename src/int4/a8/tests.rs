@@ -170,9 +170,20 @@ fn large_calls_do_not_depend_on_the_thread_count() {
     // Above PAR_MIN_WEIGHTS: up to 4 rows split in K_BLOCKS blocks of
     // groups (the partial sums added in block order), more in column chunks
     // and row blocks of 16.
-    let (k, n) = (1024, 1000);
-    let qw = QuantizedWeight::try_quantize(&rand_vec(k * n, 7), k, n).unwrap();
-    for batch in [1, 4, 5, 17, 40] {
+    // Groups of 128 at an odd width: the per-row strips walk each group in
+    // slabs of 16 pairs, the tail columns in the scalar twin.
+    let cases = [
+        (1024, 1000, 32, &[1, 4, 5, 17, 40][..]),
+        (2048, 1003, 128, &[1, 3][..]),
+    ];
+    for &(k, n, gs, batches) in &cases {
+        large_call_checks(k, n, gs, batches);
+    }
+}
+
+fn large_call_checks(k: usize, n: usize, gs: usize, batches: &[usize]) {
+    let qw = QuantizedWeight::quantize_grouped(&rand_vec(k * n, 7), k, n, gs).unwrap();
+    for &batch in batches {
         let x = rand_vec(batch * k, 8 + batch as u64);
         let mut y = vec![f32::NAN; batch * n];
         qw.view()
@@ -183,11 +194,12 @@ fn large_calls_do_not_depend_on_the_thread_count() {
         } else {
             qw.num_groups
         };
-        assert_eq!(y, formula_blocks(&qw, &x, batch, per_block), "b {batch}");
-        assert_within_a8_bound(&qw, &x, batch, &y, &format!("b {batch}"));
+        let what = format!("[{k}x{n}] gs {gs} b {batch}");
+        assert_eq!(y, formula_blocks(&qw, &x, batch, per_block), "{what}");
+        assert_within_a8_bound(&qw, &x, batch, &y, &what);
         let mut y1 = vec![f32::NAN; batch * n];
         on_one_thread(|| qw.view().matmul_act(&x, batch, &mut y1, Activations::Int8)).unwrap();
-        assert_eq!(y, y1, "b {batch}: one thread vs the pool");
+        assert_eq!(y, y1, "{what}: one thread vs the pool");
     }
 }
 
