@@ -26,15 +26,25 @@ def reexec_without_openblas_overrides() -> None:
         os.execve(sys.executable, [sys.executable, *sys.argv], env)
 
 
-def median_ms(fn: Callable[[], object], repeat: int, warmup: int = 1) -> float:
+def call_seconds(
+    fn: Callable[[], object],
+    repeat: int,
+    warmup: int = 1,
+    clock: Callable[[], float] = time.perf_counter,
+) -> list[float]:
+    """Seconds of each of ``repeat`` calls of ``fn`` on ``clock``, after ``warmup`` calls."""
     for _ in range(warmup):
         fn()
     times = []
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0 = clock()
         fn()
-        times.append(time.perf_counter() - t0)
-    return 1e3 * statistics.median(times)
+        times.append(clock() - t0)
+    return times
+
+
+def median_ms(fn: Callable[[], object], repeat: int, warmup: int = 1) -> float:
+    return 1e3 * statistics.median(call_seconds(fn, repeat, warmup))
 
 
 def paired_ms(

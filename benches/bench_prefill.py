@@ -37,7 +37,13 @@ import statistics
 import time
 
 from _bandwidth import Bandwidth
-from _common import emit, machine_note, median_ms, reexec_without_openblas_overrides
+from _common import (
+    call_seconds,
+    emit,
+    machine_note,
+    median_ms,
+    reexec_without_openblas_overrides,
+)
 
 THREADS = 2
 SMOL = [(576, 576), (576, 192), (576, 1536), (1536, 576), (576, 49152)]
@@ -80,28 +86,14 @@ def bf16_variants(np, quantrs, w):
 def cpu_ms(fn, repeat: int, warmup: int = 1) -> float:
     """CPU time of the whole process per call of ``fn``, the median of ``repeat`` calls (all
     threads count, including a thread pool's spinning: meaningful on one thread each)."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.process_time()
-        fn()
-        times.append(time.process_time() - t0)
-    return 1e3 * statistics.median(times)
+    return 1e3 * statistics.median(call_seconds(fn, repeat, warmup, time.process_time))
 
 
 def best_ms(fn, repeat: int, warmup: int = 1) -> float:
     """Wall time of the fastest of ``repeat`` calls of ``fn``: on a host that other jobs
     load, the calls that no descheduled thread held up (both libraries' 2-thread calls wait
     for their slowest thread)."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return 1e3 * min(times)
+    return 1e3 * min(call_seconds(fn, repeat, warmup))
 
 
 def shape_rows(

@@ -182,6 +182,25 @@ fn weight_rows<T: GgmlType>(n: usize, blocks: usize, seed: u64) -> Vec<u8> {
     data
 }
 
+/// Every level's [`dot_row_a8`] of the weight `rows` (`stride` bytes each)
+/// with every activation row of `xq` equals the scalar twin, bit for bit.
+fn assert_levels_equal_scalar<T: GgmlType>(rows: &[u8], stride: usize, xq: &Xq, case: &str) {
+    let batch = xq.q.len() / xq.in_feat;
+    let want: Vec<f32> = rows
+        .chunks_exact(stride)
+        .flat_map(|w| (0..batch).map(|b| dot_row_a8_scalar::<T>(w, xq.row(b))))
+        .collect();
+    for dots in a8_levels() {
+        let mut got = vec![f32::NAN; want.len()];
+        dot_row_a8::<T>(dots, rows, xq, &mut got);
+        let same = got
+            .iter()
+            .zip(&want)
+            .all(|(g, w)| g.to_bits() == w.to_bits());
+        assert!(same, "{} {dots:?} {case}: {got:?} vs {want:?}", T::NAME);
+    }
+}
+
 /// Every level's [`dot_row_a8`] over windows of weight rows (1-11 rows
 /// from an offset: the eight-row passes and their tails) and batches 1-17
 /// equals the scalar twin per weight row and activation row, bit for bit.
@@ -196,24 +215,8 @@ fn check_weight_row_windows<T: GgmlType>() {
             let xq = Xq::quantize::<T>(&x[..batch * inf], batch, inf).unwrap();
             for (r0, n) in crate::testutil::ROW_WINDOWS {
                 let rows = &data[r0 * stride..(r0 + n) * stride];
-                let want: Vec<f32> = rows
-                    .chunks_exact(stride)
-                    .flat_map(|w| (0..batch).map(|b| dot_row_a8_scalar::<T>(w, xq.row(b))))
-                    .collect();
-                for dots in a8_levels() {
-                    let mut got = vec![f32::NAN; n * batch];
-                    dot_row_a8::<T>(dots, rows, &xq, &mut got);
-                    let same = got
-                        .iter()
-                        .zip(&want)
-                        .all(|(g, w)| g.to_bits() == w.to_bits());
-                    assert!(
-                        same,
-                        "{} {dots:?} {blocks} blocks, rows {r0}+{n}, batch {batch}: \
-                         {got:?} vs {want:?}",
-                        T::NAME
-                    );
-                }
+                let case = format!("{blocks} blocks, rows {r0}+{n}, batch {batch}");
+                assert_levels_equal_scalar::<T>(rows, stride, &xq, &case);
             }
         }
     }
@@ -324,23 +327,7 @@ fn check_extreme_codes<T: GgmlType>() {
             .collect();
         let xq = Xq::quantize::<T>(&x, batch, inf).unwrap();
         assert!(xq.q.iter().all(|&v| v.abs() == 127));
-        let want: Vec<f32> = data
-            .chunks_exact(stride)
-            .flat_map(|w| (0..batch).map(|b| dot_row_a8_scalar::<T>(w, xq.row(b))))
-            .collect();
-        for dots in a8_levels() {
-            let mut got = vec![f32::NAN; 11 * batch];
-            dot_row_a8::<T>(dots, &data, &xq, &mut got);
-            let same = got
-                .iter()
-                .zip(&want)
-                .all(|(g, w)| g.to_bits() == w.to_bits());
-            assert!(
-                same,
-                "{} {dots:?} batch {batch}: {got:?} vs {want:?}",
-                T::NAME
-            );
-        }
+        assert_levels_equal_scalar::<T>(&data, stride, &xq, &format!("batch {batch}"));
     }
 }
 
