@@ -10,8 +10,9 @@ bf16 tile GEMM, bfloat16 out). The shapes are SmolLM2-135M's linears (576 -> 576
 576 -> 192, 576 -> 1536, 1536 -> 576, 576 -> 49152) and a 4096-wide
 model's (4096 -> 4096, 4096 -> 11008). Each measurement is the median of
 ``inner`` calls; the whole set of variants runs ``rounds`` times in
-alternation (torch first, then ours) and the medians are reported, so a
-machine whose speed drifts compares all of them under the same conditions.
+alternation (torch first, then ours, in an order that rotates each round) and the
+medians are reported, so a machine whose speed drifts compares all of them under the
+same conditions.
 ``ratio`` is torch float32's time over ours (> 1: quantrs faster),
 ``vs_bf16`` the same against bfloat16. Both libraries run on 2 threads.
 
@@ -119,10 +120,15 @@ def shape_rows(
             if bf16_rows:
                 base["torch bf16"] = lambda tx16=tx16: F.linear(tx16, tw16)
             times: dict[str, list[float]] = {name: [] for name in [*base, *ours, *ours16]}
-            for _ in range(rounds):
+            names = list(ours)
+            for r in range(rounds):
                 for name, fn in base.items():
                     times[name].append(timer(fn, inner))
-                for name, fn in ours.items():
+                # Ours in an order that rotates each round: the variant timed right after
+                # torch pays for torch's OpenMP threads still spinning, so no one variant
+                # may always be that one.
+                for name in names[r % len(names) :] + names[: r % len(names)]:
+                    fn = ours[name]
                     times[name].append(timer(lambda fn=fn, x=x, out=out: fn(x, out), inner))
                 for name, fn in ours16.items():
                     times[name].append(timer(lambda fn=fn, xb=xb: fn(xb), inner))
