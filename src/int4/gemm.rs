@@ -16,6 +16,7 @@ use std::cell::RefCell;
 
 use super::dispatch::Gemm;
 use super::format::{panel_stride, TileArgs, NR};
+use super::gemm_split::{task_grid, TaskGrid};
 use super::QuantizedWeightRef;
 
 /// Largest depth of a dequantized tile (rows of W).
@@ -85,6 +86,29 @@ fn is_avx512(kernels: Gemm) -> bool {
     }
     let _ = kernels;
     false
+}
+
+/// The task grid AVX-512 was tuned with, kept as it is: its fixed tiles,
+/// and the batch split until there are twice as many tasks as threads (the
+/// results do not depend on it: only the depth blocks set the order of each
+/// output's sum).
+fn avx512_grid(n: usize, batch: usize, cols: usize, kernels: Gemm) -> TaskGrid {
+    let want = 2 * rayon::current_num_threads().max(1);
+    let col_tasks = n.div_ceil(cols);
+    let b_blocks = if col_tasks >= want {
+        1
+    } else {
+        want.div_ceil(col_tasks)
+            .min(batch.div_ceil(kernels.mr()))
+            .max(1)
+    };
+    let rows = batch.div_ceil(b_blocks).next_multiple_of(kernels.mr());
+    TaskGrid {
+        cols,
+        rows,
+        col_tasks,
+        row_tasks: batch.div_ceil(rows),
+    }
 }
 
 /// A block of W that [`panel_gemm`] asks its format to decode: rows `k0 ..
@@ -177,27 +201,16 @@ pub(crate) fn panel_gemm(
     if batch == 0 || n == 0 {
         return;
     }
-    let (kc_max, mut nc_max) = tile_shape(kernels, k, n, g.avx512_tile);
-    // Enough tasks to keep every thread busy. First narrower column tiles,
-    // down to one panel each (outside AVX-512, whose tiles stay as tuned):
-    // every weight is still dequantized once, and no output's sum changes
-    // order (only the depth blocks set it). Then split the batch when there
-    // are still few tiles (each task then dequantizes its tile again, which
-    // is cheap next to the FMAs it feeds).
-    let want = 2 * rayon::current_num_threads().max(1);
-    if n.div_ceil(nc_max) < want && !is_avx512(kernels) {
-        nc_max = NR;
-    }
-    let tiles_n = n.div_ceil(nc_max);
-    let b_blocks = if tiles_n >= want {
-        1
+    let (kc_max, nc_widest) = tile_shape(kernels, k, n, g.avx512_tile);
+    let grid = if is_avx512(kernels) {
+        avx512_grid(n, batch, nc_widest, kernels)
     } else {
-        want.div_ceil(tiles_n)
-            .min(batch.div_ceil(kernels.mr()))
-            .max(1)
+        // Shape-only tasks, enough to balance the threads (see
+        // `gemm_split`): narrower column tiles first (every weight still
+        // decoded once), then the batch split into blocks.
+        task_grid(n, batch, NR, nc_widest, kernels.mr())
     };
-    let bb = batch.div_ceil(b_blocks).next_multiple_of(kernels.mr());
-    let b_blocks = batch.div_ceil(bb);
+    let (nc_max, bb, tiles_n) = (grid.cols, grid.rows, grid.col_tasks);
     let yp = SendPtr(y.as_mut_ptr());
     let task = |packed: &mut Vec<f32>, t: usize| {
         let need = nc_max.div_ceil(NR) * panel_stride(kc_max);
@@ -271,7 +284,7 @@ pub(crate) fn panel_gemm(
             Err(_) => task(&mut Vec::new(), t),
         })
     };
-    let tasks = tiles_n * b_blocks;
+    let tasks = grid.tasks();
     if tasks == 1 || (batch * k * n) < (1 << 20) {
         (0..tasks).for_each(with_buffer);
     } else {
@@ -365,6 +378,10 @@ mod tests {
             (576, 200, 128, 37),
             (1537, 70, 32, 20),
             (130, 600, 2, 65),
+            // Few panels and a batch split into blocks (`gemm_split`):
+            // odd M, N short of a panel.
+            (160, 45, 32, 193),
+            (576, 200, 32, 301),
         ]
         .iter()
         .enumerate()

@@ -32,6 +32,7 @@ mod bf16;
 mod dispatch;
 mod format;
 mod gemm;
+mod gemm_split;
 mod matvec;
 mod quantize;
 mod rows;

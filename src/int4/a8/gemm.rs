@@ -18,6 +18,7 @@ use std::ops::Range;
 
 use super::micro::{self, eligible, Micro, PANEL};
 use super::scalar::{cols_scalar, A8Args};
+use crate::int4::gemm_split::{self, TaskGrid};
 use crate::simd::Avx2;
 
 /// Smallest batch the driver sends here: from 5 rows the panel decode,
@@ -28,6 +29,17 @@ use crate::simd::Avx2;
 pub(super) const MIN_BATCH: usize = 5;
 /// Rows of `x` one piece of a call serves.
 pub(super) const ROW_BLOCK: usize = 64;
+/// Widest column piece of a call (whole panels), where the layer has
+/// enough of them for the task grid (`crate::int4::gemm_split`).
+const WIDEST: usize = 256;
+
+/// The shape-only pieces of an AVX2 call of `batch` rows times `n` columns
+/// (see `crate::int4::gemm_split`: one-panel pieces for narrow layers, the
+/// batch split in blocks of whole micro-kernel passes).
+pub(super) fn task_grid(n: usize, batch: usize) -> TaskGrid {
+    gemm_split::task_grid(n, batch, PANEL, WIDEST, micro::AVX2_ROWS)
+}
+
 /// Input rows per decoded panel, rounded down to whole groups (at least
 /// one): `PANEL * DEPTH` = 16 KiB of codes stay in L1 while every row of
 /// the piece reads them.

@@ -164,6 +164,40 @@ fn large_batches_do_not_depend_on_the_thread_count() {
 }
 
 #[test]
+fn narrow_layers_split_the_batch_and_match_the_twin_on_any_thread_count() {
+    // Few panels (7, the last 8 columns wide; 2): the task grid splits the
+    // batch into blocks of whole micro-kernel passes from 192 rows.
+    for (k, n, batch) in [(576, 200, 301), (512, 45, 193)] {
+        assert!(
+            gemm::task_grid(n, batch).row_tasks > 1,
+            "[{k}x{n}] b {batch}"
+        );
+        let qw = QuantizedWeight::try_quantize(&rand_vec(k * n, 70), k, n).unwrap();
+        let x = rand_vec(batch * k, 71);
+        let mut y = vec![f32::NAN; batch * n];
+        qw.view()
+            .matmul_act(&x, batch, &mut y, Activations::Int8)
+            .unwrap();
+        let mut y1 = vec![f32::NAN; batch * n];
+        on_one_thread(|| qw.view().matmul_act(&x, batch, &mut y1, Activations::Int8)).unwrap();
+        assert_eq!(
+            bits(&y),
+            bits(&y1),
+            "[{k}x{n}] b {batch}: one thread vs the pool"
+        );
+        let mut ys = vec![f32::NAN; batch * n];
+        qw.view()
+            .matmul_a8_with(&x, batch, &mut ys, SimdLevel::Scalar)
+            .unwrap();
+        assert_eq!(
+            bits(&y),
+            bits(&ys),
+            "[{k}x{n}] b {batch}: vs the scalar twin"
+        );
+    }
+}
+
+#[test]
 fn the_per_row_kernel_still_matches_on_many_rows() {
     // The driver sends 5 rows or more to the GEMM, so the AVX2 per-row
     // kernel's many-row path (decoded batches shared by passes of 4) is

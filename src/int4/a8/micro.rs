@@ -64,7 +64,7 @@ const VNNI_ROWS: usize = 6;
 /// Most rows one call of the AVX2 kernel serves: 6 i32 and 6 i16 sums, two
 /// weight vectors, the broadcast codes and the ones fill its 16 registers
 /// (the outputs stay in L1; 4 rows spilled and ran slower).
-const AVX2_ROWS: usize = 3;
+pub(super) const AVX2_ROWS: usize = 3;
 
 /// Most rows one call of `micro` serves.
 pub(super) fn rows(micro: Micro) -> usize {

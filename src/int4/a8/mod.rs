@@ -133,6 +133,20 @@ impl A8 {
         }
     }
 
+    /// The (columns, rows) of each piece of a parallel call of `batch`
+    /// rows times `n` columns: the AVX2 GEMM's shape-only task grid
+    /// (`gemm::task_grid`), column chunks by [`chunk_width`] and blocks of
+    /// [`Self::row_block`] rows otherwise.
+    fn pieces(self, n: usize, batch: usize) -> (usize, usize) {
+        #[cfg(target_arch = "x86_64")]
+        if let A8::Gemm(Micro::Avx2(_)) = self {
+            let g = gemm::task_grid(n, batch);
+            return (g.cols, g.rows);
+        }
+        let _ = batch;
+        (chunk_width(n), self.row_block())
+    }
+
     /// The best per-row kernel allowed at `level` for weights of `group_size`.
     fn for_weights(level: SimdLevel, group_size: usize) -> A8 {
         #[cfg(target_arch = "x86_64")]
@@ -252,9 +266,8 @@ fn run(args: &A8Args, batch: usize, y: &mut [f32], kernel: A8) {
 /// columns of its rows of `y` and summing them over every group.
 fn run_columns(args: &A8Args, batch: usize, y: &mut [f32], kernel: A8) {
     let n = args.out_feat;
-    let width = chunk_width(n);
+    let (width, rblock) = kernel.pieces(n, batch);
     let chunks = n.div_ceil(width);
-    let rblock = kernel.row_block();
     let mut pieces: Vec<Vec<&mut [f32]>> = (0..batch.div_ceil(rblock) * chunks)
         .map(|_| Vec::new())
         .collect();
