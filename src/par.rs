@@ -9,6 +9,8 @@
 //! counter, and asks the pool for helpers that join whenever they wake; a
 //! helper that wakes after the work is gone leaves without touching it, so
 //! the caller never waits for a wake-up, only for blocks already started.
+//! A helper that has done its share waits a little for the next call
+//! ([`waiting`]), so that back-to-back calls find it awake.
 //!
 //! The blocks a thread runs depend on timing, so callers that need results
 //! independent of the thread count give each block its own output (and
@@ -18,6 +20,8 @@ use std::any::Any;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+
+mod waiting;
 
 /// Run `f(b)` once for every `b` in `0..count`, on the calling thread and on
 /// pool threads, at most one fewer than the cores at once (see
@@ -54,27 +58,24 @@ pub fn for_each_block<F: Fn(usize) + Sync>(count: usize, f: F) {
         // way no helper may still be using `f` (or what it borrows) after
         // we leave. Made before any helper exists.
         let _close = CloseAndWait(&shared);
-        for _ in 0..helpers {
+        // Helpers still waiting after an earlier call take this one as soon
+        // as it is posted; rayon is asked only for the rest.
+        let epoch = waiting::post(&shared);
+        let ready = waiting::count();
+        // Enough waiting helpers: none asked of rayon (a woken thread that
+        // finds the job full would only take a core from those working).
+        // Otherwise every pool thread, as explained above.
+        let spawn = if ready >= max_inside { 0 } else { helpers };
+        for _ in 0..spawn {
             let s = Arc::clone(&shared);
             rayon::spawn(move || {
-                if s.enter() {
-                    let _leave = Leave(&s.state);
-                    // SAFETY: entered, so the caller is still inside
-                    // `for_each_block` and `f` is alive (see above).
-                    let f = unsafe { &*s.job.0 };
-                    // A panic must not reach rayon (which aborts on a
-                    // panicking `spawn`): keep it for the caller to rethrow,
-                    // and hand out no more blocks.
-                    if let Err(p) = catch_unwind(AssertUnwindSafe(|| s.run(f))) {
-                        s.next.fetch_max(s.count, Ordering::Relaxed);
-                        let mut slot = s.panic.lock().unwrap_or_else(|e| e.into_inner());
-                        slot.get_or_insert(p);
-                    }
-                }
+                s.help();
+                waiting::linger(epoch);
             });
         }
         shared.run(&f);
     }
+    waiting::withdraw(&shared);
     // Every helper has left (`_close`); a panic in one of them surfaces here.
     let caught = shared
         .panic
@@ -186,6 +187,24 @@ impl Shared {
             {
                 Ok(_) => return true,
                 Err(now) => s = now,
+            }
+        }
+    }
+
+    /// A helper's share: enter, run blocks until none is left, leave.
+    fn help(&self) {
+        if self.enter() {
+            let _leave = Leave(&self.state);
+            // SAFETY: entered, so the caller is still inside
+            // `for_each_block` and `f` is alive (see there).
+            let f = unsafe { &*self.job.0 };
+            // A panic must not reach rayon (which aborts on a panicking
+            // `spawn`): keep it for the caller to rethrow, and hand out no
+            // more blocks.
+            if let Err(p) = catch_unwind(AssertUnwindSafe(|| self.run(f))) {
+                self.next.fetch_max(self.count, Ordering::Relaxed);
+                let mut slot = self.panic.lock().unwrap_or_else(|e| e.into_inner());
+                slot.get_or_insert(p);
             }
         }
     }
