@@ -25,10 +25,14 @@ use std::time::{Duration, Instant};
 use super::{thread_limit, Shared};
 
 /// How long a helper waits for the next call unless `QUANTRS_SPIN_US` says
-/// otherwise: longer than the Python and attention work between two linear
-/// layers of a prefill forward, short enough that a thread of a model that
-/// has stopped calling gives its core back within a millisecond.
-const DEFAULT_LINGER_US: u64 = 500;
+/// otherwise: not at all. On the loaded 2-vCPU Zen 3 host a wait of 500 us
+/// (longer than the Python and attention work between two linear layers of
+/// a prefill forward) sped small prefill calls up by 1.1-1.4x and slowed
+/// others (docs/benchmarks.md, "Prefill", Zen 3), and a waiting thread takes
+/// the core torch's own threads want between our calls, so the wait is
+/// opt-in until a quiet host shows what it does to a whole model. The unit
+/// tests run with it, so that the handshake is exercised.
+const DEFAULT_LINGER_US: u64 = if cfg!(test) { 500 } else { 0 };
 
 /// The epoch of the last job posted.
 static EPOCH: AtomicU64 = AtomicU64::new(0);
