@@ -165,7 +165,7 @@ fn large_batches_do_not_depend_on_the_thread_count() {
 
 #[test]
 fn narrow_layers_split_the_batch_and_match_the_twin_on_any_thread_count() {
-    // Few panels (7, the last 8 columns wide; 2): the task grid splits the
+    // Few panels (7, the last 8 columns wide; 2, the last 13): the grid splits the
     // batch into blocks of whole micro-kernel passes from 192 rows.
     for (k, n, batch) in [(576, 200, 301), (512, 45, 193)] {
         assert!(
