@@ -406,17 +406,23 @@ macro_rules! matvec_kernels {
             use super::strips::{walk, walk_slabs, STRIP_VECS};
             let lanes = <$lanes as crate::simd::F32Lanes>::LANES;
             if slabs {
-                walk_slabs(args, o0, y, lanes, |g, pairs, c0, ys, carry, ahead, wide| {
-                    // SAFETY: this function's features are present (the
-                    // token); the walk hands out strips inside the matrix.
-                    unsafe {
-                        if wide {
-                            strip_slab::<STRIP_VECS>(args, g, pairs, c0, ys, carry, ahead)
-                        } else {
-                            strip_slab::<1>(args, g, pairs, c0, ys, carry, ahead)
+                walk_slabs(
+                    args,
+                    o0,
+                    y,
+                    lanes,
+                    |g, pairs, c0, ys, carry, ahead, wide| {
+                        // SAFETY: this function's features are present (the
+                        // token); the walk hands out strips inside the matrix.
+                        unsafe {
+                            if wide {
+                                strip_slab::<STRIP_VECS>(args, g, pairs, c0, ys, carry, ahead)
+                            } else {
+                                strip_slab::<1>(args, g, pairs, c0, ys, carry, ahead)
+                            }
                         }
-                    }
-                });
+                    },
+                );
                 return;
             }
             walk(args, o0, y, lanes, |g, c0, ys, ahead, wide| {
