@@ -24,8 +24,10 @@ at the start of the run would compare our kernel with whatever the neighbours
 were doing then. The last row gives the median of all probes of the run.
 
 ``--matvec`` runs only batch 1, float32 and int8 activations, g32 and g128, on
-4096x11008 and SmolLM2-135M's linears (576x1536, 1536x576, 576x576), each with
-its fraction of the read probe.
+4096x11008, 11008x4096 and (without ``--quick``) SmolLM2-135M's linears
+(576x1536, 1536x576, 576x576), then ``PerTensorFP8Linear.forward`` W8A32 and
+W8A8 on the two large layers: every batch-1 kernel with its fraction of the
+read probe, in one table.
 
     python benches/bench_int4.py [--quick] [--json] [--no-a8 | --a8-only | --matvec]
 """
@@ -114,6 +116,56 @@ def matvec_rows(np, quantrs, rng, probe, shapes, quick: bool) -> list[dict]:
     return rows
 
 
+def fp8_matvec_rows(np, quantrs, rng, probe, shapes, quick: bool) -> list[dict]:
+    """``PerTensorFP8Linear.forward`` at batch 1 (W8A32 and W8A8) on the same layers as
+    `matvec_rows` (``k x n`` = in x out; the FP8 weight is stored ``[n, k]``), from DRAM,
+    against NumPy's GEMV and as a fraction of the read probe: every batch-1 kernel in one
+    table (issue 31)."""
+    rows = []
+    pairs, inner = (3, 5) if quick else (7, 9)
+    for k, n in shapes:
+        w = (rng.standard_normal((n, k)) / 64).astype(np.float32)
+        x = rng.standard_normal(k).astype(np.float32)
+        scale = float(np.abs(x).max()) / 448.0
+        copies = -(-(96 << 20) // (n * k))
+        for kind, a_scale in (("W8A32", None), ("W8A8", scale)):
+            layers = [
+                quantrs.PerTensorFP8Linear.from_float(w * (i + 1), activation_scale=a_scale)
+                for i in range(copies)
+            ]
+            base, ours, ratio, of_bw = forward_paired(probe, w, layers, x, pairs, inner)
+            rows.append(
+                {
+                    "bench": f"fp8 {kind} forward {k}x{n} b1",
+                    "ours_ms": ours,
+                    "baseline": "numpy f32 W@x",
+                    "baseline_ms": base,
+                    "ratio": ratio,
+                    "weight_GB/s": n * k / (ours * 1e-3) / 1e9,
+                    "of_read_bw": of_bw,
+                }
+            )
+            settle()
+    return rows
+
+
+def forward_paired(probe, w, layers, x, pairs: int, inner: int):
+    """`matvec_paired` for FP8 layers: NumPy's ``w @ x`` against ``forward(x)`` rotating
+    over `layers`, and our code-read rate over the read probe taken right after each of our
+    timings: (NumPy ms, our ms, ratio, median fraction)."""
+    cycle = itertools.cycle(layers)
+    nbytes = w.size
+    fracs: list[float] = []
+    base, ours, ratio = paired_ms(
+        lambda: w @ x,
+        lambda: next(cycle).forward(x),
+        pairs,
+        inner,
+        after_ours=lambda o: fracs.append(nbytes / (o * 1e-3) / 1e9 / probe.read()),
+    )
+    return base, ours, ratio, statistics.median(fracs)
+
+
 def a8_rows(np, quantrs, rng, quick: bool) -> list[dict]:
     """``activations="int8"`` against NumPy float32, g32."""
     shapes = [(4096, 11008)] if quick else [(4096, 4096), (4096, 11008), (11008, 4096)]
@@ -173,8 +225,12 @@ def run(quick: bool = False, a8: str = "with") -> list[dict]:
         return a8_rows(np, quantrs, rng, quick)
     probe = Bandwidth(np, (1 << 28) if quick else (1 << 30))
     if a8 == "matvec":
-        shapes = [(4096, 11008)] + ([] if quick else SMOL_SHAPES)
-        return matvec_rows(np, quantrs, rng, probe, shapes, quick) + [probe_row(probe)]
+        large = [(4096, 11008), (11008, 4096)]
+        return (
+            matvec_rows(np, quantrs, rng, probe, large + ([] if quick else SMOL_SHAPES), quick)
+            + fp8_matvec_rows(np, quantrs, rng, probe, large, quick)
+            + [probe_row(probe)]
+        )
     shapes = [(4096, 11008)] if quick else [(4096, 4096), (4096, 11008)]
     groups = [32] if quick else [32, 128]
     batches = [1, 128] if quick else [1, 16, 128]
@@ -317,8 +373,8 @@ def main() -> None:
     a8.add_argument(
         "--matvec",
         action="store_true",
-        help="only batch 1 (float32 and int8 activations, g32 and g128) on 4096x11008 and "
-        "SmolLM2's shapes, each against the read probe",
+        help="only batch 1 (INT4 float32 and int8 activations, g32 and g128; FP8 W8A32 and "
+        "W8A8) on 4096x11008, 11008x4096 and SmolLM2's shapes, each against the read probe",
     )
     args = ap.parse_args()
     import quantrs

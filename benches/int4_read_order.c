@@ -12,7 +12,9 @@
 // contiguous share in order (4 tasks per thread); mode 1 runs kblocks x colparts tasks (blocks
 // of groups x column parts), each walking its groups in strips of `strip` bytes per row, `slab`
 // pairs of rows side by side (0: the whole group), with software prefetch (pf 1) `ahead` bytes
-// along each row (hint 0..3: T0, T1, T2, NTA), wrapping into the next slab's rows. Example:
+// along each row (hint 0..3: T0, T1, T2, NTA), wrapping into the next slab's rows; pf 2 instead
+// fetches, per strip, that strip's share of the next slab's packed block in file order (the
+// int8-activation kernel's scheme, exact when a task spans every column). Example:
 //   /tmp/int4_read_order 2 11008 4096 128 0 1,8,1,64,512,1,1,1,0 1,8,1,64,512,1,1,1,16
 #include <immintrin.h>
 #include <pthread.h>
@@ -48,7 +50,10 @@ static __m256i task(const uint8_t*d, int t, __m256i acc){
       for(int s=0;s<tile;s++){
       for(int p=sg*S;p<(sg+1)*S;p++){
         const uint8_t*row=d+(size_t)p*N+o+s*strip;
-        if(pf){ long a=o+s*strip+ahead; size_t at = a< c1 ? (size_t)p*N + a : (size_t)(p+S)*N + c0 + (a-c1);
+        if(pf==2){ if(p==sg*S){ // the next slab's block in file order, this strip's share
+          const uint8_t*at=d+(size_t)(sg+1)*S*N+(size_t)(o+s*strip-c0)*S;
+          for(int l=0;l<strip*S;l+=64) pfetch(at+l);}}
+        else if(pf){ long a=o+s*strip+ahead; size_t at = a< c1 ? (size_t)p*N + a : (size_t)(p+S)*N + c0 + (a-c1);
           for(int l=0;l<strip;l+=64) pfetch(d+at+l);}
         for(int l=0;l<strip;l+=32) acc=_mm256_or_si256(acc,_mm256_loadu_si256((const __m256i*)(row+l)));
       }}

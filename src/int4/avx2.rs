@@ -17,7 +17,7 @@ use super::format::{
 use super::strips::{matvec_kernels, Ahead, StripLanes};
 use crate::simd::Avx2;
 
-matvec_kernels!("avx2,fma", Avx2, __m256);
+matvec_kernels!("avx2,fma", Avx2, __m256, slabs);
 
 /// A byte sign-extended to i32 is `hi * 16 + lo_unsigned`: `(v << 28)` is
 /// `lo * 2^28` and `(v & !15)` is `hi * 16`, both exact in f32, against

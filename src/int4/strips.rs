@@ -5,6 +5,8 @@
 //! and the software prefetch offsets.
 
 use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0, _MM_HINT_T1};
+use std::cell::RefCell;
+use std::ops::Range;
 
 use super::format::{scalar_group, MatvecArgs};
 use crate::simd::F32Lanes;
@@ -17,6 +19,90 @@ const PREFETCH_AHEAD: usize = 512;
 /// scales are a fifth of the bytes a matvec reads, and a strip otherwise
 /// meets them cold in its epilogue (figures in docs/benchmarks.md).
 const SCALE_PREFETCH_AHEAD: usize = 2048;
+
+/// Pairs of packed rows a strip walks side by side, at most, where the
+/// kernel cuts groups into slabs ([`walk_slabs`]): a group of 128 walked
+/// whole is 64 concurrent streams a row pitch apart, which Zen 3 reads from
+/// DRAM at half the rate of 16 (docs/benchmarks.md, "What bounds the
+/// batch-1 INT4 matvec").
+pub(super) const SLAB_PAIRS: usize = 16;
+/// Packed bytes from which a matrix is walked in slabs: a smaller one is
+/// read from the caches in a decode step, where the carried sums cost more
+/// than the access order gains.
+const SLAB_MIN_BYTES: usize = 4 << 20;
+
+/// Whether [`walk_slabs`] (not [`walk`]) runs a matvec over `args`: groups
+/// larger than a slab, in a matrix large enough to come from DRAM. Either
+/// walk gives the same bits, so the choice is free to depend on the size.
+pub(super) fn in_slabs(args: &MatvecArgs) -> bool {
+    args.group_size / 2 > SLAB_PAIRS && args.data.len() >= SLAB_MIN_BYTES
+}
+
+thread_local! {
+    /// The carried sums of [`walk_slabs`], kept per thread between calls.
+    static CARRY: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// [`walk`] with each group cut into slabs of [`SLAB_PAIRS`] pairs of
+/// rows, every column of the task per slab: `strip(g, pairs, c0, ys,
+/// carry, ahead, wide)` adds the pairs `pairs` of group `g` to the strip's
+/// sums, which it carries between the slabs of a group in `carry` (the
+/// strip's columns of a buffer as wide as the task; `f32` values stored
+/// and loaded back exactly, so each column's sum is formed in the same
+/// order, with the same roundings, as by one strip over the whole group).
+/// The scalar tail runs once per group, after its slabs.
+#[inline(always)]
+#[allow(clippy::type_complexity)]
+pub(super) fn walk_slabs(
+    args: &MatvecArgs,
+    o0: usize,
+    y: &mut [f32],
+    lanes: usize,
+    mut strip: impl FnMut(usize, Range<usize>, usize, &mut [f32], &mut [f32], Ahead, bool),
+) {
+    y.fill(0.0);
+    let width = y.len();
+    let wide = lanes * STRIP_VECS;
+    let half = args.group_size / 2;
+    let mut acc_tail = [0.0f32; 16];
+    let wrap = Ahead::wrap_pairs(args, width, SLAB_PAIRS);
+    // (Taken out of the thread-local for the call: a nested call on this
+    // thread would find it empty and use its own.)
+    let mut carry = CARRY
+        .try_with(|c| c.try_borrow_mut().map(|mut v| std::mem::take(&mut *v)))
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_default();
+    if carry.len() < width {
+        carry.resize(width, 0.0);
+    }
+    for g in args.groups.clone() {
+        for p0 in (g * half..(g + 1) * half).step_by(SLAB_PAIRS) {
+            let pairs = p0..(p0 + SLAB_PAIRS).min((g + 1) * half);
+            let mut o = 0;
+            while o + wide <= width {
+                let (ys, cs) = (&mut y[o..o + wide], &mut carry[o..o + wide]);
+                strip(g, pairs.clone(), o0 + o, ys, cs, wrap.at(o, width), true);
+                o += wide;
+            }
+            while o + lanes <= width {
+                let (ys, cs) = (&mut y[o..o + lanes], &mut carry[o..o + lanes]);
+                strip(g, pairs.clone(), o0 + o, ys, cs, Ahead::default(), false);
+                o += lanes;
+            }
+        }
+        let o = width / lanes * lanes;
+        if o < width {
+            let n = width - o;
+            scalar_group(args, g, o0 + o, &mut acc_tail[..n], &mut y[o..]);
+        }
+    }
+    let _ = CARRY.try_with(|c| {
+        if let Ok(mut v) = c.try_borrow_mut() {
+            *v = carry;
+        }
+    });
+}
 
 /// `y[..] = (W^T x)[o0 .. o0 + y.len()]`, group by group: strips of
 /// `STRIP_VECS * lanes` columns (`strip(g, c0, ys, ahead, true)`), then
@@ -67,9 +153,15 @@ impl Ahead {
     /// The jumps for a task `width` columns wide (row pitch `n` bytes,
     /// scale pitch `4n`).
     pub(super) fn wrap(args: &MatvecArgs, width: usize) -> Ahead {
+        Ahead::wrap_pairs(args, width, args.group_size / 2)
+    }
+
+    /// [`Ahead::wrap`] for strips that walk `pairs` pairs of rows at a time
+    /// (a slab, [`walk_slabs`]): the jump is to the next slab's rows.
+    pub(super) fn wrap_pairs(args: &MatvecArgs, width: usize, pairs: usize) -> Ahead {
         let n = args.out_feat;
         Ahead {
-            rows: (args.group_size / 2 * n) as isize - width as isize,
+            rows: (pairs * n) as isize - width as isize,
             scales: 4 * (n as isize - width as isize),
         }
     }
@@ -151,14 +243,76 @@ pub(super) unsafe fn strip<L: StripLanes, const V: usize>(
     let lanes = L::LANES;
     assert_eq!(y.len(), lanes * V);
     let half = args.group_size / 2;
-    let n = args.out_feat;
-    let x = L::x(args);
-    // SAFETY: the caller guarantees the instruction set.
-    let mut acc = [unsafe { L::zero() }; V];
-    let p_end = (g + 1) * half;
-    assert!(p_end * n <= args.data.len() && c0 + lanes * V <= n && 2 * p_end <= x.len());
+    // SAFETY: the caller guarantees the instruction set; `sum_pairs`
+    // checks the indices.
+    let acc =
+        unsafe { sum_pairs::<L, V>(args, g * half..(g + 1) * half, c0, [L::zero(); V], ahead) };
     ahead.prefetch_scales(args, g, c0, (4 * lanes * V).div_ceil(64));
-    for p in g * half..p_end {
+    // SAFETY: as above.
+    unsafe { add_scaled::<L, V>(args, g, c0, &acc, y) };
+}
+
+/// The pairs `pairs` of group `g` against `V * L::LANES` columns starting
+/// at `c0`, a slab of [`walk_slabs`]: the sums start at zero on the
+/// group's first pair (else from `carry`, where the slab before left
+/// them), go on exactly as in [`strip`], and after the group's last pair
+/// go through the same FMA with the scales into `y` (else to `carry`).
+///
+/// # Safety
+/// As for [`strip`]; every index is checked.
+#[inline(always)]
+pub(super) unsafe fn strip_slab<L: StripLanes, const V: usize>(
+    args: &MatvecArgs,
+    g: usize,
+    pairs: Range<usize>,
+    c0: usize,
+    y: &mut [f32],
+    carry: &mut [f32],
+    ahead: Ahead,
+) {
+    let lanes = L::LANES;
+    let half = args.group_size / 2;
+    assert!(y.len() == lanes * V && carry.len() == lanes * V);
+    assert!(g * half <= pairs.start && pairs.end <= (g + 1) * half);
+    let (first, last) = (pairs.start == g * half, pairs.end == (g + 1) * half);
+    // SAFETY: (every block) the caller guarantees the instruction set; the
+    // carry holds LANES V floats (asserted); `sum_pairs` checks the rest.
+    unsafe {
+        let mut acc = [L::zero(); V];
+        if !first {
+            for (v, a) in acc.iter_mut().enumerate() {
+                *a = L::load(carry.as_ptr().add(lanes * v));
+            }
+        }
+        let acc = sum_pairs::<L, V>(args, pairs, c0, acc, ahead);
+        if !last {
+            for (v, a) in acc.iter().enumerate() {
+                a.store(carry.as_mut_ptr().add(lanes * v));
+            }
+            return;
+        }
+        ahead.prefetch_scales(args, g, c0, (4 * lanes * V).div_ceil(64));
+        add_scaled::<L, V>(args, g, c0, &acc, y);
+    }
+}
+
+/// `acc` plus the pairs `pairs` of `V * L::LANES` columns from `c0`: per
+/// pair of rows, two FMAs per vector (low nibbles times `x[2p]`, high
+/// nibbles times `x[2p + 1]`), in order.
+///
+/// # Safety
+/// As for [`strip`]; every index is checked.
+#[inline(always)]
+unsafe fn sum_pairs<L: StripLanes, const V: usize>(
+    args: &MatvecArgs,
+    pairs: Range<usize>,
+    c0: usize,
+    mut acc: [L; V],
+    ahead: Ahead,
+) -> [L; V] {
+    let (n, x, lanes) = (args.out_feat, L::x(args), L::LANES);
+    assert!(pairs.end * n <= args.data.len() && c0 + lanes * V <= n && 2 * pairs.end <= x.len());
+    for p in pairs {
         // SAFETY: p < num_pairs and c0 + LANES V <= out_feat (asserted
         // above), so the row slice is inside `data`; 2p + 1 < x.len().
         unsafe {
@@ -176,6 +330,24 @@ pub(super) unsafe fn strip<L: StripLanes, const V: usize>(
             }
         }
     }
+    acc
+}
+
+/// `y += acc * scales[g][c0 ..]`, one FMA per vector: a group's sums into
+/// the outputs.
+///
+/// # Safety
+/// As for [`strip`]; every index is checked.
+#[inline(always)]
+unsafe fn add_scaled<L: StripLanes, const V: usize>(
+    args: &MatvecArgs,
+    g: usize,
+    c0: usize,
+    acc: &[L; V],
+    y: &mut [f32],
+) {
+    let (n, lanes) = (args.out_feat, L::LANES);
+    assert_eq!(y.len(), lanes * V);
     let srow = &args.scales[g * n + c0..g * n + c0 + lanes * V];
     for (v, a) in acc.iter().enumerate() {
         // SAFETY: y and srow hold LANES V floats; unaligned loads and stores.
@@ -191,9 +363,16 @@ pub(super) unsafe fn strip<L: StripLanes, const V: usize>(
 /// the columns `o0 .. o0 + y.len()`) and `strip` (one group's contribution
 /// to `V * LANES` columns from `c0`; the VNNI kernel's path for the groups
 /// its integer form cannot carry), both compiled with `$features` over the
-/// lanes `$lanes`.
+/// lanes `$lanes`; with `slabs` (AVX2), a large matrix with groups above a
+/// slab is walked in slabs ([`walk_slabs`]; the same bits).
 macro_rules! matvec_kernels {
     ($features:literal, $token:ty, $lanes:ty) => {
+        super::strips::matvec_kernels!($features, $token, $lanes, false);
+    };
+    ($features:literal, $token:ty, $lanes:ty, slabs) => {
+        super::strips::matvec_kernels!($features, $token, $lanes, true);
+    };
+    ($features:literal, $token:ty, $lanes:ty, $slabs:literal) => {
         /// Matvec over the columns `o0 .. o0 + y.len()` (for AVX2, with
         /// `args.xs` filled).
         ///
@@ -201,13 +380,51 @@ macro_rules! matvec_kernels {
         /// None beyond the token: it proves this file's instruction set.
         #[target_feature(enable = $features)]
         pub(super) unsafe fn matvec(
-            _: $token,
+            tok: $token,
             args: &super::format::MatvecArgs,
             o0: usize,
             y: &mut [f32],
         ) {
-            use super::strips::{walk, STRIP_VECS};
+            let slabs = $slabs && super::strips::in_slabs(args);
+            // SAFETY: the token proves the features.
+            unsafe { matvec_walk(tok, args, o0, y, slabs) }
+        }
+
+        /// [`matvec`] walking whole groups, or slabs (`strips::walk_slabs`)
+        /// with `slabs`: the same bits either way.
+        ///
+        /// # Safety
+        /// None beyond the token: it proves this file's instruction set.
+        #[target_feature(enable = $features)]
+        pub(super) unsafe fn matvec_walk(
+            _: $token,
+            args: &super::format::MatvecArgs,
+            o0: usize,
+            y: &mut [f32],
+            slabs: bool,
+        ) {
+            use super::strips::{walk, walk_slabs, STRIP_VECS};
             let lanes = <$lanes as crate::simd::F32Lanes>::LANES;
+            if slabs {
+                walk_slabs(
+                    args,
+                    o0,
+                    y,
+                    lanes,
+                    |g, pairs, c0, ys, carry, ahead, wide| {
+                        // SAFETY: this function's features are present (the
+                        // token); the walk hands out strips inside the matrix.
+                        unsafe {
+                            if wide {
+                                strip_slab::<STRIP_VECS>(args, g, pairs, c0, ys, carry, ahead)
+                            } else {
+                                strip_slab::<1>(args, g, pairs, c0, ys, carry, ahead)
+                            }
+                        }
+                    },
+                );
+                return;
+            }
             walk(args, o0, y, lanes, |g, c0, ys, ahead, wide| {
                 // SAFETY: this function's features are present (the token);
                 // the walk hands out strips inside the matrix.
@@ -236,6 +453,25 @@ macro_rules! matvec_kernels {
         ) {
             // SAFETY: this function's features are those of the lanes.
             unsafe { super::strips::strip::<$lanes, V>(args, g, c0, y, ahead) }
+        }
+
+        /// The pairs `pairs` of group `g` against `V * LANES` columns from
+        /// `c0`, their sums carried in `carry` (`strips::strip_slab`).
+        ///
+        /// # Safety
+        /// As for `strip`.
+        #[target_feature(enable = $features)]
+        unsafe fn strip_slab<const V: usize>(
+            args: &super::format::MatvecArgs,
+            g: usize,
+            pairs: std::ops::Range<usize>,
+            c0: usize,
+            y: &mut [f32],
+            carry: &mut [f32],
+            ahead: super::strips::Ahead,
+        ) {
+            // SAFETY: this function's features are those of the lanes.
+            unsafe { super::strips::strip_slab::<$lanes, V>(args, g, pairs, c0, y, carry, ahead) }
         }
     };
 }

@@ -408,6 +408,69 @@ fn avx2_matvec_on_large_groups_matches_the_rows_kernel() {
     }
 }
 
+/// The AVX2 matvec's slab walk (groups cut into slabs of 16 pairs, each
+/// column's sum carried between them) against its whole-group walk, bit for
+/// bit, on groups of 34 to 256 (slabs that do and do not divide them),
+/// widths with vector and scalar tails, and pieces of the groups and
+/// columns as the parallel matvec hands them out; against the float64
+/// reference too.
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn avx2_matvec_in_slabs_matches_whole_groups() {
+    let Some(tok) = crate::simd::Avx2::at(simd::level()) else {
+        eprintln!("skipped: AVX2 is not in force here (CPU or QUANTRS_SIMD)");
+        return;
+    };
+    for (i, &(k, n, gs)) in [
+        (256, 75, 128),
+        (384, 131, 128),
+        (512, 64, 256),
+        (136, 200, 68),
+        (192, 72, 96),
+        (640, 203, 64),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let qw =
+            QuantizedWeight::quantize_grouped(&rand_vec(k * n, 500 + i as u64), k, n, gs).unwrap();
+        let x = mixed_range_x(k, 510 + i as u64);
+        let what = format!("[{k}x{n}] gs {gs}");
+        let xs = matvec::prescaled(&x, super::dispatch::Matvec::Avx2(tok));
+        let view = qw.view();
+        let args = format::MatvecArgs {
+            data: view.data,
+            scales: view.scales,
+            x: &x,
+            xs: &xs,
+            out_feat: n,
+            group_size: gs,
+            groups: 0..qw.num_groups(),
+        };
+        // Every column and group; then a piece of the columns and of the
+        // groups, as one work item of the parallel matvec.
+        let g1 = qw.num_groups().div_ceil(2);
+        for (groups, o0, w) in [(0..qw.num_groups(), 0, n), (1..g1.max(2), 3, n - 11)] {
+            let a = format::MatvecArgs {
+                groups: groups.clone(),
+                ..args.clone()
+            };
+            let mut whole = vec![f32::NAN; w];
+            let mut slabs = vec![f32::NAN; w];
+            // SAFETY: the token proves AVX2 and FMA.
+            unsafe {
+                super::avx2::matvec_walk(tok, &a, o0, &mut whole, false);
+                super::avx2::matvec_walk(tok, &a, o0, &mut slabs, true);
+            }
+            assert_eq!(slabs, whole, "{what} groups {groups:?} cols {o0}+{w}");
+        }
+        let mut y = vec![f32::NAN; n];
+        // SAFETY: as above.
+        unsafe { super::avx2::matvec_walk(tok, &args, 0, &mut y, true) };
+        assert_close(&qw, &x, 1, &y, &what);
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 

@@ -129,6 +129,20 @@ def test_large_gemm_accuracy_and_out():
     np.testing.assert_array_equal(out, qw.matmul(x))
 
 
+@pytest.mark.parametrize("gs", [128, 256])
+def test_large_matvec_from_dram_accuracy_and_threads(gs):
+    """A matrix large enough (4 MiB packed) that the AVX2 matvec walks its groups in slabs
+    with carried sums: within the float64 bound, an odd width (vector and scalar tails), and
+    the same bits on one thread as on the pool."""
+    k, n = 4096, 2051
+    qw = QuantizedWeight.quantize(rand((k, n), 11), group_size=gs, method="rtn")
+    x = rand((k,), 12)
+    y = qw.matvec(x)
+    assert_within_bound(x, qw, y)
+    with quantrs.threads(1):
+        np.testing.assert_array_equal(qw.matvec(x), y)
+
+
 def test_special_activations():
     qw = QuantizedWeight.quantize(rand((64, 40), 5), method="rtn")
     for x in (np.zeros(64, np.float32), np.full(64, 1e-40, np.float32), -np.ones(64, np.float32)):

@@ -120,7 +120,7 @@ unsafe fn walk<const CARRY: bool>(
                 // for its other half.
                 let h = if c + 2 * STRIP <= main { 2 } else { 1 };
                 for k in 0..h {
-                    prefetch_next_slab(args, g, &pairs, o0, c + k * STRIP, full);
+                    prefetch_ahead(args, g, &pairs, o0, c + k * STRIP, main, full);
                 }
                 if count <= ROWS_PER_PASS {
                     let slab = Slab {
@@ -163,26 +163,50 @@ unsafe fn walk<const CARRY: bool>(
     }
 }
 
-/// Prefetch, while strip `c` (column `o0 + c`) of the slab `pairs` of
-/// group `g` runs, a strip's share of the next slab (the next group's first
-/// where this one ends it): a slab's worth of strips ahead, about the DRAM
-/// latency. When the call spans every column (`full`) a slab's packed rows
-/// are one contiguous block, fetched in order (a single sequential stream;
-/// fetching each row 512 bytes ahead instead was 0.8x as fast from DRAM at
-/// 4096 columns, where the rows' pitch is a multiple of 4 KiB); otherwise
-/// the same columns of the next slab's rows, every other strip.
+/// Bytes ahead along each row that a strip prefetches where the rows are
+/// not a multiple of 4 KiB apart ([`prefetch_ahead`]).
+const ROW_AHEAD: usize = 512;
+
+/// Prefetch, while strip `c` (column `o0 + c`, of the task's `main`
+/// columns in whole strips) of the slab `pairs` of group `g` runs, the
+/// bytes that a later strip will read, in one of two ways measured on Zen 3
+/// (docs/benchmarks.md, "What bounds the batch-1 INT4 matvec"):
+///
+/// - rows whose pitch is not a multiple of 4 KiB: each row of the slab
+///   `ROW_AHEAD` bytes ahead, into the next slab's rows past the task's
+///   last strip (one line per row every 64 columns). From DRAM this read
+///   4096x11008 1.1-1.3x faster than the next one;
+/// - rows a multiple of 4 KiB apart (where the first way ran 0.8x): a
+///   strip's share of the next slab (the next group's first where this one
+///   ends it), a slab of strips ahead. When the call spans every column
+///   (`full`) a slab's packed rows are one contiguous block, fetched in
+///   order (a single sequential stream); otherwise the same columns of the
+///   next slab's rows, every other strip.
 #[inline(always)]
-fn prefetch_next_slab(
+fn prefetch_ahead(
     args: &A8Args,
     g: usize,
     pairs: &Range<usize>,
     o0: usize,
     c: usize,
+    main: usize,
     full: bool,
 ) {
     let (n, len) = (args.out_feat, pairs.len());
-    let next = args.data.as_ptr().wrapping_add(pairs.end * n);
-    if full {
+    let data = args.data.as_ptr();
+    let next = data.wrapping_add(pairs.end * n);
+    if !n.is_multiple_of(4096) {
+        if c.is_multiple_of(2 * STRIP) {
+            let row = if c + ROW_AHEAD < main {
+                data.wrapping_add(pairs.start * n + o0 + c + ROW_AHEAD)
+            } else {
+                next.wrapping_add(o0 + c + ROW_AHEAD - main)
+            };
+            for p in 0..len {
+                prefetch(row.wrapping_add(p * n));
+            }
+        }
+    } else if full {
         // Strip c of n / 32 covers bytes c * len .. (c + 32) * len of the
         // block of len * n bytes.
         let at = next.wrapping_add(c * len);
