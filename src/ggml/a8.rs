@@ -23,7 +23,7 @@
 
 use super::xq::{Xq, XqRow};
 #[cfg(target_arch = "x86_64")]
-use super::{a8_kquant_x86, a8_legacy_x86, a8_x86};
+use super::{a8_kquant_lanes_x86, a8_kquant_x86, a8_legacy_x86, a8_x86};
 use super::{Codes, GgmlType, MAX_BLOCK_ELEMS};
 use crate::simd::{self, SimdLevel};
 #[cfg(target_arch = "x86_64")]
@@ -87,6 +87,7 @@ impl A8Dots {
 const _: () = assert!(
     a8_legacy_x86::LEGACY_ROWS == A8Dots::WEIGHT_ROWS
         && a8_kquant_x86::KQUANT_ROWS == A8Dots::WEIGHT_ROWS
+        && a8_kquant_lanes_x86::LANES_ROWS == A8Dots::WEIGHT_ROWS
 );
 
 /// `w . x` for every weight row `w` of `rows` (one or more whole rows of
@@ -145,6 +146,7 @@ fn eight_rows_avx2<T: GgmlType>(
     batch: usize,
     out: &mut [f32],
 ) -> usize {
+    use a8_kquant_lanes_x86::{dot_rows8_lanes_avx2, lanes_layout, LANES_PASS_ROWS};
     use a8_kquant_x86::{dot_rows8_kquant_avx2, has_kquant_body};
     use a8_legacy_x86::dot_rows8_avx2;
     const W: usize = A8Dots::WEIGHT_ROWS;
@@ -158,6 +160,35 @@ fn eight_rows_avx2<T: GgmlType>(
             o8[w * batch + b] = y;
         }
     };
+    if T::ELEMS == 256 && lanes_layout(T::GGML_TYPE).is_some() {
+        let xr: Vec<XqRow<'_>> = (0..batch).map(|b| x.row(b)).collect();
+        let mut v = [[0f32; W]; LANES_PASS_ROWS];
+        let mut done = 0;
+        for (w8, o8) in rows
+            .chunks_exact(W * stride)
+            .zip(out.chunks_exact_mut(W * batch))
+        {
+            for (c, xc) in xr.chunks(LANES_PASS_ROWS).enumerate() {
+                let vc = &mut v[..xc.len()];
+                if let [x1] = xc {
+                    // SAFETY: the token proves AVX2, FMA and F16C; `T` is a
+                    // k-quant of `has_kquant_body`; lengths checked by
+                    // `dot_row_a8`.
+                    vc[0] = unsafe { dot_rows8_kquant_avx2::<T, 1>(t, w8, stride, &[*x1]) }[0];
+                } else {
+                    // SAFETY: the token proves AVX2, FMA and F16C; `T` has a
+                    // `lanes_layout`; lengths checked by `dot_row_a8`; at
+                    // most `LANES_PASS_ROWS` rows, as many as `vc`.
+                    unsafe { dot_rows8_lanes_avx2::<T>(t, w8, stride, xc, vc) };
+                }
+                for (i, vi) in vc.iter().enumerate() {
+                    put(o8, c * LANES_PASS_ROWS + i, vi);
+                }
+            }
+            done += W;
+        }
+        return done;
+    }
     let mut done = 0;
     for (w8, o8) in rows
         .chunks_exact(W * stride)
