@@ -123,7 +123,7 @@ unsafe fn scale_columns(p: *const u8, stride: usize) -> ([__m256i; 8], [__m256i;
         let mut k = [_mm256_setzero_si256(); 8];
         for (j, kj) in k.iter_mut().enumerate() {
             let col = c[j / 2];
-            let twice = if j % 2 == 0 {
+            let twice = if j.is_multiple_of(2) {
                 _mm_unpacklo_epi8(col, col)
             } else {
                 _mm_unpackhi_epi8(col, col)
@@ -157,7 +157,7 @@ unsafe fn sub_block_codes(
         let bit4 = _mm256_set1_epi8(0x10);
         let mut q = [_mm256_setzero_si256(); 8];
         for (qk, &r) in q.iter_mut().zip(raw) {
-            *qk = if j % 2 == 0 {
+            *qk = if j.is_multiple_of(2) {
                 _mm256_and_si256(r, m4)
             } else {
                 _mm256_and_si256(_mm256_srli_epi16::<4>(r), m4)
@@ -229,6 +229,9 @@ pub(super) unsafe fn dot_rows8_lanes_avx2<T: GgmlType>(
                 }
             }
             let (k, m) = scale_columns(pb, stride);
+            // A match, not `Option::map`: a closure would not inherit this
+            // function's target features, so `row_lanes` would not inline.
+            #[allow(clippy::manual_map)]
             let high = match qh {
                 Some(o) => Some(row_lanes(pb, stride, o)),
                 None => None,
