@@ -167,7 +167,9 @@ fn eight_rows_avx2<T: GgmlType>(
             o8[w * batch + b] = y;
         }
     };
-    if T::ELEMS == 256 && lanes_layout(T::GGML_TYPE).is_some() {
+    // One activation row keeps the loop below (the one-row k-quant body):
+    // the lanes body's per-block transposes would serve one row only.
+    if T::ELEMS == 256 && batch >= 2 && lanes_layout(T::GGML_TYPE).is_some() {
         let xr: Vec<XqRow<'_>> = (0..batch).map(|b| x.row(b)).collect();
         let mut v = [[0f32; W]; LANES_PASS_ROWS];
         let mut done = 0;
