@@ -12,9 +12,10 @@
 //! add them in any order; the block values go into four float
 //! accumulators by block index mod 4, combined `(a0 + a1) + (a2 + a3)`.
 //! With AVX2, eight weight rows share one pass over `x`
-//! (`a8_legacy_x86.rs`, `a8_kquant_x86.rs`): their exact block sums fold
-//! into the lanes of one register per block, and each lane evaluates the
-//! same block value and accumulators as the twin.
+//! (`a8_legacy_x86.rs`, `a8_kquant_x86.rs`, and for Q4_K / Q5_K at two or
+//! more activation rows `a8_kquant_lanes_x86.rs`): their exact block sums
+//! land in the lanes of one register per block, and each lane evaluates
+//! the same block value and accumulators as the twin.
 //!
 //! Error: with `|x_i - dx xq_i| <= dx / 2` per activation block, the dot
 //! is within `sum_blocks dx / 2 * sum_i |w_i|` of the float64 dot of the
@@ -23,7 +24,7 @@
 
 use super::xq::{Xq, XqRow};
 #[cfg(target_arch = "x86_64")]
-use super::{a8_kquant_x86, a8_legacy_x86, a8_x86};
+use super::{a8_kquant_lanes_x86, a8_kquant_x86, a8_legacy_x86, a8_x86};
 use super::{Codes, GgmlType, MAX_BLOCK_ELEMS};
 use crate::simd::{self, SimdLevel};
 #[cfg(target_arch = "x86_64")]
@@ -68,11 +69,13 @@ const PASS_ROWS: usize = 4;
 
 /// Rows of activations one pass of the AVX2 eight-row legacy body serves
 /// first (then [`PASS_ROWS`], then one): its codes of a block are
-/// extracted and transposed once for this many rows. The k-quant body
-/// stays at [`PASS_ROWS`]: with eight, its per-row lane vectors (eight
-/// activation rows times eight weight rows, twice) live on the stack, and
-/// one paired run on Zen 3 (load 8-9) measured Q4_K / Q5_K 8 % slower at
-/// batch 16.
+/// extracted and transposed once for this many rows. Q6_K's body stays at
+/// [`PASS_ROWS`]: with eight, its per-row lane vectors (eight activation
+/// rows times eight weight rows, twice) live on the stack, and one paired
+/// run on Zen 3 (load 8-9) measured the k-quants 8 % slower at batch 16
+/// that way. Q4_K and Q5_K take up to sixteen rows per pass with their
+/// rows in lanes (`a8_kquant_lanes_x86.rs`), which keeps one int32 vector
+/// per activation row.
 #[cfg(target_arch = "x86_64")]
 const WIDE_PASS_ROWS: usize = 8;
 
@@ -87,6 +90,7 @@ impl A8Dots {
 const _: () = assert!(
     a8_legacy_x86::LEGACY_ROWS == A8Dots::WEIGHT_ROWS
         && a8_kquant_x86::KQUANT_ROWS == A8Dots::WEIGHT_ROWS
+        && a8_kquant_lanes_x86::LANES_ROWS == A8Dots::WEIGHT_ROWS
 );
 
 /// `w . x` for every weight row `w` of `rows` (one or more whole rows of
@@ -94,8 +98,9 @@ const _: () = assert!(
 /// `x` quantized for `T` by [`Xq::quantize`]. Activation rows go four at a
 /// time through one pass over the weight rows; with AVX2 eight weight rows
 /// go through one pass where the type has such a body
-/// (`eight_rows_avx2`, legacy types eight activation rows at a time, then
-/// four). Every result is [`dot_row_a8_scalar`]'s bit for bit.
+/// (`eight_rows_avx2`: legacy types eight activation rows at a time, then
+/// four; Q4_K / Q5_K sixteen). Every result is [`dot_row_a8_scalar`]'s bit
+/// for bit.
 pub(crate) fn dot_row_a8<T: GgmlType>(dots: A8Dots, rows: &[u8], x: &Xq, out: &mut [f32]) {
     let stride = x.in_feat / T::ELEMS * T::BYTES;
     let batch = x.q.len() / x.in_feat.max(1);
@@ -135,7 +140,10 @@ pub(crate) fn dot_row_a8<T: GgmlType>(dots: A8Dots, rows: &[u8], x: &Xq, out: &m
 /// groups of eight weight rows; returns how many rows they did (0 for a
 /// type without an eight-row body): activation rows eight (legacy types)
 /// or four at a time, then one at a time, through `a8_legacy_x86.rs` (32
-/// weights per block) or `a8_kquant_x86.rs`.
+/// weights per block) or `a8_kquant_x86.rs`; for Q4_K / Q5_K up to
+/// sixteen at a time through `a8_kquant_lanes_x86.rs` (a last single row
+/// through `a8_kquant_x86.rs`, whose one-row body is faster: the
+/// per-block transposes serve only one row there).
 #[cfg(target_arch = "x86_64")]
 fn eight_rows_avx2<T: GgmlType>(
     t: Avx2F16c,
@@ -145,6 +153,7 @@ fn eight_rows_avx2<T: GgmlType>(
     batch: usize,
     out: &mut [f32],
 ) -> usize {
+    use a8_kquant_lanes_x86::{dot_rows8_lanes_avx2, lanes_layout, LANES_PASS_ROWS};
     use a8_kquant_x86::{dot_rows8_kquant_avx2, has_kquant_body};
     use a8_legacy_x86::dot_rows8_avx2;
     const W: usize = A8Dots::WEIGHT_ROWS;
@@ -158,6 +167,37 @@ fn eight_rows_avx2<T: GgmlType>(
             o8[w * batch + b] = y;
         }
     };
+    // One activation row keeps the loop below (the one-row k-quant body):
+    // the lanes body's per-block transposes would serve one row only.
+    if T::ELEMS == 256 && batch >= 2 && lanes_layout(T::GGML_TYPE).is_some() {
+        let xr: Vec<XqRow<'_>> = (0..batch).map(|b| x.row(b)).collect();
+        let mut v = [[0f32; W]; LANES_PASS_ROWS];
+        let mut done = 0;
+        for (w8, o8) in rows
+            .chunks_exact(W * stride)
+            .zip(out.chunks_exact_mut(W * batch))
+        {
+            for (c, xc) in xr.chunks(LANES_PASS_ROWS).enumerate() {
+                let vc = &mut v[..xc.len()];
+                if let [x1] = xc {
+                    // SAFETY: the token proves AVX2, FMA and F16C; `T` is a
+                    // k-quant of `has_kquant_body`; lengths checked by
+                    // `dot_row_a8`.
+                    vc[0] = unsafe { dot_rows8_kquant_avx2::<T, 1>(t, w8, stride, &[*x1]) }[0];
+                } else {
+                    // SAFETY: the token proves AVX2, FMA and F16C; `T` has a
+                    // `lanes_layout`; lengths checked by `dot_row_a8`; at
+                    // most `LANES_PASS_ROWS` rows, as many as `vc`.
+                    unsafe { dot_rows8_lanes_avx2::<T>(t, w8, stride, xc, vc) };
+                }
+                for (i, vi) in vc.iter().enumerate() {
+                    put(o8, c * LANES_PASS_ROWS + i, vi);
+                }
+            }
+            done += W;
+        }
+        return done;
+    }
     let mut done = 0;
     for (w8, o8) in rows
         .chunks_exact(W * stride)

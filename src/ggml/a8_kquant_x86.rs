@@ -1,7 +1,8 @@
 //! The AVX2 int8-activation body of the k-quants (256 weights per block:
-//! Q4_K, Q5_K, Q6_K) over [`KQUANT_ROWS`] weight rows and up to four
-//! activation rows at once: each row's codes and scales are extracted once
-//! per block for all activation rows.
+//! Q6_K, and Q4_K / Q5_K at one activation row; with more, those two go
+//! through `a8_kquant_lanes_x86.rs`) over [`KQUANT_ROWS`] weight rows and
+//! up to four activation rows at once: each row's codes and scales are
+//! extracted once per block for all activation rows.
 //!
 //! Per block, each row's `sum_j k_j dot_j` (and, with a minimum, its
 //! `m_j * sum_j(xq)` products) accumulate in int32 lanes as in the one-row

@@ -31,6 +31,10 @@ use pairs::{nibble_layout, pair_isums};
 #[path = "a8_legacy_pairs_x86.rs"]
 mod pairs;
 
+/// Where a Q8_0 block (ggml type 8, `{ f16 d; i8 qs[32] }`) keeps its 32
+/// codes.
+const Q8_0_CODES: Option<usize> = Some(2);
+
 /// Weight rows one pass of [`dot_rows8_avx2`] serves: the lanes of one
 /// f32 register.
 pub(super) const LEGACY_ROWS: usize = 8;
@@ -108,8 +112,59 @@ pub(super) const fn int16_terms(ggml_type: u32) -> usize {
     32767 / (254 * top)
 }
 
+/// The 4 x 4 transposes of int32 lanes within each 128-bit half: in half
+/// `h`, lane `w` of result `k` is lane `k` of that half of `v[w]` (unpack
+/// 32, then unpack 64; no lane-crossing step).
+///
+/// # Safety
+/// AVX2 in force.
+#[inline(always)]
+pub(super) unsafe fn transpose4_in_halves(v: &[__m256i; 4]) -> [__m256i; 4] {
+    // SAFETY: the caller's contract.
+    unsafe {
+        // Per half: `a` = `[v0[0], v1[0], v0[1], v1[1]]`, `b` the same of
+        // lanes 2 and 3; `c`, `d` the same of `v2`, `v3`.
+        let a = _mm256_unpacklo_epi32(v[0], v[1]);
+        let b = _mm256_unpackhi_epi32(v[0], v[1]);
+        let c = _mm256_unpacklo_epi32(v[2], v[3]);
+        let d = _mm256_unpackhi_epi32(v[2], v[3]);
+        [
+            _mm256_unpacklo_epi64(a, c),
+            _mm256_unpackhi_epi64(a, c),
+            _mm256_unpacklo_epi64(b, d),
+            _mm256_unpackhi_epi64(b, d),
+        ]
+    }
+}
+
+/// The 32 bytes at `o` of the eight blocks `p + w * stride` in row lanes:
+/// result `k` holds bytes `4k..4k + 4` (bytes `16 + 4(k - 4)..` for `k >=
+/// 4`, that is `4k..4k + 4` of the 32) of row `w` in int32 lane `w`.
+///
+/// # Safety
+/// AVX2 in force; 32 readable bytes at each `p + w * stride + o`.
+#[inline(always)]
+pub(super) unsafe fn row_lanes(p: *const u8, stride: usize, o: usize) -> [__m256i; 8] {
+    // SAFETY: the caller's contract.
+    unsafe {
+        // `y[w]`: bytes 0-15 of rows `w` (low half) and `w + 4` (high half);
+        // `z[w]` bytes 16-31. The in-half transpose then puts row `w` (and
+        // `w + 4`) in lane `w` of each half. Loops, not closures: a closure
+        // would not inherit the caller's target features.
+        let at = |w: usize, h: usize| p.add(w * stride + o + 16 * h).cast::<__m128i>();
+        let (mut y, mut z) = ([_mm256_setzero_si256(); 4], [_mm256_setzero_si256(); 4]);
+        for w in 0..4 {
+            y[w] = _mm256_loadu2_m128i(at(w + 4, 0), at(w, 0));
+            z[w] = _mm256_loadu2_m128i(at(w + 4, 1), at(w, 1));
+        }
+        let (ty, tz) = (transpose4_in_halves(&y), transpose4_in_halves(&z));
+        [ty[0], ty[1], ty[2], ty[3], tz[0], tz[1], tz[2], tz[3]]
+    }
+}
+
 /// The 8 x 8 transpose of int32 lanes: lane `w` of result `k` is lane `k`
-/// of `v[w]` (unpack 32, unpack 64, then the 128-bit halves).
+/// of `v[w]` ([`transpose4_in_halves`] of rows 0-3 and 4-7, then the
+/// 128-bit halves).
 ///
 /// # Safety
 /// AVX2 in force.
@@ -117,28 +172,14 @@ pub(super) const fn int16_terms(ggml_type: u32) -> usize {
 pub(super) unsafe fn transpose8_epi32(v: &[__m256i; 8]) -> [__m256i; 8] {
     // SAFETY: the caller's contract.
     unsafe {
-        // Per 128-bit half `h`, `t[2i]` = `[v2i[0], v2i+1[0], v2i[1],
-        // v2i+1[1]]` of that half's lanes and `t[2i + 1]` the same of
-        // lanes 2 and 3.
-        let mut t = [_mm256_setzero_si256(); 8];
-        for i in 0..4 {
-            t[2 * i] = _mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
-            t[2 * i + 1] = _mm256_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
-        }
-        // `s[4g + k]`, k < 4: lane `k` (low half) / `4 + k` (high half)
-        // of rows `4g..4g + 4`.
-        let mut s = t;
-        for g in 0..2 {
-            let (a, b, c, d) = (t[4 * g], t[4 * g + 1], t[4 * g + 2], t[4 * g + 3]);
-            s[4 * g] = _mm256_unpacklo_epi64(a, c);
-            s[4 * g + 1] = _mm256_unpackhi_epi64(a, c);
-            s[4 * g + 2] = _mm256_unpacklo_epi64(b, d);
-            s[4 * g + 3] = _mm256_unpackhi_epi64(b, d);
-        }
-        let mut out = s;
+        // `lo[k]`: lane `k` (low half) / `4 + k` (high half) of rows 0-3;
+        // `hi[k]` the same of rows 4-7.
+        let lo = transpose4_in_halves(&[v[0], v[1], v[2], v[3]]);
+        let hi = transpose4_in_halves(&[v[4], v[5], v[6], v[7]]);
+        let mut out = [_mm256_setzero_si256(); 8];
         for k in 0..4 {
-            out[k] = _mm256_permute2x128_si256::<0x20>(s[k], s[4 + k]);
-            out[4 + k] = _mm256_permute2x128_si256::<0x31>(s[k], s[4 + k]);
+            out[k] = _mm256_permute2x128_si256::<0x20>(lo[k], hi[k]);
+            out[4 + k] = _mm256_permute2x128_si256::<0x31>(lo[k], hi[k]);
         }
         out
     }
@@ -230,16 +271,23 @@ unsafe fn transposed_isums<T: GgmlType, const R: usize>(
         // features, so the intrinsics in it would not inline.
         let bias = code_bias(T::GGML_TYPE);
         let terms = int16_terms(T::GGML_TYPE);
-        let mut q = [_mm256_setzero_si256(); 8];
-        for (w, qw) in q.iter_mut().enumerate() {
-            *qw = T::codes32_x86(p.add(w * stride), 0);
-            if let Some(c) = bias {
-                *qw = _mm256_add_epi8(*qw, _mm256_set1_epi8(c));
-            }
-        }
         // `t`: the codes (`q + bias`, or signed `q`) by row in lanes; `u`
         // the unsigned operand of `vpmaddubsw` (`q + bias`, or `|q|`).
-        let t = transpose8_epi32(&q);
+        let t = if let Some(o) = Q8_0_CODES.filter(|_| T::GGML_TYPE == 8) {
+            // Q8_0 stores its codes as they are: two 16-byte loads per
+            // register put the rows in lanes by 128-bit half, with no
+            // lane-crossing step.
+            row_lanes(p, stride, o)
+        } else {
+            let mut q = [_mm256_setzero_si256(); 8];
+            for (w, qw) in q.iter_mut().enumerate() {
+                *qw = T::codes32_x86(p.add(w * stride), 0);
+                if let Some(c) = bias {
+                    *qw = _mm256_add_epi8(*qw, _mm256_set1_epi8(c));
+                }
+            }
+            transpose8_epi32(&q)
+        };
         let mut u = t;
         if bias.is_none() {
             for k in 0..8 {

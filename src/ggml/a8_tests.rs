@@ -299,8 +299,9 @@ fn activation_codes_equal_round_ties_even_of_the_quotient() {
 /// `0x77`: the largest and smallest codes, 6-bit scales and minimums of 63,
 /// Q6_K scales of -128 and 127) against activations whose codes are all
 /// `+-127` with one sign, alternating, or by sub-block, eleven weight rows
-/// (a pass of eight and a tail), batches 1-13 (passes of eight, four and
-/// one activation rows): every level equals the scalar twin bit for bit.
+/// (a pass of eight and a tail), batches 1-17 (passes of eight, four and
+/// one activation rows; for Q4_K / Q5_K one pass of sixteen and a tail):
+/// every level equals the scalar twin bit for bit.
 fn check_extreme_codes<T: GgmlType>() {
     const PATTERNS: [u8; 6] = [0x00, 0xFF, 0x80, 0x7F, 0x88, 0x77];
     let blocks = 5;
@@ -321,7 +322,7 @@ fn check_extreme_codes<T: GgmlType>() {
         |i| if i % 2 == 0 { 1.0 } else { -1.0 },
         |i| if (i / 16) % 2 == 0 { -1.0 } else { 1.0 },
     ];
-    for batch in 1..=13 {
+    for batch in 1..=17 {
         let x: Vec<f32> = (0..batch * inf)
             .map(|i| signs[(i / inf) % signs.len()](i % inf))
             .collect();
@@ -375,4 +376,22 @@ fn kquant_code_bias_makes_q6_k_codes_unsigned() {
         }
     }
     assert!(seen.iter().all(|&s| s), "{seen:?}");
+}
+
+/// The bounds behind `a8_kquant_lanes_x86::lanes_int16_terms`: that many
+/// `vpmaddubsw` results of the largest codes (15 for Q4_K, 31 for Q5_K)
+/// and activations (`127`) stay within int16, and they split a
+/// sub-block's eight evenly; the other types have no such body.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn kquant_lanes_int16_terms_stay_within_int16() {
+    use crate::ggml::a8_kquant_lanes_x86::{lanes_int16_terms, lanes_layout};
+    for (ty, top, want) in [(Q4K::GGML_TYPE, 15, 8), (Q5K::GGML_TYPE, 31, 4)] {
+        let n = lanes_int16_terms(ty);
+        assert_eq!(n, want, "type {ty}");
+        assert!(n * 2 * top * 127 <= 32767 && 8 % n == 0, "type {ty}");
+        assert!(lanes_layout(ty).is_some(), "type {ty}");
+    }
+    assert!(lanes_layout(Q6K::GGML_TYPE).is_none());
+    assert!(lanes_layout(Q8_0::GGML_TYPE).is_none());
 }

@@ -109,12 +109,37 @@ pub(crate) fn k_a8_value(b: &[u8], dx: f32, isum: i32, msum: i32) -> f32 {
     (f16_at(b, 0) * dx) * isum as f32 - (f16_at(b, 2) * dx) * msum as f32
 }
 
-/// [`k_a8_ints`] with AVX2: the 12 scale bytes as three little-endian
-/// words `u0, u1, u2` rearranged (ggml's `utmp` steps) into the 8 scales
+/// The 12 scale bytes of the Q4_K / Q5_K block at `b` as the 16 bytes
+/// `sc_0..sc_7, m_0..m_7` of one register: three little-endian words
+/// `u0, u1, u2` rearranged (ggml's `utmp` steps) into the 8 scales
 /// (`u0 & 0x3F3F3F3F`, then `(u2 & 0x0F0F0F0F) | ((u0 >> 6) & 0x03030303) << 4`)
 /// and the 8 minimums (`u1 & 0x3F3F3F3F`, then `((u2 >> 4) & 0x0F0F0F0F) |
-/// ((u1 >> 6) & 0x03030303) << 4`), widened to int16: the same integers as
-/// [`scale_min`].
+/// ((u1 >> 6) & 0x03030303) << 4`): the same integers as [`scale_min`].
+///
+/// # Safety
+/// AVX2 in force; 16 readable bytes at `b`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) unsafe fn k_a8_bytes_x86(b: *const u8) -> std::arch::x86_64::__m128i {
+    use std::arch::x86_64::*;
+    // SAFETY: the caller's contract.
+    unsafe {
+        let w = |i: usize| b.add(4 + 4 * i).cast::<u32>().read_unaligned();
+        let (u0, u1, u2) = (w(0), w(1), w(2));
+        let (low6, nib, top2) = (0x3F3F_3F3Fu32, 0x0F0F_0F0Fu32, 0x0303_0303u32);
+        let sc_hi = (u2 & nib) | (((u0 >> 6) & top2) << 4);
+        let m_hi = ((u2 >> 4) & nib) | (((u1 >> 6) & top2) << 4);
+        _mm_setr_epi32(
+            (u0 & low6) as i32,
+            sc_hi as i32,
+            (u1 & low6) as i32,
+            m_hi as i32,
+        )
+    }
+}
+
+/// [`k_a8_ints`] with AVX2: [`k_a8_bytes_x86`] widened to int16, the
+/// scales as 16 lanes (the first 8 used) and the minimums as 8.
 ///
 /// # Safety
 /// AVX2 in force; 16 readable bytes at `b`.
@@ -126,18 +151,7 @@ pub(crate) unsafe fn k_a8_ints_x86(
     use std::arch::x86_64::*;
     // SAFETY: the caller's contract.
     unsafe {
-        let w = |i: usize| b.add(4 + 4 * i).cast::<u32>().read_unaligned();
-        let (u0, u1, u2) = (w(0), w(1), w(2));
-        let (low6, nib, top2) = (0x3F3F_3F3Fu32, 0x0F0F_0F0Fu32, 0x0303_0303u32);
-        let sc_hi = (u2 & nib) | (((u0 >> 6) & top2) << 4);
-        let m_hi = ((u2 >> 4) & nib) | (((u1 >> 6) & top2) << 4);
-        let v = _mm_setr_epi32(
-            (u0 & low6) as i32,
-            sc_hi as i32,
-            (u1 & low6) as i32,
-            m_hi as i32,
-        );
-        let wide = _mm256_cvtepu8_epi16(v);
+        let wide = _mm256_cvtepu8_epi16(k_a8_bytes_x86(b));
         (wide, _mm256_extracti128_si256::<1>(wide))
     }
 }

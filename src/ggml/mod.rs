@@ -22,6 +22,8 @@
 
 mod a8;
 #[cfg(target_arch = "x86_64")]
+mod a8_kquant_lanes_x86;
+#[cfg(target_arch = "x86_64")]
 mod a8_kquant_x86;
 #[cfg(target_arch = "x86_64")]
 mod a8_legacy_x86;
