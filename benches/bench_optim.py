@@ -7,10 +7,12 @@ torch's fused AdamW, alternating), and the convergence table of the v maps and m
 float32 oracle.
 
 Run: python benches/bench_optim.py [--quick] [--json] [--log2n 24] [--repeats 7] [--threads N]
-     [--no-step] [--no-list] [--no-convergence] [--all-maps]
+     [--no-step] [--no-list] [--no-convergence] [--all-maps] [--baseline-build PATH]
 (--threads sets RAYON_NUM_THREADS for quantrs; NumPy's element-wise ops are single-threaded.)
 --quick: 2^22 elements, 3 repeats, convergence of the default nf4 state only. --json: print only
-a JSON list of rows (benchmark convention, docs/cli.md).
+a JSON list of rows (benchmark convention, docs/cli.md). --baseline-build: another build's
+extension (a saved copy of python/quantrs/_core.abi3.so) whose NumPy-API step is timed in turn
+with this build's, in the same process: a before / after pair under the same load.
 """
 
 from __future__ import annotations
@@ -90,7 +92,22 @@ def _torch():
     return torch
 
 
-def measure_step(log2n: int, repeats: int) -> dict:
+def load_build(path: str):
+    """Another build's extension module (a saved ``_core`` shared object), imported under a
+    name of its own so that it runs in this process next to the installed build (its own
+    rayon pool, its own module state)."""
+    import importlib.machinery
+    import importlib.util
+
+    name = "quantrs_baseline_build._core"
+    loader = importlib.machinery.ExtensionFileLoader(name, path)
+    spec = importlib.util.spec_from_file_location(name, path, loader=loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+def measure_step(log2n: int, repeats: int, baseline_build: str | None = None) -> dict:
     """Time one step of each implementation, alternating; returns the raw measurements."""
     import numpy as np
 
@@ -127,6 +144,17 @@ def measure_step(log2n: int, repeats: int) -> dict:
         opt.step()
 
     fns["defaults"], names["defaults"] = q_step, "quantrs AdamW4bit (defaults)"
+    if baseline_build:
+        old = load_build(baseline_build)
+        oopt = old.AdamW4bit(1e-3, 0.9, 0.999, 1e-8, 0.01)
+        wo = w.copy()
+
+        def old_step():
+            oopt.update(wo, g)
+            oopt.step()
+
+        fns["baseline build"] = old_step
+        names["baseline build"] = f"quantrs AdamW4bit (defaults), baseline build {baseline_build}"
     if torch is not None:
         import quantrs.torch as qt
 
@@ -141,7 +169,9 @@ def measure_step(log2n: int, repeats: int) -> dict:
     mu = opt.memory_usage()
     bpp = mu.total_bytes / mu.num_parameters
     baselines = [
-        (names[k], k, times[k], 8.0) for k in fns if k not in ("defaults", "quantrs.torch")
+        (names[k], k, times[k], bpp if k == "baseline build" else 8.0)
+        for k in fns
+        if k not in ("defaults", "quantrs.torch")
     ]
     ours = [(names[k], k, times[k], bpp) for k in fns if k in ("defaults", "quantrs.torch")]
 
@@ -332,6 +362,12 @@ def print_step(meas: dict) -> None:
             f"| {name} | {med:.1f} | {np_ms[0] / med:.2f}x | {best:.1f} | {np_ms[1] / best:.2f}x "
             f"| {bpp:.3f} | {gbps:.1f} | {gbps / bw['triad_GBps']:.0%} |"
         )
+    print()
+    for name, key, (med, best), _ in meas["ours"]:
+        if key not in ("defaults", "quantrs.torch"):
+            continue
+        for bname, _, (bmed, bbest), _ in meas["baselines"][1:]:
+            print(f"{name} vs {bname}: {bmed / med:.2f}x (median), {bbest / best:.2f}x (min)")
 
 
 def make(method: str, vmap: str | None, lr: float):
@@ -414,13 +450,14 @@ def run(
     step_list: bool = True,
     all_maps: bool = False,
     verbose: bool = False,
+    baseline_build: str | None = None,
 ) -> list[dict]:
     """Rows in the benchmark convention (docs/cli.md); prints the tables when ``verbose``."""
     log2n = log2n if log2n is not None else (22 if quick else 24)
     repeats = repeats if repeats is not None else (3 if quick else 7)
     rows: list[dict] = []
     if step:
-        meas = measure_step(log2n, repeats)
+        meas = measure_step(log2n, repeats, baseline_build)
         if verbose:
             print_step(meas)
         rows += step_rows(meas)
@@ -453,6 +490,12 @@ def main():
     )
     ap.add_argument("--all-maps", action="store_true", help="every method x every v map")
     ap.add_argument("--threads", type=int, default=None, help="rayon threads for quantrs")
+    ap.add_argument(
+        "--baseline-build",
+        default=None,
+        metavar="PATH",
+        help="another build's _core shared object, its step timed in turn with this one's",
+    )
     a = ap.parse_args()
     if a.threads:
         os.environ["RAYON_NUM_THREADS"] = str(a.threads)  # before quantrs is imported
@@ -465,6 +508,7 @@ def main():
         step_list=not a.no_list,
         all_maps=a.all_maps,
         verbose=not a.json,
+        baseline_build=a.baseline_build,
     )
     if a.json:
         print(json.dumps(rows, indent=1))
