@@ -220,10 +220,24 @@ def gpt2_small_shapes(width: int = 768, layers: int = 12, vocab: int = 50257, ct
     return shapes + [(w,), (w,)]
 
 
-def measure_list(repeats: int, quick: bool = False) -> dict | None:
+def multi_step_fn(core, shapes, gen_seed: int = 1):
+    """One ``core.adam4bit_multi_step`` over NumPy parameters of ``shapes`` (one engine per
+    parameter, as the torch adapter keeps them): the list step of one build without torch."""
+    import numpy as np
+
+    rng = np.random.default_rng(gen_seed)
+    ws = [(rng.standard_normal(s, dtype=np.float32) * 0.02) for s in shapes]
+    gs = [(rng.standard_normal(s, dtype=np.float32) * 0.01) for s in shapes]
+    engines = [core.AdamW4bit(1e-4, 0.9, 0.999, 1e-8, 0.01) for _ in shapes]
+    return lambda: core.adam4bit_multi_step(engines, ws, gs)
+
+
+def measure_list(
+    repeats: int, quick: bool = False, baseline_build: str | None = None
+) -> dict | None:
     """One step over the GPT-2-small parameter list: ``quantrs.torch.AdamW4bit`` (one Rust
-    call for the group) against ``torch.optim.AdamW(fused=True)``, alternating; None
-    without torch."""
+    call for the group) against ``torch.optim.AdamW(fused=True)``, alternating, and with
+    ``baseline_build`` the NumPy-API list step of both builds; None without torch."""
     torch = _torch()
     if torch is None:
         return None
@@ -244,6 +258,13 @@ def measure_list(repeats: int, quick: bool = False) -> dict | None:
     topt = torch.optim.AdamW(p_torch, lr=1e-4, weight_decay=0.01, fused=True)
     qopt = qt.AdamW4bit(p_ours, lr=1e-4, weight_decay=0.01)
     fns = {"torch AdamW fused": topt.step, "quantrs.torch.AdamW4bit": qopt.step}
+    if baseline_build:
+        from quantrs import _core
+
+        fns["NumPy API multi-step, this build"] = multi_step_fn(_core, shapes)
+        fns["NumPy API multi-step, baseline build"] = multi_step_fn(
+            load_build(baseline_build), shapes
+        )
     for fn in fns.values():
         fn()
     bw = bandwidth(quantrs.build_info()["threads"])
@@ -304,6 +325,12 @@ def print_list(meas: dict) -> None:
         meas["times"]["torch AdamW fused"],
     )
     print(f"\nquantrs.torch vs torch fused: {bmed / med:.2f}x (median), {bbest / best:.2f}x (min)")
+    pair = ("NumPy API multi-step, this build", "NumPy API multi-step, baseline build")
+    if all(k in meas["times"] for k in pair):
+        (med, best), (bmed, bbest) = (meas["times"][k] for k in pair)
+        print(
+            f"this build vs baseline build: {bmed / med:.2f}x (median), {bbest / best:.2f}x (min)"
+        )
 
 
 def step_gbps(log2n: int, state_bytes_per_param: float, ms: float) -> float:
@@ -462,7 +489,7 @@ def run(
             print_step(meas)
         rows += step_rows(meas)
     if step_list:
-        lm = measure_list(repeats, quick)
+        lm = measure_list(repeats, quick, baseline_build)
         if lm is not None:
             if verbose:
                 print_list(lm)
