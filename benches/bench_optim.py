@@ -68,20 +68,32 @@ def median_ms(fn, repeats, pause=0.0):
     return statistics.median(times), min(times)
 
 
-def alternate(fns: dict, repeats: int, pause: float = 0.05) -> dict:
+def alternate(fns: dict, repeats: int, pause: float = 0.05, cpu: dict | None = None) -> dict:
     """``{name: (median, min)}`` in ms, the callables timed in turn, ``repeats`` rounds: on a
     machine shared with other jobs each round sees the same load for every implementation,
     so ratios of the medians (and of the mins) compare like with like. ``pause`` lets the
     OpenMP / OpenBLAS threads of the previous call go idle (a spinning torch pool slows the
-    next kernel on the same cores, docs/optim.md)."""
+    next kernel on the same cores, docs/optim.md). ``cpu``, when given, receives each call's
+    process CPU time in ms (every thread's), per name and round: on a loaded machine the work
+    a call did, where its wall time also holds the time its threads waited for a core."""
     times = {name: [] for name in fns}
+    if cpu is not None:
+        cpu.update({name: [] for name in fns})
     for _ in range(repeats):
         for name, fn in fns.items():
             time.sleep(pause)
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             fn()
             times[name].append((time.perf_counter() - t0) * 1e3)
+            if cpu is not None:
+                cpu[name].append((time.process_time() - c0) * 1e3)
     return {name: (statistics.median(t), min(t)) for name, t in times.items()}
+
+
+def cpu_ratio(cpu: dict, base: str, ours: str) -> float:
+    """The median over rounds of ``base``'s CPU time over ``ours``' (above 1: ours did less
+    work), each round's pair timed back to back."""
+    return statistics.median(b / o for b, o in zip(cpu[base], cpu[ours]))
 
 
 def _torch():
@@ -165,7 +177,8 @@ def measure_step(log2n: int, repeats: int, baseline_build: str | None = None) ->
     for fn in fns.values():
         fn()  # state allocation
     bw = bandwidth(quantrs.build_info()["threads"])
-    times = alternate(fns, repeats)
+    cpu: dict = {}
+    times = alternate(fns, repeats, cpu=cpu)
     mu = opt.memory_usage()
     bpp = mu.total_bytes / mu.num_parameters
     baselines = [
@@ -200,6 +213,9 @@ def measure_step(log2n: int, repeats: int, baseline_build: str | None = None) ->
 
     return {
         "bandwidth": bw,
+        "cpu_vs_baseline_build": cpu_ratio(cpu, "baseline build", "defaults")
+        if baseline_build
+        else None,
         "log2n": log2n,
         "repeats": repeats,
         "info": quantrs.build_info(),
@@ -269,8 +285,12 @@ def measure_list(
         fn()
     bw = bandwidth(quantrs.build_info()["threads"])
     n = sum(p.numel() for p in p_ours)
+    cpu: dict = {}
+    times = alternate(fns, repeats, cpu=cpu)
+    pair = ("NumPy API multi-step, baseline build", "NumPy API multi-step, this build")
     return {
-        "times": alternate(fns, repeats),
+        "times": times,
+        "cpu_vs_baseline_build": cpu_ratio(cpu, *pair) if baseline_build else None,
         "tensors": len(shapes),
         "numel": n,
         "bandwidth": bw,
@@ -329,7 +349,8 @@ def print_list(meas: dict) -> None:
     if all(k in meas["times"] for k in pair):
         (med, best), (bmed, bbest) = (meas["times"][k] for k in pair)
         print(
-            f"this build vs baseline build: {bmed / med:.2f}x (median), {bbest / best:.2f}x (min)"
+            f"this build vs baseline build: {bmed / med:.2f}x (median), {bbest / best:.2f}x (min); "
+            f"CPU time {meas['cpu_vs_baseline_build']:.3f}x (median of the per-round ratios)"
         )
 
 
@@ -390,6 +411,11 @@ def print_step(meas: dict) -> None:
             f"| {bpp:.3f} | {gbps:.1f} | {gbps / bw['triad_GBps']:.0%} |"
         )
     print()
+    if meas["cpu_vs_baseline_build"] is not None:
+        print(
+            "this build vs baseline build, CPU time of the NumPy-API step (median of the "
+            f"per-round ratios): {meas['cpu_vs_baseline_build']:.3f}x"
+        )
     for name, key, (med, best), _ in meas["ours"]:
         if key not in ("defaults", "quantrs.torch"):
             continue
