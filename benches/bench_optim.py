@@ -7,10 +7,12 @@ torch's fused AdamW, alternating), and the convergence table of the v maps and m
 float32 oracle.
 
 Run: python benches/bench_optim.py [--quick] [--json] [--log2n 24] [--repeats 7] [--threads N]
-     [--no-step] [--no-list] [--no-convergence] [--all-maps]
+     [--no-step] [--no-list] [--no-convergence] [--all-maps] [--baseline-build PATH]
 (--threads sets RAYON_NUM_THREADS for quantrs; NumPy's element-wise ops are single-threaded.)
 --quick: 2^22 elements, 3 repeats, convergence of the default nf4 state only. --json: print only
-a JSON list of rows (benchmark convention, docs/cli.md).
+a JSON list of rows (benchmark convention, docs/cli.md). --baseline-build: another build's
+extension (a saved copy of python/quantrs/_core.abi3.so) whose NumPy-API step is timed in turn
+with this build's, in the same process: a before / after pair under the same load.
 """
 
 from __future__ import annotations
@@ -66,20 +68,32 @@ def median_ms(fn, repeats, pause=0.0):
     return statistics.median(times), min(times)
 
 
-def alternate(fns: dict, repeats: int, pause: float = 0.05) -> dict:
+def alternate(fns: dict, repeats: int, pause: float = 0.05, cpu: dict | None = None) -> dict:
     """``{name: (median, min)}`` in ms, the callables timed in turn, ``repeats`` rounds: on a
     machine shared with other jobs each round sees the same load for every implementation,
     so ratios of the medians (and of the mins) compare like with like. ``pause`` lets the
     OpenMP / OpenBLAS threads of the previous call go idle (a spinning torch pool slows the
-    next kernel on the same cores, docs/optim.md)."""
+    next kernel on the same cores, docs/optim.md). ``cpu``, when given, receives each call's
+    process CPU time in ms (every thread's), per name and round: on a loaded machine the work
+    a call did, where its wall time also holds the time its threads waited for a core."""
     times = {name: [] for name in fns}
+    if cpu is not None:
+        cpu.update({name: [] for name in fns})
     for _ in range(repeats):
         for name, fn in fns.items():
             time.sleep(pause)
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             fn()
             times[name].append((time.perf_counter() - t0) * 1e3)
+            if cpu is not None:
+                cpu[name].append((time.process_time() - c0) * 1e3)
     return {name: (statistics.median(t), min(t)) for name, t in times.items()}
+
+
+def cpu_ratio(cpu: dict, base: str, ours: str) -> float:
+    """The median over rounds of ``base``'s CPU time over ``ours``' (above 1: ours did less
+    work), each round's pair timed back to back."""
+    return statistics.median(b / o for b, o in zip(cpu[base], cpu[ours]))
 
 
 def _torch():
@@ -90,7 +104,22 @@ def _torch():
     return torch
 
 
-def measure_step(log2n: int, repeats: int) -> dict:
+def load_build(path: str):
+    """Another build's extension module (a saved ``_core`` shared object), imported under a
+    name of its own so that it runs in this process next to the installed build (its own
+    rayon pool, its own module state)."""
+    import importlib.machinery
+    import importlib.util
+
+    name = "quantrs_baseline_build._core"
+    loader = importlib.machinery.ExtensionFileLoader(name, path)
+    spec = importlib.util.spec_from_file_location(name, path, loader=loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+def measure_step(log2n: int, repeats: int, baseline_build: str | None = None) -> dict:
     """Time one step of each implementation, alternating; returns the raw measurements."""
     import numpy as np
 
@@ -127,6 +156,17 @@ def measure_step(log2n: int, repeats: int) -> dict:
         opt.step()
 
     fns["defaults"], names["defaults"] = q_step, "quantrs AdamW4bit (defaults)"
+    if baseline_build:
+        old = load_build(baseline_build)
+        oopt = old.AdamW4bit(1e-3, 0.9, 0.999, 1e-8, 0.01)
+        wo = w.copy()
+
+        def old_step():
+            oopt.update(wo, g)
+            oopt.step()
+
+        fns["baseline build"] = old_step
+        names["baseline build"] = f"quantrs AdamW4bit (defaults), baseline build {baseline_build}"
     if torch is not None:
         import quantrs.torch as qt
 
@@ -137,11 +177,14 @@ def measure_step(log2n: int, repeats: int) -> dict:
     for fn in fns.values():
         fn()  # state allocation
     bw = bandwidth(quantrs.build_info()["threads"])
-    times = alternate(fns, repeats)
+    cpu: dict = {}
+    times = alternate(fns, repeats, cpu=cpu)
     mu = opt.memory_usage()
     bpp = mu.total_bytes / mu.num_parameters
     baselines = [
-        (names[k], k, times[k], 8.0) for k in fns if k not in ("defaults", "quantrs.torch")
+        (names[k], k, times[k], bpp if k == "baseline build" else 8.0)
+        for k in fns
+        if k not in ("defaults", "quantrs.torch")
     ]
     ours = [(names[k], k, times[k], bpp) for k in fns if k in ("defaults", "quantrs.torch")]
 
@@ -170,6 +213,9 @@ def measure_step(log2n: int, repeats: int) -> dict:
 
     return {
         "bandwidth": bw,
+        "cpu_vs_baseline_build": cpu_ratio(cpu, "baseline build", "defaults")
+        if baseline_build
+        else None,
         "log2n": log2n,
         "repeats": repeats,
         "info": quantrs.build_info(),
@@ -190,10 +236,24 @@ def gpt2_small_shapes(width: int = 768, layers: int = 12, vocab: int = 50257, ct
     return shapes + [(w,), (w,)]
 
 
-def measure_list(repeats: int, quick: bool = False) -> dict | None:
+def multi_step_fn(core, shapes, gen_seed: int = 1):
+    """One ``core.adam4bit_multi_step`` over NumPy parameters of ``shapes`` (one engine per
+    parameter, as the torch adapter keeps them): the list step of one build without torch."""
+    import numpy as np
+
+    rng = np.random.default_rng(gen_seed)
+    ws = [(rng.standard_normal(s, dtype=np.float32) * 0.02) for s in shapes]
+    gs = [(rng.standard_normal(s, dtype=np.float32) * 0.01) for s in shapes]
+    engines = [core.AdamW4bit(1e-4, 0.9, 0.999, 1e-8, 0.01) for _ in shapes]
+    return lambda: core.adam4bit_multi_step(engines, ws, gs)
+
+
+def measure_list(
+    repeats: int, quick: bool = False, baseline_build: str | None = None
+) -> dict | None:
     """One step over the GPT-2-small parameter list: ``quantrs.torch.AdamW4bit`` (one Rust
-    call for the group) against ``torch.optim.AdamW(fused=True)``, alternating; None
-    without torch."""
+    call for the group) against ``torch.optim.AdamW(fused=True)``, alternating, and with
+    ``baseline_build`` the NumPy-API list step of both builds; None without torch."""
     torch = _torch()
     if torch is None:
         return None
@@ -214,12 +274,23 @@ def measure_list(repeats: int, quick: bool = False) -> dict | None:
     topt = torch.optim.AdamW(p_torch, lr=1e-4, weight_decay=0.01, fused=True)
     qopt = qt.AdamW4bit(p_ours, lr=1e-4, weight_decay=0.01)
     fns = {"torch AdamW fused": topt.step, "quantrs.torch.AdamW4bit": qopt.step}
+    if baseline_build:
+        from quantrs import _core
+
+        fns["NumPy API multi-step, this build"] = multi_step_fn(_core, shapes)
+        fns["NumPy API multi-step, baseline build"] = multi_step_fn(
+            load_build(baseline_build), shapes
+        )
     for fn in fns.values():
         fn()
     bw = bandwidth(quantrs.build_info()["threads"])
     n = sum(p.numel() for p in p_ours)
+    cpu: dict = {}
+    times = alternate(fns, repeats, cpu=cpu)
+    pair = ("NumPy API multi-step, baseline build", "NumPy API multi-step, this build")
     return {
-        "times": alternate(fns, repeats),
+        "times": times,
+        "cpu_vs_baseline_build": cpu_ratio(cpu, *pair) if baseline_build else None,
         "tensors": len(shapes),
         "numel": n,
         "bandwidth": bw,
@@ -274,6 +345,13 @@ def print_list(meas: dict) -> None:
         meas["times"]["torch AdamW fused"],
     )
     print(f"\nquantrs.torch vs torch fused: {bmed / med:.2f}x (median), {bbest / best:.2f}x (min)")
+    pair = ("NumPy API multi-step, this build", "NumPy API multi-step, baseline build")
+    if all(k in meas["times"] for k in pair):
+        (med, best), (bmed, bbest) = (meas["times"][k] for k in pair)
+        print(
+            f"this build vs baseline build: {bmed / med:.2f}x (median), {bbest / best:.2f}x (min); "
+            f"CPU time {meas['cpu_vs_baseline_build']:.3f}x (median of the per-round ratios)"
+        )
 
 
 def step_gbps(log2n: int, state_bytes_per_param: float, ms: float) -> float:
@@ -332,6 +410,17 @@ def print_step(meas: dict) -> None:
             f"| {name} | {med:.1f} | {np_ms[0] / med:.2f}x | {best:.1f} | {np_ms[1] / best:.2f}x "
             f"| {bpp:.3f} | {gbps:.1f} | {gbps / bw['triad_GBps']:.0%} |"
         )
+    print()
+    if meas["cpu_vs_baseline_build"] is not None:
+        print(
+            "this build vs baseline build, CPU time of the NumPy-API step (median of the "
+            f"per-round ratios): {meas['cpu_vs_baseline_build']:.3f}x"
+        )
+    for name, key, (med, best), _ in meas["ours"]:
+        if key not in ("defaults", "quantrs.torch"):
+            continue
+        for bname, _, (bmed, bbest), _ in meas["baselines"][1:]:
+            print(f"{name} vs {bname}: {bmed / med:.2f}x (median), {bbest / best:.2f}x (min)")
 
 
 def make(method: str, vmap: str | None, lr: float):
@@ -414,18 +503,19 @@ def run(
     step_list: bool = True,
     all_maps: bool = False,
     verbose: bool = False,
+    baseline_build: str | None = None,
 ) -> list[dict]:
     """Rows in the benchmark convention (docs/cli.md); prints the tables when ``verbose``."""
     log2n = log2n if log2n is not None else (22 if quick else 24)
     repeats = repeats if repeats is not None else (3 if quick else 7)
     rows: list[dict] = []
     if step:
-        meas = measure_step(log2n, repeats)
+        meas = measure_step(log2n, repeats, baseline_build)
         if verbose:
             print_step(meas)
         rows += step_rows(meas)
     if step_list:
-        lm = measure_list(repeats, quick)
+        lm = measure_list(repeats, quick, baseline_build)
         if lm is not None:
             if verbose:
                 print_list(lm)
@@ -453,6 +543,12 @@ def main():
     )
     ap.add_argument("--all-maps", action="store_true", help="every method x every v map")
     ap.add_argument("--threads", type=int, default=None, help="rayon threads for quantrs")
+    ap.add_argument(
+        "--baseline-build",
+        default=None,
+        metavar="PATH",
+        help="another build's _core shared object, its step timed in turn with this one's",
+    )
     a = ap.parse_args()
     if a.threads:
         os.environ["RAYON_NUM_THREADS"] = str(a.threads)  # before quantrs is imported
@@ -465,6 +561,7 @@ def main():
         step_list=not a.no_list,
         all_maps=a.all_maps,
         verbose=not a.json,
+        baseline_build=a.baseline_build,
     )
     if a.json:
         print(json.dumps(rows, indent=1))

@@ -126,6 +126,13 @@ impl Kernels {
         self.avx512.and_then(Avx512::dq)
     }
 
+    /// AVX2, where this level has it (v's scale rounding without AVX-512
+    /// DQ, `dither_avx2.rs`).
+    #[cfg(target_arch = "x86_64")]
+    pub(crate) fn avx2(&self) -> Option<Avx2> {
+        self.avx2
+    }
+
     /// The block-scale codec of this level (`crate::scales`).
     pub(crate) fn scales(&self) -> ScaleCodec {
         ScaleCodec::new(self.avx512, self.avx2)

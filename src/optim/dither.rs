@@ -27,8 +27,8 @@ pub(crate) use crate::scales::coin::Dither;
 /// Encode the scales `s` of one group like `ScaleCodec::encode`,
 /// then move each block to the next smaller code with the probability that
 /// makes its decoded scale unbiased. `s` receives the decoded scales.
-/// Scalar after the (level-independent) search, so every level gives the
-/// same codes.
+/// The pick is the scalar loop or its AVX-512 / AVX2 twin, the same
+/// comparisons, so every level gives the same codes.
 pub(crate) fn dq_encode_dithered(
     kernels: &Kernels,
     s: &mut [f32],
@@ -45,10 +45,19 @@ pub(crate) fn dq_encode_dithered(
         super::dither_avx512::pick(tok, &orig[..n], &t, codes, s, d);
         return pair;
     }
+    // Blocks already picked by the AVX2 twin (eight a vector).
+    #[cfg(target_arch = "x86_64")]
+    let done = match kernels.avx2() {
+        Some(tok) => super::dither_avx2::pick(tok, &orig[..n], &t, codes, s, d),
+        None => 0,
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let done = 0;
     for (i, (&x, (c, dec))) in orig[..n]
         .iter()
         .zip(codes.iter_mut().zip(s.iter_mut()))
         .enumerate()
+        .skip(done)
     {
         let k = *c as usize;
         // Code 254 is the group's smallest scale, 255 an all-zero block:

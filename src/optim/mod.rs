@@ -22,7 +22,7 @@
 //! Modules import one way: `adam` (public types) -> `array_api` (the
 //! ndarray views of [`Optimizer`], checked for layout) -> `engine`
 //! (validation, keys, accumulation) -> `state` (parallel step) -> `dither`
-//! (its AVX-512 twin `dither_avx512`) -> `dispatch` (kernels chosen once per optimizer from proof tokens) ->
+//! (its AVX-512 and AVX2 twins `dither_avx512`, `dither_avx2`) -> `dispatch` (kernels chosen once per optimizer from proof tokens) ->
 //! `avx2`, `avx512` -> `kernel` -> `crate::simd` and the leaves `format`,
 //! `codebook`; `multi` (`step_all`: one call over a list of optimizers, one
 //! per parameter, as the torch adapter steps a group) sits above `engine`;
@@ -40,6 +40,8 @@ mod codebook;
 pub(crate) mod config;
 mod dispatch;
 mod dither;
+#[cfg(target_arch = "x86_64")]
+mod dither_avx2;
 #[cfg(target_arch = "x86_64")]
 mod dither_avx512;
 mod engine;

@@ -214,10 +214,24 @@ pub(crate) fn encode_bisect_with_table(
     fill: impl FnOnce(f32, f32, &mut [f32; 256]),
     t: &mut [f32; 256],
 ) -> (f32, f32) {
+    encode_table_then(s, codes, fill, t, super::bisect::encode_all)
+}
+
+/// [`encode_bisect_with_table`] with `search` in place of
+/// `bisect::encode_all`: a twin of it (the same codes and decoded scales)
+/// for a SIMD level.
+#[inline(always)]
+pub(crate) fn encode_table_then(
+    s: &mut [f32],
+    codes: &mut [u8],
+    fill: impl FnOnce(f32, f32, &mut [f32; 256]),
+    t: &mut [f32; 256],
+    search: impl FnOnce(&mut [f32], &mut [u8], &[f32; 256]),
+) -> (f32, f32) {
     let Some((max, step)) = group_table(s, codes, fill, t) else {
         return (0.0, 0.0);
     };
-    super::bisect::encode_all(s, codes, t);
+    search(s, codes, t);
     (max, step)
 }
 
