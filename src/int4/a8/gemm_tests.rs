@@ -148,19 +148,31 @@ fn large_batches_do_not_depend_on_the_thread_count() {
     let qw = QuantizedWeight::try_quantize(&rand_vec(k * n, 9), k, n).unwrap();
     for batch in [33, 130] {
         let x = rand_vec(batch * k, 10 + batch as u64);
-        let mut y = vec![f32::NAN; batch * n];
-        qw.view()
-            .matmul_act(&x, batch, &mut y, Activations::Int8)
-            .unwrap();
-        let mut y1 = vec![f32::NAN; batch * n];
-        on_one_thread(|| qw.view().matmul_act(&x, batch, &mut y1, Activations::Int8)).unwrap();
-        assert_eq!(bits(&y), bits(&y1), "b {batch}: one thread vs the pool");
-        let mut ys = vec![f32::NAN; batch * n];
-        qw.view()
-            .matmul_a8_with(&x, batch, &mut ys, SimdLevel::Scalar)
-            .unwrap();
-        assert_eq!(bits(&y), bits(&ys), "b {batch}: vs the scalar twin");
+        assert_pool_one_thread_and_twin_agree(&qw, &x, batch, &format!("b {batch}"));
     }
+}
+
+/// The int8-activation product of `batch` rows of `x` on the pool, on one
+/// thread and by the scalar twin: the same bits.
+fn assert_pool_one_thread_and_twin_agree(
+    qw: &QuantizedWeight,
+    x: &[f32],
+    batch: usize,
+    what: &str,
+) {
+    let n = qw.out_feat();
+    let mut y = vec![f32::NAN; batch * n];
+    qw.view()
+        .matmul_act(x, batch, &mut y, Activations::Int8)
+        .unwrap();
+    let mut y1 = vec![f32::NAN; batch * n];
+    on_one_thread(|| qw.view().matmul_act(x, batch, &mut y1, Activations::Int8)).unwrap();
+    assert_eq!(bits(&y), bits(&y1), "{what}: one thread vs the pool");
+    let mut ys = vec![f32::NAN; batch * n];
+    qw.view()
+        .matmul_a8_with(x, batch, &mut ys, SimdLevel::Scalar)
+        .unwrap();
+    assert_eq!(bits(&y), bits(&ys), "{what}: vs the scalar twin");
 }
 
 #[test]
@@ -174,26 +186,7 @@ fn narrow_layers_split_the_batch_and_match_the_twin_on_any_thread_count() {
         );
         let qw = QuantizedWeight::try_quantize(&rand_vec(k * n, 70), k, n).unwrap();
         let x = rand_vec(batch * k, 71);
-        let mut y = vec![f32::NAN; batch * n];
-        qw.view()
-            .matmul_act(&x, batch, &mut y, Activations::Int8)
-            .unwrap();
-        let mut y1 = vec![f32::NAN; batch * n];
-        on_one_thread(|| qw.view().matmul_act(&x, batch, &mut y1, Activations::Int8)).unwrap();
-        assert_eq!(
-            bits(&y),
-            bits(&y1),
-            "[{k}x{n}] b {batch}: one thread vs the pool"
-        );
-        let mut ys = vec![f32::NAN; batch * n];
-        qw.view()
-            .matmul_a8_with(&x, batch, &mut ys, SimdLevel::Scalar)
-            .unwrap();
-        assert_eq!(
-            bits(&y),
-            bits(&ys),
-            "[{k}x{n}] b {batch}: vs the scalar twin"
-        );
+        assert_pool_one_thread_and_twin_agree(&qw, &x, batch, &format!("[{k}x{n}] b {batch}"));
     }
 }
 
