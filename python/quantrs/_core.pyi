@@ -37,6 +37,10 @@ class GgufWeight:
 
     @staticmethod
     def from_bytes(type: str, shape: tuple[int, int], buffer: npt.ArrayLike) -> GgufWeight: ...
+    @staticmethod
+    def quantize(
+        w: npt.ArrayLike, type: str, *, importance: npt.ArrayLike | None = None
+    ) -> GgufWeight: ...
     @property
     def type(self) -> str: ...
     @property

@@ -51,6 +51,7 @@ mod q5_1;
 mod q5_k;
 mod q6_k;
 mod q8_0;
+pub mod quantize;
 #[cfg(target_arch = "x86_64")]
 mod rows_avx2;
 #[cfg(target_arch = "x86_64")]

@@ -4,12 +4,14 @@
 use numpy::{PyArrayDyn, PyArrayMethods};
 use pyo3::prelude::*;
 
+use super::arrays::input;
 use super::borrowed::{opt_slice, read_opt, shared, shared_bias};
 use super::errors::invalid;
 use super::fp8::u8_input;
-use super::nibble_group::{last_axis_matmul, row_weight_methods};
+use super::nibble_group::{contiguous, importance, last_axis_matmul, out_in, row_weight_methods};
 use crate::error::QuantError;
 use crate::format::{matmul_blocks, GgufBlocks, GgufWeight as Packed, WeightFormat};
+use crate::ggml::quantize::quantize_matrix;
 use crate::ggml::{GgmlType, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8_0};
 use crate::int4::Activations;
 
@@ -31,6 +33,22 @@ macro_rules! types {
         impl AnyWeight {
             fn new(name: &str, data: Vec<u8>, out: usize, inf: usize) -> PyResult<Self> {
                 $(if name == <$t as GgmlType>::NAME {
+                    return Ok(AnyWeight::$v(Packed::new(data, out, inf)?));
+                })*
+                Err(invalid("type", format!("expected one of {NAMES:?}, got {name:?}")))
+            }
+
+            /// `w` (`[out, in]` float32) quantized to the type named
+            /// `name` (`crate::ggml::quantize`).
+            fn quantize(
+                name: &str,
+                w: &[f32],
+                out: usize,
+                inf: usize,
+                importance: Option<&[f32]>,
+            ) -> PyResult<Self> {
+                $(if name == <$t as GgmlType>::NAME {
+                    let data = quantize_matrix::<$t>(w, out, inf, importance)?;
                     return Ok(AnyWeight::$v(Packed::new(data, out, inf)?));
                 })*
                 Err(invalid("type", format!("expected one of {NAMES:?}, got {name:?}")))
@@ -112,6 +130,42 @@ impl PyGgufWeight {
         let data = codes.as_slice().map_err(|e| invalid("buffer", e))?.to_vec();
         let (out, inf) = shape;
         let inner = py.detach(|| AnyWeight::new(&name, data, out, inf))?;
+        Ok(PyGgufWeight { inner })
+    }
+
+    /// Quantize the finite float32 weight `w` `[out, in]` to `type`'s
+    /// blocks (`in` a multiple of its block: 32, or 256 for the k-quants)
+    /// with ggml's quantizer: llama.cpp's bytes, and for the legacy types
+    /// also `gguf.quants.quantize`'s. `importance` (float32 `[in]`, >= 0:
+    /// each input's mean x^2, llama.cpp's imatrix) selects ggml's weighted
+    /// search; Q8_0 ignores it, as ggml does (docs/formats.md).
+    #[staticmethod]
+    #[pyo3(
+        signature = (w, r#type, *, importance = None),
+        text_signature = "(w, type, *, importance=None)"
+    )]
+    fn quantize(
+        py: Python<'_>,
+        w: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = crate::python::scalars::text::type_name)] r#type: String,
+        importance: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let name = r#type.to_ascii_lowercase();
+        if !NAMES.contains(&name.as_str()) {
+            return Err(invalid(
+                "type",
+                format!("expected one of {NAMES:?}, got {name:?}"),
+            ));
+        }
+        let wa = input::<f32>(w, "w")?;
+        let [o, i] = out_in(&wa, "w")?;
+        let ws = contiguous(&wa, "w")?;
+        let imp = self::importance(importance, "[in]")?;
+        let imp = imp
+            .as_ref()
+            .map(|a| contiguous(a, "importance"))
+            .transpose()?;
+        let inner = py.detach(|| AnyWeight::quantize(&name, ws, o, i, imp))?;
         Ok(PyGgufWeight { inner })
     }
 

@@ -150,7 +150,8 @@ def save_gguf(path: str | os.PathLike, tensors: dict, architecture: str = "quant
         if not isinstance(name, str) or not name:
             raise UnsupportedFormatError(f"tensor name {name!r}: expected a non-empty string")
         gtype, b, rep = _blocks_of(name, qw)
-        out_feat, in_feat = (qw.out_feat, qw.in_feat) if gtype == "Q4_0" else qw.shape
+        # QuantizedWeight has no ``shape``; a GgufWeight of type Q4_0 does
+        out_feat, in_feat = (qw.out_feat, qw.in_feat) if hasattr(qw, "out_feat") else qw.shape
         blocks.append((name, (in_feat, out_feat, _TYPE_IDS[gtype]), b))
         rows.append({"name": name, "shape": [out_feat, in_feat], "type": gtype, **rep})
     kv = [

@@ -1,0 +1,188 @@
+//! The quantizers against facts that do not need llama.cpp: ggml's
+//! rounding helper, the earlier plain quantizers of the types whose
+//! reference quantizer is the same formula, error bounds of the decoded
+//! weight, and what importance does. Byte equality with llama.cpp and
+//! gguf-py is checked from Python (tests/python/test_gguf_quantize.py,
+//! benches/check_gguf_quantize.py).
+
+use super::search::nearest_int;
+use super::*;
+use crate::testutil::xorshift_f32;
+
+fn decode<T: GgmlType>(bytes: &[u8]) -> Vec<f32> {
+    let mut out = vec![0f32; bytes.len() / T::BYTES * T::ELEMS];
+    for (b, o) in bytes
+        .chunks_exact(T::BYTES)
+        .zip(out.chunks_exact_mut(T::ELEMS))
+    {
+        T::dequantize_block(b, o);
+    }
+    out
+}
+
+/// Sum of `imp_i (x_i - y_i)^2` in f64 over rows of `imp.len()`.
+fn weighted_sse(x: &[f32], y: &[f32], imp: &[f32]) -> f64 {
+    x.iter()
+        .zip(y)
+        .enumerate()
+        .map(|(i, (&a, &b))| f64::from(imp[i % imp.len()]) * (f64::from(a) - f64::from(b)).powi(2))
+        .sum()
+}
+
+#[test]
+fn nearest_int_rounds_half_to_even() {
+    let cases = [
+        (0.5, 0),
+        (1.5, 2),
+        (2.5, 2),
+        (-0.5, 0),
+        (-1.5, -2),
+        (3.49, 3),
+        (-7.51, -8),
+    ];
+    for (v, want) in cases {
+        assert_eq!(nearest_int(v), want, "{v}");
+    }
+}
+
+/// ggml's reference Q4_0 / Q5_0 / Q8_0 are the formulas the earlier plain
+/// quantizers (`GgmlType::quantize_block`) already wrote.
+fn same_as_plain<T: QuantizeRow>() {
+    let x = xorshift_f32(7, 64 * 32, 3.0);
+    let ours = quantize_matrix::<T>(&x, 64, 32, None).unwrap();
+    let mut plain = vec![0u8; 64 * T::BYTES];
+    for (xb, b) in x.chunks_exact(32).zip(plain.chunks_exact_mut(T::BYTES)) {
+        T::quantize_block(xb, b);
+    }
+    assert_eq!(ours, plain, "{}", T::NAME);
+}
+
+#[test]
+fn symmetric_legacy_types_equal_the_plain_quantizers() {
+    same_as_plain::<Q4_0>();
+    same_as_plain::<Q5_0>();
+    same_as_plain::<Q8_0>();
+}
+
+/// Every weight within `bound(block)` of its decoded value.
+fn within_step<T: QuantizeRow>(steps: f32) {
+    let (rows, cols) = (6, 512);
+    let mut x = xorshift_f32(11, rows * cols, 2.0);
+    x[5] = 40.0; // one outlier
+    x[cols..2 * cols].fill(0.0); // an all-zero row
+    let y = decode::<T>(&quantize_matrix::<T>(&x, rows, cols, None).unwrap());
+    for (xb, yb) in x.chunks_exact(T::ELEMS).zip(y.chunks_exact(T::ELEMS)) {
+        let lo = xb.iter().fold(0f32, |m, &v| m.min(v));
+        let hi = xb.iter().fold(0f32, |m, &v| m.max(v));
+        let bound = (hi - lo) / steps * 1.01 + 1e-6;
+        for (a, b) in xb.iter().zip(yb) {
+            assert!(
+                (a - b).abs() <= bound,
+                "{}: {a} vs {b} (bound {bound})",
+                T::NAME
+            );
+        }
+    }
+}
+
+#[test]
+fn decoded_weights_are_within_a_few_steps() {
+    // Legacy: half a step of the block's range, a full step for the
+    // symmetric types' clamped top code.
+    within_step::<Q4_0>(7.5);
+    within_step::<Q5_0>(15.5);
+    within_step::<Q8_0>(127.0);
+    within_step::<Q4_1>(14.0);
+    within_step::<Q5_1>(30.0);
+    // The k-quants' 6-bit scales round the steps: looser, still a
+    // fraction of the super-block's range.
+    within_step::<Q4K>(6.0);
+    within_step::<Q5K>(12.0);
+    within_step::<Q6K>(24.0);
+}
+
+/// The search is no worse than the plain round-to-nearest of the same
+/// block structure (`GgmlType::quantize_block`), in squared error over a
+/// matrix.
+fn beats_plain<T: QuantizeRow>() {
+    let (rows, cols) = (32, 512);
+    let x = xorshift_f32(3, rows * cols, 1.0);
+    let ours = decode::<T>(&quantize_matrix::<T>(&x, rows, cols, None).unwrap());
+    let mut plain = vec![0u8; rows * cols / T::ELEMS * T::BYTES];
+    for (xb, b) in x
+        .chunks_exact(T::ELEMS)
+        .zip(plain.chunks_exact_mut(T::BYTES))
+    {
+        T::quantize_block(xb, b);
+    }
+    let plain = decode::<T>(&plain);
+    let (a, b) = (
+        weighted_sse(&x, &ours, &[1.0]),
+        weighted_sse(&x, &plain, &[1.0]),
+    );
+    assert!(a <= b, "{}: search {a} vs plain {b}", T::NAME);
+}
+
+#[test]
+fn k_quants_are_no_worse_than_round_to_nearest() {
+    beats_plain::<Q4K>();
+    beats_plain::<Q5K>();
+    beats_plain::<Q6K>();
+}
+
+/// Importance on the first half of the inputs moves the error there down
+/// (and is not ignored).
+fn importance_shifts_error<T: QuantizeRow>() {
+    let (rows, cols) = (16, 512);
+    let x = xorshift_f32(5, rows * cols, 1.0);
+    let imp: Vec<f32> = (0..cols)
+        .map(|i| if i % 64 < 32 { 100.0 } else { 0.01 })
+        .collect();
+    let heavy: Vec<f32> = imp
+        .iter()
+        .map(|&v| if v > 1.0 { 1.0 } else { 0.0 })
+        .collect();
+    let plain = decode::<T>(&quantize_matrix::<T>(&x, rows, cols, None).unwrap());
+    let with = decode::<T>(&quantize_matrix::<T>(&x, rows, cols, Some(&imp)).unwrap());
+    let (a, b) = (
+        weighted_sse(&x, &with, &heavy),
+        weighted_sse(&x, &plain, &heavy),
+    );
+    assert!(a < b, "{}: weighted {a} vs plain {b}", T::NAME);
+}
+
+#[test]
+fn importance_lowers_the_error_of_heavy_inputs() {
+    importance_shifts_error::<Q4_0>();
+    importance_shifts_error::<Q5_1>();
+    importance_shifts_error::<Q4K>();
+    importance_shifts_error::<Q5K>();
+    importance_shifts_error::<Q6K>();
+}
+
+#[test]
+fn zero_importance_super_block_keeps_finite_scales() {
+    let x = xorshift_f32(9, 512, 1.0);
+    let mut imp = vec![1.0f32; 512];
+    imp[..256].fill(0.0);
+    let b = quantize_matrix::<Q4K>(&x, 1, 512, Some(&imp)).unwrap();
+    assert!(crate::ggml::bad_scale::<Q4K>(&b).is_none());
+    let plain = quantize_matrix::<Q4K>(&x[..256], 1, 256, None).unwrap();
+    assert_eq!(
+        &b[..144],
+        &plain[..],
+        "falls back to the reference quantizer"
+    );
+}
+
+#[test]
+fn bad_input_is_an_error() {
+    let x = vec![0.5f32; 2 * 256];
+    assert!(quantize_matrix::<Q4K>(&x[..2 * 128], 2, 128, None).is_err());
+    assert!(quantize_matrix::<Q4_0>(&x, 0, 256, None).is_err());
+    let mut nan = x.clone();
+    nan[3] = f32::NAN;
+    assert!(quantize_matrix::<Q8_0>(&nan, 2, 256, None).is_err());
+    assert!(quantize_matrix::<Q6K>(&x, 2, 256, Some(&[1.0; 255])).is_err());
+    assert!(quantize_matrix::<Q6K>(&x, 2, 256, Some(&[-1.0; 256])).is_err());
+}
