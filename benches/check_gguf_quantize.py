@@ -11,7 +11,11 @@ the share of rows whose bytes are equal and the largest absolute difference of t
 two dequantized weights (``gguf.quants.dequantize`` of each), and exits 1 on any
 difference.
 
-    python benches/check_gguf_quantize.py [path/to/libggml-base.so]
+    python benches/check_gguf_quantize.py [path/to/libggml-base.so] [--speed]
+
+``--speed`` also times both on one thread (``RAYON_NUM_THREADS=1`` for quantrs, set
+before it is imported; ggml's call is single-threaded), alternating, and prints the
+median of ggml's time over ours per type (above 1: ours is faster).
 """
 
 from __future__ import annotations
@@ -21,10 +25,13 @@ import os
 import sys
 import time
 
-import numpy as np
-from gguf import GGMLQuantizationType, dequantize
+if "--speed" in sys.argv:  # quantrs' row pool on one thread, like ggml's call
+    os.environ["RAYON_NUM_THREADS"] = "1"
 
-from quantrs import GgufWeight
+import numpy as np  # noqa: E402
+from gguf import GGMLQuantizationType, dequantize  # noqa: E402
+
+from quantrs import GgufWeight  # noqa: E402
 
 TYPES = ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q5_k", "q6_k")
 
@@ -101,6 +108,27 @@ def model_weights(limit: int = 12):
             n += 1
 
 
+def speed(lib, shape=(1536, 4096), reps: int = 7) -> None:
+    """Median paired ratio ggml time / quantrs time, one thread each, per type."""
+    w = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    imp = np.random.default_rng(2).uniform(0, 1, shape[1]).astype(np.float32)
+    print(f"speed, one thread, {shape[0]}x{shape[1]}: ggml s / quantrs s (median of {reps})")
+    for name in TYPES:
+        for use_imp in (False, True):
+            i = imp if use_imp else None
+            ratios, ours_s = [], []
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                GgufWeight.quantize(w, name, importance=i)
+                t1 = time.perf_counter()
+                ggml_bytes(lib, name, w, i)
+                t2 = time.perf_counter()
+                ratios.append((t2 - t1) / (t1 - t0))
+                ours_s.append(t1 - t0)
+            r, o = float(np.median(ratios)), float(np.median(ours_s))
+            print(f"{name:6} imatrix={str(use_imp):5} quantrs {o:.3f} s  ratio {r:.2f}")
+
+
 def main(path: str | None) -> int:
     lib = _lib(path)
     rng = np.random.default_rng(0)
@@ -150,4 +178,8 @@ def main(path: str | None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else None))
+    args = [a for a in sys.argv[1:] if a != "--speed"]
+    rc = main(args[0] if args else None)
+    if "--speed" in sys.argv:
+        speed(_lib(args[0] if args else None))
+    sys.exit(rc)
