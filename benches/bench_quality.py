@@ -29,6 +29,11 @@
 - FP8 W8A8 rows: the block linears served by ``FP8Linear`` with a static activation
   scale, one for every layer (the largest layer's ``max |x| / 448``) or one per layer
   (``quantize_(..., calibration=...)``); the FP8 kernels run the forward.
+- GGUF rows (``GGUF_ROWS``): ``quantrs.GgufWeight.quantize`` (ggml's own quantizers,
+  llama.cpp's bytes) of the named type; where the inputs are not a multiple of its
+  block (576 for the k-quants' 256) the layer takes llama.cpp's fallback type
+  (``llama-quantize``: q4_k -> q5_0, q5_k -> q5_1, q6_k -> q8_0), and the row counts
+  those bytes.
 - ``--llama``: llama.cpp's perplexity of the shipped Q4_1 file (llama_cpp_python,
   the same token windows, logits of every position).
 """
@@ -90,6 +95,20 @@ K_ROWS = {
     "k-search": ("search", False),
     "k-rtn": ("rtn", False),
 }
+
+
+# GGUF types from float (quantrs.GgufWeight.quantize, ggml's quantizers): name -> (type,
+# use the importance matrix). Layers whose inputs the type's block does not divide take
+# llama.cpp's fallback type (FALLBACK).
+GGUF_ROWS = {
+    "gguf-q4_0": ("q4_0", False),
+    "gguf-q4_0-imatrix": ("q4_0", True),
+    "gguf-q4_k": ("q4_k", False),
+    "gguf-q4_k-imatrix": ("q4_k", True),
+    "gguf-q5_k": ("q5_k", False),
+    "gguf-q6_k": ("q6_k", False),
+}
+FALLBACK = {"q4_k": "q5_0", "q5_k": "q5_1", "q6_k": "q8_0"}
 
 
 # GPTQ (quantrs.gptq through quantrs.torch's calibration, block by block; the group
@@ -299,6 +318,24 @@ def main() -> None:
 
         bpw = swap_weights(linears, originals, quantize_k)
         report(f"quantrs INT4 {name}", bpw, perplexity(model, evals), base)
+    for name, (gtype, use_imat) in GGUF_ROWS.items():
+        if not pick(name):
+            continue
+        imp_of = importance() if use_imat else None
+
+        def quantize_gguf(lname, w, gtype=gtype, imp_of=imp_of):
+            t = (
+                gtype
+                if w.shape[0] % (256 if gtype.endswith("_k") else 32) == 0
+                else FALLBACK[gtype]
+            )
+            qw = quantrs.GgufWeight.quantize(
+                np.ascontiguousarray(w.T), t, importance=imp_of and imp_of[lname]
+            )
+            return qw.dequantize().T.copy(), qw.nbytes
+
+        bpw = swap_weights(linears, originals, quantize_gguf)
+        report(f"quantrs GGUF {name}", bpw, perplexity(model, evals), base)
     for name, (fmt, gs, opts) in GPTQ_ROWS.items():
         if not pick(name):
             continue
