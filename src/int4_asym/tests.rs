@@ -164,3 +164,70 @@ fn the_fused_dot_matches_float64_at_every_level() {
         (0..out_feat).flat_map(|r| a.unpacked_row(r)).collect();
     assert_eq!(all.len(), 16, "every code is exercised");
 }
+
+/// Column ranges of a row of `in_feat` inputs that the engine's tiles and
+/// `decode` callers ask for: the whole row, runs, a partial run at either
+/// end, one input, and spans that start and end mid-run.
+pub(crate) fn decode_spans(in_feat: usize) -> Vec<(usize, usize)> {
+    let spans = [
+        (0, in_feat),
+        (0, 32),
+        (in_feat - 32, 32),
+        (0, 1),
+        (31, 2),
+        (5, 70),
+        (37, 64),
+        (1, in_feat - 2),
+        (in_feat - 17, 17),
+        (64, 512),
+    ];
+    spans
+        .into_iter()
+        .filter(|&(k0, n)| k0 + n <= in_feat)
+        .collect()
+}
+
+/// Every decode body (AVX2 where this CPU has it) gives the scalar
+/// reference's floats bit for bit: every code in every nibble position,
+/// halves of both signs (zero, subnormal, the largest finite), groups of
+/// 32, 64, 96 and 128 with a short last group, spans cut mid-run.
+#[test]
+fn every_decode_body_is_the_scalar_one_bit_for_bit() {
+    let halves: [u16; 10] = [
+        0x0000, 0x8000, 0x0001, 0x83FF, 0x3C00, 0xBC00, 0x7BFF, 0xFBFF, 0x2E66, 0xA0A3,
+    ];
+    for (out_feat, in_feat) in [(3usize, 32usize), (2, 160), (5, 576), (2, 1056)] {
+        for gs in [32, 64, 96, 128] {
+            let groups = in_feat.div_ceil(gs);
+            let codes: Vec<u8> = (0..out_feat * in_feat)
+                .map(|i| ((i * 7 + i / 16) % 16) as u8)
+                .collect();
+            let scales = (0..out_feat * groups * 2)
+                .map(|i| halves[(i * 3 + i / 7) % 10])
+                .collect();
+            let a = AsymWeight::from_codes(&codes, scales, out_feat, in_feat, gs).unwrap();
+            for r in 0..out_feat {
+                for (k0, n) in decode_spans(in_feat) {
+                    let mut want = vec![f32::NAN; n];
+                    a.decode_by(Decoder::Scalar, r, k0, &mut want);
+                    // The reference is `d * q + m` written out here.
+                    for (j, w) in want.iter().enumerate() {
+                        let (k, g) = (k0 + j, (k0 + j) / gs);
+                        let sc = &a.scales()[(r * groups + g) * 2..];
+                        let v = half(sc[0]) * f32::from(codes[r * in_feat + k]) + half(sc[1]);
+                        assert_eq!(w.to_bits(), v.to_bits(), "[{r}, {k}] g{gs}");
+                    }
+                    for dec in Decoder::all() {
+                        let mut got = vec![f32::NAN; n];
+                        a.decode_by(dec, r, k0, &mut got);
+                        let same = want
+                            .iter()
+                            .zip(&got)
+                            .all(|(w, v)| w.to_bits() == v.to_bits());
+                        assert!(same, "{dec:?} [{out_feat}x{in_feat}] g{gs} r{r} {k0}+{n}");
+                    }
+                }
+            }
+        }
+    }
+}
