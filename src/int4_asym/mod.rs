@@ -20,6 +20,8 @@
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512;
 #[cfg(target_arch = "x86_64")]
+pub(crate) mod batch_avx2;
+#[cfg(target_arch = "x86_64")]
 mod body;
 pub(crate) mod checks;
 #[cfg(target_arch = "x86_64")]
