@@ -12,14 +12,14 @@
 //!
 //! Rows whose super-block is the whole row (`in` not a multiple of 256,
 //! e.g. SmolLM2's 576 inputs: 18 groups under one `(D, Dmin)`) take the
-//! same unpack eight groups at a time, then the last `groups % 8` groups
-//! by the scalar [`super::group_dm`]: through the scalar unpack alone they
-//! made a batch-1 call of `[1536, 576]` half again as slow as one of
+//! same unpack eight groups at a time, the last `groups % 8` groups from
+//! a zero-padded copy of their bytes: through the scalar unpack they made
+//! a batch-1 call of `[1536, 576]` half again as slow as one of
 //! `[576, 1536]`.
 
 use std::arch::x86_64::*;
 
-use super::{group_dm, row_dm, GROUP, SUPER};
+use super::{row_dm, GROUP, SUPER};
 use crate::simd::Avx2F16c;
 
 /// Groups per 256-input super-block.
@@ -38,10 +38,20 @@ pub(crate) fn row_dm_f16c(t: Avx2F16c, sc_row: &[u8], supers: &[u16], gps: usize
     assert!(sc_row.len() >= vector / 2 * 3 && supers.len() >= 2 * groups.div_ceil(gps));
     // SAFETY: the token proves AVX2, FMA and F16C; lengths checked above.
     unsafe { unpack(t, sc_row, supers, gps, &mut dm[..2 * vector]) };
-    for g in vector..groups {
-        let (d, m) = group_dm(sc_row, supers, gps, g);
-        // `-(Dmin mn)` is `(-Dmin) mn`, the scalar `row_dm`'s value.
-        (dm[2 * g], dm[2 * g + 1]) = (d, -m);
+    if vector < groups {
+        // The last `groups % 8` groups (a row that is one super-block):
+        // their bytes, zero-padded to eight groups, through the same unpack
+        // (the scalar `group_dm` per group cost more than the other 16
+        // groups of a 576-input row together); the pad's pairs are dropped.
+        let rest = &sc_row[vector / 2 * 3..];
+        let mut bytes = [0u8; 12];
+        let n = rest.len().min(12);
+        bytes[..n].copy_from_slice(&rest[..n]);
+        let mut pairs = [0f32; 2 * GPS];
+        // SAFETY: as above: 12 code bytes, the row's one pair of halves
+        // (`whole_row`), 16 floats.
+        unsafe { unpack(t, &bytes, &supers[..2], gps, &mut pairs) };
+        dm[2 * vector..].copy_from_slice(&pairs[..2 * (groups - vector)]);
     }
 }
 
