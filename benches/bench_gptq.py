@@ -4,26 +4,28 @@ exactly; the fused ``s * (sum(q x) - z * sum(x))`` kernel) against quantrs INT4 
 alternating in one process (``paired_ms``): 4-bit g128 symmetric (zero points 8) and
 asymmetric, 4-bit g128 act-order (a random input permutation, gathered once per call),
 and 8-bit g128. ``per_byte_ratio`` is the INT4 time per weight byte over ours per weight
-byte: > 1 means ours streams its bytes faster.
-Run: ``python benches/bench_gptq.py [--quick] [--json]``."""
+byte: > 1 means ours streams its bytes faster. ``--shapes``, ``--baseline-build DIR``
+(against another build of quantrs) and ``--threads N`` as in ``bench_int4_asym.py``.
+Run: ``python benches/bench_gptq.py [--quick] [--json] [--shapes 1536x576,...]
+[--baseline-build DIR] [--threads N]``."""
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
-from _common import emit, machine_note, reexec_without_openblas_overrides
 from bench_gguf import against_int4_g32
+from bench_int4_asym import main
 
 
 def run(quick: bool) -> list[dict]:
     return against_int4_g32(zp_cases, quick)
 
 
-def zp_cases(w: np.ndarray, rng) -> dict:
+def zp_cases(w: np.ndarray, rng, quantrs=None) -> dict:
     """The zero-point variants of ``w``: min / max codes at group 128, then the same
-    codes with symmetric zero points and with a random act-order permutation."""
-    import quantrs
+    codes with symmetric zero points and with a random act-order permutation;
+    ``quantrs`` the build to make them with (default: this one)."""
+    if quantrs is None:
+        import quantrs
 
     out, inf = w.shape
     asym = quantrs.IntZpWeight.quantize(w, group_size=128)
@@ -42,7 +44,4 @@ def zp_cases(w: np.ndarray, rng) -> dict:
 
 
 if __name__ == "__main__":
-    reexec_without_openblas_overrides()
-    cols = ["bench", "ours_ms", "baseline", "baseline_ms", "ratio", "per_byte_ratio"]
-    emit(run("--quick" in sys.argv), cols, "--json" in sys.argv)
-    print(machine_note())
+    main(zp_cases)

@@ -12,7 +12,8 @@
 //! batch block for larger ones.
 
 use super::nibble_rows::{
-    halves_le, read_dims, read_halves, row_source, row_weight_basics, words, write_dims,
+    batch_kernel, halves_le, read_dims, read_halves, row_source, row_weight_basics, words,
+    write_dims,
 };
 use super::row_forward::forward_rows;
 use super::weight_format::{Block, FormatInfo, RowOrder, ScaleStorage, WeightFormat};
@@ -79,6 +80,11 @@ impl WeightFormat for IntZp {
         y: &mut [f32],
     ) -> Result<()> {
         let xs = w.gather(x);
+        // 4-bit rows are the nibble runs of `int4_asym` with `(d, c) = (s,
+        // -(s z))`: the same batch kernel serves them.
+        if w.bits() == 4 && batch_kernel(w, w.codes(), w.shape(), bias, &xs, rows, y) {
+            return Ok(());
+        }
         forward_rows(w, w.shape(), &|_| 1.0, bias, &xs, rows, y)
     }
 

@@ -98,7 +98,58 @@ macro_rules! row_weight_basics {
 }
 pub(super) use row_weight_basics;
 
-/// Inside `impl WeightFormat`: `matmul` and `matmul_transposed` by the
+/// The forward of 4-bit nibble-run rows (`w`'s codes `[out, in / 2]`)
+/// by the AVX2 kernel that decodes the weights in registers
+/// (`crate::int4_asym::batch_avx2`), where it applies: AVX2 in force, a
+/// batch of `MIN_BATCH ..= MAX_BATCH` rows, no row of `x` that the engine
+/// would have to scale (`crate::range`). Returns whether it ran; if not,
+/// the caller runs the shared row engine.
+#[cfg(target_arch = "x86_64")]
+pub(super) fn batch_kernel<S>(
+    w: &S,
+    codes: &[u8],
+    shape: [usize; 2],
+    bias: Option<&[f32]>,
+    x: &[f32],
+    rows: usize,
+    y: &mut [f32],
+) -> bool
+where
+    S: crate::int4_asym::rows_avx2::GroupScales + Sync,
+{
+    use crate::int4_asym::batch_avx2::{matmul, MAX_BATCH, MIN_BATCH};
+    use crate::linear::dispatch::Dots;
+    let [n, k] = shape;
+    let Dots::Avx2(t, f) = Dots::current() else {
+        return false;
+    };
+    let fits = (MIN_BATCH..=MAX_BATCH).contains(&rows)
+        && x.len() == rows * k
+        && y.len() == rows * n
+        && bias.is_none_or(|b| b.len() == n);
+    if !fits || crate::range::shifts(x, k).is_some() {
+        return false;
+    }
+    matmul(t, Dots::Avx2(t, f), w, codes, shape, x, bias, y);
+    true
+}
+
+/// Elsewhere than x86-64 the shared row engine runs every batch.
+#[cfg(not(target_arch = "x86_64"))]
+pub(super) fn batch_kernel<S>(
+    _: &S,
+    _: &[u8],
+    _: [usize; 2],
+    _: Option<&[f32]>,
+    _: &[f32],
+    _: usize,
+    _: &mut [f32],
+) -> bool {
+    false
+}
+
+/// Inside `impl WeightFormat`: `matmul` by the AVX2 batch kernel where it
+/// applies ([`batch_kernel`]), else, and `matmul_transposed` always, by the
 /// shared row engine over the weight's `RowSource`, with no per-row scale
 /// (the scales are inside the weight's dots and decodes).
 macro_rules! row_engine_forward {
@@ -110,6 +161,9 @@ macro_rules! row_engine_forward {
             bias: Option<&[f32]>,
             y: &mut [f32],
         ) -> $crate::error::Result<()> {
+            if super::nibble_rows::batch_kernel(w, w.codes(), w.shape(), bias, x, rows, y) {
+                return Ok(());
+            }
             super::row_forward::forward_rows(w, w.shape(), &|_| 1.0, bias, x, rows, y)
         }
 

@@ -20,11 +20,16 @@
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512;
 #[cfg(target_arch = "x86_64")]
+pub(crate) mod batch_avx2;
+#[cfg(target_arch = "x86_64")]
 mod body;
 pub(crate) mod checks;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod decode_avx2;
 mod dot;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod rows_avx2;
+pub(crate) mod runs;
 mod search;
 
 use std::ops::Range;
@@ -34,6 +39,7 @@ use rayon::prelude::*;
 use crate::error::{QuantError, Result};
 use crate::linear::dispatch::Dots;
 use crate::linear::fp8_dialect::f16_to_f32;
+use runs::{decode_runs, Decoder};
 pub use search::{group_error, quantize_group, AsymMethod};
 
 /// Inputs per nibble run (16 bytes).
@@ -189,30 +195,29 @@ impl AsymWeight {
         q
     }
 
-    /// Decode inputs `k0 .. k0 + out.len()` of row `r`: the scalar
-    /// reference of the format.
+    /// Decode inputs `k0 .. k0 + out.len()` of row `r` (the engine's
+    /// tiles) by the body of the level in force (`runs.rs`).
     pub fn decode(&self, r: usize, k0: usize, out: &mut [f32]) {
+        self.decode_by(Decoder::current(), r, k0, out);
+    }
+
+    /// [`AsymWeight::decode`] by `dec`: `Decoder::Scalar` is the reference
+    /// of the format ([`decode_run`]), the AVX2 body its values bit for bit.
+    pub(crate) fn decode_by(&self, dec: Decoder, r: usize, k0: usize, out: &mut [f32]) {
         let row_bytes = self.in_feat / 2;
         let row = &self.codes[r * row_bytes..(r + 1) * row_bytes];
         let groups = self.groups();
         let sc = &self.scales[r * 2 * groups..(r + 1) * 2 * groups];
-        let mut buf = [0f32; RUN];
-        let (mut k, end) = (k0, k0 + out.len());
-        while k < end {
-            let run = k / RUN;
+        decode_runs(k0, out, |run, dst| {
             let g = run * RUN / self.group_size;
             let (d, m) = (half(sc[2 * g]), half(sc[2 * g + 1]));
-            let from = k - run * RUN;
-            let n = (RUN - from).min(end - k);
             let bytes = &row[run * RUN / 2..(run + 1) * RUN / 2];
-            if n == RUN {
-                decode_run(bytes, d, m, &mut out[k - k0..k - k0 + RUN]);
-            } else {
-                decode_run(bytes, d, m, &mut buf);
-                out[k - k0..k - k0 + n].copy_from_slice(&buf[from..from + n]);
+            match dec {
+                #[cfg(target_arch = "x86_64")]
+                Decoder::Avx2(t) => decode_avx2::affine_run(t, bytes, d, m, dst),
+                Decoder::Scalar => decode_run(bytes, d, m, dst),
             }
-            k += n;
-        }
+        });
     }
 
     /// Row `r` dotted with `x` (`in` floats) by the fused kernel of the
@@ -306,4 +311,4 @@ fn unpack_runs(b: &[u8], q: &mut [u8]) {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -164,3 +164,151 @@ fn the_fused_dot_matches_float64_at_every_level() {
         (0..out_feat).flat_map(|r| a.unpacked_row(r)).collect();
     assert_eq!(all.len(), 16, "every code is exercised");
 }
+
+/// Column ranges of a row of `in_feat` inputs that the engine's tiles and
+/// `decode` callers ask for: the whole row, runs, a partial run at either
+/// end, one input, and spans that start and end mid-run.
+pub(crate) fn decode_spans(in_feat: usize) -> Vec<(usize, usize)> {
+    let spans = [
+        (0, in_feat),
+        (0, 32),
+        (in_feat - 32, 32),
+        (0, 1),
+        (31, 2),
+        (5, 70),
+        (37, 64),
+        (1, in_feat - 2),
+        (in_feat - 17, 17),
+        (64, 512),
+    ];
+    spans
+        .into_iter()
+        .filter(|&(k0, n)| k0 + n <= in_feat)
+        .collect()
+}
+
+/// Every decode body (AVX2 where this CPU has it) gives the scalar
+/// reference's floats bit for bit: every code in every nibble position,
+/// halves of both signs (zero, subnormal, the largest finite), groups of
+/// 32, 64, 96 and 128 with a short last group, spans cut mid-run.
+#[test]
+fn every_decode_body_is_the_scalar_one_bit_for_bit() {
+    let halves: [u16; 10] = [
+        0x0000, 0x8000, 0x0001, 0x83FF, 0x3C00, 0xBC00, 0x7BFF, 0xFBFF, 0x2E66, 0xA0A3,
+    ];
+    for (out_feat, in_feat) in [(3usize, 32usize), (2, 160), (5, 576), (2, 1056)] {
+        for gs in [32, 64, 96, 128] {
+            let groups = in_feat.div_ceil(gs);
+            let codes: Vec<u8> = (0..out_feat * in_feat)
+                .map(|i| ((i * 7 + i / 16) % 16) as u8)
+                .collect();
+            let scales = (0..out_feat * groups * 2)
+                .map(|i| halves[(i * 3 + i / 7) % 10])
+                .collect();
+            let a = AsymWeight::from_codes(&codes, scales, out_feat, in_feat, gs).unwrap();
+            for r in 0..out_feat {
+                for (k0, n) in decode_spans(in_feat) {
+                    let mut want = vec![f32::NAN; n];
+                    a.decode_by(Decoder::Scalar, r, k0, &mut want);
+                    // The reference is `d * q + m` written out here.
+                    for (j, w) in want.iter().enumerate() {
+                        let (k, g) = (k0 + j, (k0 + j) / gs);
+                        let sc = &a.scales()[(r * groups + g) * 2..];
+                        let v = half(sc[0]) * f32::from(codes[r * in_feat + k]) + half(sc[1]);
+                        assert_eq!(w.to_bits(), v.to_bits(), "[{r}, {k}] g{gs}");
+                    }
+                    for dec in Decoder::all() {
+                        let mut got = vec![f32::NAN; n];
+                        a.decode_by(dec, r, k0, &mut got);
+                        let same = want
+                            .iter()
+                            .zip(&got)
+                            .all(|(w, v)| w.to_bits() == v.to_bits());
+                        assert!(same, "{dec:?} [{out_feat}x{in_feat}] g{gs} r{r} {k0}+{n}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `y [m, n]` by the batch kernel of `batch_avx2` against float64 over
+/// `w`'s dequantized rows, and the same floats with 1 and 3 threads.
+#[cfg(target_arch = "x86_64")]
+fn check_batch_kernel<S>(name: &str, s: &S, codes: &[u8], deq: &[f32], [n, k]: [usize; 2])
+where
+    S: rows_avx2::GroupScales + Sync,
+{
+    let Some(t) = crate::simd::Avx2::new() else {
+        return;
+    };
+    let dots = Dots::Avx2(t, t.f16c());
+    for m in [4, 5, 8, 9, 16, 17, 31] {
+        let x: Vec<f32> = crate::testutil::rand_vec(m * k, (m * k) as u64)
+            .iter()
+            .map(|v| 3.0 * v)
+            .collect();
+        let bias: Vec<f32> = (0..n).map(|r| r as f32 * 0.25 - 1.0).collect();
+        let run = |threads: usize| {
+            let mut y = vec![f32::NAN; m * n];
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            pool.install(|| batch_avx2::matmul(t, dots, s, codes, [n, k], &x, Some(&bias), &mut y));
+            y
+        };
+        let y = run(1);
+        assert!(
+            run(3)
+                .iter()
+                .zip(&y)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{name} m{m}"
+        );
+        for b in 0..m {
+            for r in 0..n {
+                let (xb, wr) = (&x[b * k..(b + 1) * k], &deq[r * k..(r + 1) * k]);
+                let want: f64 = xb
+                    .iter()
+                    .zip(wr)
+                    .map(|(&a, &w)| f64::from(a) * f64::from(w))
+                    .sum();
+                let mag: f64 = xb
+                    .iter()
+                    .zip(wr)
+                    .map(|(&a, &w)| f64::from(a * w).abs())
+                    .sum();
+                let top = wr.iter().fold(0f32, |a, w| a.max(w.abs()));
+                let xs: f64 = xb.iter().map(|&a| f64::from(a.abs())).sum();
+                let tol = (k as f64 + 8.0) * f64::from(f32::EPSILON) * (mag + f64::from(top) * xs);
+                let got = f64::from(y[b * n + r]) - f64::from(bias[r]);
+                assert!(
+                    (got - want).abs() <= tol + 1e-6,
+                    "{name} m{m} [{b}, {r}]: {got} vs {want}"
+                );
+            }
+        }
+    }
+}
+
+/// The AVX2 batch kernel (batches 4 to 31) of the three 4-bit nibble
+/// formats against float64: odd row counts (tasks of 16 rows and a short
+/// one), inputs that are not a multiple of the 512-input block (160, 576,
+/// 1056), groups of 32 to 128 with a short last group, 1 and 3 threads.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn the_batch_kernel_matches_float64_for_every_format() {
+    for (n, k) in [(3, 160), (37, 576), (17, 1056)] {
+        let w: Vec<f32> = random(n * k, (n + k) as u64);
+        for gs in [32, 64, 96, 128] {
+            let a = AsymWeight::quantize(&w, n, k, gs, AsymMethod::Rtn, None).unwrap();
+            check_batch_kernel("int4_asym", &a, a.codes(), &a.dequantize(), [n, k]);
+            let z = crate::int_zp::quantize_rtn(&w, n, k, gs, 4).unwrap();
+            check_batch_kernel("int_zp", &z, z.codes(), &z.dequantize(), [n, k]);
+        }
+        let q = crate::int4_k::KWeight::quantize(&w, n, k, crate::int4_k::KMethod::Rtn, None);
+        let q = q.unwrap();
+        check_batch_kernel("int4_k", &q, q.codes(), &q.dequantize(), [n, k]);
+    }
+}

@@ -36,6 +36,7 @@ use std::ops::Range;
 use rayon::prelude::*;
 
 use crate::error::{QuantError, Result};
+use crate::int4_asym::runs::{decode_runs, Decoder};
 use crate::int4_asym::{checks, half};
 use crate::linear::dispatch::Dots;
 pub use quantize::{row_error, KMethod};
@@ -367,27 +368,34 @@ impl KWeight {
         (0..self.groups()).map(|g| scale_code(sr, g)).unzip()
     }
 
-    /// Decode inputs `k0 .. k0 + out.len()` of row `r`: the scalar
-    /// reference of the format.
+    /// Decode inputs `k0 .. k0 + out.len()` of row `r` (the engine's
+    /// tiles) by the body of the level in force
+    /// (`crate::int4_asym::runs`).
     pub fn decode(&self, r: usize, k0: usize, out: &mut [f32]) {
+        self.decode_by(Decoder::current(), r, k0, out);
+    }
+
+    /// [`KWeight::decode`] by `dec`: `Decoder::Scalar` is the reference of
+    /// the format (`d * q - m` per input), the AVX2 body its values bit for
+    /// bit (`d * q + (-m)`, the same IEEE operation).
+    pub(crate) fn decode_by(&self, dec: Decoder, r: usize, k0: usize, out: &mut [f32]) {
         let (codes, sr, hr) = self.row_parts(r);
         let gps = self.super_block() / GROUP;
-        let mut buf = [0f32; GROUP];
-        let (mut k, end) = (k0, k0 + out.len());
-        while k < end {
-            let g = k / GROUP;
+        decode_runs(k0, out, |g, dst| {
             let (d, m) = group_dm(sr, hr, gps, g);
-            let from = k - g * GROUP;
-            let n = (GROUP - from).min(end - k);
             let bytes = &codes[g * GROUP / 2..(g + 1) * GROUP / 2];
-            let (lo, hi) = buf.split_at_mut(GROUP / 2);
-            for (j, &b) in bytes.iter().enumerate() {
-                lo[j] = d * f32::from(b & 0x0F) - m;
-                hi[j] = d * f32::from(b >> 4) - m;
+            match dec {
+                #[cfg(target_arch = "x86_64")]
+                Decoder::Avx2(t) => crate::int4_asym::decode_avx2::affine_run(t, bytes, d, -m, dst),
+                Decoder::Scalar => {
+                    let (lo, hi) = dst.split_at_mut(GROUP / 2);
+                    for (j, &b) in bytes.iter().enumerate() {
+                        lo[j] = d * f32::from(b & 0x0F) - m;
+                        hi[j] = d * f32::from(b >> 4) - m;
+                    }
+                }
             }
-            out[k - k0..k - k0 + n].copy_from_slice(&buf[from..from + n]);
-            k += n;
-        }
+        });
     }
 
     /// Row `r` dotted with `x` (`in` floats) by the fused kernel of the

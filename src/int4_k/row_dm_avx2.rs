@@ -9,6 +9,13 @@
 //! bytes), one per-lane shift aligns the odd groups' fields, two masks give
 //! `sc` and `mn`, and the products with `D` and `-Dmin` (halves by F16C)
 //! are the scalar ones bit for bit (the same f32 multiplications).
+//!
+//! Rows whose super-block is the whole row (`in` not a multiple of 256,
+//! e.g. SmolLM2's 576 inputs: 18 groups under one `(D, Dmin)`) take the
+//! same unpack eight groups at a time, the last `groups % 8` groups from
+//! a zero-padded copy of their bytes: through the scalar unpack they made
+//! a batch-1 call of `[1536, 576]` half again as slow as one of
+//! `[576, 1536]`.
 
 use std::arch::x86_64::*;
 
@@ -18,26 +25,46 @@ use crate::simd::Avx2F16c;
 /// Groups per 256-input super-block.
 const GPS: usize = SUPER / GROUP;
 
-/// [`super::row_dm`] (the same values): vector code where super-blocks are
-/// 8 groups, the scalar unpack otherwise.
+/// [`super::row_dm`] (the same values): vector code for every eight groups
+/// under one `(D, Dmin)` (super-blocks of 8 groups, or one super-block per
+/// row), the scalar unpack for the rest.
 pub(crate) fn row_dm_f16c(t: Avx2F16c, sc_row: &[u8], supers: &[u16], gps: usize, dm: &mut [f32]) {
     let groups = dm.len() / 2;
-    if gps != GPS || !groups.is_multiple_of(GPS) {
+    let whole_row = gps == groups;
+    if !(whole_row || gps == GPS && groups.is_multiple_of(GPS)) {
         return row_dm(sc_row, supers, gps, dm);
     }
-    assert!(sc_row.len() >= groups / 2 * 3 && supers.len() >= 2 * (groups / GPS));
+    let vector = groups / GPS * GPS;
+    assert!(sc_row.len() >= vector / 2 * 3 && supers.len() >= 2 * groups.div_ceil(gps));
     // SAFETY: the token proves AVX2, FMA and F16C; lengths checked above.
-    unsafe { unpack(t, sc_row, supers, dm) }
+    unsafe { unpack(t, sc_row, supers, gps, &mut dm[..2 * vector]) };
+    if vector < groups {
+        // The last `groups % 8` groups (a row that is one super-block):
+        // their bytes, zero-padded to eight groups, through the same unpack
+        // (the scalar `group_dm` per group cost more than the other 16
+        // groups of a 576-input row together); the pad's pairs are dropped.
+        let rest = &sc_row[vector / 2 * 3..];
+        let mut bytes = [0u8; 12];
+        let n = rest.len().min(12);
+        bytes[..n].copy_from_slice(&rest[..n]);
+        let mut pairs = [0f32; 2 * GPS];
+        // SAFETY: as above: 12 code bytes, the row's one pair of halves
+        // (`whole_row`), 16 floats.
+        unsafe { unpack(t, &bytes, &supers[..2], gps, &mut pairs) };
+        dm[2 * vector..].copy_from_slice(&pairs[..2 * (groups - vector)]);
+    }
 }
 
-/// Per super-block `s` (12 code bytes at `12 s`, halves `2 s`, `2 s + 1`),
-/// the 16 floats `dm[16 s..]`.
+/// Per eight groups `c` (12 code bytes at `12 c`, under the halves of
+/// super-block `s = 8 c / gps`, at `2 s`, `2 s + 1`), the 16 floats
+/// `dm[16 c..]`.
 ///
 /// # Safety
-/// None beyond the token; `dm.len() / 16` super-blocks of codes and
-/// halves present (checked by [`row_dm_f16c`]).
+/// None beyond the token; `dm.len() / 16` runs of eight groups of codes
+/// and their halves present, each inside one super-block of `gps` groups
+/// (checked by [`row_dm_f16c`]).
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn unpack(_: Avx2F16c, sc_row: &[u8], supers: &[u16], dm: &mut [f32]) {
+unsafe fn unpack(_: Avx2F16c, sc_row: &[u8], supers: &[u16], gps: usize, dm: &mut [f32]) {
     // Lane `g` of each 128-bit half: bytes `3(g/2) + g%2` and the next,
     // zero-extended to 32 bits (half 1 starts at byte 6).
     let ctl = _mm256_setr_epi8(
@@ -47,8 +74,9 @@ unsafe fn unpack(_: Avx2F16c, sc_row: &[u8], supers: &[u16], dm: &mut [f32]) {
     let shift = _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4);
     let six = _mm256_set1_epi32(0x3F);
     let mut bytes = [0u8; 16];
-    for (s, out) in dm.chunks_exact_mut(2 * GPS).enumerate() {
-        bytes[..12].copy_from_slice(&sc_row[12 * s..12 * s + 12]);
+    for (c, out) in dm.chunks_exact_mut(2 * GPS).enumerate() {
+        let s = c * GPS / gps;
+        bytes[..12].copy_from_slice(&sc_row[12 * c..12 * c + 12]);
         // SAFETY: 16 bytes in `bytes`, 16 floats in `out`.
         unsafe {
             let v = _mm256_broadcastsi128_si256(_mm_loadu_si128(bytes.as_ptr().cast()));

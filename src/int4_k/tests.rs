@@ -181,7 +181,8 @@ fn bad_inputs_are_errors() {
 /// The AVX2 + F16C unpack of the `(d, -m)` pairs is the scalar `row_dm`
 /// bit for bit: every 6-bit scale and minimum at every group position,
 /// halves of both signs (zero, subnormals, the largest), 1 to 4 super-blocks
-/// of 256, and rows whose super-block is the whole row (the scalar path).
+/// of 256, and rows whose super-block is the whole row (eight groups at a
+/// time, then the scalar tail).
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn vector_row_dm_is_the_scalar_one() {
@@ -192,7 +193,15 @@ fn vector_row_dm_is_the_scalar_one() {
         0x0000, 0x8000, 0x0001, 0x8001, 0x03FF, 0x83FF, 0x3C00, 0xBC00, 0x7BFF, 0xFBFF, 0x2E66,
         0xA0A3,
     ];
-    for (in_feat, rows) in [(256, 64), (512, 32), (1024, 16), (96, 4), (576, 4)] {
+    for (in_feat, rows) in [
+        (256, 64),
+        (512, 32),
+        (1024, 16),
+        (96, 4),
+        (576, 64),
+        (1056, 64),
+        (256 + 32, 4),
+    ] {
         let groups = in_feat / GROUP;
         let gps = super_block(in_feat) / GROUP;
         let nsb = groups / gps;
@@ -219,6 +228,57 @@ fn vector_row_dm_is_the_scalar_one() {
                     (want[2 * g].to_bits(), want[2 * g + 1].to_bits()),
                     (d.to_bits(), m.to_bits())
                 );
+            }
+        }
+    }
+}
+
+/// Every decode body (AVX2 where this CPU has it) gives the scalar
+/// reference's floats bit for bit (`(D sc) q - Dmin mn` written out):
+/// every code and 6-bit pattern, halves of both signs (zero, subnormal, the
+/// largest finite), super-blocks of 256 and whole rows (96, 576, 1056
+/// inputs), spans cut mid-run.
+#[test]
+fn every_decode_body_is_the_scalar_one_bit_for_bit() {
+    let halves: [u16; 10] = [
+        0x0000, 0x8000, 0x0001, 0x83FF, 0x3C00, 0xBC00, 0x7BFF, 0xFBFF, 0x2E66, 0xA0A3,
+    ];
+    for (out_feat, in_feat) in [(3, 32), (2, 96), (4, 512), (5, 576), (2, 1056)] {
+        let groups = in_feat / GROUP;
+        let nsb = in_feat / super_block(in_feat);
+        let codes: Vec<u8> = (0..out_feat * in_feat)
+            .map(|i| ((i * 5 + i / 16) % 16) as u8)
+            .collect();
+        let sc: Vec<u8> = (0..out_feat * groups).map(|i| (i * 7 % 64) as u8).collect();
+        let mn: Vec<u8> = (0..out_feat * groups)
+            .map(|i| (i * 13 % 64) as u8)
+            .collect();
+        let supers = (0..out_feat * nsb * 2)
+            .map(|i| halves[(i * 3 + 1) % 10])
+            .collect();
+        let w = KWeight::from_codes(&codes, &sc, &mn, supers, out_feat, in_feat).unwrap();
+        let gps = super_block(in_feat) / GROUP;
+        for r in 0..out_feat {
+            for (k0, n) in crate::int4_asym::tests::decode_spans(in_feat) {
+                let mut want = vec![f32::NAN; n];
+                w.decode_by(Decoder::Scalar, r, k0, &mut want);
+                for (j, v) in want.iter().enumerate() {
+                    let (k, g) = (k0 + j, (k0 + j) / GROUP);
+                    let h = &w.supers()[(r * nsb + g / gps) * 2..];
+                    let d = f16_to_f32(h[0]) * f32::from(sc[r * groups + g]);
+                    let m = f16_to_f32(h[1]) * f32::from(mn[r * groups + g]);
+                    let e = d * f32::from(codes[r * in_feat + k]) - m;
+                    assert_eq!(v.to_bits(), e.to_bits(), "[{r}, {k}]");
+                }
+                for dec in Decoder::all() {
+                    let mut got = vec![f32::NAN; n];
+                    w.decode_by(dec, r, k0, &mut got);
+                    let same = want
+                        .iter()
+                        .zip(&got)
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "{dec:?} [{out_feat}x{in_feat}] r{r} {k0}+{n}");
+                }
             }
         }
     }

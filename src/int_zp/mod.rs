@@ -34,6 +34,8 @@ mod avx2;
 mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod body;
+#[cfg(target_arch = "x86_64")]
+mod decode_avx2;
 mod dot;
 mod quantize;
 
@@ -43,6 +45,7 @@ use rayon::prelude::*;
 
 use crate::error::{QuantError, Result};
 use crate::int4_asym::checks;
+use crate::int4_asym::runs::{decode_runs, Decoder};
 use crate::linear::dispatch::Dots;
 pub use quantize::quantize_rtn;
 
@@ -265,9 +268,17 @@ impl ZpWeight {
         q
     }
 
-    /// Decode stored inputs `k0 .. k0 + out.len()` of row `r`: the scalar
-    /// reference of the format, `f32(s) * f32(q - z)`.
+    /// Decode stored inputs `k0 .. k0 + out.len()` of row `r` (the
+    /// engine's tiles) by the body of the level in force
+    /// (`crate::int4_asym::runs`).
     pub fn decode(&self, r: usize, k0: usize, out: &mut [f32]) {
+        self.decode_by(Decoder::current(), r, k0, out);
+    }
+
+    /// [`ZpWeight::decode`] by `dec`: `Decoder::Scalar` is the reference of
+    /// the format, `f32(s) * f32(q - z)`; the AVX2 body its values bit for
+    /// bit (`decode_avx2.rs`).
+    pub(crate) fn decode_by(&self, dec: Decoder, r: usize, k0: usize, out: &mut [f32]) {
         let rb = self.row_bytes();
         let row = &self.codes[r * rb..(r + 1) * rb];
         let groups = self.groups();
@@ -275,24 +286,27 @@ impl ZpWeight {
             &self.scales[r * groups..(r + 1) * groups],
             &self.zeros[r * groups..(r + 1) * groups],
         );
-        let mut q = [0u8; RUN];
-        let (mut k, end) = (k0, k0 + out.len());
-        while k < end {
-            let run = k / RUN;
+        let run_bytes = RUN * self.bits as usize / 8;
+        decode_runs(k0, out, |run, dst| {
             let g = run * RUN / self.group_size;
             let (s, z) = (half(sc[g]), i32::from(zs[g]));
-            let from = k - run * RUN;
-            let n = (RUN - from).min(end - k);
-            if self.bits == 8 {
-                q.copy_from_slice(&row[run * RUN..(run + 1) * RUN]);
-            } else {
-                unpack_run(&row[run * RUN / 2..(run + 1) * RUN / 2], &mut q);
+            let bytes = &row[run * run_bytes..(run + 1) * run_bytes];
+            match dec {
+                #[cfg(target_arch = "x86_64")]
+                Decoder::Avx2(t) => decode_avx2::zp_run(t, bytes, self.bits, s, z, dst),
+                Decoder::Scalar => {
+                    let mut q = [0u8; RUN];
+                    if self.bits == 8 {
+                        q.copy_from_slice(bytes);
+                    } else {
+                        unpack_run(bytes, &mut q);
+                    }
+                    for (o, &c) in dst.iter_mut().zip(&q) {
+                        *o = s * (i32::from(c) - z) as f32;
+                    }
+                }
             }
-            for (o, &c) in out[k - k0..k - k0 + n].iter_mut().zip(&q[from..from + n]) {
-                *o = s * (i32::from(c) - z) as f32;
-            }
-            k += n;
-        }
+        });
     }
 
     /// Stored row `r` dotted with `x` (`in` floats, stored order) by the
