@@ -19,7 +19,7 @@ same conditions.
 The last row is the machine's 2-thread read bandwidth (benches/_bandwidth.py).
 
     python benches/bench_prefill.py [--quick] [--json] [--batches 64,128,512] [--shapes smol]
-        [--no-bf16] [--best] [--threads 1 --cpu-time]
+        [--no-bf16] [--best] [--threads 1 --cpu-time] [--baseline-build PATH]
 
 ``--shapes smol`` runs SmolLM2's four block shapes only (576 -> 576, 576 -> 192, 576 -> 1536,
 1536 -> 576): the quick rerun of the prefill table. On a host that other jobs load, wall
@@ -28,7 +28,10 @@ times of 2-thread calls measure the scheduler; the kernels' own speed is then
 each, the process's CPU time per call (time spent preempted does not count). ``--no-bf16``
 leaves out the bfloat16 rows (on a CPU without bfloat16 instructions, Zen 3, they take most of
 the run). ``--best`` times each set of calls by its fastest call instead of the median: on a
-loaded host the 2-thread calls that no descheduled thread held up.
+loaded host the 2-thread calls that no descheduled thread held up. ``--baseline-build PATH``
+loads a second build of the extension (another checkout's ``python/quantrs/_core.abi3.so``)
+into the same process and times its INT4 and FP8 variants too (``base int4 g32``,
+...), alternated with ours in every round: a before / after comparison under the same load.
 """
 
 from __future__ import annotations
@@ -84,6 +87,22 @@ def bf16_variants(np, quantrs, w):
     return out
 
 
+def load_build(path: str):
+    """Another build of ``quantrs._core`` (the ``.so`` at ``path``) as a module of its own
+    name, next to the installed one (the classes ``variants`` uses live in ``_core``)."""
+    import importlib.util
+    import sys
+    import types
+
+    sys.modules.setdefault("quantrs_baseline", types.ModuleType("quantrs_baseline"))
+    spec = importlib.util.spec_from_file_location("quantrs_baseline._core", path)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"--baseline-build: cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def cpu_ms(fn, repeat: int, warmup: int = 1) -> float:
     """CPU time of the whole process per call of ``fn``, the median of ``repeat`` calls (all
     threads count, including a thread pool's spinning: meaningful on one thread each)."""
@@ -98,12 +117,14 @@ def best_ms(fn, repeat: int, warmup: int = 1) -> float:
 
 
 def shape_rows(
-    np, torch, quantrs, rng, k, n, batches, rounds, timer=median_ms, bf16_rows=True
+    np, torch, quantrs, rng, k, n, batches, rounds, timer=median_ms, bf16_rows=True, baseline=None
 ) -> list[dict]:
     import torch.nn.functional as F
 
     w = (rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)
     ours = variants(np, quantrs, w)
+    if baseline is not None:
+        ours |= {f"base {name}": fn for name, fn in variants(np, baseline, w).items()}
     ours16 = bf16_variants(np, quantrs, w) if bf16_rows else {}
     tw = torch.from_numpy(np.ascontiguousarray(w.T))
     tw16 = tw.to(torch.bfloat16)
@@ -159,6 +180,7 @@ def run(
     cpu_time: bool = False,
     bf16_rows: bool = True,
     best: bool = False,
+    baseline_build: str | None = None,
 ) -> list[dict]:
     import numpy as np
     import torch
@@ -173,9 +195,12 @@ def run(
         chosen = SMOL[:4]
     else:
         chosen = SMOL[:4] + WIDE[:1] if quick else SMOL + WIDE
+    baseline = load_build(baseline_build) if baseline_build else None
     rows = []
     for k, n in chosen:
-        rows += shape_rows(np, torch, quantrs, rng, k, n, batches, rounds, timer, bf16_rows)
+        rows += shape_rows(
+            np, torch, quantrs, rng, k, n, batches, rounds, timer, bf16_rows, baseline
+        )
     probe = Bandwidth(np, (1 << 28) if quick else (1 << 30), threads=THREADS)
     read = probe.read()
     rows.append({"bench": f"machine read ({probe.kind}) {read:.1f} GB/s", "ours_ms": None})
@@ -207,6 +232,11 @@ def main() -> None:
         help="leave out the bfloat16 rows (CPUs without bfloat16 instructions run them slowly)",
     )
     ap.add_argument("--best", action="store_true", help="fastest call of each set, not median")
+    ap.add_argument(
+        "--baseline-build",
+        metavar="PATH",
+        help="another build's _core .so, timed alongside ours (variants named 'base ...')",
+    )
     args = ap.parse_args()
     import quantrs
 
@@ -222,6 +252,7 @@ def main() -> None:
         args.cpu_time,
         not args.no_bf16,
         args.best,
+        args.baseline_build,
     )
     emit(rows, COLUMNS, args.json)
 

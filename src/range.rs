@@ -50,11 +50,33 @@ fn may_need_shift(x: &[f32]) -> bool {
     }) != 0
 }
 
+/// Values per piece of [`may_need_shift_par`] (64 KiB of `x`).
+const PIECE: usize = 1 << 14;
+/// Values from which [`may_need_shift_par`] runs on the pool.
+const PAR_MIN: usize = 1 << 17;
+
+/// [`may_need_shift`] in pieces on the pool for a prefill-sized `x`: the
+/// pass ran on the calling thread before the GEMM that the pool shares
+/// (2.5 % of a one-thread call at M = 512, so 5 % of a two-thread one).
+fn may_need_shift_par(x: &[f32]) -> bool {
+    if x.len() < PAR_MIN {
+        return may_need_shift(x);
+    }
+    let found = std::sync::atomic::AtomicBool::new(false);
+    crate::par::for_each_block(x.len().div_ceil(PIECE), |p| {
+        let piece = &x[p * PIECE..((p + 1) * PIECE).min(x.len())];
+        if may_need_shift(piece) {
+            found.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    found.into_inner()
+}
+
 /// Per row of `x` (`in_feat` wide), its shift; `None` when no row needs one.
 pub(crate) fn shifts(x: &[f32], in_feat: usize) -> Option<Vec<i32>> {
     // All real inputs are in range: one fast pass over the whole of `x`
     // settles it before any per-row work.
-    if !may_need_shift(x) {
+    if !may_need_shift_par(x) {
         return None;
     }
     let s: Vec<i32> = x
@@ -125,5 +147,28 @@ mod tests {
             }
         }
         assert!(!may_need_shift(&[]));
+    }
+
+    /// The pieces on the pool see a large value or a NaN anywhere in a
+    /// prefill-sized `x`, the last partial piece included.
+    #[test]
+    fn pool_pass_sees_every_piece() {
+        let len = PAR_MIN + PIECE / 2 + 3;
+        let mut x = vec![-0.25f32; len];
+        assert!(!may_need_shift_par(&x));
+        for at in [0, PIECE - 1, PIECE, len / 2, len - 1] {
+            for bad in [f32::powi(2.0, 64), -f32::powi(2.0, 70), f32::NAN] {
+                x[at] = bad;
+                assert!(may_need_shift_par(&x), "at {at} value {bad}");
+                x[at] = -0.25;
+            }
+        }
+        assert!(!may_need_shift_par(&x));
+        let rows = len / 577;
+        let mut x = vec![1.0f32; rows * 577];
+        x[(rows - 1) * 577 + 5] = 3e38;
+        let s = shifts(&x, 577).unwrap();
+        assert_eq!(s[rows - 1], 128 - 64);
+        assert!(s[..rows - 1].iter().all(|&k| k == 0));
     }
 }
