@@ -170,15 +170,23 @@ fn eight_rows_avx2<T: GgmlType>(
     // One activation row keeps the loop below (the one-row k-quant body):
     // the lanes body's per-block transposes would serve one row only.
     if T::ELEMS == 256 && batch >= 2 && lanes_layout(T::GGML_TYPE).is_some() {
-        let xr: Vec<XqRow<'_>> = (0..batch).map(|b| x.row(b)).collect();
         let mut v = [[0f32; W]; LANES_PASS_ROWS];
         let mut done = 0;
         for (w8, o8) in rows
             .chunks_exact(W * stride)
             .zip(out.chunks_exact_mut(W * batch))
         {
-            for (c, xc) in xr.chunks(LANES_PASS_ROWS).enumerate() {
-                let vc = &mut v[..xc.len()];
+            for c in 0..batch.div_ceil(LANES_PASS_ROWS) {
+                // The pass's activation rows on the stack: this runs once
+                // per task of eight weight rows, and a `Vec` of them was a
+                // heap allocation per task at every batch from 2.
+                let b0 = c * LANES_PASS_ROWS;
+                let n = (batch - b0).min(LANES_PASS_ROWS);
+                let first = x.row(b0);
+                let xa: [XqRow<'_>; LANES_PASS_ROWS] =
+                    std::array::from_fn(|i| if i < n { x.row(b0 + i) } else { first });
+                let xc = &xa[..n];
+                let vc = &mut v[..n];
                 if let [x1] = xc {
                     // SAFETY: the token proves AVX2, FMA and F16C; `T` is a
                     // k-quant of `has_kquant_body`; lengths checked by

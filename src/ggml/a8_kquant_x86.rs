@@ -21,6 +21,12 @@ use super::a8_x86::{k_lanes, pair_sums};
 use super::xq::XqRow;
 use super::GgmlType;
 use crate::simd::Avx2F16c;
+use q4k_row::{pair_activations, row_isums, scale_bytes, Q4_K_TYPE};
+
+// Q4_K's one-activation-row step, in its own file; a child module, so that
+// it needs no line in `ggml/mod.rs`.
+#[path = "a8_q4k_row_x86.rs"]
+mod q4k_row;
 
 /// Weight rows one pass of [`dot_rows8_kquant_avx2`] serves.
 pub(super) const KQUANT_ROWS: usize = 8;
@@ -223,9 +229,22 @@ pub(super) unsafe fn dot_rows8_kquant_avx2<T: GgmlType, const R: usize>(
                     *s = sums16(x, bi);
                 }
             }
-            for w in 0..8 {
-                let b = pb.add(w * stride);
-                row_block::<T, R>(b, xs, &xsums, bi, w, &mut isums, &mut msums);
+            if R == 1 && T::GGML_TYPE == Q4_K_TYPE {
+                // Two sub-blocks per register (`a8_q4k_row_x86.rs`): the
+                // activations arranged once per block for the eight rows.
+                let xv = pair_activations(&xs[0], bi);
+                let s = _mm256_loadu_si256(xs[0].sums.as_ptr().add(bi * 8).cast());
+                for w in 0..8 {
+                    let b = pb.add(w * stride);
+                    let (kb, m) = scale_bytes(b);
+                    isums[0][w] = row_isums(b, &xv, kb);
+                    msums[0][w] = _mm256_mullo_epi32(m, s);
+                }
+            } else {
+                for w in 0..8 {
+                    let b = pb.add(w * stride);
+                    row_block::<T, R>(b, xs, &xsums, bi, w, &mut isums, &mut msums);
+                }
             }
             for r in 0..R {
                 let isum = lane_sums8(&isums[r]);
