@@ -92,13 +92,13 @@ mod tests {
             .collect();
         let before = data.clone();
         let advised = advise(&data);
-        assert_eq!(advised % HUGE, 0);
+        assert!(advised.is_multiple_of(HUGE));
         assert!((6 << 20..=8 << 20).contains(&advised), "{advised}");
         assert!(data == before);
         // The f32 form counts bytes, not elements.
         let scales = vec![0.5f32; 3 << 20];
         let advised = advise(&scales);
-        assert!(advised <= scales.len() * 4 && advised % HUGE == 0);
+        assert!(advised <= scales.len() * 4 && advised.is_multiple_of(HUGE));
         assert!(scales.iter().all(|&s| s == 0.5));
     }
 }
