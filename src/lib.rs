@@ -54,6 +54,7 @@ pub mod format;
 pub mod fp8;
 pub mod ggml;
 pub mod gpu;
+pub(crate) mod hugepages;
 pub mod int4;
 pub mod int4_asym;
 pub mod int4_k;

@@ -137,6 +137,13 @@ impl Layout {
     }
 }
 
+/// Transparent huge pages for a new weight's buffers: a batch-1 matvec
+/// streams them from DRAM on every call (see [`crate::hugepages`]).
+fn advise_huge_pages(data: &[u8], scales: &[f32]) {
+    crate::hugepages::advise(data);
+    crate::hugepages::advise(scales);
+}
+
 fn checked_len(a: usize, b: usize, what: &str) -> Result<usize> {
     a.checked_mul(b)
         .ok_or_else(|| QuantError::arg(format!("{what}: {a} x {b} overflows")))
@@ -302,6 +309,7 @@ impl QuantizedWeight {
 
     fn pack(w: &[f32], in_feat: usize, out_feat: usize, layout: &Layout, scales: Vec<f32>) -> Self {
         let data = quantize::pack(w, in_feat, out_feat, layout, &scales);
+        advise_huge_pages(&data, &scales);
         QuantizedWeight {
             data,
             scales,
@@ -331,6 +339,7 @@ impl QuantizedWeight {
                 scales[i]
             )));
         }
+        advise_huge_pages(&data, &scales);
         Ok(QuantizedWeight {
             data,
             scales,
