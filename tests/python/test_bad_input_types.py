@@ -208,6 +208,13 @@ def valid_calls(tmp: Path):
                 dict(type="q8_0", shape=(1, 32), buffer=np.zeros(34, np.uint8)),
             )
         ],
+        "GgufWeight.quantize": [
+            (
+                "quantize",
+                quantrs.GgufWeight.quantize,
+                dict(w=np.ones((1, 32), np.float32), type="q8_0"),
+            )
+        ],
         "GgufWeight.dequantize_rows": [
             (
                 "dequantize_rows",
