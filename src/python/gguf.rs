@@ -4,11 +4,10 @@
 use numpy::{PyArrayDyn, PyArrayMethods};
 use pyo3::prelude::*;
 
-use super::arrays::input;
 use super::borrowed::{opt_slice, read_opt, shared, shared_bias};
 use super::errors::invalid;
 use super::fp8::u8_input;
-use super::nibble_group::{contiguous, importance, last_axis_matmul, out_in, row_weight_methods};
+use super::nibble_group::{last_axis_matmul, row_weight_methods, QuantizeArgs};
 use crate::error::QuantError;
 use crate::format::{matmul_blocks, GgufBlocks, GgufWeight as Packed, WeightFormat};
 use crate::ggml::quantize::quantize_matrix;
@@ -157,14 +156,8 @@ impl PyGgufWeight {
                 format!("expected one of {NAMES:?}, got {name:?}"),
             ));
         }
-        let wa = input::<f32>(w, "w")?;
-        let [o, i] = out_in(&wa, "w")?;
-        let ws = contiguous(&wa, "w")?;
-        let imp = self::importance(importance, "[in]")?;
-        let imp = imp
-            .as_ref()
-            .map(|a| contiguous(a, "importance"))
-            .transpose()?;
+        let args = QuantizeArgs::read(w, importance)?;
+        let (ws, [o, i], imp) = args.parts()?;
         let inner = py.detach(|| AnyWeight::quantize(&name, ws, o, i, imp))?;
         Ok(PyGgufWeight { inner })
     }

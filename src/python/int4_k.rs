@@ -10,8 +10,8 @@ use pyo3::prelude::*;
 use super::arrays::input;
 use super::errors::invalid;
 use super::nibble_group::{
-    contiguous, exact_halves, half_pairs_array, importance, nibble_group_methods, out_in,
-    pairs_input, rtn_or_search,
+    contiguous, exact_halves, half_pairs_array, nibble_group_methods, out_in, pairs_input,
+    rtn_or_search, QuantizeArgs,
 };
 use crate::format::Int4K;
 use crate::int4_k::{KMethod, KWeight};
@@ -43,14 +43,8 @@ impl PyInt4KWeight {
         importance: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let m = rtn_or_search(&method, KMethod::parse)?;
-        let wa = input::<f32>(w, "w")?;
-        let [o, i] = out_in(&wa, "w")?;
-        let ws = contiguous(&wa, "w")?;
-        let imp = self::importance(importance, "[in]")?;
-        let imp = imp
-            .as_ref()
-            .map(|a| contiguous(a, "importance"))
-            .transpose()?;
+        let args = QuantizeArgs::read(w, importance)?;
+        let (ws, [o, i], imp) = args.parts()?;
         let inner = py.detach(|| KWeight::quantize(ws, o, i, m, imp))?;
         Ok(PyInt4KWeight { inner })
     }

@@ -82,6 +82,44 @@ pub(crate) fn importance<'py>(
     Ok(Some(a))
 }
 
+/// What [`QuantizeArgs::parts`] lends: `w`'s elements, its `[out, in]` and
+/// `importance`'s elements.
+pub(crate) type QuantizeParts<'a> = (&'a [f32], [usize; 2], Option<&'a [f32]>);
+
+/// A quantizer's float32 `w` `[out, in]` and optional `importance` `[in]`,
+/// checked once, so that each class's `quantize` keeps only its own
+/// arguments.
+pub(crate) struct QuantizeArgs<'py> {
+    w: PyReadonlyArrayDyn<'py, f32>,
+    importance: Option<PyReadonlyArrayDyn<'py, f32>>,
+}
+
+impl<'py> QuantizeArgs<'py> {
+    /// `w` and `importance` as arrays (errors naming the argument).
+    pub(crate) fn read(
+        w: &Bound<'py, PyAny>,
+        importance: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Self> {
+        let w = input::<f32>(w, "w")?;
+        out_in(&w, "w")?;
+        contiguous(&w, "w")?;
+        let importance = self::importance(importance, "[in]")?;
+        Ok(Self { w, importance })
+    }
+
+    /// `w`'s elements, its `[out, in]` and `importance`'s elements.
+    pub(crate) fn parts(&self) -> PyResult<QuantizeParts<'_>> {
+        let shape = out_in(&self.w, "w")?;
+        let w = contiguous(&self.w, "w")?;
+        let imp = self
+            .importance
+            .as_ref()
+            .map(|a| contiguous(a, "importance"))
+            .transpose()?;
+        Ok((w, shape, imp))
+    }
+}
+
 /// The float32 values `v` of `[rows, per_row, 2]` pairs (named `arg`) as
 /// IEEE halves, each exactly representable (an error naming the first
 /// index that is not, so nothing is rounded silently).
