@@ -39,6 +39,25 @@ impl Decoder {
         v.extend(Avx2::new().map(Decoder::Avx2));
         v
     }
+
+    /// Asserts that every body's `decode(body, out)` gives `want` bit for
+    /// bit (`what` names the case in the failure).
+    #[cfg(test)]
+    pub(crate) fn assert_all_give(
+        want: &[f32],
+        mut decode: impl FnMut(Decoder, &mut [f32]),
+        what: &str,
+    ) {
+        for dec in Decoder::all() {
+            let mut got = vec![f32::NAN; want.len()];
+            decode(dec, &mut got);
+            let same = want
+                .iter()
+                .zip(&got)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "{dec:?} {what}");
+        }
+    }
 }
 
 /// Decode inputs `k0 .. k0 + out.len()` of a row stored in runs of 32:

@@ -217,15 +217,8 @@ fn every_decode_body_is_the_scalar_one_bit_for_bit() {
                         let v = half(sc[0]) * f32::from(codes[r * in_feat + k]) + half(sc[1]);
                         assert_eq!(w.to_bits(), v.to_bits(), "[{r}, {k}] g{gs}");
                     }
-                    for dec in Decoder::all() {
-                        let mut got = vec![f32::NAN; n];
-                        a.decode_by(dec, r, k0, &mut got);
-                        let same = want
-                            .iter()
-                            .zip(&got)
-                            .all(|(w, v)| w.to_bits() == v.to_bits());
-                        assert!(same, "{dec:?} [{out_feat}x{in_feat}] g{gs} r{r} {k0}+{n}");
-                    }
+                    let what = format!("[{out_feat}x{in_feat}] g{gs} r{r} {k0}+{n}");
+                    Decoder::assert_all_give(&want, |dec, got| a.decode_by(dec, r, k0, got), &what);
                 }
             }
         }

@@ -270,15 +270,8 @@ fn every_decode_body_is_the_scalar_one_bit_for_bit() {
                     let e = d * f32::from(codes[r * in_feat + k]) - m;
                     assert_eq!(v.to_bits(), e.to_bits(), "[{r}, {k}]");
                 }
-                for dec in Decoder::all() {
-                    let mut got = vec![f32::NAN; n];
-                    w.decode_by(dec, r, k0, &mut got);
-                    let same = want
-                        .iter()
-                        .zip(&got)
-                        .all(|(a, b)| a.to_bits() == b.to_bits());
-                    assert!(same, "{dec:?} [{out_feat}x{in_feat}] r{r} {k0}+{n}");
-                }
+                let what = format!("[{out_feat}x{in_feat}] r{r} {k0}+{n}");
+                Decoder::assert_all_give(&want, |dec, got| w.decode_by(dec, r, k0, got), &what);
             }
         }
     }

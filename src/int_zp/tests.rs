@@ -279,15 +279,12 @@ fn every_decode_body_is_the_scalar_one_bit_for_bit() {
                             let e = half(w.scales()[r * groups + g]) * (i32::from(q[k]) - z) as f32;
                             assert_eq!(v.to_bits(), e.to_bits(), "{bits}-bit [{r}, {k}] g{gs}");
                         }
-                        for dec in Decoder::all() {
-                            let mut got = vec![f32::NAN; n];
-                            w.decode_by(dec, r, k0, &mut got);
-                            let same = want
-                                .iter()
-                                .zip(&got)
-                                .all(|(a, b)| a.to_bits() == b.to_bits());
-                            assert!(same, "{dec:?} {bits}-bit [{out_feat}x{in_feat}] g{gs} r{r}");
-                        }
+                        let what = format!("{bits}-bit [{out_feat}x{in_feat}] g{gs} r{r}");
+                        Decoder::assert_all_give(
+                            &want,
+                            |dec, got| w.decode_by(dec, r, k0, got),
+                            &what,
+                        );
                     }
                 }
             }
