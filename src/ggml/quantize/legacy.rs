@@ -89,21 +89,28 @@ fn pack_nibbles(q: &[u8; 32], qs: &mut [u8]) {
     }
 }
 
+/// The step and codes of Q4_0 (`nmax` 8) / Q5_0 (16): without weights the
+/// reference's `d = max / -nmax` and codes `min(2 nmax - 1, trunc(x / d +
+/// nmax + 0.5))`; with weights `make_qx_quants(nmax)`.
+fn offset_codes(x: &[f32], weights: Option<&[f32; 32]>, nmax: u8, q: &mut [u8; 32]) -> f32 {
+    if let Some(w) = weights {
+        return symmetric(x, nmax.into(), Some(w), q);
+    }
+    let d = signed_max(x) / -f32::from(nmax);
+    let id = inverse(d);
+    // `nmax + 0.5` is exact in f32 (8.5 / 16.5), as in the reference.
+    let half = f32::from(nmax) + 0.5;
+    for (c, &v) in q.iter_mut().zip(x) {
+        *c = ((v * id + half) as i8).min(2 * nmax as i8 - 1) as u8;
+    }
+    d
+}
+
 /// Q4_0: `d = max / -8` (the signed absmax on code 0), codes
 /// `min(15, trunc(x / d + 8.5))`; with weights, `make_qx_quants(nmax 8)`.
 pub(super) fn q4_0(x: &[f32], weights: Option<&[f32; 32]>, b: &mut [u8]) {
     let mut q = [0u8; 32];
-    let d = match weights {
-        Some(w) => symmetric(x, 8, Some(w), &mut q),
-        None => {
-            let d = signed_max(x) / -8.0;
-            let id = inverse(d);
-            for (c, &v) in q.iter_mut().zip(x) {
-                *c = ((v * id + 8.5) as i8).min(15) as u8;
-            }
-            d
-        }
-    };
+    let d = offset_codes(x, weights, 8, &mut q);
     put_f16(b, 0, d);
     pack_nibbles(&q, &mut b[2..18]);
 }
@@ -111,17 +118,7 @@ pub(super) fn q4_0(x: &[f32], weights: Option<&[f32; 32]>, b: &mut [u8]) {
 /// Q5_0: as Q4_0 with `d = max / -16`, codes up to 31.
 pub(super) fn q5_0(x: &[f32], weights: Option<&[f32; 32]>, b: &mut [u8]) {
     let mut q = [0u8; 32];
-    let d = match weights {
-        Some(w) => symmetric(x, 16, Some(w), &mut q),
-        None => {
-            let d = signed_max(x) / -16.0;
-            let id = inverse(d);
-            for (c, &v) in q.iter_mut().zip(x) {
-                *c = ((v * id + 16.5) as i8).min(31) as u8;
-            }
-            d
-        }
-    };
+    let d = offset_codes(x, weights, 16, &mut q);
     put_f16(b, 0, d);
     let (qh, qs) = b[2..22].split_at_mut(4);
     pack5(&q, qh, qs);

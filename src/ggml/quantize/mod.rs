@@ -38,29 +38,19 @@ pub trait QuantizeRow: GgmlType {
     fn quantize_row(x: &[f32], importance: Option<&[f32]>, out: &mut [u8]);
 }
 
-impl QuantizeRow for Q4_0 {
-    fn quantize_row(x: &[f32], importance: Option<&[f32]>, out: &mut [u8]) {
-        legacy::row::<Self>(x, importance, out, legacy::q4_0)
-    }
+/// `impl QuantizeRow` for a 32-weight type whose blocks `legacy::$block`
+/// writes one at a time.
+macro_rules! legacy_rows {
+    ($($t:ty => $block:ident),* $(,)?) => {$(
+        impl QuantizeRow for $t {
+            fn quantize_row(x: &[f32], importance: Option<&[f32]>, out: &mut [u8]) {
+                legacy::row::<Self>(x, importance, out, legacy::$block)
+            }
+        }
+    )*};
 }
 
-impl QuantizeRow for Q4_1 {
-    fn quantize_row(x: &[f32], importance: Option<&[f32]>, out: &mut [u8]) {
-        legacy::row::<Self>(x, importance, out, legacy::q4_1)
-    }
-}
-
-impl QuantizeRow for Q5_0 {
-    fn quantize_row(x: &[f32], importance: Option<&[f32]>, out: &mut [u8]) {
-        legacy::row::<Self>(x, importance, out, legacy::q5_0)
-    }
-}
-
-impl QuantizeRow for Q5_1 {
-    fn quantize_row(x: &[f32], importance: Option<&[f32]>, out: &mut [u8]) {
-        legacy::row::<Self>(x, importance, out, legacy::q5_1)
-    }
-}
+legacy_rows!(Q4_0 => q4_0, Q4_1 => q4_1, Q5_0 => q5_0, Q5_1 => q5_1);
 
 impl QuantizeRow for Q8_0 {
     fn quantize_row(x: &[f32], _importance: Option<&[f32]>, out: &mut [u8]) {
