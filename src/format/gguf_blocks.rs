@@ -14,6 +14,7 @@ use rayon::prelude::*;
 use super::row_forward::forward_rows;
 use super::weight_format::{Block, FormatInfo, RowOrder, ScaleStorage, WeightFormat};
 use crate::error::{QuantError, Result};
+use crate::ggml::quantize::{quantize_matrix, QuantizeRow};
 use crate::ggml::{
     bad_scale, decode_block, dot_row, dot_row_a8, dot_rows, A8Dots, GgmlType, Xq, MAX_BLOCK_ELEMS,
 };
@@ -193,7 +194,7 @@ impl<T: GgmlType> RowSource for BlockRows<'_, T> {
     }
 }
 
-impl<T: GgmlType> WeightFormat for GgufBlocks<T> {
+impl<T: QuantizeRow> WeightFormat for GgufBlocks<T> {
     const INFO: FormatInfo = FormatInfo {
         name: T::NAME,
         aliases: &[],
@@ -227,20 +228,14 @@ impl<T: GgmlType> WeightFormat for GgufBlocks<T> {
         [w.out_feat, w.in_feat]
     }
 
-    /// Round to nearest per block (`GgmlType::quantize_block`).
+    /// ggml's quantizer without an importance matrix
+    /// (`crate::ggml::quantize::quantize_matrix`): the bytes llama.cpp's
+    /// `ggml_quantize_chunk` writes for the same float rows, so a weight
+    /// quantized here (`apply_isq`, `QuantLinear(w, "q4_k")`) equals one
+    /// from `GgufWeight.quantize` or `quantrs quantize --format q4_k`.
     fn quantize(w: &[f32], out_feat: usize, in_feat: usize, (): ()) -> Result<GgufWeight<T>> {
-        let row = row_bytes::<T>(out_feat, in_feat)?;
-        if Some(w.len()) != out_feat.checked_mul(in_feat) {
-            return Err(QuantError::dims(
-                "weight length",
-                format!("{out_feat} x {in_feat}"),
-                w.len(),
-            ));
-        }
-        let mut data = vec![0u8; row * out_feat];
-        data.par_chunks_mut(T::BYTES)
-            .zip(w.par_chunks(T::ELEMS))
-            .for_each(|(b, x)| T::quantize_block(x, b));
+        row_bytes::<T>(out_feat, in_feat)?;
+        let data = quantize_matrix::<T>(w, out_feat, in_feat, None)?;
         GgufWeight::new(data, out_feat, in_feat)
     }
 

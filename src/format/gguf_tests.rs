@@ -3,13 +3,18 @@
 //! the scalar one, the layer blob, and the errors of bad blocks.
 
 use super::*;
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
+
+use crate::ggml::quantize::QuantizeRow;
 use crate::ggml::{Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8_0};
+use crate::linear::{Device, IsqType, QuantMethod, UnquantLinear};
 use crate::simd::available_levels;
 use crate::testutil::rand_vec;
 
 /// |y - ref| <= in * eps_f32 * sum |w x| + |bias| eps: the f32 rounding of
 /// a sum of `in` products (any order), each exact in f64.
-fn check_forward<T: GgmlType>() {
+fn check_forward<T: QuantizeRow>() {
     let (out, inf) = (7usize, 2 * 256usize);
     let w = rand_vec(out * inf, 11);
     let q = GgufBlocks::<T>::quantize(&w, out, inf, ()).unwrap();
@@ -67,7 +72,7 @@ fn check_forward<T: GgmlType>() {
     assert_eq!(part, deq[3 * inf + 37..3 * inf + 137]);
 }
 
-fn check_blob_and_errors<T: GgmlType>() {
+fn check_blob_and_errors<T: QuantizeRow>() {
     let (out, inf) = (3usize, 256usize);
     let q = GgufBlocks::<T>::quantize(&rand_vec(out * inf, 3), out, inf, ()).unwrap();
     let mut wr = Writer::new(GgufBlocks::<T>::INFO.serde_tag, 0);
@@ -102,9 +107,49 @@ fn check_blob_and_errors<T: GgmlType>() {
     assert!(err.contains("row 2 block 0"), "{err}");
 }
 
+/// The registry's quantizer (`WeightFormat::quantize`, and `apply_isq` by
+/// the type's name, which calls it) writes ggml's bytes: those of
+/// `crate::ggml::quantize::quantize_matrix` without an importance matrix
+/// (itself checked against gguf-py and llama.cpp's formulas in its tests).
+/// Rows of different magnitudes and a constant row, where a min / max
+/// rounded to half first (the old round to nearest) moves codes.
+fn check_registry_quantize_is_ggml_s<T: QuantizeRow>() {
+    let (out, inf) = (6usize, 512usize);
+    let mut w = rand_vec(out * inf, 31);
+    for (r, row) in w.chunks_mut(inf).enumerate() {
+        let mag = [1e-3f32, 0.37, 3.0, 41.0, 1.0, 1.0][r];
+        row.iter_mut()
+            .for_each(|v| *v = *v * mag + if r == 4 { 0.3 } else { 0.0 });
+    }
+    w[5 * inf..].fill(-0.7);
+    let want = quantize_matrix::<T>(&w, out, inf, None).unwrap();
+    let q = GgufBlocks::<T>::quantize(&w, out, inf, ()).unwrap();
+    assert!(
+        q.bytes() == want.as_slice(),
+        "{}: WeightFormat::quantize",
+        T::NAME
+    );
+
+    let src = UnquantLinear::new(w, out, inf, None).unwrap();
+    let target = IsqType::parse(T::NAME, 32).unwrap();
+    let n = AtomicUsize::new(0);
+    let layer = Arc::new(src)
+        .apply_isq(Some(target), Device::Cpu, &n, None)
+        .unwrap();
+    let deq = GgufBlocks::<T>::dequantize(&GgufWeight::<T>::new(want, out, inf).unwrap());
+    let got = layer.dequantize_w_vec().unwrap();
+    assert!(
+        got.iter()
+            .map(|v| v.to_bits())
+            .eq(deq.iter().map(|v| v.to_bits())),
+        "{}: apply_isq",
+        T::NAME
+    );
+}
+
 /// The borrowed forward is the owned one bit for bit, and refuses every
 /// wrong length (bytes, x / y, bias) with an error, never a panic.
-fn check_borrowed<T: GgmlType>() {
+fn check_borrowed<T: QuantizeRow>() {
     let (out, inf, rows) = (5usize, 256usize, 3usize);
     let q = GgufBlocks::<T>::quantize(&rand_vec(out * inf, 21), out, inf, ()).unwrap();
     let (x, bias) = (rand_vec(rows * inf, 22), rand_vec(out, 23));
@@ -129,6 +174,10 @@ macro_rules! per_type {
         #[test]
         fn blobs_round_trip_and_bad_blocks_are_refused() {
             $(check_blob_and_errors::<$t>();)*
+        }
+        #[test]
+        fn registry_quantize_gives_ggml_quantizer_bytes() {
+            $(check_registry_quantize_is_ggml_s::<$t>();)*
         }
         #[test]
         fn borrowed_forward_is_the_owned_one() {
