@@ -16,6 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from ..formats import FormatError
+from ..formats._ggml_types import QUANTIZE_TYPES as GGML_QUANTIZE_TYPES
 from ._demo import EPOCHS
 from ._errors import CliError
 from ._layout import load_int4
@@ -58,7 +59,8 @@ def _parser() -> argparse.ArgumentParser:
         help="quantize the linear weights of a safetensors file or Hugging Face model folder",
         description="Quantize the 2-D weights of linear layers (or the tensors --include picks) "
         "of IN, a .safetensors file or a model folder (sharded or not), to INT4 (symmetric or "
-        "asymmetric) or FP8 E4M3, optionally calibrated on text (importance or GPTQ); "
+        "asymmetric), FP8 E4M3 or a GGUF block type (llama.cpp's quantizer, the same bytes), "
+        "optionally calibrated on text (importance or GPTQ); "
         "copy everything else; write OUT (a file, or a folder with its index, config.json "
         "quantization_config and the other files) atomically. See docs/cli.md and "
         "docs/checkpoints.md.",
@@ -68,32 +70,38 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument(
         "--format",
         required=True,
-        choices=["int4", "int4_asym", "int4_k", "fp8"],
+        choices=["int4", "int4_asym", "int4_k", "fp8", *GGML_QUANTIZE_TYPES],
         help="target format: int4 (symmetric, f32 scale per group), int4_asym (f16 step and "
         "minimum per group, inputs a multiple of 32), int4_k (k-quant style: groups of 32 "
         "with 6-bit step and minimum codes under f16 super-block scales, 4.5 bits per "
-        "weight, inputs a multiple of 32), fp8 (E4M3, per-tensor scale)",
+        "weight, inputs a multiple of 32), fp8 (E4M3, per-tensor scale), or a GGUF block "
+        "type, quantized as llama.cpp does (bits per weight: q4_0 4.5, q4_1 5, q5_0 5.5, "
+        "q5_1 6, q8_0 8.5, q4_k 4.5, q5_k 5.5, q6_k 6.5625; inputs not a multiple of 256 "
+        "take llama.cpp's fallback q4_k->q5_0, q5_k->q5_1, q6_k->q8_0, and a weight whose "
+        "inputs are not a multiple of 32 stays float; the report names each)",
     )
     q.add_argument(
         "--group-size",
         type=_positive,
         default=32,
-        help="INT4 group size: even for int4, a multiple of 32 for int4_asym, 32 for int4_k (32)",
+        help="INT4 group size: even for int4, a multiple of 32 for int4_asym, 32 for int4_k "
+        "and the GGUF types (fixed blocks) (32)",
     )
     q.add_argument(
         "--method",
-        choices=["rtn", "full", "search", "gptq"],
+        choices=["rtn", "full", "search", "gptq", "ggml"],
         help="quantizer (docs/int4.md): search (the default: least squared error, weighted "
         "by the importance --calibration gives), rtn (int4: absmax/7, the grid of earlier "
         "releases; int4_asym / int4_k: group ranges), full (int4 only: max/-8); gptq (any "
-        "INT4 format): GPTQ with the Hessians of --calibration",
+        "INT4 format): GPTQ with the Hessians of --calibration; ggml (the GGUF types' only "
+        "one: llama.cpp's, weighted by the importance --calibration gives, as its imatrix)",
     )
     q.add_argument(
         "--calibration",
         metavar="TEXT",
         help="a text file run through IN's float model first (IN a model folder with its "
-        "tokenizer; needs PyTorch and transformers): gives search each input's importance "
-        "(mean x^2, llama.cpp's imatrix) and gptq its Hessians",
+        "tokenizer; needs PyTorch and transformers): gives search and the GGUF types each "
+        "input's importance (mean x^2, llama.cpp's imatrix) and gptq its Hessians",
     )
     q.add_argument(
         "--calibration-windows",
@@ -201,6 +209,11 @@ def _cmd_quantize(args) -> int:
     from ._quantize import format_report, quantize_file
     from ._select import Selector
 
+    if args.output.lower().endswith(".gguf"):
+        raise CliError(
+            "OUT ends in .gguf: quantize writes quantrs' safetensors layout (docs/cli.md, "
+            "'GGUF output'); quantrs.formats.save_gguf writes packed weights to GGUF"
+        )
     selector = Selector(args.include, args.exclude)
     opts = dict(
         group_size=args.group_size,

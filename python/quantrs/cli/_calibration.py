@@ -8,7 +8,9 @@ selection quantizes:
 - ``--method search``: its layer's mean input ``x^2`` (llama.cpp's importance matrix,
   :func:`quantrs.torch.collect_importance`) weighs the scale search;
 - ``--method gptq``: :func:`quantrs.torch.quantize_` runs GPTQ layer by layer, and the
-  packed weights it makes are written as they are.
+  packed weights it makes are written as they are;
+- the ggml types (``--format q4_k`` ...): the importance weighs llama.cpp's quantizer, as
+  its ``--imatrix`` does (``q8_0`` ignores it, as ggml does).
 
 Everything else streams as without calibration. Needs PyTorch and transformers.
 """
@@ -61,11 +63,12 @@ def prepare(
     windows: int = 8,
     length: int = 512,
 ) -> Prepared:
-    """Importance (``search``) or GPTQ's packed weights (``gptq``) per chosen tensor."""
-    if method not in ("search", "gptq") or fmt == "fp8":
+    """Importance (``search``, ``ggml``) or GPTQ's packed weights (``gptq``) per chosen
+    tensor."""
+    if method not in ("search", "gptq", "ggml") or fmt == "fp8":
         raise CliError(
-            f"--calibration applies to --method search or gptq of int4 / int4_asym / int4_k, "
-            f"not --format {fmt} --method {method}"
+            f"--calibration applies to --method search or gptq of int4 / int4_asym / int4_k "
+            f"and to the ggml types, not --format {fmt} --method {method}"
         )
     src = Path(folder)
     if not src.is_dir():
@@ -85,7 +88,7 @@ def prepare(
     def pick(module, fqn: str) -> bool:
         return isinstance(module, torch.nn.Linear) and f"{fqn}.weight" in chosen
 
-    if method == "search":
+    if method in ("search", "ggml"):
         imp = collect_importance(model, batches, pick)
         return Prepared(importance={f"{k}.weight": v for k, v in imp.items()})
     fqns = [n for n, m in model.named_modules() if pick(m, n)]

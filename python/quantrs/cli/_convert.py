@@ -1,9 +1,11 @@
 """Per-tensor conversions of ``quantrs quantize``, each bounded in memory.
 
-INT4: ``W [out, in]`` is transposed in tiles into a float32 ``[in, out]`` copy (the one
-full-size buffer), handed to ``QuantizedWeight.quantize``, and the error report is computed
-from the packed bytes, chunk by chunk. FP8: encoded in row blocks straight from the memory
-map. Errors: relative Frobenius ``||W - deq|| / ||W||`` and the largest absolute error.
+The row formats (``int4_asym``, ``int4_k``, the ggml types): one float32 copy of ``W [out,
+in]``, quantized, the error computed a band of rows at a time. INT4: ``W [out, in]`` is
+transposed in tiles into a float32 ``[in, out]`` copy (the one full-size buffer), handed
+to ``QuantizedWeight.quantize``, and the error report is computed from the packed bytes,
+chunk by chunk. FP8: encoded in row blocks straight from the memory map. Errors: relative
+Frobenius ``||W - deq|| / ||W||`` and the largest absolute error.
 """
 
 from __future__ import annotations
@@ -114,6 +116,18 @@ def k_tensor(reader: StReader, t: TensorInfo, method="search", prepared=(None, N
 
     def quantize(w, importance):
         return Int4KWeight.quantize(w, method=method, importance=importance)
+
+    return _rows_tensor(reader, t, quantize, prepared)
+
+
+def gguf_tensor(reader: StReader, t: TensorInfo, gtype: str, prepared=(None, None)):
+    """The ``gguf`` tensor (``<name>.blocks``, ggml type ``gtype``) of
+    :func:`quantrs.formats.own_layout.own_outputs` and the error: ``GgufWeight.quantize``,
+    llama.cpp's quantizer, weighted by the importance ``prepared`` holds."""
+    from .. import GgufWeight
+
+    def quantize(w, importance):
+        return GgufWeight.quantize(w, gtype, importance=importance)
 
     return _rows_tensor(reader, t, quantize, prepared)
 

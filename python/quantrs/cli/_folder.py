@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ..formats import Checkpoint, FormatError
 from ..formats._checkpoint import INDEX_NAME
+from ..formats._ggml_types import QUANTIZE_TYPES
 from ..formats.fp8 import quantization_config as fp8_config
 from ._errors import CliError
 from ._quantize import check_options, quantize_file
@@ -51,6 +52,17 @@ def quantization_config(
     ignore = _ignored_modules(rows)
     if fmt == "fp8":
         return fp8_config(layout, ignore)
+    if fmt in QUANTIZE_TYPES:  # per-tensor ggml types (fallbacks): the entries say which
+        return {
+            "quant_method": "quantrs",
+            "format": fmt,
+            "layout": "quantrs.packed",
+            "layout_version": 1,
+            "method": method,
+            "modules_not_converted": ignore,
+            "selection": selector.describe(),
+            "producer": "quantrs",
+        }
     cfg = {
         "quant_method": "quantrs",
         "format": fmt,

@@ -1,4 +1,4 @@
-"""``quantrs quantize IN OUT --format int4|int4_asym|int4_k|fp8``: quantize one
+"""``quantrs quantize IN OUT --format int4|int4_asym|int4_k|fp8|q4_0|...|q6_k``: quantize one
 safetensors file (a model folder goes through :mod:`._folder`, shard by shard, with this
 function).
 
@@ -19,6 +19,12 @@ Output layouts (also in docs/cli.md and docs/checkpoints.md):
   ``quantrs.tensors`` (JSON) records ``in_feat``, ``out_feat``, ``group_size`` and
   ``num_groups`` per tensor; :func:`load_int4` rebuilds the ``QuantizedWeight``.
 - ``int4_asym`` / ``int4_k``: the parts of :mod:`quantrs.formats.own_layout`.
+- ``q4_0``, ``q4_1``, ``q5_0``, ``q5_1``, ``q8_0``, ``q4_k``, ``q5_k``, ``q6_k``: the
+  ``gguf`` entry of :mod:`quantrs.formats.own_layout` (``<name>.blocks``, the ggml blocks
+  that ``GgufWeight.quantize`` writes, bit for bit llama.cpp's ``ggml_quantize_chunk``),
+  what ``quantrs convert --from gguf`` writes for the same types. A weight whose input
+  width the type's block does not divide gets llama.cpp's fallback type or stays float
+  (:mod:`quantrs.formats._ggml_types`); the report names each.
 
 Memory: the input is memory-mapped and processed one tensor at a time; the pages of
 a processed tensor are dropped (``madvise``), and the output is streamed to disk.
@@ -33,10 +39,11 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..formats._ggml_types import QUANTIZE_TYPES, block_of, fallback_note, type_for
 from ..formats._stfile import OutSpec, StFormatError, StReader, StWriter, TensorInfo
 from ..formats.fp8 import LAYOUTS, scale_name
 from ..formats.own_layout import asym_outputs, k_outputs, k_super_block
-from ._convert import asym_tensor, fp8_tensor, int4_tensor, k_tensor
+from ._convert import asym_tensor, fp8_tensor, gguf_tensor, int4_tensor, k_tensor
 from ._errors import CliError
 from ._layout import FORMAT_KEY, FORMAT_VERSION, TENSORS_KEY, check_unique_outputs, int4_outputs
 from ._prepared import Prepared
@@ -48,10 +55,10 @@ _CHUNK = 16 << 20  # bytes per streamed chunk of a copied tensor
 @dataclass
 class Job:
     info: TensorInfo
-    kind: str  # "int4" | "int4_asym" | "int4_k" | "fp8" | "copy"
+    kind: str  # "int4" | "int4_asym" | "int4_k" | "fp8" | "gguf" | "copy"
     outs: list[OutSpec]
     meta: dict = field(default_factory=dict)
-    reason: str = ""  # why a tensor is copied
+    reason: str = ""  # why a tensor is copied, or gets another ggml type than asked
 
 
 def _plan(
@@ -61,8 +68,13 @@ def _plan(
     for t in reader.in_file_order():
         quantize, reason = selector.choose(t)
         out_feat, in_feat = t.shape if quantize else (0, 0)
+        used = type_for(fmt, in_feat) if quantize and fmt in QUANTIZE_TYPES else fmt
+        if quantize and used is None:  # no ggml block fits: the float weight stays
+            quantize, reason = False, fallback_note(fmt, None, in_feat)
         if not quantize:
             jobs.append(Job(t, "copy", [OutSpec(t.name, t.dtype, t.shape)], reason=reason))
+        elif fmt in QUANTIZE_TYPES:
+            jobs.append(_gguf_job(t, used, fallback_note(fmt, used, in_feat)))
         elif fmt == "fp8":
             sshape = (1,) if layout == "compressed-tensors" else ()
             outs = [
@@ -94,6 +106,17 @@ def _plan(
         ((j.info.name, j.outs) for j in jobs), "; the input already holds a tensor of that name"
     )
     return jobs
+
+
+def _gguf_job(t: TensorInfo, gtype: str, reason: str) -> Job:
+    """The job writing ``t`` as ggml type ``gtype``: the ``gguf`` entry and ``.blocks``
+    tensor of :func:`quantrs.formats.own_layout.own_outputs`."""
+    out_feat, in_feat = t.shape
+    n, nbytes = block_of(gtype)
+    meta = {"format": "gguf", "in_feat": in_feat, "out_feat": out_feat, "dtype": t.dtype,
+            "type": gtype}  # fmt: skip
+    outs = [OutSpec(t.name + ".blocks", "U8", (out_feat, in_feat // n * nbytes))]
+    return Job(t, "gguf", outs, meta, reason)
 
 
 # --- the command ---------------------------------------------------------------------
@@ -168,6 +191,8 @@ def quantize_file(
                             arrays, err = asym_tensor(reader, t, group_size, method, got)
                         elif j.kind == "int4_k":
                             arrays, err = k_tensor(reader, t, method, got)
+                        elif j.kind == "gguf":
+                            arrays, err = gguf_tensor(reader, t, j.meta["type"], got)
                         else:
                             arrays, err = fp8_tensor(reader, t)
                         for o, a in zip(j.outs, arrays):
@@ -181,13 +206,15 @@ def quantize_file(
     return rows
 
 
-FORMATS = ("int4", "int4_asym", "int4_k", "fp8")
-# each format's quantizers (the first is the default; "gptq" needs --calibration)
+FORMATS = ("int4", "int4_asym", "int4_k", "fp8", *QUANTIZE_TYPES)
+# each format's quantizers (the first is the default; "gptq" needs --calibration); the
+# ggml types have llama.cpp's, weighted by the importance of --calibration when given
 METHODS = {
     "int4": ("search", "rtn", "full", "gptq"),
     "int4_asym": ("search", "rtn", "gptq"),
     "int4_k": ("search", "rtn", "gptq"),
     "fp8": ("absmax",),
+    **{t: ("ggml",) for t in QUANTIZE_TYPES},
 }
 
 
@@ -199,6 +226,11 @@ def check_options(fmt: str, group_size: int, layout: str, method: str | None = N
         raise CliError(f"--group-size must be even and >= 2, got {group_size}")
     if fmt == "int4_k" and group_size != 32:
         raise CliError(f"--group-size must be 32 for int4_k (its groups), got {group_size}")
+    if fmt in QUANTIZE_TYPES and group_size != 32:
+        raise CliError(
+            f"--group-size does not apply to --format {fmt} (ggml's blocks of "
+            f"{block_of(fmt)[0]}), got {group_size}"
+        )
     if fmt == "int4_asym" and group_size % 32:
         raise CliError(f"--group-size must be a multiple of 32 for int4_asym, got {group_size}")
     if layout not in LAYOUTS:
@@ -218,7 +250,7 @@ def _row(j: Job, err) -> dict:
         "name": t.name,
         "dtype": t.dtype,
         "shape": list(t.shape),
-        "kind": j.kind,
+        "kind": j.kind if j.kind != "gguf" else f"gguf {j.meta['type']}",
         "bytes_in": t.nbytes,
         "bytes_out": sum(o.nbytes for o in j.outs),
         "rel_err": None if err is None else err[0],

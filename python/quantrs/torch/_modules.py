@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from .. import _core
+from ..formats._ggml_types import QUANTIZE_TYPES, type_for
 from . import _cuda, _ops, _quantize_plan
 from ._gguf import GgufLinear
 from ._int8 import Int8Linear
@@ -263,11 +264,25 @@ def quantize_(
     "gptq" its Hessians and "fp8" one activation scale per layer (docs/torch.md "Calibration").
     ``include_head`` quantizes the ``lm_head`` too (when no ``filter_fn`` is given);
     ``activations="int8"`` gives ``"int4"`` layers int8 activations (docs/int4.md "Int8
-    activations")."""
-    if method not in ("int4", "int4_asym", "int4_k", "int8", "fp8"):
+    activations").
+
+    A GGUF block type (``"q4_0"``, ``"q4_1"``, ``"q5_0"``, ``"q5_1"``, ``"q8_0"``,
+    ``"q4_k"``, ``"q5_k"``, ``"q6_k"``) gives ``GgufLinear`` layers over llama.cpp's
+    quantization of the weight (``GgufWeight.quantize``, the same bytes; ``group_size``
+    ignored, ``quantizer`` must be None), weighted by the importance ``calibration``
+    gives; inputs that the type's block does not divide take llama.cpp's fallback (``q4_k
+    -> q5_0``, ``q5_k -> q5_1``, ``q6_k -> q8_0``), and a layer whose inputs are not a
+    multiple of 32 stays ``nn.Linear`` (llama.cpp: F16; docs/formats.md "Quantizing from
+    float")."""
+    if method not in ("int4", "int4_asym", "int4_k", "int8", "fp8", *QUANTIZE_TYPES):
         raise _core.InvalidArgument(
-            "quantize_: method: expected 'int4', 'int4_asym', 'int4_k', 'int8' or 'fp8', "
-            f"got {method!r}"
+            "quantize_: method: expected 'int4', 'int4_asym', 'int4_k', 'int8', 'fp8' or a "
+            f"GGUF type ({', '.join(map(repr, QUANTIZE_TYPES))}), got {method!r}"
+        )
+    if method in QUANTIZE_TYPES and quantizer is not None:
+        raise _core.InvalidArgument(
+            f"quantize_: quantizer: {method!r} has llama.cpp's quantizer only (weighted by the "
+            f"importance of calibration when given); pass None, got {quantizer!r}"
         )
     if method != "fp8" and activation_scale is not None:
         raise _core.InvalidArgument("quantize_: activation_scale applies to 'fp8' only")
@@ -327,6 +342,8 @@ def quantize_(
                 done[id(child)] = _asym_linear(child, group_size, quantizer or "search", importance)
             elif method == "int4_k":
                 done[id(child)] = _k_linear(child, quantizer or "search", importance)
+            elif method in QUANTIZE_TYPES:
+                done[id(child)] = _ggml_linear(child, method, importance)
             elif method == "int8":
                 done[id(child)] = Int8Linear.from_linear(child)
             else:
@@ -352,3 +369,15 @@ def _k_linear(child: nn.Linear, quantizer: str, importance: np.ndarray | None) -
     w = child.weight.detach().to("cpu", torch.float32).contiguous().numpy()
     packed = _core.Int4KWeight.quantize(w, method=quantizer, importance=importance)
     return GgufLinear(packed, child.bias)
+
+
+def _ggml_linear(child: nn.Linear, gtype: str, importance: np.ndarray | None) -> nn.Module:
+    """``child`` as a :class:`GgufLinear` over its weight quantized by llama.cpp's quantizer
+    (``GgufWeight.quantize``) to ``gtype``, or to llama.cpp's fallback type where the
+    inputs are not a multiple of ``gtype``'s block; ``child`` itself (float) where no ggml
+    block fits (:mod:`quantrs.formats._ggml_types`)."""
+    used = type_for(gtype, child.in_features)
+    if used is None:
+        return child
+    w = child.weight.detach().to("cpu", torch.float32).contiguous().numpy()
+    return GgufLinear(_core.GgufWeight.quantize(w, used, importance=importance), child.bias)

@@ -47,8 +47,8 @@ def plan(
 ) -> Plan:
     """Run ``quantize_``'s calibration: GPTQ for ``quantizer="gptq"`` (calibration
     required; the INT4 default when ``calibration`` is given), else one recording pass
-    when ``calibration`` is given (FP8: per-layer activation scales; INT4 "search": the
-    importance)."""
+    when ``calibration`` is given (FP8: per-layer activation scales; INT4 "search" and
+    the GGUF types: the importance)."""
     linears = {fqn_of[id(child)]: child for _, _, child in todo}
     if quantizer is None and calibration is not None and method in ("int4", "int4_asym"):
         quantizer = "gptq"  # the best measured with calibration text (docs/int4.md "GPTQ")
