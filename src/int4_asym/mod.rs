@@ -273,6 +273,21 @@ impl rows_avx2::GroupScales for AsymWeight {
         let n = 2 * self.groups();
         rows_avx2::halves_to_f32(dots, &self.scales[r * n..(r + 1) * n], dm);
     }
+
+    /// The row's halves and the next row's first ones, as many as fill the
+    /// padded slot (8 at a time, no per-row scalar tail), then the padding
+    /// zeroed; the last rows, which have no next row's halves to read, take
+    /// the exact length.
+    fn group_scales_padded(&self, dots: Dots, r: usize, pairs: usize, dm: &mut [f32]) {
+        let from = &self.scales[r * pairs..];
+        let n = if from.len() >= dm.len() {
+            dm.len()
+        } else {
+            pairs
+        };
+        rows_avx2::halves_to_f32(dots, &from[..n], &mut dm[..n]);
+        dm[pairs..].fill(0.0);
+    }
 }
 
 /// The half `h` as f32 (exact): normal halves by moving their fields, the

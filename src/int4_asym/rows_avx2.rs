@@ -22,8 +22,9 @@
 //! - groups of one run (`int4_k`, `int4_asym` g32) compile to their own
 //!   loop, without the loop over a group's runs.
 //!
-//! Rounding: per group, `sum(q x)` in one f32 chain per lane, one FMA with
-//! `d_g`; `sum(x)` per group as eight f32 lanes then a horizontal sum; so
+//! Rounding: per group, `sum(q x)` in two f32 chains per lane (low and
+//! high nibbles) and their sum, one FMA with `d_g`; `sum(x)` per group as
+//! eight f32 lanes then a horizontal sum; so
 //! the result is within `(in + 3) * eps_f32 * sum_i (|d q_i| + |c|)
 //! |x_i|` of the exact value, the bound of the per-format scalar twins.
 
@@ -49,6 +50,16 @@ pub(crate) trait GroupScales {
     /// for every group `g` of the row (`dm.len()` is twice the groups).
     /// `dots` is the level in force (an F16C token converts halves).
     fn group_scales(&self, dots: Dots, r: usize, dm: &mut [f32]);
+
+    /// [`GroupScales::group_scales`] into the first `pairs` floats (twice
+    /// the groups) of `dm`, a row's slot padded to a multiple of 8 floats
+    /// whose padding is zero on entry and must be zero on return. A format
+    /// whose conversion runs 8 floats at a time can convert the whole slot
+    /// (reading into the next row's scales) instead of ending each row on
+    /// a short tail, then zero the padding.
+    fn group_scales_padded(&self, dots: Dots, r: usize, pairs: usize, dm: &mut [f32]) {
+        self.group_scales(dots, r, &mut dm[..pairs]);
+    }
 }
 
 /// `out[i] = row (r0 + i) . x` for the rows of `codes` (`in / 2` bytes
@@ -70,25 +81,30 @@ pub(crate) fn dot_rows<S: GroupScales + ?Sized>(
     let groups = runs.div_ceil(group_runs);
     // `(0, sum(x))` per group, beside each row's `(d, c)` pairs: the
     // minima's term of a row is then one contiguous dot of `2 * groups`.
-    let mut xsum = vec![0f32; 2 * groups];
+    // Both padded with zeros to a multiple of 8 floats (`stride`), so that
+    // dot has no scalar tail and the pairs convert 8 at a time.
+    let pairs = 2 * groups;
+    let stride = pairs.next_multiple_of(8);
+    let mut xsum = vec![0f32; stride];
     // SAFETY: the token proves AVX2 and FMA; `xsum` has one pair per group
     // of `x`.
-    unsafe { group_sums(t, x, group_runs, &mut xsum) };
-    let mut dm = vec![0f32; ROWS * 2 * groups];
+    unsafe { group_sums(t, x, group_runs, &mut xsum[..pairs]) };
+    let mut dm = vec![0f32; ROWS * stride];
     let row_bytes = in_feat / 2;
     for (b, o) in out.chunks_mut(ROWS).enumerate() {
         let first = r0 + b * ROWS;
-        for (i, d) in dm.chunks_exact_mut(2 * groups).take(o.len()).enumerate() {
-            s.group_scales(dots, first + i, d);
+        for (i, d) in dm.chunks_exact_mut(stride).take(o.len()).enumerate() {
+            s.group_scales_padded(dots, first + i, pairs, d);
         }
         let at = |i: usize| Rows {
             codes: codes[(first + i) * row_bytes..].as_ptr(),
-            dm: dm[i * 2 * groups..].as_ptr(),
+            dm: dm[i * stride..].as_ptr(),
         };
         let args = Args {
             x,
             xsum: &xsum,
             group_runs,
+            groups,
         };
         let mut v = [0f32; ROWS];
         // SAFETY: (every arm) the token proves the features; each row has
@@ -104,7 +120,12 @@ pub(crate) fn dot_rows<S: GroupScales + ?Sized>(
                 _ => v[..1].copy_from_slice(&kernel::<1, false>(t, &args, [at(0)])),
             }
         }
-        o.copy_from_slice(&v[..o.len()]);
+        // A copy of a length known only at run time is a `memmove` call,
+        // per pass of four rows: the full passes copy a fixed length.
+        match <&mut [f32; ROWS]>::try_from(&mut *o) {
+            Ok(o) => *o = v,
+            Err(_) => o.copy_from_slice(&v[..o.len()]),
+        }
     }
 }
 
@@ -118,9 +139,10 @@ struct Rows {
 /// What every row of a pass shares.
 struct Args<'a> {
     x: &'a [f32],
-    /// `(0, sum(x))` per group.
+    /// `(0, sum(x))` per group, then zeros to a multiple of 8 floats.
     xsum: &'a [f32],
     group_runs: usize,
+    groups: usize,
 }
 
 /// `(0, sum(x))` of each group of `group_runs` runs (the last may be
@@ -128,7 +150,7 @@ struct Args<'a> {
 ///
 /// # Safety
 /// None beyond the token (AVX2); `x.len()` is a multiple of 32 and `out`
-/// has two slots per group.
+/// has two slots per group (only the groups' slots are written).
 #[target_feature(enable = "avx2,fma")]
 unsafe fn group_sums(_: Avx2, x: &[f32], group_runs: usize, out: &mut [f32]) {
     for (xg, o) in x.chunks(group_runs * RUN).zip(out.chunks_exact_mut(2)) {
@@ -149,25 +171,32 @@ unsafe fn group_sums(_: Avx2, x: &[f32], group_runs: usize, out: &mut [f32]) {
 /// The dots of `R` rows (see the module docs); `ONE`: groups of one run
 /// (`group_runs == 1`), the loop over a group's runs compiled away.
 ///
-/// Registers: `x` (4), one code accumulator per row (its four FMAs per run
-/// chain, but the rows' and the groups' chains are independent) and one
-/// total per row, the only chain that crosses groups (one FMA each), with
-/// the mask and the decoded codes: 16 at `R = 4`, none spilled.
+/// Chains: two code accumulators per row (the low nibbles' FMAs of a run in
+/// one, the high nibbles' in the other), so a run's four FMAs per row form
+/// two chains of two, not one of four: with one accumulator a group of
+/// four runs (g128) was a chain of 16 dependent FMAs per row, four rows'
+/// chains one FMA per cycle at Zen 3's 4-cycle latency where two pipes
+/// could take two (measured: 0-3 % at batch 1, docs/benchmarks.md). One
+/// total per row is the only chain that crosses groups (one FMA each). At
+/// `R = 4` that is 12 accumulators beside `x` (4), the mask and the
+/// decoded codes: more than 16 registers, so some live on the stack (L1)
+/// across the groups.
 ///
 /// # Safety
 /// None beyond the token (AVX2 and FMA); each row's `codes` holds
 /// `x.len() / 2` bytes and its `dm` `xsum.len()` floats, `xsum` has one
-/// pair per group of `group_runs` runs of `x`.
+/// pair per group of `group_runs` runs of `x` (`a.groups` of them) and
+/// zeros after, which the rows' `dm` match.
 #[target_feature(enable = "avx2,fma")]
 unsafe fn kernel<const R: usize, const ONE: bool>(_: Avx2, a: &Args, rows: [Rows; R]) -> [f32; R] {
     let runs = a.x.len() / RUN;
-    let groups = a.xsum.len() / 2;
+    let groups = a.groups;
     let group_runs = if ONE { 1 } else { a.group_runs };
     let px = a.x.as_ptr();
     let mask = _mm256_set1_epi32(0x0F);
     let mut tot = [_mm256_setzero_ps(); R];
     for g in 0..groups {
-        let mut q = [_mm256_setzero_ps(); R];
+        let mut q = [[_mm256_setzero_ps(); 2]; R];
         let end = if ONE {
             g + 1
         } else {
@@ -203,17 +232,20 @@ unsafe fn kernel<const R: usize, const ONE: bool>(_: Avx2, a: &Args, rows: [Rows
                     let lo1 = _mm256_cvtepi32_ps(_mm256_and_si256(v1, mask));
                     let hi0 = _mm256_cvtepi32_ps(_mm256_srli_epi32::<4>(v0));
                     let hi1 = _mm256_cvtepi32_ps(_mm256_srli_epi32::<4>(v1));
-                    *qi = _mm256_fmadd_ps(lo0, x0, *qi);
-                    *qi = _mm256_fmadd_ps(lo1, x1, *qi);
-                    *qi = _mm256_fmadd_ps(hi0, x2, *qi);
-                    *qi = _mm256_fmadd_ps(hi1, x3, *qi);
+                    qi[0] = _mm256_fmadd_ps(lo0, x0, qi[0]);
+                    qi[1] = _mm256_fmadd_ps(lo1, x1, qi[1]);
+                    qi[0] = _mm256_fmadd_ps(hi0, x2, qi[0]);
+                    qi[1] = _mm256_fmadd_ps(hi1, x3, qi[1]);
                 }
             }
         }
         for ((ti, qi), row) in tot.iter_mut().zip(&q).zip(&rows) {
             // SAFETY: group `g`'s pair is inside the row's `dm` (the
             // function's contract); `vbroadcastss` reads one float.
-            unsafe { *ti = _mm256_fmadd_ps(*qi, _mm256_broadcast_ss(&*row.dm.add(2 * g)), *ti) };
+            unsafe {
+                let d = _mm256_broadcast_ss(&*row.dm.add(2 * g));
+                *ti = _mm256_fmadd_ps(_mm256_add_ps(qi[0], qi[1]), d, *ti);
+            }
         }
     }
     std::array::from_fn(|i| {

@@ -305,3 +305,29 @@ fn the_batch_kernel_matches_float64_for_every_format() {
         check_batch_kernel("int4_k", &q, q.codes(), &q.dequantize(), [n, k]);
     }
 }
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn padded_group_scales_are_the_pairs_then_zeros_on_every_row() {
+    use super::rows_avx2::GroupScales;
+    use crate::linear::dispatch::Dots;
+    // 3 groups: 6 pairs in a slot of 8; rows 0-3 read the next row's
+    // halves into the padding (then zero it), row 4 (the last) cannot.
+    let (out_feat, in_feat, gs) = (5, 96, 32);
+    let w = random(out_feat * in_feat, 21);
+    let a = AsymWeight::quantize(&w, out_feat, in_feat, gs, AsymMethod::Rtn, None).unwrap();
+    let h = crate::linear::fp8_dialect::f16_to_f32;
+    for level in crate::simd::available_levels() {
+        let dots = Dots::at(level).unwrap();
+        for r in 0..out_feat {
+            let mut slot = [0f32; 8];
+            a.group_scales_padded(dots, r, 6, &mut slot);
+            let want: Vec<f32> = a.scales()[r * 6..(r + 1) * 6]
+                .iter()
+                .map(|&v| h(v))
+                .collect();
+            assert_eq!(&slot[..6], &want[..], "{level:?} row {r}");
+            assert_eq!(slot[6..], [0.0, 0.0], "{level:?} row {r}: padding");
+        }
+    }
+}

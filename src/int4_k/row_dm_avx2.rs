@@ -44,14 +44,22 @@ pub(crate) fn row_dm_f16c(t: Avx2F16c, sc_row: &[u8], supers: &[u16], gps: usize
         // (the scalar `group_dm` per group cost more than the other 16
         // groups of a 576-input row together); the pad's pairs are dropped.
         let rest = &sc_row[vector / 2 * 3..];
+        // Element loops, not `copy_from_slice`: a copy of a length known
+        // only at run time is a `memmove` call, per row.
         let mut bytes = [0u8; 12];
-        let n = rest.len().min(12);
-        bytes[..n].copy_from_slice(&rest[..n]);
+        bytes.iter_mut().zip(rest).for_each(|(b, &v)| *b = v);
         let mut pairs = [0f32; 2 * GPS];
         // SAFETY: as above: 12 code bytes, the row's one pair of halves
         // (`whole_row`), 16 floats.
         unsafe { unpack(t, &bytes, &supers[..2], gps, &mut pairs) };
-        dm[2 * vector..].copy_from_slice(&pairs[..2 * (groups - vector)]);
+        // A fixed trip count with a test, not a copy of the run-time
+        // length (which compiles to a `memmove` call per row).
+        let tail = &mut dm[2 * vector..];
+        for (j, p) in pairs.into_iter().enumerate() {
+            if j < tail.len() {
+                tail[j] = p;
+            }
+        }
     }
 }
 
@@ -73,13 +81,23 @@ unsafe fn unpack(_: Avx2F16c, sc_row: &[u8], supers: &[u16], gps: usize, dm: &mu
     );
     let shift = _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4);
     let six = _mm256_set1_epi32(0x3F);
-    let mut bytes = [0u8; 16];
     for (c, out) in dm.chunks_exact_mut(2 * GPS).enumerate() {
-        let s = c * GPS / gps;
-        bytes[..12].copy_from_slice(&sc_row[12 * c..12 * c + 12]);
-        // SAFETY: 16 bytes in `bytes`, 16 floats in `out`.
+        // `c * GPS / gps` without the division (one per eight groups, its
+        // latency in the way of every row's unpack): `gps` is 8 or the
+        // whole row (`row_dm_f16c`'s cases).
+        let s = if gps == GPS { c } else { 0 };
+        let b = &sc_row[12 * c..12 * c + 12];
+        // SAFETY: 12 bytes at `b` (8 + 4 read), 16 floats in `out`.
         unsafe {
-            let v = _mm256_broadcastsi128_si256(_mm_loadu_si128(bytes.as_ptr().cast()));
+            // The 12 bytes by two loads (8, then 4) straight from the row:
+            // copied into a 16-byte buffer first, the one 16-byte load of
+            // the copy waited on the copy's narrower stores (no store to
+            // load forwarding), which made this unpack cost half as much as
+            // the row's dot on a 576-input row.
+            let b = b.as_ptr();
+            let tail = b.add(8).cast::<i32>().read_unaligned();
+            let v12 = _mm_unpacklo_epi64(_mm_loadl_epi64(b.cast()), _mm_cvtsi32_si128(tail));
+            let v = _mm256_broadcastsi128_si256(v12);
             let f = _mm256_srlv_epi32(_mm256_shuffle_epi8(v, ctl), shift);
             let sc = _mm256_cvtepi32_ps(_mm256_and_si256(f, six));
             let mn = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32::<6>(f), six));
