@@ -18,10 +18,11 @@
 //!   nibbles (one vector op per 8 weights; the table is 8 KiB, in L1);
 //! - the code offset (`q = n - 8` for Q4_0, `n - 16` for Q5_0) is not
 //!   subtracted per weight: each row's chain starts from the 8 lanes of
-//!   `-bias * sum(x)` of the block, formed once per call (`fill_pre`) and
-//!   read from memory by every pass, where each pass formed them before
-//!   (three adds and a multiply per block and pass: on Zen 3, one thread,
-//!   Q4_0 took 6-14 % and Q5_0 4-8 % less time per call in cache);
+//!   `-bias * sum(x)` of the block, for Q4_0 formed once per call
+//!   (`fill_pre`) and read from memory by every pass (on Zen 3, one thread,
+//!   6-14 % less time per call in cache than forming them in each pass:
+//!   three adds and a multiply per block and pass), for Q5_0 formed in
+//!   each pass (`starts_in_pre`);
 //! - the halves are converted with F16C, exact for every finite half
 //!   (`bad_scale` refuses the others at load): per block a broadcast half
 //!   and an 8-lane conversion, but Q5_1 rows of at least `GROUP` blocks
@@ -90,7 +91,7 @@ pub(crate) fn dot_rows<T: GgmlType>(
             && x.len() == row_bytes / T::BYTES * T::ELEMS
             && data.len() >= (r0 + out.len()) * row_bytes
     );
-    if !T::AFFINE && T::LEGACY.bias() == 0 {
+    if pre_per_block::<T>() == 0 {
         return passes::<T>(t, data, row_bytes, r0, x, &[], out);
     }
     PRE.with(|pre| {
@@ -112,15 +113,23 @@ thread_local! {
 const fn pre_per_block<T: GgmlType>() -> usize {
     if T::AFFINE {
         2
-    } else if T::LEGACY.bias() != 0 {
+    } else if starts_in_pre::<T>() {
         8
     } else {
         0
     }
 }
 
+/// Whether the chains' start lanes come from `fill_pre` (Q4_0) rather than
+/// from each pass (Q5_0: with them from `fill_pre` a `[4096, 11008]` call,
+/// from DRAM, took 5-20 % more time on Zen 3, one thread, in four paired
+/// runs, for 3-5 % less in cache).
+const fn starts_in_pre<T: GgmlType>() -> bool {
+    matches!(T::LEGACY, Legacy::Nibbles { bias, .. } if bias != 0)
+}
+
 /// The terms of `x` every row of a call shares, per block `k` of `x`:
-/// - a type with a code offset (Q4_0, Q5_0): the 8 lanes of the chains'
+/// - Q4_0 (`starts_in_pre`): the 8 lanes of the chains'
 ///   start `-bias * ((x0 + x1) + (x2 + x3))`, `xj` the block's four
 ///   8-float vectors (exact times the power of two `bias`), at `8k`;
 /// - a type with a minimum: `(0, sum(x[32k..32k + 32]))` at `2k` (four
@@ -365,8 +374,13 @@ unsafe fn chains<T: GgmlType, const R: usize>(
             _mm256_loadu_ps(xb.add(16)),
             _mm256_loadu_ps(xb.add(24)),
         ];
-        let start = if T::LEGACY.bias() != 0 {
+        let bias = T::LEGACY.bias();
+        let start = if starts_in_pre::<T>() {
             _mm256_loadu_ps(rows.pre.as_ptr().add(8 * k))
+        } else if bias != 0 {
+            // The same sums as `fill_pre`'s (exact times the power of two).
+            let s = _mm256_add_ps(_mm256_add_ps(xv[0], xv[1]), _mm256_add_ps(xv[2], xv[3]));
+            _mm256_mul_ps(s, _mm256_set1_ps(-f32::from(bias)))
         } else {
             _mm256_setzero_ps()
         };
@@ -454,8 +468,8 @@ unsafe fn kernel<T: GgmlType, const R: usize>(
     // Only Q5_1 converts its halves by groups: on Zen 3 (one thread,
     // paired with the per-block body) it took 12-20 % less time per call
     // with them, where Q4_0 and Q5_0 gained nothing over the per-block body
-    // with the start lanes of `fill_pre` (and Q5_0 took 12 % more from
-    // DRAM), Q4_1 took 6-13 % more and Q8_0 3-8 % more.
+    // (Q5_0 took 12-20 % more from DRAM), Q4_1 took 6-13 % more and Q8_0
+    // 3-8 % more.
     let grouped = blocks >= GROUP
         && match T::LEGACY {
             Legacy::Fifth { .. } => T::AFFINE,
