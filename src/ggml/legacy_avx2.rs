@@ -123,7 +123,7 @@ const fn pre_per_block<T: GgmlType>() -> usize {
 /// Whether the chains' start lanes come from `fill_pre` (Q4_0) rather than
 /// from each pass (Q5_0: with them from `fill_pre` a `[4096, 11008]` call,
 /// from DRAM, took 5-20 % more time on Zen 3, one thread, in four paired
-/// runs, for 3-5 % less in cache).
+/// runs, for 3-8 % less in cache).
 const fn starts_in_pre<T: GgmlType>() -> bool {
     matches!(T::LEGACY, Legacy::Nibbles { bias, .. } if bias != 0)
 }
@@ -162,7 +162,7 @@ unsafe fn fill_pre<T: GgmlType>(_: Avx2F16c, x: &[f32], pre: &mut Vec<f32>) {
 }
 
 /// The passes of up to `ROWS` rows over `x` (`pre`: `fill_pre`'s terms of
-/// `x`; empty for the types without an offset or a minimum).
+/// `x`; empty where `pre_per_block` is 0: Q5_0, Q8_0).
 fn passes<T: GgmlType>(
     t: Avx2F16c,
     data: &[u8],
@@ -197,7 +197,7 @@ fn passes<T: GgmlType>(
 /// What a pass reads besides its rows.
 struct Rows<'a> {
     x: &'a [f32],
-    /// `fill_pre`'s terms of `x` (types with an offset or a minimum), else
+    /// `fill_pre`'s terms of `x` (Q4_0 and the types with a minimum), else
     /// empty.
     pre: &'a [f32],
     /// The first byte of the next pass's rows (a prefetch address).
