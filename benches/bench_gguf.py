@@ -10,12 +10,21 @@ each shape. The shapes are SmolLM2-135M's (``[576, 576]``, ``[1536, 576]``,
 input is 1536) and one ``[4096, 4096]`` that comes from DRAM.
 With ``--activations int8`` ours run ``matmul(x, activations="int8")`` (int8 blocks of
 ``x``, integer block dots) against the same INT4 g32 float32 baseline.
+``--baseline-build DIR`` times each GGUF weight instead against the same blocks loaded by
+another build of quantrs (``DIR`` a copy of a built ``python/quantrs``, e.g. main's,
+loaded beside this one; float32 activations) and INT4 g32, the three alternating in this
+process for ``--rounds`` rounds (9), in CPU time per call, the fastest round of each:
+``ratio`` > 1 means this build is faster, ``base_per_byte`` is the other build's
+per-byte ratio against the same INT4 times. ``--threads N`` sets every build's thread
+count (``--threads 1`` for the kernels alone).
 Run: ``python benches/bench_gguf.py [--quick] [--json] [--types q4_k,q6_k]
-[--shapes 4096x4096,576x1536] [--activations int8]``."""
+[--shapes 4096x4096,576x1536] [--activations int8] [--baseline-build DIR [--rounds N]]
+[--threads N]``."""
 
 from __future__ import annotations
 
 import sys
+import time
 
 import numpy as np
 from _bandwidth import Bandwidth
@@ -37,8 +46,11 @@ SHAPES = [(576, 576), (1536, 576), (576, 1536), (4096, 4096)]
 QUICK_SHAPES = [(576, 1536), (1024, 1024)]
 
 
-def gguf_weight(name: str, out: int, inf: int, rng) -> object:
-    import quantrs
+def gguf_weight(name: str, out: int, inf: int, rng, quantrs=None) -> object:
+    """Random valid blocks of ``name`` for ``[out, in]``, loaded by ``quantrs`` (the
+    build to use; default this one)."""
+    if quantrs is None:
+        import quantrs
 
     elems, size = TYPES[name]
     b = rng.integers(0, 256, (out, inf // elems, size), dtype=np.uint8)
@@ -116,6 +128,53 @@ def against_int4_g32(make_cases, quick: bool, shapes=None, bw=None, ours=None) -
     return rows
 
 
+def cpu_ms(fn, calls: int) -> float:
+    """Process CPU time per call of ``calls`` calls of ``fn``, in ms."""
+    t = time.process_time()
+    for _ in range(calls):
+        fn()
+    return (time.process_time() - t) / calls * 1e3
+
+
+def against_build(types: list[str], base, rounds: int, shapes) -> list[dict]:
+    """Each of ``types`` loaded from the same random blocks by this build and by ``base``
+    (``bench_int4_asym.load_build``), with INT4 g32 of this build on the same shape:
+    ``matmul`` at batch 1 and 16, the three alternating for ``rounds`` rounds, each
+    timed in process CPU time per call (on a crowded host the time a thread waits is
+    not the kernel's), the fastest round of each kept. ``ratio`` > 1: this build is
+    faster than ``base``; ``per_byte_ratio`` / ``base_per_byte`` as in ``run``."""
+    import quantrs
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for out, inf in shapes:
+        w = rng.standard_normal((out, inf)).astype(np.float32)
+        int4 = quantrs.QuantizedWeight.quantize(np.ascontiguousarray(w.T), group_size=32)
+        int4_bytes = out * inf // 2 + out * inf // 32 * 4
+        for name in (t for t in types if inf % TYPES[t][0] == 0):
+            ours = gguf_weight(name, out, inf, np.random.default_rng(1))
+            theirs = gguf_weight(name, out, inf, np.random.default_rng(1), base)
+            for batch in (1, 16):
+                x = rng.standard_normal((batch, inf)).astype(np.float32)
+                fns = [lambda q=q, x=x: q.matmul(x) for q in (ours, theirs, int4)]
+                calls = max(3, int(2e7 / (out * inf * batch)))
+                best = [float("inf")] * 3
+                for _ in range(rounds):
+                    best = [min(b, cpu_ms(f, calls)) for b, f in zip(best, fns)]
+                o, b, i = best
+                rows.append({
+                    "bench": f"{name} [{out}x{inf}] batch {batch}",
+                    "ours_ms": round(o, 4),
+                    "baseline": "baseline build",
+                    "baseline_ms": round(b, 4),
+                    "ratio": round(b / o, 3),
+                    "int4_ms": round(i, 4),
+                    "per_byte_ratio": round((i / int4_bytes) / (o / ours.nbytes), 3),
+                    "base_per_byte": round((i / int4_bytes) / (b / ours.nbytes), 3),
+                })  # fmt: skip
+    return rows
+
+
 if __name__ == "__main__":
     reexec_without_openblas_overrides()
     args = sys.argv[1:]
@@ -129,5 +188,22 @@ if __name__ == "__main__":
     cols = ["bench", "ours_ms", "baseline", "baseline_ms", "ratio", "per_byte_ratio"]
     cols += ["GB/s", "of_read_bw"]
     act = args[args.index("--activations") + 1] if "--activations" in args else "float32"
-    emit(run("--quick" in args, types, shapes, act), cols, "--json" in args)
+    base = None
+    if "--baseline-build" in args:
+        from bench_int4_asym import load_build
+
+        base = load_build(args[args.index("--baseline-build") + 1])
+    if "--threads" in args:
+        import quantrs
+
+        for q in (quantrs, base):
+            if q is not None:
+                q.threads(int(args[args.index("--threads") + 1]))
+    if base is None:
+        rows = run("--quick" in args, types, shapes, act)
+    else:
+        cols = [*cols[:5], "int4_ms", "per_byte_ratio", "base_per_byte"]
+        rounds = int(args[args.index("--rounds") + 1]) if "--rounds" in args else 9
+        rows = against_build(types, base, rounds, shapes or SHAPES)
+    emit(rows, cols, "--json" in args)
     print(machine_note())

@@ -323,9 +323,10 @@ fn legacy_block<T: GgmlType>(g: usize) -> Vec<u8> {
     b
 }
 
-/// The AVX2 kernel of the 32-weight types (four rows per pass, halves
-/// converted per span of 32 blocks) through `dot_rows` at every level, on
-/// 1 to 11 rows from an offset and block counts around the span: each
+/// The AVX2 kernel of the 32-weight types (four rows per pass; Q5_1's
+/// halves converted per group of 8 blocks, a row's last group overlapping
+/// the one before it) through `dot_rows` at every level, on 1 to 11 rows
+/// from an offset and block counts below, at and between groups: each
 /// output within the float64 bound of its dequantized row, and within
 /// twice that of the scalar twin.
 fn check_legacy_rows<T: GgmlType>() {
