@@ -88,6 +88,8 @@ def matrices(rng: np.random.Generator, cols: int):
     adv[4, 7] = -9.0  # negative maximum
     adv[5, ::2] = 0  # half zeros
     adv[6] = np.abs(adv[6])  # all positive
+    adv[7] = np.where(np.arange(cols) % 3 == 0, -0.0, 0.0)  # zeros of both signs,
+    adv[7, 5::64] = np.abs(adv[7, 5::64]) + 1.0  # as the minimum of some blocks
     yield "adversarial", adv
 
 
