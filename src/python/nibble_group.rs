@@ -166,7 +166,7 @@ fn weight_values(w: &[f32], in_feat: usize) -> PyResult<()> {
     }
     let i = w
         .iter()
-        .position(|v| !(v.abs() <= MAX_ABS_WEIGHT))
+        .position(|v| v.is_nan() || v.abs() > MAX_ABS_WEIGHT)
         .unwrap_or(0);
     let msg = format!(
         "w[{}, {}] is {:?}, expected a finite value with |w| <= {MAX_ABS_WEIGHT} (the \

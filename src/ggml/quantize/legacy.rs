@@ -76,6 +76,7 @@ fn abs_max(x: &[f32]) -> f32 {
 /// block (at most 64 values).
 #[inline(always)]
 pub(super) fn signed_max(x: &[f32]) -> f32 {
+    debug_assert!(x.len() <= 64);
     let amax = abs_max(x);
     if amax == 0.0 {
         return 0.0;
@@ -131,21 +132,22 @@ fn pack_nibbles(q: &[u8; 32], qs: &mut [u8]) {
     }
 }
 
-/// `min(trunc(t), top)` for `t >= 0`: a code as ggml's `(int8_t)` /
-/// `(uint8_t)` cast and `MIN(top, ...)` make it (`top` at most 255). The
+/// `min(trunc(t), top)` for `t >= 0` and a whole `top <= 255`: a code as
+/// ggml's `(int8_t)` / `(uint8_t)` cast and `MIN(top, ...)` make it. The
 /// clamp runs on the float (the same for `t >= 0`: `trunc` is monotonic
-/// and `top` whole), and a NaN or a negative `t` is clamped to 0, so the
-/// unchecked conversion is sound for every `t`. Rust's saturating `as`
-/// conversion is a scalar convert with fix-ups per value on x86-64, and an
-/// integer `min` has no SSE2 instruction; the float clamps (`maxps` /
-/// `minps` as written) and the conversion (`cvttps2dq`) vectorize.
+/// and `top` whole), then into `0..=255` whatever `t` and `top` are (NaN
+/// included), so the unchecked conversion is sound for every input. Rust's
+/// saturating `as` conversion is a scalar convert with fix-ups per value on
+/// x86-64, and an integer `min` has no SSE2 instruction; the float clamps
+/// (`minps` / `maxps` as written) and the conversion (`cvttps2dq`)
+/// vectorize.
 #[inline(always)]
 pub(super) fn trunc_code(t: f32, top: f32) -> i32 {
-    let t = if t > 0.0 { t } else { 0.0 };
     let t = if t < top { t } else { top };
-    debug_assert!(top <= 255.0);
-    // SAFETY: `t` is within `0..=top` (a NaN failed `t > 0.0`), so finite
-    // and its truncation an `i32`.
+    let t = if t < 255.0 { t } else { 255.0 };
+    let t = if t > 0.0 { t } else { 0.0 };
+    // SAFETY: `t` is within `0..=255` (a NaN failed `t < 255` or `t > 0`
+    // and was replaced), so finite and its truncation an `i32`.
     unsafe { t.to_int_unchecked::<i32>() }
 }
 

@@ -73,6 +73,10 @@ fn vector_friendly_roundings_equal_the_plain_ones() {
     assert_eq!(round_half_away(f32::NAN), -128);
     assert_eq!(round_half_away(1e30), 128);
     assert_eq!(trunc_code(f32::NAN, 15.0), 0);
+    assert_eq!(
+        (trunc_code(3.0, f32::NAN), trunc_code(3e9, f32::INFINITY)),
+        (255, 255)
+    );
     assert_eq!((trunc_code(-3.0, 15.0), trunc_code(1e30, 15.0)), (0, 15));
 }
 
