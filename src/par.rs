@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 mod capped;
 mod waiting;
 
+#[cfg(feature = "python")]
 pub use capped::run_capped;
 
 /// Run `f(b)` once for every `b` in `0..count`, on the calling thread and on

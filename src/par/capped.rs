@@ -9,6 +9,9 @@
 //! a cap no smaller than the global pool, the work runs on the global pool
 //! as before.
 
+// Its one caller is the Python bindings' quantizers.
+#![cfg_attr(not(feature = "python"), allow(dead_code))]
+
 use std::sync::{Arc, Mutex, OnceLock};
 
 use rayon::{ThreadPool, ThreadPoolBuilder};
