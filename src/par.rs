@@ -21,7 +21,11 @@ use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
+mod capped;
 mod waiting;
+
+#[cfg(feature = "python")]
+pub use capped::run_capped;
 
 /// Run `f(b)` once for every `b` in `0..count`, on the calling thread and on
 /// pool threads, at most one fewer than the cores at once (see

@@ -50,6 +50,8 @@ impl<T: GgmlType> GgufWeight<T> {
                 T::NAME
             )));
         }
+        // A batch-1 matvec streams the blocks from DRAM on every call.
+        crate::hugepages::advise(&data);
         Ok(GgufWeight {
             data,
             out_feat,

@@ -242,11 +242,13 @@ pub(crate) fn inverse(d: f32) -> f32 {
 /// `T`), as a block number and the value.
 pub(crate) fn bad_scale<T: GgmlType>(row: &[u8]) -> Option<(usize, f32)> {
     row.chunks_exact(T::BYTES).enumerate().find_map(|(i, b)| {
+        // A half is infinite or NaN when its five exponent bits (0x7C of
+        // the high byte) are all set: tested on the bits, which is all a
+        // finite scale costs.
         T::HALF_SCALES
             .iter()
-            .map(|&o| f16_at(b, o))
-            .find(|v| !v.is_finite())
-            .map(|v| (i, v))
+            .find(|&&o| b[o + 1] & 0x7C == 0x7C)
+            .map(|&o| (i, f16_at(b, o)))
     })
 }
 

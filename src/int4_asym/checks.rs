@@ -67,7 +67,11 @@ pub(crate) fn float_rows(
         let want = format!("{out_feat} x {in_feat}");
         return Err(QuantError::dims("weight length", want, w.len()));
     }
-    if let Some(i) = w.iter().position(|v| !v.is_finite()) {
+    // A branch-free pass per chunk (vectorized) first: the search for the
+    // first bad value only runs when there is one.
+    let finite = |c: &[f32]| c.iter().fold(true, |ok, v| ok & v.is_finite());
+    if !w.chunks(1 << 12).all(finite) {
+        let i = w.iter().position(|v| !v.is_finite()).unwrap_or(0);
         return Err(QuantError::arg(format!(
             "weight[{}, {}] is {}, expected finite",
             i / in_feat,

@@ -139,6 +139,8 @@ impl PerTensorFP8Linear {
         }
         check_bias(bias.as_deref(), n / shape[shape.len() - 1])?;
         check_codes(&weight)?;
+        // A batch-1 forward streams the codes from DRAM on every call.
+        crate::hugepages::advise(&weight);
         Ok(PerTensorFP8Linear {
             weight,
             shape,

@@ -157,8 +157,9 @@ impl PyGgufWeight {
             ));
         }
         let args = QuantizeArgs::read(w, importance)?;
-        let (ws, [o, i], imp) = args.parts()?;
-        let inner = py.detach(|| AnyWeight::quantize(&name, ws, o, i, imp))?;
+        let inner = args.run(py, |ws, [o, i], imp| {
+            AnyWeight::quantize(&name, ws, o, i, imp)
+        })?;
         Ok(PyGgufWeight { inner })
     }
 

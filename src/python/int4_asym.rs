@@ -43,8 +43,9 @@ impl PyInt4AsymWeight {
     ) -> PyResult<Self> {
         let m = rtn_or_search(&method, AsymMethod::parse)?;
         let args = QuantizeArgs::read(w, importance)?;
-        let (ws, [o, i], imp) = args.parts()?;
-        let inner = py.detach(|| AsymWeight::quantize(ws, o, i, group_size, m, imp))?;
+        let inner = args.run(py, |ws, [o, i], imp| {
+            AsymWeight::quantize(ws, o, i, group_size, m, imp)
+        })?;
         Ok(PyInt4AsymWeight { inner })
     }
 

@@ -44,8 +44,7 @@ impl PyInt4KWeight {
     ) -> PyResult<Self> {
         let m = rtn_or_search(&method, KMethod::parse)?;
         let args = QuantizeArgs::read(w, importance)?;
-        let (ws, [o, i], imp) = args.parts()?;
-        let inner = py.detach(|| KWeight::quantize(ws, o, i, m, imp))?;
+        let inner = args.run(py, |ws, [o, i], imp| KWeight::quantize(ws, o, i, m, imp))?;
         Ok(PyInt4KWeight { inner })
     }
 

@@ -86,8 +86,17 @@ pub(crate) fn importance<'py>(
 /// `importance`'s elements.
 pub(crate) type QuantizeParts<'a> = (&'a [f32], [usize; 2], Option<&'a [f32]>);
 
+/// The largest |w| a quantizer takes: the largest finite half. Every format
+/// quantized here stores its steps and minimums as halves (ggml's blocks,
+/// `int4_asym`'s `(d, m)`, `int4_k`'s `(D, Dmin)`), so beyond it a step or
+/// a minimum would round to infinity; any float16 or bfloat16 checkpoint's
+/// weights are within it.
+pub(crate) const MAX_ABS_WEIGHT: f32 = 65504.0;
+
 /// A quantizer's float32 `w` `[out, in]` and optional `importance` `[in]`,
-/// checked once, so that each class's `quantize` keeps only its own
+/// checked once (shapes, `w` finite and within [`MAX_ABS_WEIGHT`],
+/// `importance` finite and `>= 0`; every error names the argument and the
+/// first bad element), so that each class's `quantize` keeps only its own
 /// arguments.
 pub(crate) struct QuantizeArgs<'py> {
     w: PyReadonlyArrayDyn<'py, f32>,
@@ -95,15 +104,23 @@ pub(crate) struct QuantizeArgs<'py> {
 }
 
 impl<'py> QuantizeArgs<'py> {
-    /// `w` and `importance` as arrays (errors naming the argument).
+    /// `w` and `importance` as arrays, checked (errors naming the argument).
     pub(crate) fn read(
         w: &Bound<'py, PyAny>,
         importance: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Self> {
         let w = input::<f32>(w, "w")?;
-        out_in(&w, "w")?;
-        contiguous(&w, "w")?;
-        let importance = self::importance(importance, "[in]")?;
+        let [_, in_feat] = out_in(&w, "w")?;
+        weight_values(contiguous(&w, "w")?, in_feat)?;
+        let importance = self::importance(importance, &format!("[{in_feat}]"))?;
+        if let Some(a) = &importance {
+            if a.shape() != [in_feat] {
+                let want = format!("[{in_feat}] (one per input of w)");
+                let got = format!("shape {:?}", a.shape());
+                return Err(QuantError::dims("importance", want, got).into());
+            }
+            importance_values(contiguous(a, "importance")?)?;
+        }
         Ok(Self { w, importance })
     }
 
@@ -117,6 +134,59 @@ impl<'py> QuantizeArgs<'py> {
             .map(|a| contiguous(a, "importance"))
             .transpose()?;
         Ok((w, shape, imp))
+    }
+
+    /// `quantize(w, [out, in], importance)` with the GIL released, on the
+    /// threads `quantrs.threads` allows (`crate::par::run_capped`: the
+    /// quantizers split rows over rayon, which the cap does not reach
+    /// otherwise).
+    pub(crate) fn run<T: Send, E: Send>(
+        &self,
+        py: Python<'_>,
+        quantize: impl FnOnce(&[f32], [usize; 2], Option<&[f32]>) -> Result<T, E> + Send,
+    ) -> PyResult<T>
+    where
+        PyErr: From<E>,
+    {
+        let (w, shape, imp) = self.parts()?;
+        Ok(py.detach(|| crate::par::run_capped(|| quantize(w, shape, imp)))?)
+    }
+}
+
+/// Every element of `w` (`[_, in_feat]`) finite with |w| <= [`MAX_ABS_WEIGHT`],
+/// else an error naming the first one that is not by its `[row, col]`.
+fn weight_values(w: &[f32], in_feat: usize) -> PyResult<()> {
+    // NaN fails `<=`; a branch-free fold per chunk keeps the pass vectorized.
+    let within = |c: &[f32]| {
+        c.iter()
+            .fold(true, |ok, v| ok & (v.abs() <= MAX_ABS_WEIGHT))
+    };
+    if w.chunks(1 << 12).all(within) {
+        return Ok(());
+    }
+    let i = w
+        .iter()
+        .position(|v| v.is_nan() || v.abs() > MAX_ABS_WEIGHT)
+        .unwrap_or(0);
+    let msg = format!(
+        "w[{}, {}] is {:?}, expected a finite value with |w| <= {MAX_ABS_WEIGHT} (the \
+         largest half, which the scales are stored in)",
+        i / in_feat,
+        i % in_feat,
+        w[i]
+    );
+    Err(QuantError::arg(msg).into())
+}
+
+/// Every element of `importance` finite and `>= 0`, else an error naming
+/// the first one that is not.
+fn importance_values(imp: &[f32]) -> PyResult<()> {
+    match imp.iter().position(|v| !(v.is_finite() && *v >= 0.0)) {
+        None => Ok(()),
+        Some(i) => {
+            let msg = format!("importance[{i}] is {}, expected finite and >= 0", imp[i]);
+            Err(QuantError::arg(msg).into())
+        }
     }
 }
 

@@ -5,6 +5,7 @@
 //! gguf-py is checked from Python (tests/python/test_gguf_quantize.py,
 //! benches/check_gguf_quantize.py).
 
+use super::legacy::{min_max, round_half_away, signed_max, trunc_code};
 use super::search::nearest_int;
 use super::*;
 use crate::testutil::xorshift_f32;
@@ -42,6 +43,104 @@ fn nearest_int_rounds_half_to_even() {
     ];
     for (v, want) in cases {
         assert_eq!(nearest_int(v), want, "{v}");
+    }
+}
+
+#[test]
+fn vector_friendly_roundings_equal_the_plain_ones() {
+    // Every tie and its neighbours over the Q8_0 code range, then a dense
+    // sweep of both ranges.
+    let mut vs: Vec<f32> = (-256..=256)
+        .flat_map(|k| {
+            let t = k as f32 * 0.5;
+            [t, t.next_down(), t.next_up()]
+        })
+        .collect();
+    vs.extend(xorshift_f32(1, 4096, 127.0));
+    for &v in &vs {
+        let v = v.clamp(-128.0, 128.0);
+        assert_eq!(round_half_away(v), v.round() as i32, "{v}");
+        let t = (v.abs() * 2.0).min(255.0);
+        assert_eq!(trunc_code(t, 255.0), t as i32, "{t}");
+        assert_eq!(trunc_code(t, 15.0), (t as i32).min(15), "{t}");
+        assert_eq!(
+            trunc_code(t * 0.125, 31.0),
+            ((t * 0.125) as i32).min(31),
+            "{t}"
+        );
+    }
+    // Out of range and NaN only clamp (soundness, not a code).
+    assert_eq!(round_half_away(f32::NAN), -128);
+    assert_eq!(round_half_away(1e30), 128);
+    assert_eq!(trunc_code(f32::NAN, 15.0), 15);
+    assert_eq!(
+        (trunc_code(3.0, f32::NAN), trunc_code(3e9, f32::INFINITY)),
+        (255, 255)
+    );
+    assert_eq!((trunc_code(-3.0, 15.0), trunc_code(1e30, 15.0)), (0, 15));
+}
+
+/// ggml's block loops: `amax < |v|` from `(0, 0)`; strict `<` / `>` from
+/// `(FLT_MAX, -FLT_MAX)`.
+fn ggml_signed_max(x: &[f32]) -> f32 {
+    let (mut amax, mut max) = (0f32, 0f32);
+    for &v in x {
+        if amax < v.abs() {
+            (amax, max) = (v.abs(), v);
+        }
+    }
+    max
+}
+
+fn ggml_min_max(x: &[f32]) -> (f32, f32) {
+    let (mut min, mut max) = (f32::MAX, -f32::MAX);
+    for &v in x {
+        if v < min {
+            min = v;
+        }
+        if v > max {
+            max = v;
+        }
+    }
+    (min, max)
+}
+
+#[test]
+fn block_extremes_are_ggml_s_to_the_sign_of_zero() {
+    let mut blocks: Vec<Vec<f32>> = (0..64).map(|s| xorshift_f32(s, 32, 2.0)).collect();
+    // Zeros of both signs where they decide the bits: all zeros in each
+    // sign order, zeros as the minimum or maximum, ties of magnitude.
+    for pattern in 0u32..40 {
+        let mut b: Vec<f32> = (0..32)
+            .map(|j| {
+                if (pattern >> (j % 5)) & 1 == 1 {
+                    -0.0
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        if pattern >= 32 {
+            b[(pattern as usize * 7) % 32] = if pattern % 2 == 0 { 1.5 } else { -1.5 };
+        }
+        blocks.push(b.iter().map(|v| -v).collect());
+        blocks.push(b);
+    }
+    let mut ties = xorshift_f32(99, 32, 1.0);
+    (ties[3], ties[20], ties[27]) = (-4.0, 4.0, -4.0);
+    blocks.push(ties);
+    for b in &blocks {
+        let ((lo, hi), (glo, ghi)) = (min_max(b), ggml_min_max(b));
+        assert_eq!(
+            (lo.to_bits(), hi.to_bits()),
+            (glo.to_bits(), ghi.to_bits()),
+            "{b:?}"
+        );
+        assert_eq!(
+            signed_max(b).to_bits(),
+            ggml_signed_max(b).to_bits(),
+            "{b:?}"
+        );
     }
 }
 

@@ -1,0 +1,121 @@
+"""The float quantizers' shared arguments (``w`` [out, in], ``importance`` [in]) of
+``GgufWeight.quantize``, ``Int4AsymWeight.quantize`` and ``Int4KWeight.quantize``: every
+bad value raises the documented class with a message that names the argument, the bad
+element and the expected value, and leaves the input untouched; and the quantizers run
+under ``quantrs.threads`` like the kernels, with the same bytes under every cap."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import quantrs
+from quantrs import GgufWeight, Int4AsymWeight, Int4KWeight
+
+# Each entry point with a type that takes importance (q4_1: ggml's weighted search).
+QUANTIZERS = {
+    "gguf q4_1": lambda w, **k: GgufWeight.quantize(w, "q4_1", **k),
+    "gguf q6_k": lambda w, **k: GgufWeight.quantize(w, "q6_k", **k),
+    "int4_asym": lambda w, **k: Int4AsymWeight.quantize(w, **k),
+    "int4_k": lambda w, **k: Int4KWeight.quantize(w, **k),
+}
+
+
+def weight(seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((3, 256)).astype(np.float32)
+
+
+def raises(call, exc, *words: str) -> None:
+    with pytest.raises(exc) as e:
+        call()
+    for word in words:
+        assert word in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("name", QUANTIZERS)
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [(np.nan, "NaN"), (np.inf, "inf"), (-np.inf, "-inf"), (3e38, "3e38"), (65520.0, "65520.0")],
+)
+def test_bad_weight_values_name_w_the_element_and_the_bound(name, value, shown):
+    w = weight()
+    w[2, 77] = value
+    before = w.copy()
+    raises(
+        lambda: QUANTIZERS[name](w),
+        quantrs.InvalidArgument,
+        f"w[2, 77] is {shown}",
+        "expected a finite value with |w| <= 65504",
+    )
+    np.testing.assert_array_equal(w, before)
+
+
+@pytest.mark.parametrize("name", QUANTIZERS)
+def test_the_largest_half_is_accepted(name):
+    w = weight()
+    w[1, 3] = 65504.0
+    w[2, 9] = -65504.0
+    assert QUANTIZERS[name](w).shape == (3, 256)
+
+
+@pytest.mark.parametrize("name", QUANTIZERS)
+def test_bad_weight_types_and_shapes_name_w(name):
+    w = weight()
+    q = QUANTIZERS[name]
+    raises(lambda: q(w.astype(np.complex64)), TypeError, "w", "float32")
+    raises(lambda: q(np.array([["a"] * 256])), TypeError, "w")
+    raises(lambda: q(w[0]), quantrs.DimensionMismatch, "w", "2-D", "[256]")
+    raises(lambda: q(w[None]), quantrs.DimensionMismatch, "w", "2-D", "[1, 3, 256]")
+
+
+@pytest.mark.parametrize("name", QUANTIZERS)
+def test_bad_importance_names_importance_and_the_expected_value(name):
+    w = weight()
+    q = QUANTIZERS[name]
+    imp = np.ones(256, np.float32)
+    for bad, shown in ((-1.0, "-1"), (np.nan, "NaN"), (np.inf, "inf")):
+        i = imp.copy()
+        i[9] = bad
+        raises(
+            lambda i=i: q(w, importance=i),
+            quantrs.InvalidArgument,
+            f"importance[9] is {shown}",
+            "expected finite and >= 0",
+        )
+    raises(lambda: q(w, importance=imp[:255]), quantrs.DimensionMismatch, "importance", "[256]")
+    raises(lambda: q(w, importance=imp[None]), quantrs.DimensionMismatch, "importance", "[256]")
+    raises(lambda: q(w, importance=imp.astype(np.complex64)), TypeError, "importance")
+
+
+def _capped_threads() -> set[str]:
+    names = set()
+    for tid in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{tid}/comm") as f:
+            name = f.read().strip()
+        if name.startswith("quantrs-cap-"):
+            names.add(name)
+    return names
+
+
+@pytest.mark.parametrize("name", QUANTIZERS)
+def test_the_thread_cap_applies_and_leaves_the_bytes(name):
+    w = np.random.default_rng(3).standard_normal((64, 512)).astype(np.float32)
+    imp = np.random.default_rng(4).uniform(0, 2, 512).astype(np.float32)
+
+    def parts(g):
+        if isinstance(g, GgufWeight):
+            return [np.asarray(g.to_bytes())]
+        return [np.asarray(g.codes()), np.asarray(g.dequantize())]
+
+    free = parts(QUANTIZERS[name](w, importance=imp))
+    for cap in (1, 2):
+        with quantrs.threads(cap):
+            for a, b in zip(parts(QUANTIZERS[name](w, importance=imp)), free):
+                np.testing.assert_array_equal(a, b)
+    if os.path.isdir("/proc/self/task") and len(os.sched_getaffinity(0)) > 1:
+        # Under a cap below the cores the rows run in a pool of the cap's size.
+        with quantrs.threads(1):
+            QUANTIZERS[name](w)
+            assert _capped_threads() == {"quantrs-cap-0"}
