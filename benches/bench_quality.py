@@ -52,6 +52,7 @@ import torch
 
 import quantrs
 import quantrs.torch as qt
+from quantrs.formats._ggml_types import type_for
 from quantrs.torch._gptq_blocks import gptq_weights
 
 WINDOW = 512
@@ -99,7 +100,7 @@ K_ROWS = {
 
 # GGUF types from float (quantrs.GgufWeight.quantize, ggml's quantizers): name -> (type,
 # use the importance matrix). Layers whose inputs the type's block does not divide take
-# llama.cpp's fallback type (FALLBACK).
+# llama.cpp's fallback type (the rule quantize_ and `quantrs quantize` share).
 GGUF_ROWS = {
     "gguf-q4_0": ("q4_0", False),
     "gguf-q4_0-imatrix": ("q4_0", True),
@@ -108,7 +109,6 @@ GGUF_ROWS = {
     "gguf-q5_k": ("q5_k", False),
     "gguf-q6_k": ("q6_k", False),
 }
-FALLBACK = {"q4_k": "q5_0", "q5_k": "q5_1", "q6_k": "q8_0"}
 
 
 # GPTQ (quantrs.gptq through quantrs.torch's calibration, block by block; the group
@@ -324,11 +324,7 @@ def main() -> None:
         imp_of = importance() if use_imat else None
 
         def quantize_gguf(lname, w, gtype=gtype, imp_of=imp_of):
-            t = (
-                gtype
-                if w.shape[0] % (256 if gtype.endswith("_k") else 32) == 0
-                else FALLBACK[gtype]
-            )
+            t = type_for(gtype, w.shape[0])
             qw = quantrs.GgufWeight.quantize(
                 np.ascontiguousarray(w.T), t, importance=imp_of and imp_of[lname]
             )
