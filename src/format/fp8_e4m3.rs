@@ -50,6 +50,9 @@ impl Fp8Weight {
         }
         check_scale("weight_scale_inv", scale)?;
         check_codes(&codes)?;
+        // A batch-1 forward streams the codes from DRAM on every call, as
+        // the per-tensor FP8 layer's (see `crate::hugepages`).
+        crate::hugepages::advise(&codes);
         Ok(Fp8Weight {
             codes,
             out_feat,

@@ -55,9 +55,34 @@ pub(crate) fn at_most(name: &str, v: &[u8], cols: usize, max: u32) -> Result<()>
     }
 }
 
-/// The float weight `w` of a quantizer: `out x in` values, all finite; and
-/// its optional `importance`: `in` values, finite and >= 0.
+/// The largest |w| a quantizer takes: the largest finite half. Every format
+/// quantized from float here stores its steps and minimums as halves
+/// (ggml's blocks, `int4_asym`'s `(d, m)`, `int4_k`'s `(D, Dmin)`), so
+/// beyond it a step or a minimum would round to infinity; any float16 or
+/// bfloat16 checkpoint's weights are within it.
+pub(crate) const MAX_ABS_WEIGHT: f32 = 65504.0;
+
+/// The float weight `w` of a quantizer: `out x in` values, each finite
+/// with |w| <= [`MAX_ABS_WEIGHT`] (one pass over `w`, see [`weight_row`]);
+/// and its optional `importance` (see [`float_shape`]).
 pub(crate) fn float_rows(
+    w: &[f32],
+    out_feat: usize,
+    in_feat: usize,
+    importance: Option<&[f32]>,
+) -> Result<()> {
+    float_shape(w, out_feat, in_feat, importance)?;
+    // `in_feat` > 0 once the length matches a non-empty `w`; an empty `w`
+    // has no rows to check.
+    w.chunks(in_feat.max(1))
+        .enumerate()
+        .try_for_each(|(r, row)| weight_row(r, row))
+}
+
+/// The length of `w` (`out x in`) and the optional `importance`: `in`
+/// values, finite and >= 0; the values of `w` are left to [`weight_row`],
+/// so that a row-parallel quantizer checks each row while it is in cache.
+pub(crate) fn float_shape(
     w: &[f32],
     out_feat: usize,
     in_feat: usize,
@@ -66,18 +91,6 @@ pub(crate) fn float_rows(
     if Some(w.len()) != out_feat.checked_mul(in_feat) {
         let want = format!("{out_feat} x {in_feat}");
         return Err(QuantError::dims("weight length", want, w.len()));
-    }
-    // A branch-free pass per chunk (vectorized) first: the search for the
-    // first bad value only runs when there is one.
-    let finite = |c: &[f32]| c.iter().fold(true, |ok, v| ok & v.is_finite());
-    if !w.chunks(1 << 12).all(finite) {
-        let i = w.iter().position(|v| !v.is_finite()).unwrap_or(0);
-        return Err(QuantError::arg(format!(
-            "weight[{}, {}] is {}, expected finite",
-            i / in_feat,
-            i % in_feat,
-            w[i]
-        )));
     }
     let Some(imp) = importance else { return Ok(()) };
     if imp.len() != in_feat {
@@ -90,6 +103,29 @@ pub(crate) fn float_rows(
         )));
     }
     Ok(())
+}
+
+/// Row `r` of the weight `w`: every value finite with |w| <=
+/// [`MAX_ABS_WEIGHT`], else an error naming the first one that is not as
+/// `w[r, c]` (the name the Python quantizers give their argument).
+pub(crate) fn weight_row(r: usize, row: &[f32]) -> Result<()> {
+    // NaN fails `<=`; a branch-free fold keeps the pass vectorized, and the
+    // search for the bad value only runs when there is one.
+    if row
+        .iter()
+        .fold(true, |ok, v| ok & (v.abs() <= MAX_ABS_WEIGHT))
+    {
+        return Ok(());
+    }
+    let c = row
+        .iter()
+        .position(|v| v.is_nan() || v.abs() > MAX_ABS_WEIGHT)
+        .unwrap_or(0);
+    Err(QuantError::arg(format!(
+        "w[{r}, {c}] is {:?}, expected a finite value with |w| <= {MAX_ABS_WEIGHT} (the \
+         largest half, which the scales are stored in)",
+        row[c]
+    )))
 }
 
 /// Rows `rows` (checked by the caller) of an `[_, in_feat]` weight as

@@ -249,7 +249,11 @@ pymethods_with_getters!(PyQuantizedWeight, {}, {
             }
         };
         let ws = contiguous(&wa, "w")?;
-        let inner = py.detach(|| Core::quantize_method(ws, k, n, group_size, method, imp))?;
+        // Under `quantrs.threads` (the quantizer splits over rayon, which
+        // the cap does not reach otherwise).
+        let inner = py.detach(|| {
+            crate::par::run_capped(|| Core::quantize_method(ws, k, n, group_size, method, imp))
+        })?;
         Ok(PyQuantizedWeight::host(inner))
     }
 

@@ -142,7 +142,10 @@ impl PyIntZpWeight {
         let wa = input::<f32>(w, "w")?;
         let [o, i] = shape2(wa.shape(), "w", String::new())?;
         let ws = contiguous(&wa, "w")?;
-        let inner = py.detach(|| quantize_rtn(ws, o, i, group_size, bits))?;
+        // Under `quantrs.threads` (rows split over rayon, which the cap does
+        // not reach otherwise).
+        let inner =
+            py.detach(|| crate::par::run_capped(|| quantize_rtn(ws, o, i, group_size, bits)))?;
         Ok(PyIntZpWeight { inner })
     }
 

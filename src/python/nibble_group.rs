@@ -86,18 +86,13 @@ pub(crate) fn importance<'py>(
 /// `importance`'s elements.
 pub(crate) type QuantizeParts<'a> = (&'a [f32], [usize; 2], Option<&'a [f32]>);
 
-/// The largest |w| a quantizer takes: the largest finite half. Every format
-/// quantized here stores its steps and minimums as halves (ggml's blocks,
-/// `int4_asym`'s `(d, m)`, `int4_k`'s `(D, Dmin)`), so beyond it a step or
-/// a minimum would round to infinity; any float16 or bfloat16 checkpoint's
-/// weights are within it.
-pub(crate) const MAX_ABS_WEIGHT: f32 = 65504.0;
-
 /// A quantizer's float32 `w` `[out, in]` and optional `importance` `[in]`,
-/// checked once (shapes, `w` finite and within [`MAX_ABS_WEIGHT`],
-/// `importance` finite and `>= 0`; every error names the argument and the
-/// first bad element), so that each class's `quantize` keeps only its own
-/// arguments.
+/// checked here for shape (and `importance` for values: finite and `>= 0`);
+/// every error names the argument and the first bad element. `w`'s values
+/// (finite, |w| <= 65504) are left to the core quantizer's check
+/// (`int4_asym::checks`, which names `w[r, c]` alike), which makes it while
+/// quantizing, so that a call reads `w` once. Each class's `quantize` keeps
+/// only its own arguments.
 pub(crate) struct QuantizeArgs<'py> {
     w: PyReadonlyArrayDyn<'py, f32>,
     importance: Option<PyReadonlyArrayDyn<'py, f32>>,
@@ -111,7 +106,7 @@ impl<'py> QuantizeArgs<'py> {
     ) -> PyResult<Self> {
         let w = input::<f32>(w, "w")?;
         let [_, in_feat] = out_in(&w, "w")?;
-        weight_values(contiguous(&w, "w")?, in_feat)?;
+        contiguous(&w, "w")?;
         let importance = self::importance(importance, &format!("[{in_feat}]"))?;
         if let Some(a) = &importance {
             if a.shape() != [in_feat] {
@@ -151,31 +146,6 @@ impl<'py> QuantizeArgs<'py> {
         let (w, shape, imp) = self.parts()?;
         Ok(py.detach(|| crate::par::run_capped(|| quantize(w, shape, imp)))?)
     }
-}
-
-/// Every element of `w` (`[_, in_feat]`) finite with |w| <= [`MAX_ABS_WEIGHT`],
-/// else an error naming the first one that is not by its `[row, col]`.
-fn weight_values(w: &[f32], in_feat: usize) -> PyResult<()> {
-    // NaN fails `<=`; a branch-free fold per chunk keeps the pass vectorized.
-    let within = |c: &[f32]| {
-        c.iter()
-            .fold(true, |ok, v| ok & (v.abs() <= MAX_ABS_WEIGHT))
-    };
-    if w.chunks(1 << 12).all(within) {
-        return Ok(());
-    }
-    let i = w
-        .iter()
-        .position(|v| v.is_nan() || v.abs() > MAX_ABS_WEIGHT)
-        .unwrap_or(0);
-    let msg = format!(
-        "w[{}, {}] is {:?}, expected a finite value with |w| <= {MAX_ABS_WEIGHT} (the \
-         largest half, which the scales are stored in)",
-        i / in_feat,
-        i % in_feat,
-        w[i]
-    );
-    Err(QuantError::arg(msg).into())
 }
 
 /// Every element of `importance` finite and `>= 0`, else an error naming

@@ -2,11 +2,13 @@
 ``GgufWeight.quantize``, ``Int4AsymWeight.quantize`` and ``Int4KWeight.quantize``: every
 bad value raises the documented class with a message that names the argument, the bad
 element and the expected value, and leaves the input untouched; and the quantizers run
-under ``quantrs.threads`` like the kernels, with the same bytes under every cap."""
+under ``quantrs.threads`` like the kernels, with the same bytes under every cap (also
+``QuantizedWeight.quantize`` and ``IntZpWeight.quantize``)."""
 
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 import pytest
@@ -119,3 +121,53 @@ def test_the_thread_cap_applies_and_leaves_the_bytes(name):
         with quantrs.threads(1):
             QUANTIZERS[name](w)
             assert _capped_threads() == {"quantrs-cap-0"}
+
+
+def _capped_cpu_ticks() -> int:
+    """CPU time (clock ticks: utime + stime) so far of the ``quantrs-cap-*`` threads."""
+    ticks = 0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                stat = f.read()
+        except FileNotFoundError:  # a thread that ended meanwhile
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        if name.startswith("quantrs-cap-"):
+            fields = stat[stat.rindex(")") + 2 :].split()
+            ticks += int(fields[11]) + int(fields[12])  # fields 14, 15 of proc(5)
+    return ticks
+
+
+# The other two float quantizers; each call about 0.1-0.2 s of CPU on a Zen 3 core.
+OTHER_QUANTIZERS = {
+    "int4 search": (
+        lambda w: quantrs.QuantizedWeight.quantize(np.ascontiguousarray(w.T)),
+        lambda q: [np.asarray(q.dequantize())],
+        (256, 2048),
+    ),
+    "int_zp": (
+        lambda w: quantrs.IntZpWeight.quantize(w, group_size=64),
+        lambda q: [np.asarray(q.dequantize())],
+        (4096, 2048),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", OTHER_QUANTIZERS)
+def test_the_thread_cap_applies_to_int4_and_int_zp(name):
+    quantize, parts, shape = OTHER_QUANTIZERS[name]
+    w = np.random.default_rng(5).standard_normal(shape).astype(np.float32)
+    free = parts(quantize(w))
+    with quantrs.threads(1):
+        for a, b in zip(parts(quantize(w)), free):
+            np.testing.assert_array_equal(a, b)
+    if os.path.isdir("/proc/self/task") and len(os.sched_getaffinity(0)) > 1:
+        # Under a cap of one the rows run on the capped pool's one thread (not on
+        # rayon's global workers): it gets most of the call's CPU time.
+        with quantrs.threads(1):
+            before, cpu = _capped_cpu_ticks(), time.process_time()
+            quantize(w)
+            spent = _capped_cpu_ticks() - before
+            total = (time.process_time() - cpu) * os.sysconf("SC_CLK_TCK")
+        assert spent >= 0.5 * total and spent > 0, (spent, total)

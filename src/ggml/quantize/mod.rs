@@ -25,10 +25,13 @@ mod search;
 #[cfg(test)]
 mod tests;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use rayon::prelude::*;
 
 use super::{GgmlType, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8_0};
 use crate::error::{QuantError, Result};
+use crate::int4_asym::checks;
 
 /// A ggml type that can be quantized from float rows.
 pub trait QuantizeRow: GgmlType {
@@ -80,8 +83,14 @@ impl QuantizeRow for Q6K {
 
 /// Quantize the float32 matrix `w` (`out_feat x in_feat`, row-major) to
 /// `T`'s packed blocks, rows in parallel. Checks the shape (`in_feat` a
-/// positive multiple of `T::ELEMS`), that `w` is finite and that
-/// `importance` (when given) has `in_feat` finite values `>= 0`.
+/// positive multiple of `T::ELEMS`), that every value of `w` is finite with
+/// |w| <= 65504 (the largest half, which the blocks' scales are stored in)
+/// and that `importance` (when given) has `in_feat` finite values `>= 0`.
+///
+/// `w`'s values are checked row by row inside the parallel loop, right
+/// before each row is quantized (the row is then in cache: no pass of its
+/// own over `w`, as ggml's quantizer makes none). A bad value's error names
+/// the first one of the lowest bad row, whatever the thread count.
 pub fn quantize_matrix<T: QuantizeRow>(
     w: &[f32],
     out_feat: usize,
@@ -100,11 +109,29 @@ pub fn quantize_matrix<T: QuantizeRow>(
             format!("[{out_feat}, {in_feat}]"),
         ));
     }
-    crate::int4_asym::checks::float_rows(w, out_feat, in_feat, importance)?;
+    checks::float_shape(w, out_feat, in_feat, importance)?;
     let row_bytes = in_feat / T::ELEMS * T::BYTES;
     let mut out = vec![0u8; out_feat * row_bytes];
+    // The lowest bad row seen so far (`usize::MAX`: none); rows above it
+    // are skipped, rows below it still checked, so the lowest one wins.
+    let first_bad = AtomicUsize::new(usize::MAX);
     out.par_chunks_mut(row_bytes)
         .zip(w.par_chunks(in_feat))
-        .for_each(|(o, x)| T::quantize_row(x, importance, o));
-    Ok(out)
+        .enumerate()
+        .for_each(|(r, (o, x))| {
+            if r > first_bad.load(Ordering::Relaxed) {
+                return;
+            }
+            match checks::weight_row(r, x) {
+                Ok(()) => T::quantize_row(x, importance, o),
+                Err(_) => {
+                    first_bad.fetch_min(r, Ordering::Relaxed);
+                }
+            }
+        });
+    match first_bad.into_inner() {
+        usize::MAX => Ok(out),
+        // Rebuilt here (one row) rather than carried out of the loop.
+        r => checks::weight_row(r, &w[r * in_feat..(r + 1) * in_feat]).map(|()| out),
+    }
 }

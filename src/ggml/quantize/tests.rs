@@ -285,3 +285,34 @@ fn bad_input_is_an_error() {
     assert!(quantize_matrix::<Q6K>(&x, 2, 256, Some(&[1.0; 255])).is_err());
     assert!(quantize_matrix::<Q6K>(&x, 2, 256, Some(&[-1.0; 256])).is_err());
 }
+
+/// `w`'s values are checked row by row inside the parallel loop: the error
+/// names the first bad value of the lowest bad row (`w[r, c]`, with the
+/// half bound) on any number of threads, and the largest half passes.
+#[test]
+fn a_bad_value_names_the_lowest_row_on_any_thread_count() {
+    let (rows, cols) = (256, 64);
+    let mut w = xorshift_f32(7, rows * cols, 1.0);
+    w[3 * cols + 1] = 65504.0;
+    w[4 * cols + 2] = -65504.0;
+    assert!(quantize_matrix::<Q4_1>(&w, rows, cols, None).is_ok());
+    w[200 * cols + 9] = f32::NAN;
+    w[37 * cols + 40] = 65520.0;
+    w[37 * cols + 41] = f32::INFINITY;
+    w[90 * cols] = f32::NEG_INFINITY;
+    for threads in [1, 2, 4, 8] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        let e = pool
+            .install(|| quantize_matrix::<Q4_0>(&w, rows, cols, None))
+            .unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("w[37, 40] is 65520.0"), "{threads}: {msg}");
+        assert!(msg.contains("|w| <= 65504"), "{msg}");
+    }
+    // A bad importance is named before any row is quantized.
+    let e = quantize_matrix::<Q4_1>(&w, rows, cols, Some(&[-1.0; 64])).unwrap_err();
+    assert!(e.to_string().contains("importance[0]"), "{e}");
+}
