@@ -12,9 +12,9 @@ Run: ``python benches/bench_nibble_pairs.py --baseline-build DIR [--shapes 576x1
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
-import sys
 import time
 
 import numpy as np
@@ -41,21 +41,23 @@ def cpu_ms(f, x: np.ndarray, n: int) -> float:
     return (time.process_time() - t) / n * 1e3
 
 
-def arg(name: str, default: str) -> str:
-    args = sys.argv[1:]
-    return args[args.index(name) + 1] if name in args else default
-
-
 def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument(
+        "--baseline-build", required=True, metavar="DIR", help="a copy of a built python/quantrs"
+    )
+    p.add_argument("--shapes", default="576x1536,1536x576,576x576,576x192,4096x4096")
+    p.add_argument("--batches", default="1,16", help="comma-separated batch sizes (1,16)")
+    p.add_argument("--pairs", type=int, default=7, help="alternated pairs per case (7)")
+    a = p.parse_args()
     import quantrs as new
 
-    base = load_build(arg("--baseline-build", ""))
+    base = load_build(a.baseline_build)
     for q in (new, base):
         q.threads(1)
-    spec = arg("--shapes", "576x1536,1536x576,576x576,576x192,4096x4096")
-    shapes = [tuple(int(v) for v in s.split("x")) for s in spec.split(",")]
-    batches = [int(b) for b in arg("--batches", "1,16").split(",")]
-    pairs = int(arg("--pairs", "7"))
+    shapes = [tuple(int(v) for v in s.split("x")) for s in a.shapes.split(",")]
+    batches = [int(b) for b in a.batches.split(",")]
+    pairs = a.pairs
     print("load average before:", os.getloadavg())
     rng = np.random.default_rng(0)
     for out, inf in shapes:
