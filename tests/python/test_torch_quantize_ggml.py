@@ -87,5 +87,9 @@ def test_bad_arguments_are_named():
     with pytest.raises(quantrs.QuantError, match=r"quantizer: .*got 'search'"):
         quantize_(model, "q4_k", quantizer="search")
     assert model[0] is first  # nothing replaced
+    for method in ("q4_0", "q6_k", "int4_k"):  # fixed blocks: group_size is not theirs
+        with pytest.raises(quantrs.QuantError, match=r"group_size: .*got 128"):
+            quantize_(model, method, 128)
+        assert model[0] is first
     with pytest.raises(quantrs.QuantError, match="importance"):
         GgufWeight.quantize(np.ones((2, 256), np.float32), "q4_k", importance=np.ones(3))

@@ -253,7 +253,7 @@ def quantize_(
     """Replace ``nn.Linear`` modules of ``model`` in place by ``Int4Linear`` (``"int4"``,
     ``group_size`` inputs per scale), ``GgufLinear`` over an ``Int4AsymWeight``
     (``"int4_asym"``: asymmetric INT4, frozen weight) or an ``Int4KWeight`` (``"int4_k"``:
-    k-quant-style INT4, groups of 32, frozen weight; ``group_size`` ignored), ``Int8Linear``
+    k-quant-style INT4, groups of 32, frozen weight; ``group_size`` must stay 32), ``Int8Linear``
     (``"int8"``, one scale per output channel; CPU) or ``FP8Linear`` (``"fp8"``, E4M3, W8A8 when
     an ``activation_scale`` is given). ``filter_fn(module, fqn)`` picks the modules (default:
     :func:`default_filter`). Returns ``model``; a module shared by several parents is quantized
@@ -269,7 +269,7 @@ def quantize_(
     A GGUF block type (``"q4_0"``, ``"q4_1"``, ``"q5_0"``, ``"q5_1"``, ``"q8_0"``,
     ``"q4_k"``, ``"q5_k"``, ``"q6_k"``) gives ``GgufLinear`` layers over llama.cpp's
     quantization of the weight (``GgufWeight.quantize``, the same bytes; ``group_size``
-    ignored, ``quantizer`` must be None), weighted by the importance ``calibration``
+    must stay 32, ``quantizer`` must be None), weighted by the importance ``calibration``
     gives; inputs that the type's block does not divide take llama.cpp's fallback (``q4_k
     -> q5_0``, ``q5_k -> q5_1``, ``q6_k -> q8_0``), and a layer whose inputs are not a
     multiple of 32 stays ``nn.Linear`` (llama.cpp: F16; docs/formats.md "Quantizing from
@@ -283,6 +283,11 @@ def quantize_(
         raise _core.InvalidArgument(
             f"quantize_: quantizer: {method!r} has llama.cpp's quantizer only (weighted by the "
             f"importance of calibration when given); pass None, got {quantizer!r}"
+        )
+    if (method == "int4_k" or method in QUANTIZE_TYPES) and group_size != 32:
+        raise _core.InvalidArgument(
+            f"quantize_: group_size: {method!r} has fixed groups (32 inputs, or ggml's "
+            f"blocks); leave the default 32, got {group_size!r}"
         )
     if method != "fp8" and activation_scale is not None:
         raise _core.InvalidArgument("quantize_: activation_scale applies to 'fp8' only")
