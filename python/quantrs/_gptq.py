@@ -58,12 +58,16 @@ def gptq(
     (``"int4_asym"``, ``[out, in]``) in groups of ``group_size`` inputs, each group's
     parameters chosen by ``grid`` (the format's ``method``); ``refine`` least-squares
     refits of the parameters follow (docs/int4.md "GPTQ"). ``"int4_k"`` gives an
-    ``Int4KWeight`` (``[out, in]``, groups of 32, ``group_size`` ignored) whose groups
+    ``Int4KWeight`` (``[out, in]``, groups of 32, ``group_size`` must stay 32) whose groups
     are fixed by ``grid`` on the original weights and whose codes GPTQ picks; ``refine``
     does not apply to it (``quantrs._gptq_k``)."""
     if format not in _FORMATS:
         raise _core.InvalidArgument(
             f"format: expected 'int4', 'int4_asym' or 'int4_k', got {format!r}"
+        )
+    if format == "int4_k" and group_size != 32:
+        raise _core.InvalidArgument(
+            f"group_size: 'int4_k' has groups of 32; leave the default 32, got {group_size!r}"
         )
     w64 = _matrix(w, "w")
     out_feat, in_feat = w64.shape

@@ -77,6 +77,8 @@ def test_row_super_block_and_bad_inputs():
         quantrs.gptq(w, h, format="int4_k", grid="full")
     with pytest.raises(quantrs.InvalidArgument, match="int4_k"):
         quantrs.gptq(w, h, format="int5")
+    with pytest.raises(quantrs.InvalidArgument, match=r"group_size: .*got 128"):
+        quantrs.gptq(w, h, format="int4_k", group_size=128)
 
 
 def test_quantize_gptq_into_int4_k():
