@@ -15,8 +15,8 @@
 //! The same holds for every weight a batch-1 forward streams: INT4's codes
 //! and scales (`crate::int4`), the per-tensor FP8 layer's and `Fp8Weight`'s
 //! E4M3 codes (`crate::linear::fp8_linear`, `crate::format::fp8_e4m3`) and
-//! the packed GGUF blocks
-//! (`crate::format::gguf_blocks`) each advise their buffer when built.
+//! the packed GGUF blocks (`crate::format::gguf_blocks`) each advise their
+//! buffer when built.
 //!
 //! [`advise`] asks the kernel for huge pages on the whole 2 MiB extents of a
 //! buffer (never on memory outside it, so no other allocation changes) and
