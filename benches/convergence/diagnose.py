@@ -1,12 +1,13 @@
 """The diagnosis of docs/optim-convergence.md, on the NumPy model of the state
 (``simulate.py``): no extension build needed.
 
-Run: python benches/convergence/diagnose.py ablation [--task issue_mlp] [SPEC ...]
+Run: python benches/convergence/diagnose.py [--task issue_mlp|all] ablation [SPEC ...]
      python benches/convergence/diagnose.py ratchet [--task long_mlp] [--steps 3000]
 
 ``ablation`` trains the task with float32 AdamW and with the model under each SPEC, a
 comma-separated list of ``SimAdamW4bit`` keywords (e.g. ``"v_scales='f32'"``,
-``"exact='v',method='int8'"``); without SPECs, the table of the doc. ``ratchet`` prints,
+``"exact='v',method='int8'"``); without SPECs, the table of the doc; ``--task all`` runs
+every task of the suite in turn, a table each. ``ratchet`` prints,
 per v-scale rounding, the median over the first layer's blocks of the stored v scale over
 the block maximum of a float32 v fed the same gradients (``sqrt(v)`` domain).
 """
@@ -84,11 +85,17 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("what", choices=["ablation", "ratchet"])
     ap.add_argument("specs", nargs="*")
-    ap.add_argument("--task", default=None)
+    ap.add_argument("--task", default=None, choices=[*TASKS, "all"])
     ap.add_argument("--steps", type=int, default=3000)
     a = ap.parse_args()
     if a.what == "ablation":
-        ablation(TASKS[a.task or "issue_mlp"](), a.specs or ABLATION)
+        names = list(TASKS) if a.task == "all" else [a.task or "issue_mlp"]
+        for name in names:
+            if len(names) > 1:
+                print(f"\n{name}\n", flush=True)
+            ablation(TASKS[name](), a.specs or ABLATION)
+    elif a.task == "all":
+        ap.error("--task all: ablation only; ratchet takes one task")
     else:
         ratchet(TASKS[a.task or "long_mlp"](), a.steps)
 

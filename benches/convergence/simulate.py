@@ -15,7 +15,19 @@ Scale formats (``m_scales`` / ``v_scales``):
 - ``"dq_nearest"``: the same grid, rounded to the nearest code (in log2);
 - ``"dq_stochastic"``: the same grid, rounded up or down at random with the probability
   that makes the decoded scale unbiased (the format of state version 2, whose extension
-  draws the random number from a hash of the step and the block instead).
+  draws the random number from a hash of the step and the block instead);
+- ``"bf16_up"`` / ``"f16_up"``: one bfloat16 / IEEE half per block, rounded up (a scale
+  stored in 2 bytes that needs no pass over a group: the one-pass layout of docs/optim.md;
+  the half saturates at 65504);
+- ``"bf16_nearest"`` / ``"f16_nearest"``: the same, rounded to nearest even.
+
+Besides the extension's v maps, ``variance_map="sqrt_pow2h"`` is the 16 values
+``{1, 0.75, 0.5, 0.375, ...}`` (``2^-k`` and ``1.5 * 2^-k``, down to ``1.5 * 2^-8``) on
+``sqrt(v)``: consecutive float32 bit patterns ``2^22`` apart, so a kernel finds the nearest
+code from the bits alone (``(bits(x) - bits(1.5 * 2^-8) + 2^21) >> 22``, clamped to 0..15)
+instead of searching the midpoints. ``method="pow2h"`` is its signed m twin: a sign bit
+and a 3-bit magnitude, ``±{0, 0.125, 0.1875, 0.25, 0.375, 0.5, 0.75, 1}`` (the magnitude's
+code from the bits as above, 0 below 0.0625).
 """
 
 from __future__ import annotations
@@ -26,6 +38,25 @@ from quantrs.reference.optim import M_TABLES, variance_table
 
 F = np.float32
 GROUP = 256
+
+
+def _pow2h_table():
+    """``sqrt_pow2h``: code ``c`` is the float32 whose bits are ``bits(1.5 * 2^-8) + c * 2^22``."""
+    base = np.array([1.5 * 2.0**-8], F).view(np.uint32)[0]
+    return (base + np.arange(16, dtype=np.uint32) * np.uint32(1 << 22)).view(F)
+
+
+def _m_table(method):
+    if method == "pow2h":
+        mags = np.concatenate([[0.0], _pow2h_table()[-7:]]).astype(F)
+        return np.concatenate([-mags[::-1], mags]).astype(F)
+    return M_TABLES[method]
+
+
+def _variance_table(name):
+    if name == "sqrt_pow2h":
+        return _pow2h_table(), True
+    return variance_table(name)
 
 
 def _nearest(table, x):
@@ -42,9 +73,34 @@ def _stochastic(table, x, rng):
     return (lo + (rng.random(len(x)) < p)).astype(np.uint8)
 
 
+def _half_up(s, fmt):
+    """``s`` (float32, >= 0) rounded up to the nearest bfloat16 / IEEE half value."""
+    if fmt == "bf16":
+        bits = s.astype(F).view(np.uint32)
+        down = bits & np.uint32(0xFFFF0000)
+        up = np.where(bits != down, down + np.uint32(0x10000), down)
+        return up.view(F)
+    # Saturates at the half's largest value (its elements then clip to the top code).
+    h = np.minimum(s, F(65504)).astype(np.float16)
+    below = h.astype(F) < np.minimum(s, F(65504))
+    h[below] = np.nextafter(h[below], np.float16(np.inf))
+    return h.astype(F)
+
+
+def _half_nearest(s, fmt):
+    if fmt == "bf16":
+        bits = s.astype(F).view(np.uint32)
+        lsb = (bits >> np.uint32(16)) & np.uint32(1)
+        return ((bits + np.uint32(0x7FFF) + lsb) & np.uint32(0xFFFF0000)).view(F)
+    return s.astype(np.float16).astype(F)
+
+
+HALF = ("bf16_up", "f16_up", "bf16_nearest", "f16_nearest")
+
+
 class ScaleStore:
     def __init__(self, fmt: str, rng: np.random.Generator):
-        if fmt not in ("f32", "dq_up", "dq_nearest", "dq_stochastic"):
+        if fmt not in ("f32", "dq_up", "dq_nearest", "dq_stochastic", *HALF):
             raise ValueError(fmt)
         self.fmt, self.rng = fmt, rng
 
@@ -52,6 +108,9 @@ class ScaleStore:
         """Decoded scales of the (clamped, non-negative) block scales ``s``."""
         if self.fmt == "f32":
             return s
+        if self.fmt in HALF:
+            kind, rounding = self.fmt.split("_")
+            return (_half_up if rounding == "up" else _half_nearest)(s, kind)
         out = np.zeros_like(s)
         for g0 in range(0, len(s), GROUP):
             x = s[g0 : g0 + GROUP].astype(np.float64)
@@ -99,8 +158,8 @@ class SimAdamW4bit:
         m_elements="nearest",
     ):
         self.lr, self.wd, self.b1, self.b2, self.eps = lr, weight_decay, *betas, eps
-        self.mt = M_TABLES[method]
-        self.vt, self.sqrt = variance_table(variance_map)
+        self.mt = _m_table(method)
+        self.vt, self.sqrt = _variance_table(variance_map)
         self.bs = block_size
         rng = np.random.default_rng(seed)
         self.m_store, self.v_store = ScaleStore(m_scales, rng), ScaleStore(v_scales, rng)
