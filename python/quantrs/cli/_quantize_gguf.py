@@ -42,8 +42,8 @@ from ._quantize import check_options, progress_bar
 from ._select import Selector
 
 # --format -> llama.cpp's llama_ftype (include/llama.h; gguf-py's LlamaFileType): the k-quants
-# get the "_S" value, since every chosen tensor gets the one type (with llama.cpp's
-# fallbacks) and none of the "_M" mix's upgrades to Q6_K
+# get the "_S" value, which llama-quantize --pure also writes (every chosen tensor the one
+# type or its fallback, none of the _S / _M mixes' upgrades)
 FILE_TYPES = {"q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8, "q5_1": 9, "q4_k": 14, "q5_k": 16,
               "q6_k": 18}  # fmt: skip
 QUANTIZATION_VERSION = 2  # ggml's GGML_QNT_VERSION, which llama-quantize writes
