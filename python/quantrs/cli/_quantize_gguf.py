@@ -99,7 +99,7 @@ def plan(g: GgufFile, fmt: str, selector: Selector) -> list[_Job]:
             elif used == t.type_name.lower():
                 used, reason = None, f"already {used}: copied (as llama.cpp does)"
             elif t.type_name not in _FLOAT_TYPES and t.type_name not in PACKED_TYPES:
-                used, reason = None, f"ggml type {t.type_name} has no quantrs decoder: copied"
+                used, reason = None, f"ggml type {t.type_name}: not a type quantrs decodes, copied"
             else:
                 reason = fallback_note(fmt, used, in_feat)
         type_id = t.type_id if used is None else _TYPE_IDS[used]
