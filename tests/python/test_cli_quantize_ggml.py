@@ -95,7 +95,7 @@ def test_bad_options_are_named(tmp_path, capsys):
             assert msg in err, err
     out.unlink()
     assert main(["quantize", str(src), str(tmp_path / "o.gguf"), "--format", "q4_0"]) == 1
-    assert "OUT ends in .gguf" in capsys.readouterr().err
+    assert "convert_hf_to_gguf.py" in capsys.readouterr().err
     assert not (tmp_path / "o.gguf").exists()
     with pytest.raises(SystemExit):  # argparse: not a known format
         main(["quantize", str(src), str(out), "--format", "q3_k"])

@@ -56,17 +56,22 @@ def _parser() -> argparse.ArgumentParser:
 
     q = sub.add_parser(
         "quantize",
-        help="quantize the linear weights of a safetensors file or Hugging Face model folder",
+        help="quantize the linear weights of a safetensors file, Hugging Face model folder or "
+        "GGUF file",
         description="Quantize the 2-D weights of linear layers (or the tensors --include picks) "
         "of IN, a .safetensors file or a model folder (sharded or not), to INT4 (symmetric or "
         "asymmetric), FP8 E4M3 or a GGUF block type (llama.cpp's quantizer, the same bytes), "
         "optionally calibrated on text (importance or GPTQ); "
         "copy everything else; write OUT (a file, or a folder with its index, config.json "
-        "quantization_config and the other files) atomically. See docs/cli.md and "
-        "docs/checkpoints.md.",
+        "quantization_config and the other files) atomically. A GGUF IN (a GGUF block type, "
+        "OUT ending in .gguf) gives a GGUF file llama.cpp loads, as llama-quantize makes one: "
+        "the block linears (blk.N.*.weight) quantized, every other tensor and all metadata "
+        "copied. See docs/cli.md and docs/checkpoints.md.",
     )
-    q.add_argument("input", metavar="IN", help="input .safetensors file or model folder")
-    q.add_argument("output", metavar="OUT", help="output file (or folder, for a folder IN)")
+    q.add_argument("input", metavar="IN", help="input .safetensors file, model folder or .gguf")
+    q.add_argument(
+        "output", metavar="OUT", help="output file (a folder for a folder IN; .gguf for a GGUF IN)"
+    )
     q.add_argument(
         "--format",
         required=True,
@@ -100,8 +105,9 @@ def _parser() -> argparse.ArgumentParser:
         "--calibration",
         metavar="TEXT",
         help="a text file run through IN's float model first (IN a model folder with its "
-        "tokenizer; needs PyTorch and transformers): gives search and the GGUF types each "
-        "input's importance (mean x^2, llama.cpp's imatrix) and gptq its Hessians",
+        "tokenizer, or a GGUF file with its vocabulary; needs PyTorch and transformers): "
+        "gives search and the GGUF types each input's importance (mean x^2, llama.cpp's "
+        "imatrix) and gptq its Hessians",
     )
     q.add_argument(
         "--calibration-windows",
@@ -207,14 +213,20 @@ def _cmd_demo(args) -> int:
 def _cmd_quantize(args) -> int:
     from ._folder import quantize_folder
     from ._quantize import format_report, quantize_file
+    from ._quantize_gguf import is_gguf, not_gguf_message
     from ._select import Selector
 
-    if args.output.lower().endswith(".gguf"):
+    gguf_in, gguf_out = is_gguf(args.input), args.output.lower().endswith(".gguf")
+    if gguf_out and not gguf_in and os.path.exists(args.input):
+        raise CliError(not_gguf_message(args.input))
+    if gguf_in and not gguf_out:
         raise CliError(
-            "OUT ends in .gguf: quantize writes quantrs' safetensors layout (docs/cli.md, "
-            "'GGUF output'); quantrs.formats.save_gguf writes packed weights to GGUF"
+            f"IN {args.input!r} is a GGUF file: OUT must end in .gguf (GGUF in, GGUF out); "
+            "quantrs convert IN OUT --from gguf writes its exact bits in quantrs' layout"
         )
     selector = Selector(args.include, args.exclude)
+    if gguf_in:
+        return _quantize_to_gguf(args, selector)
     opts = dict(
         group_size=args.group_size,
         progress=not args.no_progress,
@@ -234,7 +246,10 @@ def _cmd_quantize(args) -> int:
         )
     else:
         if args.calibration is not None or args.method == "gptq":
-            raise CliError("--calibration (and --method gptq) need IN to be a model folder")
+            raise CliError(
+                "--calibration (and --method gptq) need IN to be a model folder "
+                "(--calibration: or a GGUF file, with a .gguf OUT)"
+            )
         rows, summary = quantize_file(args.input, args.output, args.format, **opts), None
     if args.json:
         print(json.dumps(rows if summary is None else {**summary, "tensors": rows}, indent=1))
@@ -243,6 +258,43 @@ def _cmd_quantize(args) -> int:
         if summary is not None:
             print(f"wrote {summary['output']}: {len(summary['shards'])} shard(s), copied "
                   f"{', '.join(summary['files_copied']) or 'no other files'}")  # fmt: skip
+    return 0
+
+
+def _quantize_to_gguf(args, selector) -> int:
+    from ._quantize import format_report
+    from ._quantize_gguf import check_gguf_options, quantize_gguf
+
+    check_gguf_options(args.format, args.group_size, args.method)
+    prepared = None
+    if args.calibration is not None:
+        from ._calibration import prepare_gguf
+
+        prepared = prepare_gguf(
+            args.input,
+            args.calibration,
+            args.format,
+            args.method,
+            selector,
+            args.calibration_windows,
+            args.calibration_length,
+        )
+    rows, summary = quantize_gguf(
+        args.input,
+        args.output,
+        args.format,
+        group_size=args.group_size,
+        progress=not args.no_progress,
+        selector=selector,
+        method=args.method,
+        prepared=prepared,
+    )
+    if args.json:
+        print(json.dumps({**summary, "tensors": rows}, indent=1))
+    else:
+        print(format_report(rows))
+        print(f"wrote {summary['output']}: {summary['quantized']} tensor(s) quantized, "
+              f"general.file_type {summary['file_type']}")  # fmt: skip
     return 0
 
 

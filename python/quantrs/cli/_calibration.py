@@ -12,7 +12,9 @@ selection quantizes:
 - the ggml types (``--format q4_k`` ...): the importance weighs llama.cpp's quantizer, as
   its ``--imatrix`` does (``q8_0`` ignores it, as ggml does).
 
-Everything else streams as without calibration. Needs PyTorch and transformers.
+Everything else streams as without calibration. Needs PyTorch and transformers. A GGUF IN
+(:func:`prepare_gguf`) gets the importance for the ggml types the same way, from the float
+model and tokenizer transformers builds from the file.
 """
 
 from __future__ import annotations
@@ -32,7 +34,9 @@ def chosen_weights(ck: Checkpoint, selector: Selector) -> set[str]:
     return {n for n in ck.names() if selector.choose(ck.info(n))[0]}
 
 
-def _batches(folder: Path, text_path: Path, windows: int, length: int) -> list:
+def _batches(folder: Path, text_path: Path, windows: int, length: int, **tok_args) -> list:
+    """The calibration windows: ``text_path`` tokenized by the tokenizer of ``folder``
+    (``tok_args``: ``gguf_file=`` for a GGUF file's vocabulary)."""
     from transformers import AutoTokenizer
 
     try:
@@ -40,9 +44,10 @@ def _batches(folder: Path, text_path: Path, windows: int, length: int) -> list:
     except (OSError, UnicodeDecodeError) as e:
         raise CliError(f"--calibration {str(text_path)!r}: cannot read it as text: {e}") from None
     try:
-        tok = AutoTokenizer.from_pretrained(folder)
-    except (OSError, ValueError) as e:
-        raise CliError(f"{folder}: no usable tokenizer for --calibration: {e}") from None
+        tok = AutoTokenizer.from_pretrained(folder, **tok_args)
+    except (OSError, ValueError, KeyError) as e:
+        where = folder / tok_args["gguf_file"] if tok_args else folder
+        raise CliError(f"{where}: no usable tokenizer for --calibration: {e}") from None
     ids = tok(text, return_tensors="pt").input_ids[0]
     n = min(windows, ids.numel() // length)
     if n < 1:
@@ -113,3 +118,46 @@ def _packed_of(m):
     if isinstance(w, GgufWeight) and w.type == "q4_1":
         return q4_1_blocks_to_asym(np.frombuffer(w.to_bytes(), np.uint8), *w.shape)
     return w
+
+
+def prepare_gguf(
+    path: str,
+    text_path: str,
+    fmt: str,
+    method: str | None,
+    selector: Selector,
+    windows: int = 8,
+    length: int = 512,
+) -> Prepared:
+    """The importance of each tensor ``selector`` chooses in the GGUF file ``path`` (by
+    its GGUF name): transformers builds the float32 model from the file (dequantized) and
+    its tokenizer from the file's vocabulary; each chosen layer's mean input ``x^2`` is
+    keyed by the GGUF name transformers' tensor-name mapping gives it (llama.cpp's row
+    interleave of q / k permutes outputs, not the inputs the importance is over)."""
+    from ..formats import GgufFile
+    from ._quantize_gguf import check_gguf_options
+
+    check_gguf_options(fmt, 32, method)
+    try:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        from ..torch import collect_importance
+        from ..torch._gguf_model import gguf_architecture, tensor_map
+    except ImportError as e:
+        raise CliError(f"--calibration needs PyTorch, transformers and gguf ({e})") from None
+    src = Path(path)
+    with GgufFile(src) as g:
+        arch = gguf_architecture(g)
+        chosen = {n for n, t in g.tensors.items() if selector.choose_gguf(n, len(t.dims))[0]}
+    batches = _batches(src.parent, Path(text_path), windows, length, gguf_file=src.name)
+    model = AutoModelForCausalLM.from_pretrained(
+        src.parent, gguf_file=src.name, dtype=torch.float32
+    ).eval()
+    to_gguf = {
+        hf[: -len(".weight")]: name
+        for name, (hf, _) in tensor_map(model, arch).items()
+        if name in chosen and hf.endswith(".weight")
+    }
+    imp = collect_importance(model, batches, lambda m, fqn: fqn in to_gguf)
+    return Prepared(importance={to_gguf[fqn]: v for fqn, v in imp.items()})

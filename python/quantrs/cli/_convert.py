@@ -137,18 +137,26 @@ def _rows_tensor(reader: StReader, t: TensorInfo, quantize, prepared):
     ``prepared`` holds): its tensors and the error, checked a band of rows at a time."""
     from ..formats.own_layout import own_arrays
 
-    if not np.isfinite(w := _rows_f32(reader, t)).all():
+    packed, err = quantize_rows(_rows_f32(reader, t), quantize, prepared)
+    return own_arrays(packed), err
+
+
+def quantize_rows(w: np.ndarray, quantize, prepared=(None, None)):
+    """``(packed, error)`` of the float32 weight ``w [out, in]``: ``quantize(w,
+    importance)`` (or the weight ``prepared`` holds), the error checked a band of rows at
+    a time. A non-finite weight raises ``InvalidArgument`` naming the index."""
+    if not np.isfinite(w).all():
         r, c = np.argwhere(~np.isfinite(w))[0]
         raise InvalidArgument(f"w: non-finite value {w[r, c]} at index [{r}, {c}]")
     importance, packed = prepared
     if packed is None:
         packed = quantize(w, importance)
     acc = _ErrAcc()
-    step = max(1, _ERR_ELEMS // t.shape[1])
-    for r0 in range(0, t.shape[0], step):
-        r1 = min(t.shape[0], r0 + step)
+    step = max(1, _ERR_ELEMS // w.shape[1])
+    for r0 in range(0, w.shape[0], step):
+        r1 = min(w.shape[0], r0 + step)
         acc.add(w[r0:r1], packed.dequantize_rows(r0, r1))
-    return own_arrays(packed), acc.result()
+    return packed, acc.result()
 
 
 def fp8_tensor(reader: StReader, t: TensorInfo):

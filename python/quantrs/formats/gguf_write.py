@@ -10,6 +10,10 @@ in :mod:`.gguf` (written from ggml's ``docs/gguf.md``).
   and minimum codes and nibbles, rearranged into ggml's block (exactly: both dequantize
   ``(D * sc) * q - (Dmin * mn)`` in float32).
 - ``GgufWeight`` as its own block type, its bytes unchanged.
+
+A file of these tensors alone is no model llama.cpp loads (no metadata, vocabulary or float
+tensors); ``quantrs quantize IN.gguf OUT.gguf`` writes a whole model from a GGUF model
+(:mod:`.gguf_rewrite`).
 """
 
 from __future__ import annotations
