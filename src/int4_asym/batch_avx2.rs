@@ -1,6 +1,7 @@
 //! The AVX2 forward of the 4-bit nibble formats (`int4_asym`, `int4_k` and
 //! 4-bit `int_zp`: runs of 32 inputs in 16 bytes, per group `w = d q + c`,
-//! `rows_avx2::GroupScales`) at batches of [`MIN_BATCH`] to [`MAX_BATCH`].
+//! `rows_avx2::GroupScales`) at batches of 4 to [`MAX_BATCH`]; [`matmul`]
+//! hands batches of 1 to 3 to the batch-1 driver (`matvec_avx2.rs`).
 //!
 //! Why (Zen 3, one thread, docs/benchmarks.md): there the shared row
 //! engine decodes each tile of 16 rows x 512 inputs to float32, then runs
@@ -27,10 +28,11 @@ use super::RUN;
 use crate::linear::dispatch::Dots;
 use crate::simd::{Avx2, F32Lanes};
 
-/// The smallest batch this kernel serves (below it the engine's
-/// several-rows-per-pass dot reads the weight once per batch row, which is
-/// cheaper than the accumulators' reduction here).
-pub(crate) const MIN_BATCH: usize = 4;
+/// The smallest batch [`matmul`] serves: batches of 1 to
+/// `matvec_avx2::MAX_BATCH` go to the batch-1 driver (`matvec_avx2.rs`,
+/// the several-rows-per-pass dot, which reads the weight once per batch
+/// row and is cheaper there than the accumulators' reduction here).
+pub(crate) const MIN_BATCH: usize = 1;
 /// The largest batch this kernel serves (from 32 the engine's panel GEMM
 /// reuses each decoded weight across more batch rows than this kernel's
 /// registers hold).
@@ -58,6 +60,9 @@ pub(crate) fn matmul<S: GroupScales + Sync + ?Sized>(
     y: &mut [f32],
 ) {
     let m = x.len() / k.max(1);
+    if m <= super::matvec_avx2::MAX_BATCH {
+        return super::matvec_avx2::matvec(t, dots, s, codes, [n, k], x, bias, y);
+    }
     assert!(k > 0 && k.is_multiple_of(RUN) && x.len() == m * k && y.len() == m * n);
     assert!(codes.len() == n * (k / 2) && bias.is_none_or(|b| b.len() == n));
     let group_runs = s.group_runs();
@@ -115,7 +120,7 @@ pub(crate) fn matmul<S: GroupScales + Sync + ?Sized>(
 
 /// `y`'s pointer, shared by the tasks (each writes only its own rows).
 #[derive(Clone, Copy)]
-struct Out(*mut f32);
+pub(super) struct Out(pub(super) *mut f32);
 // SAFETY: the tasks write disjoint elements (their own output rows).
 unsafe impl Send for Out {}
 // SAFETY: as above.

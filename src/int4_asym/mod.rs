@@ -28,6 +28,8 @@ pub(crate) mod checks;
 pub(crate) mod decode_avx2;
 mod dot;
 #[cfg(target_arch = "x86_64")]
+mod matvec_avx2;
+#[cfg(target_arch = "x86_64")]
 pub(crate) mod rows_avx2;
 pub(crate) mod runs;
 mod search;
@@ -286,7 +288,19 @@ impl rows_avx2::GroupScales for AsymWeight {
             pairs
         };
         rows_avx2::halves_to_f32(dots, &from[..n], &mut dm[..n]);
-        dm[pairs..].fill(0.0);
+        // The padding (fewer than 8 floats, in the last 8): a fixed trip
+        // count, not a fill of a run-time length (a `memset` call per row).
+        let end = dm.len();
+        for (j, v) in dm[end - 8..].iter_mut().enumerate() {
+            if end - 8 + j >= pairs {
+                *v = 0.0;
+            }
+        }
+    }
+
+    fn prefetch_scales(&self, rows: Range<usize>) {
+        let n = 2 * self.groups();
+        rows_avx2::prefetch_elems(&self.scales, rows.start * n, rows.end * n);
     }
 }
 

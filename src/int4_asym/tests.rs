@@ -237,7 +237,7 @@ where
         return;
     };
     let dots = Dots::Avx2(t, t.f16c());
-    for m in [4, 5, 8, 9, 16, 17, 31] {
+    for m in [1, 2, 3, 4, 5, 8, 9, 16, 17, 31] {
         let x: Vec<f32> = crate::testutil::rand_vec(m * k, (m * k) as u64)
             .iter()
             .map(|v| 3.0 * v)
@@ -260,6 +260,16 @@ where
                 .all(|(a, b)| a.to_bits() == b.to_bits()),
             "{name} m{m}"
         );
+        if m <= 3 {
+            // The batch-1 driver gives the multi-row dot of each row of `x`
+            // (what the shared engine runs) plus the bias, bit for bit.
+            for b in 0..m {
+                let mut v = vec![0f32; n];
+                rows_avx2::dot_rows(t, dots, s, codes, 0, &x[b * k..(b + 1) * k], &mut v);
+                let same = (0..n).all(|r| (v[r] + bias[r]).to_bits() == y[b * n + r].to_bits());
+                assert!(same, "{name} m{m} row {b}: the driver against dot_rows");
+            }
+        }
         for b in 0..m {
             for r in 0..n {
                 let (xb, wr) = (&x[b * k..(b + 1) * k], &deq[r * k..(r + 1) * k]);
@@ -286,8 +296,8 @@ where
     }
 }
 
-/// The AVX2 batch kernel (batches 4 to 31) of the three 4-bit nibble
-/// formats against float64: odd row counts (tasks of 16 rows and a short
+/// The AVX2 forward of the three 4-bit nibble formats at batches 1 to 31
+/// (the batch-1 driver to 3, the batch kernel from 4) against float64: odd row counts (tasks of 16 rows and a short
 /// one), inputs that are not a multiple of the 512-input block (160, 576,
 /// 1056), groups of 32 to 128 with a short last group, 1 and 3 threads.
 #[cfg(target_arch = "x86_64")]

@@ -445,9 +445,21 @@ impl crate::int4_asym::rows_avx2::GroupScales for KWeight {
         let (_, sr, hr) = self.row_parts(r);
         let gps = self.super_block() / GROUP;
         match dots {
-            Dots::Avx2(_, Some(f)) => row_dm_avx2::row_dm_f16c(f, sr, hr, gps, dm),
+            // The codes from this row to the end of the array: the vector
+            // unpack reads a row's last groups in place (`row_dm_avx2.rs`).
+            Dots::Avx2(_, Some(f)) => {
+                let sc = &self.scale_codes[r * sr.len()..];
+                row_dm_avx2::row_dm_f16c(f, sc, hr, gps, dm)
+            }
             _ => row_dm(sr, hr, gps, dm),
         }
+    }
+
+    fn prefetch_scales(&self, rows: Range<usize>) {
+        use crate::int4_asym::rows_avx2::prefetch_elems;
+        let (scb, nsb) = (scale_code_bytes(self.groups()), 2 * self.supers_per_row());
+        prefetch_elems(&self.scale_codes, rows.start * scb, rows.end * scb);
+        prefetch_elems(&self.supers, rows.start * nsb, rows.end * nsb);
     }
 }
 

@@ -13,13 +13,14 @@
 //! Rows whose super-block is the whole row (`in` not a multiple of 256,
 //! e.g. SmolLM2's 576 inputs: 18 groups under one `(D, Dmin)`) take the
 //! same unpack eight groups at a time, the last `groups % 8` groups from
-//! a zero-padded copy of their bytes: through the scalar unpack they made
-//! a batch-1 call of `[1536, 576]` half again as slow as one of
-//! `[576, 1536]`.
+//! their bytes in place (reading on into the next row's codes, which are
+//! dropped; the last row from a zero-padded copy): through the scalar
+//! unpack they made a batch-1 call of `[1536, 576]` half again as slow as
+//! one of `[576, 1536]`.
 
 use std::arch::x86_64::*;
 
-use super::{row_dm, GROUP, SUPER};
+use super::{row_dm, scale_code_bytes, GROUP, SUPER};
 use crate::simd::Avx2F16c;
 
 /// Groups per 256-input super-block.
@@ -27,31 +28,58 @@ const GPS: usize = SUPER / GROUP;
 
 /// [`super::row_dm`] (the same values): vector code for every eight groups
 /// under one `(D, Dmin)` (super-blocks of 8 groups, or one super-block per
-/// row), the scalar unpack for the rest.
-pub(crate) fn row_dm_f16c(t: Avx2F16c, sc_row: &[u8], supers: &[u16], gps: usize, dm: &mut [f32]) {
+/// row), the scalar unpack for the rest. `sc` starts with the row's scale
+/// codes and may run on into the next rows' (the weight's whole array from
+/// this row): a row's last `groups % 8` groups then unpack from their bytes
+/// in place, the following ones read and dropped.
+pub(crate) fn row_dm_f16c(t: Avx2F16c, sc: &[u8], supers: &[u16], gps: usize, dm: &mut [f32]) {
     let groups = dm.len() / 2;
+    let sc_row = &sc[..scale_code_bytes(groups)];
     let whole_row = gps == groups;
     if !(whole_row || gps == GPS && groups.is_multiple_of(GPS)) {
         return row_dm(sc_row, supers, gps, dm);
     }
+    assert!(supers.len() >= 2 * groups.div_ceil(gps));
+    // SAFETY: the token proves AVX2, FMA and F16C; `sc` holds the row's
+    // codes (sliced above) and `supers` its halves (asserted).
+    unsafe { row_dm_body(t, sc, supers, gps, dm) }
+}
+
+/// The body of [`row_dm_f16c`], with [`unpack`] inlined.
+///
+/// # Safety
+/// None beyond the token; `sc` holds the row's `scale_code_bytes(groups)`
+/// code bytes, `supers` its halves, `gps` is 8 (dividing the groups) or the
+/// whole row (checked by [`row_dm_f16c`]).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn row_dm_body(t: Avx2F16c, sc: &[u8], supers: &[u16], gps: usize, dm: &mut [f32]) {
+    let groups = dm.len() / 2;
     let vector = groups / GPS * GPS;
-    assert!(sc_row.len() >= vector / 2 * 3 && supers.len() >= 2 * groups.div_ceil(gps));
-    // SAFETY: the token proves AVX2, FMA and F16C; lengths checked above.
-    unsafe { unpack(t, sc_row, supers, gps, &mut dm[..2 * vector]) };
+    // SAFETY: `vector / 8` runs of 12 code bytes lie in the row's codes.
+    unsafe { unpack(t, sc, supers, gps, &mut dm[..2 * vector]) };
     if vector < groups {
-        // The last `groups % 8` groups (a row that is one super-block):
-        // their bytes, zero-padded to eight groups, through the same unpack
-        // (the scalar `group_dm` per group cost more than the other 16
-        // groups of a 576-input row together); the pad's pairs are dropped.
-        let rest = &sc_row[vector / 2 * 3..];
-        // Element loops, not `copy_from_slice`: a copy of a length known
-        // only at run time is a `memmove` call, per row.
+        // The last `groups % 8` groups (a row that is one super-block),
+        // through the same unpack eight groups at a time; the pad's pairs
+        // are dropped. Their 12 bytes read in place where the array has
+        // them (every row but the last): copied into a buffer first, the
+        // unpack's loads waited on the copy's byte stores (no store to load
+        // forwarding), which cost a 576-input row about as much as its
+        // other 16 groups. The last row copies, zero-padded.
+        let at = vector / 2 * 3;
         let mut bytes = [0u8; 12];
-        bytes.iter_mut().zip(rest).for_each(|(b, &v)| *b = v);
+        let from = match sc.get(at..at + 12) {
+            Some(b) => b,
+            None => {
+                // Element loops, not `copy_from_slice`: a copy of a length
+                // known only at run time is a `memmove` call.
+                bytes.iter_mut().zip(&sc[at..]).for_each(|(b, &v)| *b = v);
+                &bytes
+            }
+        };
         let mut pairs = [0f32; 2 * GPS];
         // SAFETY: as above: 12 code bytes, the row's one pair of halves
         // (`whole_row`), 16 floats.
-        unsafe { unpack(t, &bytes, &supers[..2], gps, &mut pairs) };
+        unsafe { unpack(t, from, &supers[..2], gps, &mut pairs) };
         // A fixed trip count with a test, not a copy of the run-time
         // length (which compiles to a `memmove` call per row).
         let tail = &mut dm[2 * vector..];
@@ -71,6 +99,7 @@ pub(crate) fn row_dm_f16c(t: Avx2F16c, sc_row: &[u8], supers: &[u16], gps: usize
 /// None beyond the token; `dm.len() / 16` runs of eight groups of codes
 /// and their halves present, each inside one super-block of `gps` groups
 /// (checked by [`row_dm_f16c`]).
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn unpack(_: Avx2F16c, sc_row: &[u8], supers: &[u16], gps: usize, dm: &mut [f32]) {
     // Lane `g` of each 128-bit half: bytes `3(g/2) + g%2` and the next,

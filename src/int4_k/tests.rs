@@ -183,7 +183,8 @@ fn bad_inputs_are_errors() {
 /// bit for bit: every 6-bit scale and minimum at every group position,
 /// halves of both signs (zero, subnormals, the largest), 1 to 4 super-blocks
 /// of 256, and rows whose super-block is the whole row (eight groups at a
-/// time, then the scalar tail).
+/// time, then the last groups from a padded copy or, with bytes after the
+/// row's codes, in place).
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn vector_row_dm_is_the_scalar_one() {
@@ -219,6 +220,20 @@ fn vector_row_dm_is_the_scalar_one() {
             row_dm_avx2::row_dm_f16c(t, &packed, &supers, gps, &mut got);
             for (g, (w, v)) in want.iter().zip(&got).enumerate() {
                 assert_eq!(w.to_bits(), v.to_bits(), "in {in_feat}, row {r}, slot {g}");
+            }
+            // The codes followed by other bytes (the next rows' codes, as
+            // the weight passes them): a whole row's last groups unpack in
+            // place, the bytes after them read and dropped.
+            for fill in [0x00u8, 0xFF, 0x5A] {
+                let mut ahead = packed.clone();
+                ahead.extend(std::iter::repeat_n(fill, 1 + r % 16));
+                let mut got = vec![f32::NAN; 2 * groups];
+                row_dm_avx2::row_dm_f16c(t, &ahead, &supers, gps, &mut got);
+                let same = want
+                    .iter()
+                    .zip(&got)
+                    .all(|(w, v)| w.to_bits() == v.to_bits());
+                assert!(same, "in {in_feat}, row {r}, {} bytes after", 1 + r % 16);
             }
             // And the scalar pairs are the format's `(D sc, -(Dmin mn))`.
             for g in 0..groups {

@@ -166,6 +166,49 @@ fn the_multi_row_dot_matches_float64_for_every_row_count() {
     }
 }
 
+/// The F16C pairs of the multi-row kernel's slots (`group_scales_padded`)
+/// are the scalar `group_scales` bit for bit (subnormal and negative
+/// halves, zero points 0, 15 and random) then zeros, on every row: those
+/// that read on into the next row's halves and the last, which cannot;
+/// 1, 3, 5 and 8 groups (slots of 8 and 16 floats).
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn padded_group_scales_are_the_scalar_pairs_then_zeros() {
+    use crate::int4_asym::rows_avx2::GroupScales;
+    for (in_feat, gs) in [(160, 160), (96, 32), (160, 32), (256, 32)] {
+        let out_feat = 6;
+        let w = random(out_feat, in_feat, gs, 4, false);
+        let pairs = 2 * w.groups();
+        let stride = pairs.next_multiple_of(8);
+        for level in available_levels() {
+            let dots = Dots::at(level).unwrap();
+            for r in 0..out_feat {
+                let mut want = vec![f32::NAN; pairs];
+                w.group_scales(Dots::Scalar, r, &mut want);
+                let mut slot = vec![0f32; stride];
+                w.group_scales_padded(dots, r, pairs, &mut slot);
+                let same = want
+                    .iter()
+                    .zip(&slot)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{level:?} in {in_feat} g{gs} row {r}");
+                assert!(slot[pairs..].iter().all(|v| v.to_bits() == 0), "padding");
+                for (g, p) in want.chunks_exact(2).enumerate() {
+                    let (sh, z) = (
+                        w.scales()[r * w.groups() + g],
+                        w.zeros()[r * w.groups() + g],
+                    );
+                    let sv = half(sh);
+                    assert_eq!(
+                        (p[0].to_bits(), p[1].to_bits()),
+                        (sv.to_bits(), (-(sv * f32::from(z))).to_bits())
+                    );
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn gather_and_scatter_follow_the_permutation() {
     let w = random(2, 64, 32, 4, true);
