@@ -69,9 +69,13 @@ impl QuantizedWeight {
                 format!("{:?}", x.shape()),
             ));
         }
-        let mut y = Array2::zeros((batch, self.out_feat));
+        // Not zeroed first: the GEMM writes every element (a serial pass
+        // over the whole output before the parallel GEMM otherwise).
+        let mut y = Array2::<f32>::uninit((batch, self.out_feat));
         let ys = y.as_slice_mut().expect("a new array is contiguous");
-        self.try_matmul(contiguous(&x, "x")?, batch, ys)?;
-        Ok(y)
+        self.view()
+            .try_matmul_uninit(contiguous(&x, "x")?, batch, ys)?;
+        // SAFETY: `try_matmul_uninit` returned Ok, so it wrote every element.
+        Ok(unsafe { y.assume_init() })
     }
 }

@@ -5,6 +5,8 @@
 //! value never makes a kernel read out of bounds), so a layer that keeps its
 //! packed bytes in a tensor holds them once and pays no per-call copy.
 
+use std::mem::MaybeUninit;
+
 use super::dispatch::{Gemm, Matvec};
 use super::{
     bf16, check_parts, checked_len, gemm, matvec, rows, Kernels, MatvecKernel, GEMM_MIN_BATCH,
@@ -72,6 +74,39 @@ impl<'a> QuantizedWeightRef<'a> {
     /// kernels `QuantizedWeight::try_matmul` documents; a slice of the wrong
     /// length is an error and `y` is untouched.
     pub fn try_matmul(&self, x: &[f32], batch: usize, y: &mut [f32]) -> Result<()> {
+        let kernels = self.checked_kernels(x, batch, y.len())?;
+        self.run(x, batch, y, kernels)
+    }
+
+    /// [`Self::try_matmul`] into an output that need not be initialized (a
+    /// new array's allocation, `matmul_array`): `Ok` only once every
+    /// element of `y` is written. The blocked FMA GEMM writes it directly
+    /// (its first depth block overwrites, `gemm::panel_gemm_uninit`); the
+    /// other paths (few rows, AMX tiles, inputs the range check scales)
+    /// run on `y` zeroed first.
+    pub(super) fn try_matmul_uninit(
+        &self,
+        x: &[f32],
+        batch: usize,
+        y: &mut [MaybeUninit<f32>],
+    ) -> Result<()> {
+        let kernels = self.checked_kernels(x, batch, y.len())?;
+        if let Kernels::Gemm(g) = kernels {
+            if batch > 0 && crate::range::shifts(x, self.in_feat).is_none() {
+                gemm::matmul_uninit(self, x, batch, y, g);
+                return Ok(());
+            }
+        }
+        y.fill(MaybeUninit::new(0.0));
+        // SAFETY: every element was initialized just above, and
+        // `MaybeUninit<f32>` has the layout of `f32`.
+        let y = unsafe { &mut *(y as *mut [MaybeUninit<f32>] as *mut [f32]) };
+        self.run(x, batch, y, kernels)
+    }
+
+    /// The kernels of a `batch`-row call, after checking the lengths of
+    /// `x` and of `y` (`ny` elements).
+    fn checked_kernels(&self, x: &[f32], batch: usize, ny_got: usize) -> Result<Kernels> {
         let nx = checked_len(batch, self.in_feat, "x")?;
         if x.len() != nx {
             return Err(QuantError::dims(
@@ -81,11 +116,11 @@ impl<'a> QuantizedWeightRef<'a> {
             ));
         }
         let ny = checked_len(batch, self.out_feat, "y")?;
-        if y.len() != ny {
+        if ny_got != ny {
             return Err(QuantError::dims(
                 "y",
                 format!("{ny} elements ([{batch}, {}])", self.out_feat),
-                y.len(),
+                ny_got,
             ));
         }
         let level = simd::level();
@@ -97,7 +132,7 @@ impl<'a> QuantizedWeightRef<'a> {
         } else {
             Kernels::Matvec(mv)
         };
-        self.run(x, batch, y, kernels)
+        Ok(kernels)
     }
 
     /// The GEMM of a `batch`-row call at `level`: the bf16 tile GEMM from

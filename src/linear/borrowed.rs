@@ -7,7 +7,7 @@
 //! gives some output, never an out-of-bounds read).
 
 use super::fp8_linear::prepare_fp8;
-use super::kernels::{matmul_rows, Epilogue};
+use super::kernels::{matmul_rows, matmul_rows_in_range, Epilogue};
 use super::{check_bias, rows_of};
 use crate::error::{QuantError, Result};
 use crate::format::{check_scale, E4m3Rows, Int8Rows};
@@ -74,6 +74,12 @@ pub fn fp8_forward(
         scale: &|_| mult,
         bias,
     };
-    matmul_rows(&E4m3Rows { codes, k: inf }, out, inf, &xs, rows, y, &epi);
+    let src = E4m3Rows { codes, k: inf };
+    if activation_scale.is_some() {
+        // On the E4M3 grid (`prepare_fp8`): |x| <= 448, in range.
+        matmul_rows_in_range(&src, out, inf, &xs, rows, y, &epi);
+    } else {
+        matmul_rows(&src, out, inf, &xs, rows, y, &epi);
+    }
     Ok(())
 }

@@ -14,7 +14,7 @@ use std::path::Path;
 
 use super::common::OutPtr;
 use super::e4m3_round::div_round_e4m3;
-use super::kernels::{matmul_rows, Epilogue};
+use super::kernels::{matmul_rows, matmul_rows_in_range, Epilogue};
 use super::serde::{self as ser, DType, Reader, Writer, FLAG_ACT_SCALE, FLAG_BIAS};
 use super::stats::Stats;
 use super::{check_bias, rows_in, rows_of, Device, Layer, QuantMethod, WeightDType};
@@ -206,7 +206,14 @@ impl PerTensorFP8Linear {
             scale: &|_| mult,
             bias,
         };
-        matmul_rows(&E4m3Rows { codes, k }, out, k, x, rows, y, &epi);
+        let rows_src = E4m3Rows { codes, k };
+        if self.activation_scale.is_some() {
+            // `x` is on the E4M3 grid (`prepare`): |x| <= 448, always in
+            // the range the check looks for.
+            matmul_rows_in_range(&rows_src, out, k, x, rows, y, &epi);
+        } else {
+            matmul_rows(&rows_src, out, k, x, rows, y, &epi);
+        }
     }
 
     /// The same kind of layer (shape, bias, activation scale) for `w`.

@@ -111,6 +111,30 @@ def test_batched_forward_matches_reference(rows, act):
     assert np.all(np.abs(y - ref) <= bound(x, decoded(layer) * layer.weight_scale_inv))
 
 
+@pytest.mark.kernel
+@pytest.mark.parametrize("rows", [1, 40, 64, 193])
+def test_w8a8_saturates_huge_and_infinite_activations(rows):
+    """W8A8 rounds x / s_a onto the E4M3 grid, saturated at 448, before the engine sees it, so
+    the engine skips its range check: activations of 3e38 and inf give the outputs of x / s_a
+    = +-448 exactly, finite, at batch 1, the tiled rows and the panel GEMM."""
+    act = 0.05
+    w = rand((70, 200), 11)
+    layer = PerTensorFP8Linear.from_float(w, activation_scale=act)
+    x = rand((rows, 200), 12)
+    big = x.copy()
+    clipped = x.copy()
+    for i, v in enumerate([3e38, -3e38, np.inf, -np.inf]):
+        r, c = (i * 7) % rows, (i * 53) % 200
+        big[r, c] = v
+        clipped[r, c] = np.float32(448 * act) * np.sign(v)
+    y = layer.forward(big)
+    assert np.all(np.isfinite(y))
+    np.testing.assert_array_equal(y, layer.forward(clipped))
+    ref = fp8_linear_forward(clipped, decoded(layer), layer.weight_scale_inv, act)
+    xs = fp8_round(clipped / np.float32(act), "e4m3", True) * act
+    assert np.all(np.abs(y - ref) <= bound(xs, decoded(layer) * layer.weight_scale_inv))
+
+
 def test_amx_can_be_turned_off():
     code = (
         "import sys, numpy as np, quantrs; print(quantrs.build_info()['amx'], flush=True);"

@@ -66,3 +66,22 @@ def test_a_huge_row_anywhere_is_scaled_into_range():
         assert np.all(np.isfinite(y))
         np.testing.assert_array_equal(y[row], y0[row] * np.float32(2.0**100))
         np.testing.assert_array_equal(np.delete(y, row, 0), np.delete(y0, row, 0))
+
+
+@pytest.mark.parametrize("batch", [64, 97, 130, 301, 512])
+def test_fresh_results_hold_no_stale_values(batch):
+    """The GEMM writes its new result array without zeroing it first: every element is this
+    call's, even where the allocator hands back the memory of a freed result of the same shape
+    (a call on another weight, then dropped), at batches of 3k + 1 rows and with a depth that
+    the tiles do not divide (1100 inputs) and columns short of a panel (200)."""
+    x = rand((batch, 1100), 300 + batch)
+    qa = QuantizedWeight.quantize(rand((1100, 200), 9), group_size=32)
+    qb = QuantizedWeight.quantize(rand((1100, 200), 10), group_size=32)
+    w = qb.dequantize().astype(np.float64)
+    x64 = x.astype(np.float64)
+    bound = 1e-5 * (np.abs(x64) @ np.abs(w)) + 1e-6
+    for _ in range(3):
+        stale = qa.matmul(x * np.float32(1e3))
+        del stale
+        y = qb.matmul(x)
+        assert np.all(np.abs(y - x64 @ w) <= bound)
