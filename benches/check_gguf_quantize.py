@@ -12,10 +12,16 @@ absolute difference of the two dequantized weights (``gguf.quants.dequantize`` o
 each), and exits 1 on any difference.
 
     python benches/check_gguf_quantize.py [path/to/libggml-base.so] [--speed]
+        [--baseline-build path/to/_core.abi3.so] [--rounds N] [--types q4_0,q4_0+imp,...]
 
-``--speed`` also times both on one thread (``RAYON_NUM_THREADS=1`` for quantrs, set
-before it is imported; ggml's call is single-threaded), alternating, and prints the
-median of ggml's time over ours per type (above 1: ours is faster).
+``--speed`` also times them on one thread (``RAYON_NUM_THREADS=1`` for quantrs, set
+before it is imported; ggml's call is single-threaded) on a 1536x4096 float32 matrix:
+ggml, quantrs and (with ``--baseline-build``, another build's ``_core`` shared object
+loaded beside this one under a name of its own) that build, the calls alternating, each
+timed as process CPU time, ``--rounds`` rounds (default 9). It prints per type (``+imp``:
+with an importance matrix) the median milliseconds of each and the medians of the
+per-round ratios (above 1: the second is faster), a Markdown table, and checks that the
+three give the same bytes. ``--speed-only`` skips the byte check of the cases.
 """
 
 from __future__ import annotations
@@ -25,11 +31,11 @@ import os
 import sys
 import time
 
-if "--speed" in sys.argv:  # quantrs' row pool on one thread, like ggml's call
+if "--speed" in sys.argv or "--speed-only" in sys.argv:  # one thread, like ggml's call
     os.environ["RAYON_NUM_THREADS"] = "1"
 
 import numpy as np  # noqa: E402
-from gguf import GGMLQuantizationType, dequantize  # noqa: E402
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, dequantize  # noqa: E402
 
 from quantrs import GgufWeight  # noqa: E402
 
@@ -40,7 +46,8 @@ def _lib(path: str | None) -> ctypes.CDLL:
     if path is None:
         import site
 
-        for d in site.getsitepackages():
+        # sys.path too: a venv that sees another one's packages through a .pth file.
+        for d in [*site.getsitepackages(), *sys.path]:
             p = os.path.join(d, "lib", "libggml-base.so")
             if os.path.exists(p):
                 path = p
@@ -66,8 +73,8 @@ def ggml_bytes(lib, name: str, w: np.ndarray, imp: np.ndarray | None) -> np.ndar
     qt = GGMLQuantizationType[name.upper()]
     w = np.ascontiguousarray(w, np.float32)
     rows, cols = w.shape
-    g = GgufWeight.quantize(np.zeros((1, cols), np.float32), name)
-    out = np.zeros(rows * g.nbytes, np.uint8)
+    block, block_bytes = GGML_QUANT_SIZES[qt]
+    out = np.zeros(rows * cols // block * block_bytes, np.uint8)
     imp_p = None if imp is None else np.ascontiguousarray(imp, np.float32).ctypes.data
     n = lib.ggml_quantize_chunk(int(qt), w.ctypes.data, out.ctypes.data, 0, rows, cols, imp_p)
     assert n == out.nbytes, (n, out.nbytes)
@@ -110,25 +117,72 @@ def model_weights(limit: int = 12):
             n += 1
 
 
-def speed(lib, shape=(1536, 4096), reps: int = 7) -> None:
-    """Median paired ratio ggml time / quantrs time, one thread each, per type."""
+def load_build(path: str):
+    """Another build's ``_core`` extension module (a saved shared object), imported under
+    a name of its own so that it runs in this process next to the installed build."""
+    import importlib.machinery
+    import importlib.util
+
+    name = "quantrs_baseline_build._core"
+    loader = importlib.machinery.ExtensionFileLoader(name, path)
+    spec = importlib.util.spec_from_file_location(name, path, loader=loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+SPEED_TYPES = tuple(t for name in TYPES for t in (name, name + "+imp"))
+
+
+def _speed_calls(lib, base, w: np.ndarray, name: str, imp: np.ndarray | None) -> dict:
+    """The timed calls of one type: each quantizes ``w`` into a new buffer (quantrs'
+    ``GgufWeight``, ggml's NumPy array), nothing copied out."""
+    calls = {
+        "ggml": lambda: ggml_bytes(lib, name, w, imp),
+        "quantrs": lambda: GgufWeight.quantize(w, name, importance=imp),
+    }
+    if base is not None:
+        calls["base"] = lambda: base.GgufWeight.quantize(w, name, importance=imp)
+    return calls
+
+
+def _ratio(secs: dict, a: str, b: str) -> str:
+    return f"{np.median(np.array(secs[a]) / np.array(secs[b])):.2f}"
+
+
+def speed(lib, types=SPEED_TYPES, base=None, rounds: int = 9, shape=(1536, 4096)) -> None:
+    """Process CPU time per call, one thread each, calls alternating; medians of rounds."""
     w = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
     imp = np.random.default_rng(2).uniform(0, 1, shape[1]).astype(np.float32)
-    print(f"speed, one thread, {shape[0]}x{shape[1]}: ggml s / quantrs s (median of {reps})")
-    for name in TYPES:
-        for use_imp in (False, True):
-            i = imp if use_imp else None
-            ratios, ours_s = [], []
-            for _ in range(reps):
-                t0 = time.perf_counter()
-                GgufWeight.quantize(w, name, importance=i)
-                t1 = time.perf_counter()
-                ggml_bytes(lib, name, w, i)
-                t2 = time.perf_counter()
-                ratios.append((t2 - t1) / (t1 - t0))
-                ours_s.append(t1 - t0)
-            r, o = float(np.median(ratios)), float(np.median(ours_s))
-            print(f"{name:6} imatrix={str(use_imp):5} quantrs {o:.3f} s  ratio {r:.2f}")
+    cols = ["type", "ggml ms", "quantrs ms", "ggml / quantrs"]
+    if base is not None:
+        cols[2:2] = ["base ms"]
+        cols += ["ggml / base", "base / quantrs"]
+    print(f"speed, one thread, {shape[0]}x{shape[1]}, process CPU time, median of {rounds}")
+    print("| " + " | ".join(cols) + " |")
+    print("|" + "---|" * len(cols))
+    for t in types:
+        name = t.removesuffix("+imp")
+        calls = _speed_calls(lib, base, w, name, imp if t.endswith("+imp") else None)
+        want = calls["ggml"]().ravel()
+        for k, f in calls.items():  # warm up, and the same bytes from each
+            got = want if k == "ggml" else np.asarray(f().to_bytes())
+            if not np.array_equal(got, want):
+                sys.exit(f"{t}: {k}'s bytes differ from ggml's")
+        secs: dict[str, list[float]] = {k: [] for k in calls}
+        for _ in range(rounds):
+            for k, f in calls.items():
+                t0 = time.process_time()
+                f()
+                secs[k].append(time.process_time() - t0)
+        ms = {k: 1e3 * float(np.median(v)) for k, v in secs.items()}
+        cells = [t, f"{ms['ggml']:.1f}"]
+        if base is not None:
+            cells.append(f"{ms['base']:.1f}")
+        cells += [f"{ms['quantrs']:.1f}", _ratio(secs, "ggml", "quantrs")]
+        if base is not None:
+            cells += [_ratio(secs, "ggml", "base"), _ratio(secs, "base", "quantrs")]
+        print("| " + " | ".join(cells) + " |", flush=True)
 
 
 def main(path: str | None) -> int:
@@ -179,9 +233,24 @@ def main(path: str | None) -> int:
     return 1 if bad else 0
 
 
+def _option(flag: str, default: str | None = None) -> str | None:
+    if flag in sys.argv:
+        return sys.argv[sys.argv.index(flag) + 1]
+    return default
+
+
 if __name__ == "__main__":
-    args = [a for a in sys.argv[1:] if a != "--speed"]
-    rc = main(args[0] if args else None)
-    if "--speed" in sys.argv:
-        speed(_lib(args[0] if args else None))
+    valued = ("--baseline-build", "--rounds", "--types")
+    skip = {i + 1 for i, a in enumerate(sys.argv) if a in valued}
+    args = [a for i, a in enumerate(sys.argv) if i and i not in skip and not a.startswith("--")]
+    lib_path = args[0] if args else None
+    rc = 0 if "--speed-only" in sys.argv else main(lib_path)
+    if "--speed" in sys.argv or "--speed-only" in sys.argv:
+        baseline = _option("--baseline-build")
+        speed(
+            _lib(lib_path),
+            tuple(_option("--types", ",".join(SPEED_TYPES)).split(",")),
+            load_build(baseline) if baseline else None,
+            int(_option("--rounds", "9")),
+        )
     sys.exit(rc)

@@ -62,23 +62,6 @@ pub(crate) fn at_most(name: &str, v: &[u8], cols: usize, max: u32) -> Result<()>
 /// bfloat16 checkpoint's weights are within it.
 pub(crate) const MAX_ABS_WEIGHT: f32 = 65504.0;
 
-/// The float weight `w` of a quantizer: `out x in` values, each finite
-/// with |w| <= [`MAX_ABS_WEIGHT`] (one pass over `w`, see [`weight_row`]);
-/// and its optional `importance` (see [`float_shape`]).
-pub(crate) fn float_rows(
-    w: &[f32],
-    out_feat: usize,
-    in_feat: usize,
-    importance: Option<&[f32]>,
-) -> Result<()> {
-    float_shape(w, out_feat, in_feat, importance)?;
-    // `in_feat` > 0 once the length matches a non-empty `w`; an empty `w`
-    // has no rows to check.
-    w.chunks(in_feat.max(1))
-        .enumerate()
-        .try_for_each(|(r, row)| weight_row(r, row))
-}
-
 /// The length of `w` (`out x in`) and the optional `importance`: `in`
 /// values, finite and >= 0; the values of `w` are left to [`weight_row`],
 /// so that a row-parallel quantizer checks each row while it is in cache.

@@ -19,6 +19,7 @@
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512;
+pub(crate) mod bad_rows;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod batch_avx2;
 #[cfg(target_arch = "x86_64")]
@@ -41,6 +42,7 @@ use rayon::prelude::*;
 use crate::error::{QuantError, Result};
 use crate::linear::dispatch::Dots;
 use crate::linear::fp8_dialect::f16_to_f32;
+use bad_rows::LowestBadRow;
 use runs::{decode_runs, Decoder};
 pub use search::{group_error, quantize_group, AsymMethod};
 
@@ -125,7 +127,9 @@ impl AsymWeight {
 
     /// Quantize a finite float weight `[out, in]` by `method`; `importance`
     /// (length `in`, finite, >= 0) weighs each input's squared error in the
-    /// search (1 when absent; ignored by `Rtn`).
+    /// search (1 when absent; ignored by `Rtn`). Each row of `w` is checked
+    /// (finite, |w| <= 65504) right before it is quantized; the error names
+    /// the first bad value of the lowest bad row on any thread count.
     pub fn quantize(
         w: &[f32],
         out_feat: usize,
@@ -135,14 +139,20 @@ impl AsymWeight {
         importance: Option<&[f32]>,
     ) -> Result<Self> {
         let groups = groups_of(out_feat, in_feat, group_size)?;
-        checks::float_rows(w, out_feat, in_feat, importance)?;
+        checks::float_shape(w, out_feat, in_feat, importance)?;
         let mut codes = vec![0u8; out_feat * in_feat / 2];
         let mut scales = vec![0u16; out_feat * groups * 2];
+        // `w`'s values are checked row by row in the loop (`bad_rows`).
+        let bad = LowestBadRow::new();
         codes
             .par_chunks_mut(in_feat / 2)
             .zip(scales.par_chunks_mut(2 * groups))
             .zip(w.par_chunks(in_feat))
-            .for_each(|((cr, sr), wr)| {
+            .enumerate()
+            .for_each(|(r, ((cr, sr), wr))| {
+                if !bad.admits(r, wr) {
+                    return;
+                }
                 let mut q = vec![0u8; group_size];
                 for (g, s) in sr.chunks_exact_mut(2).enumerate() {
                     let cols = g * group_size..((g + 1) * group_size).min(in_feat);
@@ -154,6 +164,7 @@ impl AsymWeight {
                     pack_runs(&q[..n], &mut cr[cols.start / 2..cols.end / 2]);
                 }
             });
+        bad.finish(w, in_feat)?;
         // A group beyond the half range (|w| > 65504) rounds d or m to
         // infinity: refused by the constructor, naming the group.
         AsymWeight::new(codes, scales, out_feat, in_feat, group_size)

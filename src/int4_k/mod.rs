@@ -36,6 +36,7 @@ use std::ops::Range;
 use rayon::prelude::*;
 
 use crate::error::{QuantError, Result};
+use crate::int4_asym::bad_rows::LowestBadRow;
 use crate::int4_asym::runs::{decode_runs, Decoder};
 use crate::int4_asym::{checks, half};
 use crate::linear::dispatch::Dots;
@@ -252,7 +253,9 @@ impl KWeight {
 
     /// Quantize a finite float weight `[out, in]` by `method`; `importance`
     /// (length `in`, finite, >= 0) weighs each input's squared error (1
-    /// when absent).
+    /// when absent). Each row of `w` is checked (finite, |w| <= 65504)
+    /// right before it is quantized; the error names the first bad value of
+    /// the lowest bad row on any thread count.
     pub fn quantize(
         w: &[f32],
         out_feat: usize,
@@ -261,19 +264,25 @@ impl KWeight {
         importance: Option<&[f32]>,
     ) -> Result<Self> {
         let groups = groups_of(out_feat, in_feat)?;
-        checks::float_rows(w, out_feat, in_feat, importance)?;
+        checks::float_shape(w, out_feat, in_feat, importance)?;
         let sb = super_block(in_feat);
         let nsb = in_feat / sb;
         let sc_bytes = scale_code_bytes(groups);
         let mut codes = vec![0u8; out_feat * in_feat / 2];
         let mut scale_codes = vec![0u8; out_feat * sc_bytes];
         let mut supers = vec![0u16; out_feat * 2 * nsb];
+        // `w`'s values are checked row by row in the loop.
+        let bad = LowestBadRow::new();
         codes
             .par_chunks_mut(in_feat / 2)
             .zip(scale_codes.par_chunks_mut(sc_bytes))
             .zip(supers.par_chunks_mut(2 * nsb))
             .zip(w.par_chunks(in_feat))
-            .for_each(|(((cr, sr), hr), wr)| {
+            .enumerate()
+            .for_each(|(r, (((cr, sr), hr), wr))| {
+                if !bad.admits(r, wr) {
+                    return;
+                }
                 let (mut q, mut sc, mut mn) =
                     (vec![0u8; in_feat], vec![0u8; groups], vec![0u8; groups]);
                 for s in 0..nsb {
@@ -293,6 +302,7 @@ impl KWeight {
                 pack_runs(&q, cr);
                 pack_scale_codes(&sc, &mn, sr);
             });
+        bad.finish(w, in_feat)?;
         KWeight::new(codes, scale_codes, supers, out_feat, in_feat)
     }
 

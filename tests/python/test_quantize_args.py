@@ -1,9 +1,10 @@
 """The float quantizers' shared arguments (``w`` [out, in], ``importance`` [in]) of
 ``GgufWeight.quantize``, ``Int4AsymWeight.quantize`` and ``Int4KWeight.quantize``: every
 bad value raises the documented class with a message that names the argument, the bad
-element and the expected value, and leaves the input untouched; and the quantizers run
-under ``quantrs.threads`` like the kernels, with the same bytes under every cap (also
-``QuantizedWeight.quantize`` and ``IntZpWeight.quantize``)."""
+element (of the lowest bad row, on any thread count) and the expected value, and leaves
+the input untouched; and the quantizers run under ``quantrs.threads`` like the kernels,
+with the same bytes under every cap (also ``QuantizedWeight.quantize`` and
+``IntZpWeight.quantize``)."""
 
 from __future__ import annotations
 
@@ -51,6 +52,28 @@ def test_bad_weight_values_name_w_the_element_and_the_bound(name, value, shown):
         f"w[2, 77] is {shown}",
         "expected a finite value with |w| <= 65504",
     )
+    np.testing.assert_array_equal(w, before)
+
+
+@pytest.mark.parametrize("name", QUANTIZERS)
+@pytest.mark.parametrize("cap", [1, 2])
+def test_a_bad_value_in_a_late_row_names_the_lowest_bad_row_on_any_thread_count(name, cap):
+    # Each row is checked inside the row-parallel loop (no pass of its own over w):
+    # the error still names the first bad value of the lowest bad row, however the
+    # rows are split over the threads.
+    w = np.random.default_rng(6).standard_normal((256, 256)).astype(np.float32)
+    w[255, 3] = np.nan
+    w[201, 40] = 65520.0
+    w[201, 41] = np.inf
+    w[230, 0] = -np.inf
+    before = w.copy()
+    with quantrs.threads(cap):
+        raises(
+            lambda: QUANTIZERS[name](w),
+            quantrs.InvalidArgument,
+            "w[201, 40] is 65520.0",
+            "expected a finite value with |w| <= 65504",
+        )
     np.testing.assert_array_equal(w, before)
 
 

@@ -4,17 +4,16 @@
 //! `as i8` / `as u8` where ggml casts to `int8_t` / `uint8_t` (the values
 //! are in range, so truncation and saturation agree).
 
-use super::super::q5_0::pack5;
-use super::super::{put_f16, GgmlType};
+use super::super::{put_f16, GgmlType, Q4_0, Q4_1, Q5_0, Q5_1};
 use super::search::{scale_min, symmetric, Sweep};
 
-/// One block's quantizer: `x` (32 floats), the per-input weights of the
-/// importance path (`None`: ggml's reference quantizer), the block bytes.
-/// A generic parameter of [`row`], not a function pointer, so that each
-/// type's block inlines into its row loop.
-pub(super) trait Block: Fn(&[f32], Option<&[f32; 32]>, &mut [u8]) {}
+/// One block's weighted quantizer: `x` (32 floats), the per-input weights
+/// of ggml's importance path, the block bytes. A generic parameter of
+/// [`row`], not a function pointer, so that each type's block inlines into
+/// its row loop.
+pub(super) trait Block: Fn(&[f32], &[f32; 32], &mut [u8]) {}
 
-impl<F: Fn(&[f32], Option<&[f32; 32]>, &mut [u8])> Block for F {}
+impl<F: Fn(&[f32], &[f32; 32], &mut [u8])> Block for F {}
 
 /// The sweep of ggml's importance quantizers of Q4_1 / Q5_1 (and the
 /// k-quants): 37 grids from `nmax - 0.9` in steps of 0.05.
@@ -24,50 +23,145 @@ pub(super) const WEIGHTED: Sweep = Sweep {
     nstep: 36,
 };
 
-/// Quantize row `x` block by block with `block`. With `importance` each
-/// input's weight is `importance_i * sqrt(sigma2 + x_i^2)`, `sigma2` the
-/// row's mean `x^2` (ggml's `quantize_row_*_impl`).
-pub(super) fn row<T: GgmlType>(
+/// Quantize row `x`: without `importance` by ggml's reference quantizer
+/// ([`plain_row`]), with it block by block with `weighted`, each input's
+/// weight `importance_i * sqrt(sigma2 + x_i^2)`, `sigma2` the row's mean
+/// `x^2` (ggml's `quantize_row_*_impl`).
+pub(super) fn row<T: Plain>(
     x: &[f32],
     importance: Option<&[f32]>,
     out: &mut [u8],
-    block: impl Block,
+    weighted: impl Block,
 ) {
-    let sigma2 = importance.map(|_| {
-        let mut s = 0f32;
-        for &v in x {
-            s += v * v;
-        }
-        s / x.len() as f32
-    });
+    let Some(imp) = importance else {
+        return plain_row::<T>(x, out);
+    };
+    let mut s2 = 0f32;
+    for &v in x {
+        s2 += v * v;
+    }
+    let s2 = s2 / x.len() as f32;
     for (i, (xb, b)) in x
         .chunks_exact(32)
         .zip(out.chunks_exact_mut(T::BYTES))
         .enumerate()
     {
-        let weights = importance.zip(sigma2).map(|(imp, s2)| {
-            let qw = &imp[32 * i..32 * i + 32];
-            std::array::from_fn(|j| qw[j] * (s2 + xb[j] * xb[j]).sqrt())
-        });
-        block(xb, weights.as_ref(), b);
+        let qw = &imp[32 * i..32 * i + 32];
+        let weights = std::array::from_fn(|j| qw[j] * (s2 + xb[j] * xb[j]).sqrt());
+        weighted(xb, &weights, b);
+    }
+}
+
+/// The reference quantizer of a 32-weight type with a step `d = num / DIV`
+/// and its inverse `id = 1 / d` (0 for `d = 0`), split at those two
+/// divisions so that a row's blocks can share them ([`plain_row`]).
+pub(super) trait Plain: GgmlType {
+    /// The step's divisor (ggml's `-8`, `-16`, `15`, `31`).
+    const DIV: f32;
+    /// Blocks per group of [`plain_row`]: 4 or 1.
+    const GROUP: usize;
+    /// The block's step numerator and offset (its minimum, or 0).
+    fn stats(x: &[f32]) -> (f32, f32);
+    /// Write the block `b` of `x` from its step, inverse and offset.
+    fn write(x: &[f32], d: f32, id: f32, offset: f32, b: &mut [u8]);
+}
+
+/// Quantize row `x` by `T`'s reference quantizer, `T::GROUP` blocks at a
+/// time: the blocks' statistics, then their steps and inverses together
+/// (a block's two divisions are a chain of about 20 cycles that the next
+/// block's work hides only in part; side by side they are one vector
+/// division each), then the codes. Each value is the formula of one block,
+/// so the bytes are those of one block at a time.
+fn plain_row<T: Plain>(x: &[f32], out: &mut [u8]) {
+    if T::GROUP == 4 {
+        plain_groups::<T, 4>(x, out);
+    } else {
+        plain_groups::<T, 1>(x, out);
+    }
+}
+
+/// [`plain_row`] `N` blocks at a time, the rest one at a time.
+#[inline(always)]
+fn plain_groups<T: Plain, const N: usize>(x: &[f32], out: &mut [u8]) {
+    let mut xs = x.chunks_exact(32 * N);
+    let mut bs = out.chunks_exact_mut(T::BYTES * N);
+    for (xg, bg) in (&mut xs).zip(&mut bs) {
+        plain_group::<T, N>(xg, bg);
+    }
+    let rest = bs.into_remainder().chunks_exact_mut(T::BYTES);
+    for (xb, b) in xs.remainder().chunks_exact(32).zip(rest) {
+        plain_group::<T, 1>(xb, b);
+    }
+}
+
+/// `N` blocks of [`plain_row`] (`x`: `32 N` floats, `out`: `N` blocks).
+#[inline(always)]
+fn plain_group<T: Plain, const N: usize>(x: &[f32], out: &mut [u8]) {
+    let (mut num, mut offset) = ([0f32; N], [0f32; N]);
+    for k in 0..N {
+        (num[k], offset[k]) = T::stats(&x[32 * k..32 * k + 32]);
+    }
+    let d: [f32; N] = std::array::from_fn(|k| num[k] / T::DIV);
+    let id: [f32; N] = std::array::from_fn(|k| inverse(d[k]));
+    for k in 0..N {
+        let b = &mut out[T::BYTES * k..T::BYTES * (k + 1)];
+        T::write(&x[32 * k..32 * k + 32], d[k], id[k], offset[k], b);
     }
 }
 
 /// Lanes of the block reductions below: eight independent running values
-/// instead of one chain, which the compiler keeps in one vector register.
+/// instead of one chain, which the compiler keeps in vector registers.
 const LANES: usize = 8;
 
-/// The largest `|v|` of `x` (a multiple of [`LANES`] long). A maximum is
-/// exact and does not depend on the order, so the lanes give ggml's value.
+/// `a < b ? a : b`, which compiles to `minps` / `minss` (`b` where the two
+/// are equal or either is NaN). `f32::min` also returns the non-NaN operand
+/// of a NaN, which costs a compare and three masks per vector; the values
+/// here are finite (each row is checked before it is quantized).
+#[inline(always)]
+fn lesser(a: f32, b: f32) -> f32 {
+    if a < b {
+        a
+    } else {
+        b
+    }
+}
+
+/// `a > b ? a : b`, `maxps` / `maxss` (see [`lesser`]).
+#[inline(always)]
+fn greater(a: f32, b: f32) -> f32 {
+    if a > b {
+        a
+    } else {
+        b
+    }
+}
+
+/// Halve `m` lane by lane with `pick` down to one value: a tree, so that
+/// the compiler keeps the first halvings in vector registers.
+#[inline(always)]
+fn fold_lanes(mut m: [f32; LANES], pick: impl Fn(f32, f32) -> f32) -> f32 {
+    let mut n = LANES / 2;
+    while n > 0 {
+        for k in 0..n {
+            m[k] = pick(m[k], m[k + n]);
+        }
+        n /= 2;
+    }
+    m[0]
+}
+
+/// The largest `|v|` of `x` (a multiple of [`LANES`] long, finite). A
+/// maximum is exact and does not depend on the order, so the lanes give
+/// ggml's value.
 #[inline(always)]
 fn abs_max(x: &[f32]) -> f32 {
     let mut m = [0f32; LANES];
     for c in x.chunks_exact(LANES) {
         for (m, &v) in m.iter_mut().zip(c) {
-            *m = m.max(v.abs());
+            *m = greater(*m, v.abs());
         }
     }
-    m.iter().fold(0f32, |a, &b| a.max(b))
+    fold_lanes(m, greater)
 }
 
 /// The value of largest magnitude with its sign: ggml keeps the first `v`
@@ -93,20 +187,21 @@ pub(super) fn signed_max(x: &[f32]) -> f32 {
 /// The smallest and largest value of finite `x` (a multiple of [`LANES`]
 /// long) as ggml's loop finds them with strict comparisons: the first
 /// element of each value. The lanes' extremes are exact but for a zero's
-/// sign (`-0 == +0`, and `f32::min` may return either), taken from the
-/// first zero of the block then. `f32::min` / `max` and not `if v < m`:
-/// only those compile to `minps` / `maxps` over the lanes.
+/// sign (`-0 == +0`, and which of two zeros a lane keeps depends on the
+/// order), taken from the first zero of the block then.
 #[inline(always)]
 pub(super) fn min_max(x: &[f32]) -> (f32, f32) {
-    let (mut lo, mut hi) = ([x[0]; LANES], [x[0]; LANES]);
-    for c in x.chunks_exact(LANES) {
+    let mut lo = [0f32; LANES];
+    lo.copy_from_slice(&x[..LANES]);
+    let mut hi = lo;
+    for c in x.chunks_exact(LANES).skip(1) {
         for k in 0..LANES {
-            lo[k] = lo[k].min(c[k]);
-            hi[k] = hi[k].max(c[k]);
+            lo[k] = lesser(lo[k], c[k]);
+            hi[k] = greater(hi[k], c[k]);
         }
     }
-    let mut min = lo.iter().fold(x[0], |a, &b| a.min(b));
-    let mut max = hi.iter().fold(x[0], |a, &b| a.max(b));
+    let mut min = fold_lanes(lo, lesser);
+    let mut max = fold_lanes(hi, greater);
     let first_zero = || x.iter().copied().find(|&v| v == 0.0).unwrap_or(0.0);
     if min == 0.0 {
         min = first_zero();
@@ -125,11 +220,33 @@ fn inverse(d: f32) -> f32 {
     }
 }
 
-/// Two nibbles per byte: code `j` low, code `j + 16` high.
-fn pack_nibbles(q: &[u8; 32], qs: &mut [u8]) {
-    for j in 0..16 {
-        qs[j] = (q[j] & 0x0F) | ((q[j + 16] & 0x0F) << 4);
+/// Two codes per byte, `code(j)` low and `code(j + 16)` high (`qs`: 16
+/// bytes; codes `0..=15`). The codes come from a function rather than an
+/// array: the plain quantizers compute them here, in vector registers, and
+/// never store them as bytes. (Codes stored byte by byte and read back 16
+/// at a time stall on store forwarding: that reload was half of the plain
+/// block's time.)
+#[inline(always)]
+fn pack_nibbles(code: impl Fn(usize) -> i32, qs: &mut [u8]) {
+    let qs = &mut qs[..16];
+    for (j, b) in qs.iter_mut().enumerate() {
+        *b = (code(j) | (code(j + 16) << 4)) as u8;
     }
+}
+
+/// Five-bit codes `code(j)` (`0..=31`): the low nibbles as
+/// [`pack_nibbles`] into `qs` (16 bytes), bit 4 of code `j` at bit `j` of
+/// the little-endian `qh` (4 bytes), as ggml's Q5_0 / Q5_1.
+#[inline(always)]
+fn pack_fifths(code: impl Fn(usize) -> i32, qh: &mut [u8], qs: &mut [u8]) {
+    let qs = &mut qs[..16];
+    let mut h = 0u32;
+    for (j, b) in qs.iter_mut().enumerate() {
+        let (lo, hi) = (code(j), code(j + 16));
+        *b = ((lo & 0x0F) | ((hi & 0x0F) << 4)) as u8;
+        h |= ((lo as u32 >> 4) << j) | ((hi as u32 >> 4) << (j + 16));
+    }
+    qh[..4].copy_from_slice(&h.to_le_bytes());
 }
 
 /// `min(trunc(t), top)` for `t >= 0` and a whole `top <= 255`: a code as
@@ -167,84 +284,125 @@ pub(super) fn round_half_away(v: f32) -> i32 {
     t + i32::from(frac >= 0.5) - i32::from(frac <= -0.5)
 }
 
-/// The step and codes of Q4_0 (`nmax` 8) / Q5_0 (16): without weights the
-/// reference's `d = max / -nmax` and codes `min(2 nmax - 1, trunc(x / d +
-/// nmax + 0.5))` (`x / d` is within `+-nmax` and a little rounding, so the
-/// truncated value is in `0..=2 nmax`); with weights `make_qx_quants(nmax)`.
-fn offset_codes(x: &[f32], weights: Option<&[f32; 32]>, nmax: u8, q: &mut [u8; 32]) -> f32 {
-    if let Some(w) = weights {
-        return symmetric(x, nmax.into(), Some(w), q);
+/// Q4_0 (ggml's reference): `d = max / -8` (the signed absmax on code 0),
+/// codes `min(15, trunc(x / d + 8.5))` (`x / d` is within `+-8` and a
+/// little rounding, so the truncated value is in `0..=16`; `8.5` is exact,
+/// as in the reference).
+impl Plain for Q4_0 {
+    const DIV: f32 = -8.0;
+    // One running maximum (two vector registers) per block.
+    const GROUP: usize = 4;
+    #[inline(always)]
+    fn stats(x: &[f32]) -> (f32, f32) {
+        (signed_max(&x[..32]), 0.0)
     }
-    // A block: the fixed length lets the loops below unroll.
-    let x = &x[..32];
-    let d = signed_max(x) / -f32::from(nmax);
-    let id = inverse(d);
-    // `nmax + 0.5` is exact in f32 (8.5 / 16.5), as in the reference.
-    let half = f32::from(nmax) + 0.5;
-    let top = f32::from(2 * nmax - 1);
-    for (c, &v) in q.iter_mut().zip(x) {
-        *c = trunc_code(v * id + half, top) as u8;
+    #[inline(always)]
+    fn write(x: &[f32], d: f32, id: f32, _: f32, b: &mut [u8]) {
+        let x = &x[..32];
+        put_f16(b, 0, d);
+        pack_nibbles(|j| trunc_code(x[j] * id + 8.5, 15.0), &mut b[2..18]);
     }
-    d
 }
 
-/// Q4_0: `d = max / -8` (the signed absmax on code 0), codes
-/// `min(15, trunc(x / d + 8.5))`; with weights, `make_qx_quants(nmax 8)`.
-pub(super) fn q4_0(x: &[f32], weights: Option<&[f32; 32]>, b: &mut [u8]) {
-    let mut q = [0u8; 32];
-    let d = offset_codes(x, weights, 8, &mut q);
-    put_f16(b, 0, d);
-    pack_nibbles(&q, &mut b[2..18]);
+/// Q5_0: as Q4_0 with `d = max / -16`, codes `min(31, trunc(x / d +
+/// 16.5))`.
+impl Plain for Q5_0 {
+    const DIV: f32 = -16.0;
+    // One running maximum (two vector registers) per block.
+    const GROUP: usize = 4;
+    #[inline(always)]
+    fn stats(x: &[f32]) -> (f32, f32) {
+        (signed_max(&x[..32]), 0.0)
+    }
+    #[inline(always)]
+    fn write(x: &[f32], d: f32, id: f32, _: f32, b: &mut [u8]) {
+        let x = &x[..32];
+        put_f16(b, 0, d);
+        let (qh, qs) = b[2..22].split_at_mut(4);
+        pack_fifths(|j| trunc_code(x[j] * id + 16.5, 31.0), qh, qs);
+    }
 }
 
-/// Q5_0: as Q4_0 with `d = max / -16`, codes up to 31.
-pub(super) fn q5_0(x: &[f32], weights: Option<&[f32; 32]>, b: &mut [u8]) {
+/// Q4_1: `d = (max - min) / 15` spanning `[min, max]`, codes `min(15,
+/// trunc((x - min) / d + 0.5))`.
+impl Plain for Q4_1 {
+    const DIV: f32 = 15.0;
+    // A running minimum and maximum (four vector registers) per block:
+    // two or four blocks side by side spill, and measured 0.92-0.96 and
+    // about 0.7 of the speed of one at a time.
+    const GROUP: usize = 1;
+    #[inline(always)]
+    fn stats(x: &[f32]) -> (f32, f32) {
+        let (min, max) = min_max(&x[..32]);
+        (max - min, min)
+    }
+    #[inline(always)]
+    fn write(x: &[f32], d: f32, id: f32, min: f32, b: &mut [u8]) {
+        let x = &x[..32];
+        put_f16(b, 0, d);
+        put_f16(b, 2, min);
+        pack_nibbles(|j| trunc_code((x[j] - min) * id + 0.5, 15.0), &mut b[4..20]);
+    }
+}
+
+/// Q5_1: as Q4_1 with `d = (max - min) / 31`. ggml stores Q5_1's code as
+/// cast, without Q4_1's `MIN`; `(x - min) / d + 0.5` is below 32 (`(max -
+/// min) * id` is 31 and a little rounding), so the clamp to 31 changes no
+/// code.
+impl Plain for Q5_1 {
+    const DIV: f32 = 31.0;
+    // A running minimum and maximum (four vector registers) per block:
+    // two or four blocks side by side spill, and measured 0.92-0.96 and
+    // about 0.7 of the speed of one at a time.
+    const GROUP: usize = 1;
+    #[inline(always)]
+    fn stats(x: &[f32]) -> (f32, f32) {
+        let (min, max) = min_max(&x[..32]);
+        (max - min, min)
+    }
+    #[inline(always)]
+    fn write(x: &[f32], d: f32, id: f32, min: f32, b: &mut [u8]) {
+        let x = &x[..32];
+        put_f16(b, 0, d);
+        put_f16(b, 2, min);
+        let (qh, qs) = b[4..24].split_at_mut(4);
+        pack_fifths(|j| trunc_code((x[j] - min) * id + 0.5, 31.0), qh, qs);
+    }
+}
+
+/// Q4_0 / Q5_0 with weights: `make_qx_quants(nmax 8 / 16)`.
+pub(super) fn q4_0(x: &[f32], w: &[f32; 32], b: &mut [u8]) {
     let mut q = [0u8; 32];
-    let d = offset_codes(x, weights, 16, &mut q);
-    put_f16(b, 0, d);
+    put_f16(b, 0, symmetric(x, 8, Some(w), &mut q));
+    pack_nibbles(|j| i32::from(q[j]), &mut b[2..18]);
+}
+
+/// Q5_0 with weights (see [`q4_0`]).
+pub(super) fn q5_0(x: &[f32], w: &[f32; 32], b: &mut [u8]) {
+    let mut q = [0u8; 32];
+    put_f16(b, 0, symmetric(x, 16, Some(w), &mut q));
     let (qh, qs) = b[2..22].split_at_mut(4);
-    pack5(&q, qh, qs);
+    pack_fifths(|j| i32::from(q[j]), qh, qs);
 }
 
-/// The step and minimum of Q4_1 / Q5_1 (`nmax` 15 / 31): the reference
-/// spans `[min, max]` in `nmax` steps, codes `trunc((x - min) / d + 0.5)`
-/// (`min(15, ...)` for Q4_1, as ggml); with weights, `make_qkx3_quants`.
-fn step_min(x: &[f32], weights: Option<&[f32; 32]>, nmax: i32, q: &mut [u8; 32]) -> (f32, f32) {
-    if let Some(w) = weights {
-        let (d, neg_min) = scale_min(x, w, nmax, WEIGHTED, q);
-        return (d, -neg_min);
-    }
-    let x = &x[..32];
-    let (min, max) = min_max(x);
-    let d = (max - min) / nmax as f32;
-    let id = inverse(d);
-    // ggml clamps Q4_1's code to 15 and stores Q5_1's as cast; `(x - min)
-    // / d + 0.5` is below `nmax + 1` (`(max - min) * id` is `nmax` and a
-    // little rounding), so clamping both to `nmax` changes no code.
-    let top = nmax as f32;
-    for (c, &v) in q.iter_mut().zip(x) {
-        *c = trunc_code((v - min) * id + 0.5, top) as u8;
-    }
-    (d, min)
-}
-
-/// Q4_1: `w = d * q + m`, 4-bit codes.
-pub(super) fn q4_1(x: &[f32], weights: Option<&[f32; 32]>, b: &mut [u8]) {
+/// Q4_1 / Q5_1 with weights: `make_qkx3_quants(nmax 15 / 31)`, `w = d q
+/// + m` with `m = -min`.
+pub(super) fn q4_1(x: &[f32], w: &[f32; 32], b: &mut [u8]) {
     let mut q = [0u8; 32];
-    let (d, m) = step_min(x, weights, 15, &mut q);
+    let (d, neg_min) = scale_min(x, w, 15, WEIGHTED, &mut q);
     put_f16(b, 0, d);
-    put_f16(b, 2, m);
-    pack_nibbles(&q, &mut b[4..20]);
+    put_f16(b, 2, -neg_min);
+    pack_nibbles(|j| i32::from(q[j]), &mut b[4..20]);
 }
 
-/// Q5_1: `w = d * q + m`, 5-bit codes.
-pub(super) fn q5_1(x: &[f32], weights: Option<&[f32; 32]>, b: &mut [u8]) {
+/// Q5_1 with weights (see [`q4_1`]).
+pub(super) fn q5_1(x: &[f32], w: &[f32; 32], b: &mut [u8]) {
     let mut q = [0u8; 32];
-    let (d, m) = step_min(x, weights, 31, &mut q);
+    let (d, neg_min) = scale_min(x, w, 31, WEIGHTED, &mut q);
     put_f16(b, 0, d);
-    put_f16(b, 2, m);
+    put_f16(b, 2, -neg_min);
     let (qh, qs) = b[4..24].split_at_mut(4);
-    pack5(&q, qh, qs);
+    pack_fifths(|j| i32::from(q[j]), qh, qs);
 }
 
 /// Q8_0: `d = absmax / 127`, codes `round(x / d)` (half away from zero,

@@ -25,12 +25,11 @@ mod search;
 #[cfg(test)]
 mod tests;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use rayon::prelude::*;
 
 use super::{GgmlType, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8_0};
 use crate::error::{QuantError, Result};
+use crate::int4_asym::bad_rows::LowestBadRow;
 use crate::int4_asym::checks;
 
 /// A ggml type that can be quantized from float rows.
@@ -81,6 +80,11 @@ impl QuantizeRow for Q6K {
     }
 }
 
+/// Floats of a row checked and then quantized in turn without importance
+/// (`quantize_matrix`): 4 KiB, a whole number of blocks of every type (32,
+/// 256).
+const PIECE: usize = 1024;
+
 /// Quantize the float32 matrix `w` (`out_feat x in_feat`, row-major) to
 /// `T`'s packed blocks, rows in parallel. Checks the shape (`in_feat` a
 /// positive multiple of `T::ELEMS`), that every value of `w` is finite with
@@ -89,8 +93,9 @@ impl QuantizeRow for Q6K {
 ///
 /// `w`'s values are checked row by row inside the parallel loop, right
 /// before each row is quantized (the row is then in cache: no pass of its
-/// own over `w`, as ggml's quantizer makes none). A bad value's error names
-/// the first one of the lowest bad row, whatever the thread count.
+/// own over `w`, as ggml's quantizer makes none; `crate::int4_asym::bad_rows`).
+/// A bad value's error names the first one of the lowest bad row, whatever
+/// the thread count.
 pub fn quantize_matrix<T: QuantizeRow>(
     w: &[f32],
     out_feat: usize,
@@ -112,26 +117,31 @@ pub fn quantize_matrix<T: QuantizeRow>(
     checks::float_shape(w, out_feat, in_feat, importance)?;
     let row_bytes = in_feat / T::ELEMS * T::BYTES;
     let mut out = vec![0u8; out_feat * row_bytes];
-    // The lowest bad row seen so far (`usize::MAX`: none); rows above it
-    // are skipped, rows below it still checked, so the lowest one wins.
-    let first_bad = AtomicUsize::new(usize::MAX);
+    let bad = LowestBadRow::new();
     out.par_chunks_mut(row_bytes)
         .zip(w.par_chunks(in_feat))
         .enumerate()
         .for_each(|(r, (o, x))| {
-            if r > first_bad.load(Ordering::Relaxed) {
+            if importance.is_some() {
+                // The weighted quantizers read the whole row first (its
+                // mean square), so the whole row is checked first.
+                if bad.admits(r, x) {
+                    T::quantize_row(x, importance, o);
+                }
                 return;
             }
-            match checks::weight_row(r, x) {
-                Ok(()) => T::quantize_row(x, importance, o),
-                Err(_) => {
-                    first_bad.fetch_min(r, Ordering::Relaxed);
+            // Without importance every block stands alone: the row is
+            // checked and quantized a piece at a time, so that the loads
+            // from memory that the check waits for overlap the blocks'
+            // arithmetic (one pass of the check over the whole row stalls
+            // on memory, then the blocks find it in cache).
+            let piece_bytes = PIECE / T::ELEMS * T::BYTES;
+            for (xp, op) in x.chunks(PIECE).zip(o.chunks_mut(piece_bytes)) {
+                if !bad.admits(r, xp) {
+                    return;
                 }
+                T::quantize_row(xp, None, op);
             }
         });
-    match first_bad.into_inner() {
-        usize::MAX => Ok(out),
-        // Rebuilt here (one row) rather than carried out of the loop.
-        r => checks::weight_row(r, &w[r * in_feat..(r + 1) * in_feat]).map(|()| out),
-    }
+    bad.finish(w, in_feat).map(|()| out)
 }

@@ -18,6 +18,30 @@ pub(super) fn nearest_int(v: f32) -> i32 {
     (f.to_bits() & 0x007F_FFFF) as i32 - 0x0040_0000
 }
 
+/// The grids of the symmetric search, one lane each: lane `g` steps by
+/// `-(nmax + 0.1 (g - 9)) / max`, so lane 9 is the first grid `-nmax /
+/// max` and lanes 0..=18 the 18 neighbours ggml tries; lane 19 repeats
+/// lane 18 so that the lanes fill whole vector registers (5 of 4 floats).
+const GRIDS: usize = 20;
+/// The lane of the first grid (`k = 0`).
+const FIRST: usize = 9;
+
+/// ggml's `MAX(-nmax, MIN(nmax - 1, nearest_int(t)))` as a float, for
+/// `|t| < 2^22`: adding and subtracting `1.5 * 2^23` rounds `t` to the
+/// nearest whole number, ties to even (the sum's unit in the last place is
+/// 1, and the subtraction is exact), the value `nearest_int` reads from
+/// the bits; the clamps are `minps` / `maxps`, so the lanes vectorize.
+#[inline(always)]
+fn grid_code(t: f32, lo: f32, hi: f32) -> f32 {
+    let r = (t + 12_582_912.0) - 12_582_912.0;
+    let r = if r > lo { r } else { lo };
+    if r < hi {
+        r
+    } else {
+        hi
+    }
+}
+
 /// The symmetric grid search (`make_qx_quants` with `rmse_type = 1`):
 /// codes `l + nmax` for `l` in `-nmax..nmax` written to `codes`, and the
 /// returned scale `d` (so `x ~ d * l`). The weight of input `i` is `qw[i]`,
@@ -25,6 +49,17 @@ pub(super) fn nearest_int(v: f32) -> i32 {
 /// on code 0), takes the least-squares scale of those codes, then tries 18
 /// neighbouring grids `-(nmax + 0.1 k) / max` and keeps the one of largest
 /// `sum(w x l)^2 / sum(w l^2)` (the least weighted squared error).
+///
+/// ggml evaluates the grids one after another, each as two serial sums
+/// over the group (bound by the latency of the adds). The grids do not
+/// depend on each other, so here all 19 advance together, one lane each
+/// ([`GRIDS`]): every lane's sums still run left to right over the group
+/// with ggml's products (`(w x) l`, `(w l) l`), so each grid's `sumlx` /
+/// `suml2` are ggml's bit for bit; the choice then walks the grids in
+/// ggml's order with its comparisons, and the codes are those of the grid
+/// it keeps (ggml rewrites them at every improvement: the last one stays).
+/// `x` is at most 32 long, `|x| > 0` somewhere: `|t| = |iscale x| <= nmax
+/// + 0.9` and a little rounding, well inside [`grid_code`]'s range.
 pub(super) fn symmetric(x: &[f32], nmax: i32, qw: Option<&[f32]>, codes: &mut [u8]) -> f32 {
     let (mut max, mut amax) = (0f32, 0f32);
     for &v in x {
@@ -36,37 +71,41 @@ pub(super) fn symmetric(x: &[f32], nmax: i32, qw: Option<&[f32]>, codes: &mut [u
         codes.fill(0);
         return 0.0;
     }
-    let weight = |i: usize| qw.map_or(x[i] * x[i], |q| q[i]);
-    let code = |iscale: f32, v: f32| nearest_int(iscale * v).clamp(-nmax, nmax - 1);
-    // The weighted sums of one grid: sum(w x l), sum(w l^2).
-    let sums = |iscale: f32| {
-        let (mut sumlx, mut suml2) = (0f32, 0f32);
-        for (i, &v) in x.iter().enumerate() {
-            let l = code(iscale, v) as f32;
-            let w = weight(i);
-            sumlx += w * v * l;
-            suml2 += w * l * l;
+    let nm = nmax as f32;
+    let (lo, hi) = (-nm, nm - 1.0);
+    // ggml: `-nmax / max` for the first grid, `-(nmax + 0.1f * is) / max`
+    // for the others; `nmax + 0.1 * 0` is `nmax` exactly.
+    let iscale: [f32; GRIDS] = std::array::from_fn(|g| {
+        let k = g.min(2 * FIRST) as i32 - FIRST as i32;
+        -(nm + 0.1 * k as f32) / max
+    });
+    let (mut sumlx, mut suml2) = ([0f32; GRIDS], [0f32; GRIDS]);
+    for (i, &v) in x.iter().enumerate() {
+        let w = qw.map_or(v * v, |q| q[i]);
+        let wx = w * v;
+        for g in 0..GRIDS {
+            let l = grid_code(iscale[g] * v, lo, hi);
+            sumlx[g] += wx * l;
+            suml2[g] += w * l * l;
         }
-        (sumlx, suml2)
+    }
+    let mut keep = FIRST;
+    let mut scale = if suml2[FIRST] != 0.0 {
+        sumlx[FIRST] / suml2[FIRST]
+    } else {
+        0.0
     };
-    let assign = |iscale: f32, codes: &mut [u8]| {
-        for (c, &v) in codes.iter_mut().zip(x) {
-            *c = (code(iscale, v) + nmax) as u8;
+    let mut best = scale * sumlx[FIRST];
+    for g in (0..=2 * FIRST).filter(|&g| g != FIRST) {
+        if suml2[g] > 0.0 && sumlx[g] * sumlx[g] > best * suml2[g] {
+            keep = g;
+            scale = sumlx[g] / suml2[g];
+            best = scale * sumlx[g];
         }
-    };
-    let first = -(nmax as f32) / max;
-    assign(first, codes);
-    let (sumlx, suml2) = sums(first);
-    let mut scale = if suml2 != 0.0 { sumlx / suml2 } else { 0.0 };
-    let mut best = scale * sumlx;
-    for is in (-9..=9).filter(|&k| k != 0) {
-        let iscale = -(nmax as f32 + 0.1 * is as f32) / max;
-        let (sumlx, suml2) = sums(iscale);
-        if suml2 > 0.0 && sumlx * sumlx > best * suml2 {
-            assign(iscale, codes);
-            scale = sumlx / suml2;
-            best = scale * sumlx;
-        }
+    }
+    for (c, &v) in codes.iter_mut().zip(x) {
+        // A whole number in `0..2 nmax`.
+        *c = (grid_code(iscale[keep] * v, lo, hi) + nm) as u8;
     }
     scale
 }

@@ -6,7 +6,7 @@
 //! benches/check_gguf_quantize.py).
 
 use super::legacy::{min_max, round_half_away, signed_max, trunc_code};
-use super::search::nearest_int;
+use super::search::{nearest_int, symmetric, GROUP_MAX_EPS};
 use super::*;
 use crate::testutil::xorshift_f32;
 
@@ -141,6 +141,129 @@ fn block_extremes_are_ggml_s_to_the_sign_of_zero() {
             ggml_signed_max(b).to_bits(),
             "{b:?}"
         );
+    }
+}
+
+/// ggml's `make_qx_quants(n, nmax, x, L, rmse_type = 1, qw)` as its C
+/// source runs it: one grid after another, codes rewritten at every
+/// improvement. The reference of [`symmetric`], which runs the grids side
+/// by side.
+fn ggml_make_qx_quants(x: &[f32], nmax: i32, qw: Option<&[f32]>, codes: &mut [u8]) -> f32 {
+    let (mut max, mut amax) = (0f32, 0f32);
+    for &v in x {
+        if v.abs() > amax {
+            (amax, max) = (v.abs(), v);
+        }
+    }
+    if amax < GROUP_MAX_EPS {
+        codes.fill(0);
+        return 0.0;
+    }
+    let weight = |i: usize| qw.map_or(x[i] * x[i], |q| q[i]);
+    let sums = |iscale: f32| {
+        let (mut sumlx, mut suml2) = (0f32, 0f32);
+        for (i, &v) in x.iter().enumerate() {
+            let l = nearest_int(iscale * v).clamp(-nmax, nmax - 1);
+            sumlx += weight(i) * v * l as f32;
+            suml2 += weight(i) * l as f32 * l as f32;
+        }
+        (sumlx, suml2)
+    };
+    let assign = |iscale: f32, codes: &mut [u8]| {
+        for (c, &v) in codes.iter_mut().zip(x) {
+            *c = (nmax + nearest_int(iscale * v).clamp(-nmax, nmax - 1)) as u8;
+        }
+    };
+    let iscale = -nmax as f32 / max;
+    assign(iscale, codes);
+    let (sumlx, suml2) = sums(iscale);
+    let mut scale = if suml2 != 0.0 { sumlx / suml2 } else { 0.0 };
+    let mut best = scale * sumlx;
+    for is in -9..=9 {
+        if is == 0 {
+            continue;
+        }
+        let iscale = -(nmax as f32 + 0.1 * is as f32) / max;
+        let (sumlx, suml2) = sums(iscale);
+        if suml2 > 0.0 && sumlx * sumlx > best * suml2 {
+            assign(iscale, codes);
+            scale = sumlx / suml2;
+            best = scale * sumlx;
+        }
+    }
+    scale
+}
+
+/// Groups where the grids' choice is close or degenerate: random of
+/// several spreads, ties of magnitude, one outlier, a single non-zero,
+/// zeros of both signs, constant, values on the grid, tiny and huge.
+fn symmetric_cases(n: usize) -> Vec<Vec<f32>> {
+    let mut cases: Vec<Vec<f32>> = (0..300)
+        .map(|s| {
+            let scale = [1.0, 1e-3, 300.0, 65504.0][s as usize % 4];
+            xorshift_f32(1000 + s, n, scale)
+        })
+        .collect();
+    let base = xorshift_f32(5, n, 1.0);
+    let mut push = |f: &dyn Fn(usize, f32) -> f32| {
+        cases.push(base.iter().enumerate().map(|(j, &v)| f(j, v)).collect())
+    };
+    push(&|_, _| 0.0);
+    push(&|j, _| if j % 3 == 0 { -0.0 } else { 0.0 });
+    push(&|j, _| if j == 7 { -2.5 } else { 0.0 });
+    push(&|j, v| if j == 3 { 1e4 } else { v });
+    push(&|j, v| {
+        if j == 1 || j == 9 {
+            -4.0
+        } else if j == 5 {
+            4.0
+        } else {
+            v
+        }
+    });
+    push(&|_, _| 0.7);
+    push(&|j, _| (j % 17) as f32 - 8.0);
+    push(&|j, _| ((j * 5) % 32) as f32 * 0.25 - 4.0);
+    push(&|_, v| v * 1e-14);
+    push(&|_, v| v.abs());
+    push(&|_, v| -v.abs());
+    push(&|j, v| if j % 2 == 0 { 0.0 } else { v });
+    cases
+}
+
+#[test]
+fn symmetric_search_is_ggml_s_grid_by_grid() {
+    // Q4_0 / Q5_0 (32 inputs, nmax 8 / 16) and Q6_K (16 inputs, nmax 32),
+    // weighted by x^2 and by several importances (zeros included).
+    for (n, nmax) in [(32, 8), (32, 16), (16, 32)] {
+        let weights: Vec<Option<Vec<f32>>> = vec![
+            None,
+            Some(vec![1.0; n]),
+            Some(
+                xorshift_f32(77, n, 1.0)
+                    .iter()
+                    .map(|v| v * v * 10.0)
+                    .collect(),
+            ),
+            Some(
+                (0..n)
+                    .map(|j| if j % 4 == 0 { 0.0 } else { 1.0 + j as f32 })
+                    .collect(),
+            ),
+            Some(vec![0.0; n]),
+        ];
+        for x in symmetric_cases(n) {
+            for qw in &weights {
+                let (mut a, mut b) = (vec![0u8; n], vec![0u8; n]);
+                let da = symmetric(&x, nmax, qw.as_deref(), &mut a);
+                let db = ggml_make_qx_quants(&x, nmax, qw.as_deref(), &mut b);
+                assert_eq!(
+                    (da.to_bits(), &a),
+                    (db.to_bits(), &b),
+                    "nmax {nmax} x {x:?} qw {qw:?}"
+                );
+            }
+        }
     }
 }
 
@@ -315,4 +438,32 @@ fn a_bad_value_names_the_lowest_row_on_any_thread_count() {
     // A bad importance is named before any row is quantized.
     let e = quantize_matrix::<Q4_1>(&w, rows, cols, Some(&[-1.0; 64])).unwrap_err();
     assert!(e.to_string().contains("importance[0]"), "{e}");
+}
+
+/// A row's bytes are its blocks' bytes one block at a time, whatever the
+/// row's length: the plain legacy quantizers group blocks (four at a time
+/// for Q4_0 / Q5_0, with one-block leftovers) and check and quantize a row
+/// a piece (`PIECE` floats) at a time.
+fn rows_are_their_blocks<T: QuantizeRow>() {
+    for cols in [32, 96, 160, 1024, 1056, 2080, 3104] {
+        let rows = 3;
+        let mut x = xorshift_f32(cols as u64, rows * cols, 2.0);
+        x[cols + 40] = 0.0;
+        x[2 * cols..2 * cols + 32].fill(-0.0);
+        let whole = quantize_matrix::<T>(&x, rows, cols, None).unwrap();
+        let one_by_one: Vec<u8> = x
+            .chunks_exact(32)
+            .flat_map(|b| quantize_matrix::<T>(b, 1, 32, None).unwrap())
+            .collect();
+        assert_eq!(whole, one_by_one, "{} {cols}", T::NAME);
+    }
+}
+
+#[test]
+fn plain_rows_equal_their_blocks_one_at_a_time() {
+    rows_are_their_blocks::<Q4_0>();
+    rows_are_their_blocks::<Q5_0>();
+    rows_are_their_blocks::<Q4_1>();
+    rows_are_their_blocks::<Q5_1>();
+    rows_are_their_blocks::<Q8_0>();
 }

@@ -1,0 +1,87 @@
+//! The float quantizers' check of `w` inside their row-parallel loop: each
+//! row is checked ([`checks::weight_row`]) right before it is quantized,
+//! while it is in cache, instead of in a pass of its own over `w`; the
+//! error names the lowest bad row whatever the number of threads.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::checks;
+use crate::error::Result;
+
+/// The lowest bad row seen so far by the rows of one parallel loop.
+pub(crate) struct LowestBadRow(AtomicUsize);
+
+impl LowestBadRow {
+    /// No bad row seen.
+    pub(crate) fn new() -> Self {
+        LowestBadRow(AtomicUsize::new(usize::MAX))
+    }
+
+    /// Whether row `r` (its values `row`: all of them, or the piece about
+    /// to be quantized) is to be quantized: not when a lower row is already
+    /// known bad (the call fails; its work is wasted), nor when `row`
+    /// itself is bad (recorded). The lowest bad row
+    /// is never skipped (only a lower bad row could skip it), so it is
+    /// always the one recorded, on any thread count and in any order.
+    pub(crate) fn admits(&self, r: usize, row: &[f32]) -> bool {
+        if r > self.0.load(Ordering::Relaxed) {
+            return false;
+        }
+        if checks::weight_row(r, row).is_ok() {
+            return true;
+        }
+        self.0.fetch_min(r, Ordering::Relaxed);
+        false
+    }
+
+    /// After the loop over `w` (`[_, in_feat]`): the error of the lowest
+    /// bad row ([`checks::weight_row`]'s, rebuilt from that one row rather
+    /// than carried out of the loop), or `Ok` when every row passed.
+    pub(crate) fn finish(self, w: &[f32], in_feat: usize) -> Result<()> {
+        match self.0.into_inner() {
+            usize::MAX => Ok(()),
+            r => checks::weight_row(r, &w[r * in_feat..(r + 1) * in_feat]),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::int4_asym::{AsymMethod, AsymWeight};
+    use crate::int4_k::{KMethod, KWeight};
+    use crate::testutil::xorshift_f32;
+
+    /// Both nibble-group quantizers name the first bad value of the lowest
+    /// bad row (`w[r, c]`, with the half bound) on any number of threads,
+    /// bad values in later rows notwithstanding, and take the largest half.
+    #[test]
+    fn quantizers_name_the_lowest_bad_row_on_any_thread_count() {
+        let (rows, cols) = (192, 256);
+        let mut w = xorshift_f32(11, rows * cols, 1.0);
+        w[2 * cols + 5] = 65504.0;
+        w[3 * cols + 6] = -65504.0;
+        assert!(AsymWeight::quantize(&w, rows, cols, 32, AsymMethod::Rtn, None).is_ok());
+        assert!(KWeight::quantize(&w, rows, cols, KMethod::Rtn, None).is_ok());
+        w[191 * cols + 9] = f32::NAN;
+        w[150 * cols + 70] = f32::INFINITY;
+        w[150 * cols + 71] = f32::NAN;
+        w[170 * cols] = -65520.0;
+        for threads in [1, 2, 4, 8] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            let errors = pool.install(|| {
+                [
+                    AsymWeight::quantize(&w, rows, cols, 32, AsymMethod::Search, None).unwrap_err(),
+                    KWeight::quantize(&w, rows, cols, KMethod::Search, None).unwrap_err(),
+                ]
+            });
+            for e in errors {
+                let msg = e.to_string();
+                assert!(msg.contains("w[150, 70] is inf"), "{threads}: {msg}");
+                assert!(msg.contains("|w| <= 65504"), "{msg}");
+            }
+        }
+    }
+}
