@@ -23,6 +23,7 @@
 
 use std::arch::x86_64::*;
 
+use super::matvec_avx2::Out;
 use super::rows_avx2::GroupScales;
 use super::RUN;
 use crate::linear::dispatch::Dots;
@@ -117,14 +118,6 @@ pub(crate) fn matmul<S: GroupScales + Sync + ?Sized>(
         }
     });
 }
-
-/// `y`'s pointer, shared by the tasks (each writes only its own rows).
-#[derive(Clone, Copy)]
-pub(super) struct Out(pub(super) *mut f32);
-// SAFETY: the tasks write disjoint elements (their own output rows).
-unsafe impl Send for Out {}
-// SAFETY: as above.
-unsafe impl Sync for Out {}
 
 fn add(o: &mut [f32], v: &[f32]) {
     o.iter_mut().zip(v).for_each(|(a, b)| *a += b);

@@ -19,7 +19,6 @@
 //! is the engine's value for the same rows bit for bit (the same dot, then
 //! `+ bias`, where the engine's `* 1.0` changes nothing).
 
-use super::batch_avx2::Out;
 use super::rows_avx2::{dot_rows_with, x_sums, GroupScales};
 use super::RUN;
 use crate::linear::dispatch::Dots;
@@ -70,3 +69,11 @@ pub(crate) fn matvec<S: GroupScales + Sync + ?Sized>(
         }
     });
 }
+
+/// `y`'s pointer, shared by the tasks (each writes only its own rows).
+#[derive(Clone, Copy)]
+pub(super) struct Out(pub(super) *mut f32);
+// SAFETY: the tasks write disjoint elements (their own output rows).
+unsafe impl Send for Out {}
+// SAFETY: as above.
+unsafe impl Sync for Out {}

@@ -1,6 +1,7 @@
 use super::*;
+use crate::int4_asym::{AsymMethod, AsymWeight};
 use crate::linear::fp8_dialect::f16_to_f32;
-use crate::testutil::Xorshift;
+use crate::testutil::{xorshift_f32, Xorshift};
 
 fn random(n: usize, seed: u64) -> Vec<f32> {
     let mut rng = Xorshift::new(seed);
@@ -289,6 +290,40 @@ fn every_decode_body_is_the_scalar_one_bit_for_bit() {
                 let what = format!("[{out_feat}x{in_feat}] r{r} {k0}+{n}");
                 Decoder::assert_all_give(&want, |dec, got| w.decode_by(dec, r, k0, got), &what);
             }
+        }
+    }
+}
+
+/// Both nibble-group quantizers name the first bad value of the lowest
+/// bad row (`w[r, c]`, with the half bound) on any number of threads,
+/// bad values in later rows notwithstanding, and take the largest half.
+#[test]
+fn quantizers_name_the_lowest_bad_row_on_any_thread_count() {
+    let (rows, cols) = (192, 256);
+    let mut w = xorshift_f32(11, rows * cols, 1.0);
+    w[2 * cols + 5] = 65504.0;
+    w[3 * cols + 6] = -65504.0;
+    assert!(AsymWeight::quantize(&w, rows, cols, 32, AsymMethod::Rtn, None).is_ok());
+    assert!(KWeight::quantize(&w, rows, cols, KMethod::Rtn, None).is_ok());
+    w[191 * cols + 9] = f32::NAN;
+    w[150 * cols + 70] = f32::INFINITY;
+    w[150 * cols + 71] = f32::NAN;
+    w[170 * cols] = -65520.0;
+    for threads in [1, 2, 4, 8] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        let errors = pool.install(|| {
+            [
+                AsymWeight::quantize(&w, rows, cols, 32, AsymMethod::Search, None).unwrap_err(),
+                KWeight::quantize(&w, rows, cols, KMethod::Search, None).unwrap_err(),
+            ]
+        });
+        for e in errors {
+            let msg = e.to_string();
+            assert!(msg.contains("w[150, 70] is inf"), "{threads}: {msg}");
+            assert!(msg.contains("|w| <= 65504"), "{msg}");
         }
     }
 }

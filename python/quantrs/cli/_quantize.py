@@ -149,12 +149,7 @@ def quantize_file(
     prepared = prepared or Prepared()
     selector = selector or Selector()
     src, dst = Path(src), Path(dst)
-    if dst.exists() and src.exists() and dst.samefile(src):
-        raise CliError("OUT must differ from IN")
-    if dst.is_dir():
-        raise CliError(f"OUT {str(dst)!r} is a directory")
-    if not dst.parent.is_dir():
-        raise CliError(f"output directory {str(dst.parent)!r} does not exist")
+    check_out_file(src, dst)
     try:
         reader = StReader(src)
     except StFormatError as e:
@@ -301,3 +296,13 @@ def format_report(rows: list[dict]) -> str:
     tout = sum(r["bytes_out"] for r in rows)
     head = ["tensor", "dtype", "shape", "action", "bytes in", "bytes out", "rel err", "max |err|"]
     return table(head, body) + f"\n{len(rows)} tensors, {tin:,} -> {tout:,} bytes"
+
+
+def check_out_file(src: Path, dst: Path) -> None:
+    """OUT must be a new or replaceable file beside an existing folder, not IN itself."""
+    if dst.exists() and src.exists() and dst.samefile(src):
+        raise CliError("OUT must differ from IN")
+    if dst.is_dir():
+        raise CliError(f"OUT {str(dst)!r} is a directory")
+    if not dst.parent.is_dir():
+        raise CliError(f"output directory {str(dst.parent)!r} does not exist")

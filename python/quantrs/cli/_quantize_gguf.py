@@ -38,7 +38,7 @@ from ..formats.gguf_rewrite import GgufStreamWriter, TensorOut, kv_records, kv_u
 from ._convert import quantize_rows
 from ._errors import CliError
 from ._prepared import Prepared
-from ._quantize import check_options, progress_bar
+from ._quantize import check_options, check_out_file, progress_bar
 from ._select import Selector
 
 # --format -> llama.cpp's llama_ftype (include/llama.h; gguf-py's LlamaFileType): the k-quants
@@ -164,12 +164,7 @@ def quantize_gguf(
     prepared = prepared or Prepared()
     selector = selector or Selector()
     src, dst = Path(src), Path(dst)
-    if dst.exists() and src.exists() and dst.samefile(src):
-        raise CliError("OUT must differ from IN")
-    if dst.is_dir():
-        raise CliError(f"OUT {str(dst)!r} is a directory")
-    if not dst.parent.is_dir():
-        raise CliError(f"output directory {str(dst.parent)!r} does not exist")
+    check_out_file(src, dst)
     try:
         with GgufFile(src) as g:
             return _write(g, dst, fmt, selector, prepared, progress)

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from .._core import InvalidArgument, _AtomicFile
+from ._declared_writer import DeclaredWriter
 from ._errors import CorruptCheckpointError
 from ._mapped import MappedFile
 
@@ -188,7 +189,7 @@ class OutSpec:
         return int(np.prod(self.shape, dtype=np.int64)) * DTYPES[self.dtype][1]
 
 
-class StWriter:
+class StWriter(DeclaredWriter):
     """Write a safetensors file whose tensors are all declared up front.
 
     ``write(name, array)`` must then be called in declaration order; each array's
@@ -225,13 +226,6 @@ class StWriter:
             self.abort()
             raise
 
-    def __enter__(self) -> StWriter:
-        return self
-
-    def __exit__(self, exc_type, *exc) -> None:
-        if exc_type is not None or self._out is not None:
-            self.abort()
-
     def write(self, name: str, data: np.ndarray | Iterable[np.ndarray]) -> None:
         """Write the next declared tensor: one array, or an iterable of consecutive
         chunks of its bytes (C order, little-endian), consumed lazily."""
@@ -251,14 +245,3 @@ class StWriter:
                 f"internal error: {name!r} has {written} bytes, declared {spec.nbytes}"
             )
         self._left -= 1
-
-    def commit(self) -> None:
-        if self._left:
-            raise RuntimeError(f"internal error: {self._left} declared tensors were not written")
-        out, self._out = self._out, None
-        out.commit()
-
-    def abort(self) -> None:
-        out, self._out = self._out, None
-        if out is not None:
-            out.abort()

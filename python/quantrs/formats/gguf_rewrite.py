@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ._declared_writer import DeclaredWriter
 from .gguf import _ARRAY, GGML_TYPES, MAGIC, VERSION, GgufFile, _Cursor
 
 _U32 = 4  # GGUF value type id of a uint32
@@ -79,7 +80,7 @@ class TensorOut:
         return numel // block * bsize
 
 
-class GgufStreamWriter:
+class GgufStreamWriter(DeclaredWriter):
     """Write a GGUF file whose key/values and tensors are all declared up front.
 
     ``write(name, data)`` must then be called in declaration order with exactly the
@@ -94,10 +95,10 @@ class GgufStreamWriter:
         tensors: list[TensorOut],
         alignment: int,
     ):
-        from .._core import _AtomicFile
+        from .._core import InvalidArgument, _AtomicFile
 
         if alignment <= 0 or alignment & (alignment - 1):
-            raise ValueError(f"alignment must be a power of two, got {alignment}")
+            raise InvalidArgument(f"alignment: expected a power of two, got {alignment}")
         kvs = list(kvs)
         self.alignment = alignment
         head = bytearray(MAGIC + struct.pack("<IQQ", VERSION, len(tensors), len(kvs)))
@@ -107,7 +108,9 @@ class GgufStreamWriter:
         for t in tensors:
             _, block, _ = GGML_TYPES[t.type_id]
             if not t.dims or t.dims[0] % block:
-                raise ValueError(f"tensor {t.name!r}: ne {list(t.dims)} is not whole blocks")
+                raise InvalidArgument(
+                    f"tensor {t.name!r}: ne {list(t.dims)} is not whole blocks of {block}"
+                )
             n = t.name.encode("utf-8")
             head += struct.pack("<Q", len(n)) + n + struct.pack("<I", len(t.dims))
             head += struct.pack(f"<{len(t.dims)}Q", *t.dims)
@@ -122,13 +125,6 @@ class GgufStreamWriter:
         except BaseException:
             self.abort()
             raise
-
-    def __enter__(self) -> GgufStreamWriter:
-        return self
-
-    def __exit__(self, exc_type, *exc) -> None:
-        if self._out is not None:
-            self.abort()
 
     def write(self, name: str, data: np.ndarray | Iterable[np.ndarray]) -> None:
         """Write the next declared tensor: one uint8 array, or an iterable of
@@ -148,17 +144,6 @@ class GgufStreamWriter:
         if pad:
             self._out.write(np.zeros(pad, np.uint8))
         self._left -= 1
-
-    def commit(self) -> None:
-        if self._left:
-            raise RuntimeError(f"internal error: {self._left} declared tensors were not written")
-        out, self._out = self._out, None
-        out.commit()
-
-    def abort(self) -> None:
-        out, self._out = self._out, None
-        if out is not None:
-            out.abort()
 
 
 def _padded(n: int, alignment: int) -> int:
